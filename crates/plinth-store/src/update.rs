@@ -1,0 +1,62 @@
+//! The guaranteed-update loop: the one place optimistic concurrency is handled.
+
+use bytes::Bytes;
+
+use crate::{KeyValue, Store, StoreError};
+
+/// What the closure given to [`guaranteed_update`] wants done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// Write this value.
+    Write(Bytes),
+    /// Leave the key as it is.
+    Unchanged,
+}
+
+/// Reads `key`, lets `decide` compute its new value from the current one, and writes it with a
+/// compare-and-swap on the current mod revision — retrying with the fresh value on a conflict,
+/// as kube-apiserver's `GuaranteedUpdate` does. `decide` may run several times; it must be a pure
+/// function of its input.
+///
+/// Returns the key as written (or as found, for [`Update::Unchanged`]).
+///
+/// # Errors
+/// `E::from(StoreError::NotFound)` if the key does not exist; `decide`'s own error, unchanged;
+/// any other store error.
+pub async fn guaranteed_update<S, F, E>(store: &S, key: &str, mut decide: F) -> Result<KeyValue, E>
+where
+    S: Store + ?Sized,
+    F: FnMut(&KeyValue) -> Result<Update, E>,
+    E: From<StoreError>,
+{
+    let mut current = store.get(key).await?.ok_or_else(|| StoreError::NotFound {
+        key: key.to_owned(),
+    })?;
+    loop {
+        let value = match decide(&current)? {
+            Update::Unchanged => return Ok(current),
+            Update::Write(value) => value,
+        };
+        match store.update(key, value.clone(), current.mod_revision).await {
+            Ok(revision) => {
+                return Ok(KeyValue {
+                    key: key.to_owned(),
+                    value,
+                    create_revision: current.create_revision,
+                    mod_revision: revision,
+                });
+            }
+            Err(StoreError::Conflict {
+                current: Some(fresh),
+                ..
+            }) => current = *fresh,
+            Err(StoreError::Conflict { current: None, .. }) => {
+                return Err(StoreError::NotFound {
+                    key: key.to_owned(),
+                }
+                .into());
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+}
