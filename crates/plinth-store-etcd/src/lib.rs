@@ -1,0 +1,422 @@
+//! Plinth's etcd storage backend: [`plinth_store::Store`] over the etcd v3 API (the
+//! `etcd-client` crate), for users who outgrow one machine.
+//!
+//! Plinth's revisions *are* etcd's revisions, and every key lives under a configurable prefix
+//! (default `/registry/`, like kube-apiserver), so several Plinth servers can share one etcd
+//! cluster — with each other, or with other users of the same cluster under other prefixes.
+//!
+//! Each write is one etcd transaction whose compare is the operation's precondition
+//! (`create_revision == 0` for create, `mod_revision == expected` for update and delete) and whose
+//! failure branch reads the key, so a refused write returns the current value in the same round
+//! trip.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{
+    Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType,
+    GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchOptions,
+};
+use futures::StreamExt;
+use plinth_store::{
+    EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult,
+    WatchEvent, WatchStream, prefix_end, validate_key,
+};
+
+/// The key prefix used when none is configured, as in kube-apiserver.
+pub const DEFAULT_PREFIX: &str = "/registry/";
+
+/// Largest gRPC message accepted from etcd (lists of many objects are large).
+const MAX_MESSAGE: usize = 1 << 30;
+
+/// A [`Store`] on an etcd cluster.
+#[derive(Clone)]
+pub struct EtcdStore {
+    kv: KvClient,
+    watch: WatchClient,
+    prefix: String,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+fn grpc(step: &'static str) -> impl FnOnce(etcd_client::Error) -> StoreError {
+    move |e| {
+        let message = match &e {
+            etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
+            other => other.to_string(),
+        };
+        if message.contains("request is too large") {
+            return StoreError::ValueTooLarge {
+                key: String::new(),
+                size: 0,
+                limit: 0,
+            };
+        }
+        StoreError::backend(step, e)
+    }
+}
+
+/// Maps etcd's answer for a read at a revision it no longer or not yet has.
+fn revision_error(requested: Revision, e: etcd_client::Error) -> StoreError {
+    let message = match &e {
+        etcd_client::Error::GRpcStatus(status) => status.message(),
+        _ => "",
+    };
+    if message.contains("required revision has been compacted") {
+        StoreError::Compacted {
+            requested,
+            compacted: None,
+        }
+    } else if message.contains("required revision is a future revision") {
+        StoreError::FutureRevision {
+            requested,
+            current: 0,
+        }
+    } else {
+        grpc("read a range")(e)
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the etcd cluster at `endpoints` (`http://host:port`), keeping keys under
+    /// `prefix` (use [`DEFAULT_PREFIX`] unless sharing a cluster).
+    ///
+    /// # Errors
+    /// A backend error if no endpoint answers within 10 s.
+    pub async fn connect(endpoints: &[impl AsRef<str>], prefix: &str) -> StoreResult<Self> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(20));
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(grpc("connect to etcd"))?;
+        let store = Self {
+            kv: client
+                .kv_client()
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+            watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
+            prefix: prefix.to_owned(),
+        };
+        // Fail now, not on first use, if etcd does not answer.
+        tokio::time::timeout(Duration::from_secs(10), store.current_revision())
+            .await
+            .map_err(|_| StoreError::backend("connect to etcd", "no answer within 10 s"))??;
+        Ok(store)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn full(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn convert(&self, kv: &etcd_client::KeyValue) -> StoreResult<KeyValue> {
+        let key = std::str::from_utf8(kv.key())
+            .ok()
+            .and_then(|k| k.strip_prefix(&self.prefix))
+            .ok_or_else(|| {
+                StoreError::backend(
+                    "decode a key",
+                    format!("key {:?} is outside prefix {:?}", kv.key(), self.prefix),
+                )
+            })?;
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value: Bytes::copy_from_slice(kv.value()),
+            create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
+        })
+    }
+
+    /// Runs a compare-and-write transaction; on failure, returns the key's current value.
+    async fn cas(
+        &self,
+        step: &'static str,
+        compare: Compare,
+        write: TxnOp,
+        key: &str,
+    ) -> StoreResult<Result<TxnResponse, Option<KeyValue>>> {
+        let full = self.full(key);
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([write])
+            .or_else([TxnOp::get(full, None)]);
+        let response = self.kv.clone().txn(txn).await.map_err(grpc(step))?;
+        if response.succeeded() {
+            return Ok(Ok(response));
+        }
+        let current = match response.op_responses().first() {
+            Some(TxnOpResponse::Get(get)) => {
+                get.kvs().first().map(|kv| self.convert(kv)).transpose()?
+            }
+            _ => None,
+        };
+        Ok(Err(current))
+    }
+}
+
+fn header_revision(response: &TxnResponse) -> Revision {
+    response.header().map_or(0, |h| h.revision())
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
+        validate_key(key)?;
+        let response = self
+            .kv
+            .clone()
+            .get(self.full(key), None)
+            .await
+            .map_err(grpc("read a key"))?;
+        response
+            .kvs()
+            .first()
+            .map(|kv| self.convert(kv))
+            .transpose()
+    }
+
+    async fn range(&self, request: RangeRequest) -> StoreResult<RangeResponse> {
+        let prefix = self.full(&request.prefix);
+        let start = match &request.start {
+            Some(start) if start.as_str() > request.prefix.as_str() => self.full(start),
+            _ => prefix.clone(),
+        };
+        let end = prefix_end(prefix.as_bytes()).unwrap_or_else(|| vec![0]);
+        let mut options = GetOptions::new().with_range(end);
+        if let Some(limit) = request.limit.filter(|l| *l > 0) {
+            options = options.with_limit(limit as i64);
+        }
+        if let Some(revision) = request.revision.filter(|r| *r > 0) {
+            options = options.with_revision(revision);
+        }
+        let response = self
+            .kv
+            .clone()
+            .get(start, Some(options))
+            .await
+            .map_err(|e| revision_error(request.revision.unwrap_or_default(), e))?;
+        let kvs = response
+            .kvs()
+            .iter()
+            .map(|kv| self.convert(kv))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let revision = request
+            .revision
+            .filter(|r| *r > 0)
+            .unwrap_or_else(|| response.header().map_or(0, |h| h.revision()));
+        Ok(RangeResponse {
+            kvs,
+            revision,
+            more: response.more(),
+        })
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> StoreResult<Revision> {
+        validate_key(key)?;
+        let full = self.full(key);
+        let compare = Compare::create_revision(full.clone(), CompareOp::Equal, 0);
+        match self
+            .cas(
+                "create",
+                compare,
+                TxnOp::put(full, value.to_vec(), None),
+                key,
+            )
+            .await
+        {
+            Ok(Ok(response)) => Ok(header_revision(&response)),
+            Ok(Err(_)) => Err(StoreError::AlreadyExists {
+                key: key.to_owned(),
+            }),
+            Err(StoreError::ValueTooLarge { .. }) => Err(StoreError::ValueTooLarge {
+                key: key.to_owned(),
+                size: value.len(),
+                limit: 0,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> StoreResult<Revision> {
+        validate_key(key)?;
+        let full = self.full(key);
+        let compare = Compare::mod_revision(full.clone(), CompareOp::Equal, expected);
+        match self
+            .cas(
+                "update",
+                compare,
+                TxnOp::put(full, value.to_vec(), None),
+                key,
+            )
+            .await
+        {
+            Ok(Ok(response)) => Ok(header_revision(&response)),
+            Ok(Err(None)) => Err(StoreError::NotFound {
+                key: key.to_owned(),
+            }),
+            Ok(Err(Some(current))) => Err(StoreError::Conflict {
+                key: key.to_owned(),
+                expected,
+                current: Some(Box::new(current)),
+            }),
+            Err(StoreError::ValueTooLarge { .. }) => Err(StoreError::ValueTooLarge {
+                key: key.to_owned(),
+                size: value.len(),
+                limit: 0,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> StoreResult<(Revision, KeyValue)> {
+        validate_key(key)?;
+        let full = self.full(key);
+        let compare = match expected {
+            Some(expected) => Compare::mod_revision(full.clone(), CompareOp::Equal, expected),
+            None => Compare::create_revision(full.clone(), CompareOp::Greater, 0),
+        };
+        let write = TxnOp::delete(full, Some(DeleteOptions::new().with_prev_key()));
+        match self.cas("delete", compare, write, key).await? {
+            Ok(response) => {
+                let prev = match response.op_responses().first() {
+                    Some(TxnOpResponse::Delete(deleted)) => deleted
+                        .prev_kvs()
+                        .first()
+                        .map(|kv| self.convert(kv))
+                        .transpose()?,
+                    _ => None,
+                };
+                // The compare held, so the key existed: a missing prev_kv means a concurrent
+                // delete cannot have happened (etcd serialises transactions).
+                let prev = prev.ok_or_else(|| StoreError::NotFound {
+                    key: key.to_owned(),
+                })?;
+                Ok((header_revision(&response), prev))
+            }
+            Err(None) => Err(StoreError::NotFound {
+                key: key.to_owned(),
+            }),
+            Err(Some(current)) => Err(StoreError::Conflict {
+                key: key.to_owned(),
+                expected: expected.unwrap_or_default(),
+                current: Some(Box::new(current)),
+            }),
+        }
+    }
+
+    async fn watch(&self, prefix: &str, from: Revision) -> StoreResult<WatchStream> {
+        let full = self.full(prefix);
+        let end = prefix_end(full.as_bytes()).unwrap_or_else(|| vec![0]);
+        let mut options = WatchOptions::new().with_range(end).with_prev_key();
+        if from > 0 {
+            options = options.with_start_revision(from);
+        }
+        let stream = self
+            .watch
+            .clone()
+            .watch(full, Some(options))
+            .await
+            .map_err(grpc("start a watch"))?;
+        let store = self.clone();
+        let events = stream
+            .map(move |message| -> Vec<StoreResult<WatchEvent>> {
+                let response = match message {
+                    Ok(response) => response,
+                    Err(e) => return vec![Err(grpc("receive watch events")(e))],
+                };
+                if response.compact_revision() > 0 {
+                    return vec![Err(StoreError::Compacted {
+                        requested: from,
+                        compacted: Some(response.compact_revision()),
+                    })];
+                }
+                if response.canceled() {
+                    let reason = format!("etcd cancelled the watch: {}", response.cancel_reason());
+                    return vec![Err(StoreError::backend("receive watch events", reason))];
+                }
+                response
+                    .events()
+                    .iter()
+                    .map(|event| store.convert_event(event))
+                    .collect()
+            })
+            .flat_map(futures::stream::iter);
+        // A compaction or cancellation ends the stream after its error.
+        let mut failed = false;
+        let events = events.take_while(move |item| {
+            let go_on = !failed;
+            failed |= item.is_err();
+            futures::future::ready(go_on)
+        });
+        Ok(Box::pin(events))
+    }
+
+    async fn compact(&self, revision: Revision) -> StoreResult<()> {
+        let options = CompactionOptions::new().with_physical();
+        self.kv
+            .clone()
+            .compact(revision, Some(options))
+            .await
+            .map(drop)
+            .map_err(|e| revision_error(revision, e))
+    }
+
+    async fn current_revision(&self) -> StoreResult<Revision> {
+        let options = GetOptions::new().with_count_only();
+        let response = self
+            .kv
+            .clone()
+            .get(self.full("\u{1}revision"), Some(options))
+            .await
+            .map_err(grpc("read the revision"))?;
+        Ok(response.header().map_or(0, |h| h.revision()))
+    }
+}
+
+impl EtcdStore {
+    fn convert_event(&self, event: &etcd_client::Event) -> StoreResult<WatchEvent> {
+        let kv = event
+            .kv()
+            .ok_or_else(|| StoreError::backend("decode a watch event", "event without a key"))?;
+        let prev = event.prev_kv().map(|kv| self.convert(kv)).transpose()?;
+        match event.event_type() {
+            EventType::Put => Ok(WatchEvent {
+                kind: EventKind::Put,
+                kv: self.convert(kv)?,
+                prev,
+            }),
+            EventType::Delete => {
+                let mut deleted = self.convert(kv)?;
+                deleted.value = Bytes::new();
+                deleted.create_revision = 0;
+                Ok(WatchEvent {
+                    kind: EventKind::Delete,
+                    kv: deleted,
+                    prev,
+                })
+            }
+        }
+    }
+}

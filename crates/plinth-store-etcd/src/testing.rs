@@ -1,0 +1,160 @@
+//! A throw-away etcd for tests and benchmarks: Debian's `etcd` binary on loopback, with a
+//! temporary data directory and free ports.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plinth_store::{StoreError, StoreResult};
+
+use crate::EtcdStore;
+
+/// A running etcd process. Killed (and its data removed) when dropped.
+#[derive(Debug)]
+pub struct EtcdProcess {
+    child: Option<Child>,
+    data: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> StoreResult<u16> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| StoreError::backend("find a free port", e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| StoreError::backend("find a free port", e))
+}
+
+/// The etcd binary: `$PLINTH_ETCD_BIN`, else `etcd` on PATH.
+pub fn etcd_binary() -> PathBuf {
+    std::env::var_os("PLINTH_ETCD_BIN").map_or_else(|| PathBuf::from("etcd"), PathBuf::from)
+}
+
+impl EtcdProcess {
+    /// Starts etcd and waits until it answers.
+    ///
+    /// # Errors
+    /// A backend error if the binary is missing or etcd does not become ready within 20 s.
+    pub async fn start() -> StoreResult<Self> {
+        let data = tempfile::Builder::new()
+            .prefix("plinth-etcd-")
+            .tempdir()
+            .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+        let mut process = Self {
+            child: None,
+            data,
+            client_port: free_port()?,
+            peer_port: free_port()?,
+        };
+        process.launch().await?;
+        Ok(process)
+    }
+
+    /// The client URL, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.data.path()
+    }
+
+    /// etcd's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// A store on this etcd under `prefix`.
+    ///
+    /// # Errors
+    /// As [`EtcdStore::connect`].
+    pub async fn store(&self, prefix: &str) -> StoreResult<EtcdStore> {
+        EtcdStore::connect(&[self.endpoint()], prefix).await
+    }
+
+    /// Kills etcd with SIGKILL — no chance to flush anything — and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same data directory and ports (after [`EtcdProcess::kill`]).
+    ///
+    /// # Errors
+    /// As [`EtcdProcess::start`].
+    pub async fn restart(&mut self) -> StoreResult<()> {
+        self.kill();
+        self.launch().await
+    }
+
+    async fn launch(&mut self) -> StoreResult<()> {
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(self.data.path().join("etcd.log"))
+            .map_err(|e| StoreError::backend("create etcd's log", e))?;
+        let stderr = log
+            .try_clone()
+            .map_err(|e| StoreError::backend("create etcd's log", e))?;
+        let child = Command::new(etcd_binary())
+            .arg("--name=plinth-test")
+            .arg(format!(
+                "--data-dir={}",
+                self.data.path().join("data").display()
+            ))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=plinth-test={peer}"))
+            // Room for 1.5 MiB objects plus their envelope, as kube-apiserver deployments configure.
+            .arg("--max-request-bytes=10485760")
+            .arg("--quota-backend-bytes=8589934592")
+            .arg("--log-level=error")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| {
+                StoreError::backend(
+                    "start etcd (install Debian's etcd-server, or set PLINTH_ETCD_BIN)",
+                    e,
+                )
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let log =
+                    std::fs::read_to_string(self.data.path().join("etcd.log")).unwrap_or_default();
+                return Err(StoreError::backend(
+                    "start etcd",
+                    format!("etcd exited with {status}: {log}"),
+                ));
+            }
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), self.store("/")).await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(StoreError::backend(
+                    "start etcd",
+                    "etcd did not become ready within 20 s",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
