@@ -7,14 +7,15 @@
 //! last published revision becomes synced again.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 
-use plinth_store::{Revision, StoreError, StoreResult, WatchEvent};
+use plinth_store::{EventKind, Revision, StoreError, StoreResult, WatchEvent};
 use redb::ReadableDatabase;
 use tokio::sync::mpsc;
 
 use crate::Shared;
-use crate::layout::{LOG, META, META_COMPACTED, META_REVISION, REVS, event_at, storage};
+use crate::layout::{DATA, META_COMPACTED, read_meta, read_version, records};
 
 type Sender = mpsc::Sender<StoreResult<WatchEvent>>;
 
@@ -209,63 +210,74 @@ async fn catch_up(shared: Weak<Shared>, id: u64, prefix: String, tx: Sender, mut
 }
 
 /// Up to `max` events under `prefix` from revision `from`, read from one snapshot. Returns the
-/// events, the last revision examined, and whether that is the snapshot's last revision.
+/// events, the last revision examined, and whether that is the last committed revision.
 fn read_history(
     shared: &Shared,
     prefix: &str,
     from: Revision,
     max: usize,
 ) -> StoreResult<(Vec<WatchEvent>, Revision, bool)> {
+    // Every revision up to `current` is in any snapshot begun after this load.
+    let current = shared.revision.load(Ordering::Acquire);
     let txn = shared
         .db
         .begin_read()
         .map_err(|e| StoreError::backend("begin a read", e))?;
-    let meta = txn
-        .open_table(META)
-        .map_err(|e| StoreError::backend("open table meta", e))?;
-    let read = |name| -> StoreResult<Revision> {
-        Ok(meta
-            .get(name)
-            .map_err(storage("read meta"))?
-            .map_or(0, |v| v.value() as Revision))
+    let data = txn
+        .open_table(DATA)
+        .map_err(|e| StoreError::backend("open the data table", e))?;
+    let compacted = read_meta(&data, META_COMPACTED)?.unwrap_or(0) as Revision;
+    let too_old = || StoreError::Compacted {
+        requested: from,
+        compacted: Some(compacted),
     };
-    let (current, compacted) = (read(META_REVISION)?, read(META_COMPACTED)?);
     if from < compacted {
-        return Err(StoreError::Compacted {
-            requested: from,
-            compacted: Some(compacted),
+        return Err(too_old());
+    }
+    let mut changes = Vec::new();
+    let mut through = current;
+    if from <= current {
+        for record in records(&data, from, current)? {
+            let record = record?;
+            if !record.key.starts_with(prefix) {
+                continue;
+            }
+            let revision = record.revision;
+            changes.push(record);
+            if changes.len() >= max && revision < current {
+                through = revision;
+                break;
+            }
+        }
+    }
+    // Previous versions come from the index, looked up in one go: the lock is not held while
+    // the disk is read.
+    let previous: Vec<_> = {
+        let index = shared.index.read().unwrap_or_else(PoisonError::into_inner);
+        changes
+            .iter()
+            .map(|r| index.visible(&r.key, r.revision - 1))
+            .collect()
+    };
+    let mut events = Vec::with_capacity(changes.len());
+    for (record, previous) in changes.into_iter().zip(previous) {
+        let prev = match previous {
+            None => None,
+            Some(entry) => Some(read_version(&data, &record.key, entry)?.ok_or_else(too_old)?),
+        };
+        let kind = if record.is_delete() {
+            EventKind::Delete
+        } else {
+            EventKind::Put
+        };
+        events.push(WatchEvent {
+            kind,
+            kv: record.into_kv(),
+            prev,
         });
     }
-    let log = txn
-        .open_table(LOG)
-        .map_err(|e| StoreError::backend("open table log", e))?;
-    let revs = txn
-        .open_table(REVS)
-        .map_err(|e| StoreError::backend("open table revs", e))?;
-    let mut events = Vec::new();
-    if from > current {
-        return Ok((events, current, true));
-    }
-    for entry in log
-        .range(from.max(0) as u64..=current as u64)
-        .map_err(storage("scan the log"))?
-    {
-        let (rev, key) = entry.map_err(storage("scan the log"))?;
-        let (rev, key) = (rev.value() as Revision, key.value());
-        let Ok(key) = std::str::from_utf8(key) else {
-            continue;
-        };
-        if !key.starts_with(prefix) {
-            continue;
-        }
-        events.push(event_at(&revs, key, rev)?);
-        if events.len() >= max && rev < current {
-            return Ok((events, rev, false));
-        }
-    }
-    Ok((events, current, true))
+    Ok((events, through, through == current))
 }
-
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.lock();

@@ -1,172 +1,214 @@
-//! How the data sits in redb, and the reads every part shares.
+//! How the data sits in redb.
 //!
-//! Three tables:
-//! - `revs`: `key ++ 0x00 ++ revision (u64, big-endian)` → `tag (1 put, 0 tombstone) ++ create
-//!   revision (i64, big-endian) ++ value`. Every version of every key, sorted by key, then by
-//!   revision: the newest version at or before revision R is the last entry of the key's run that
-//!   is `<= R`. Keys never contain NUL, so a key's run never interleaves with another key's.
-//! - `log`: revision → key. What changed at each revision; watches replay it in order.
-//! - `meta`: `format`, `revision` (the last committed), `compacted` (reads below it fail).
+//! One table, `data` (bytes → bytes), as etcd's mvcc keeps it in bbolt: the value of every change
+//! keyed by its revision. Each commit appends at the end of the tree, so it dirties a few pages
+//! however scattered the keys it writes; which revision of a key is visible when is the business
+//! of the in-memory [`Index`](crate::index::Index), rebuilt from this table at start. Every extra
+//! table would cost each commit its own B-tree root, so the table has two key spaces:
+//! - `r ++ revision (u64, big-endian)` → `kind (1 put, 0 delete) ++ create revision (i64) ++
+//!   key length (u32) ++ key ++ value`: the change made at that revision. Watches replay these
+//!   in order; reads fetch values from them. The last one is the current revision, so commits
+//!   write no counter.
+//! - `m ++ name` → u64 (big-endian): `format`, `compacted`.
 //!
-//! Worked example (key `a`): `create a=x` at 2 writes `a\0<2> → put,2,x` and `log 2 → a`;
-//! `update a=y` at 3 writes `a\0<3> → put,2,y`; `delete a` at 4 writes the tombstone
-//! `a\0<4> → del`. A read at 3 finds `a\0<3>` (y); at 4 it finds the tombstone (absent).
-//! `compact(4)` removes `a\0<2>` (superseded before 4) and keeps `a\0<3>` (the version just
-//! before 4, so the event at 4 still has its previous value) and `a\0<4>`.
+//! Compaction deletes the records of revisions that no read at or after the compaction revision
+//! needs (see [`Index::compact`](crate::index::Index::compact)).
 
 use bytes::Bytes;
-use plinth_store::{EventKind, KeyValue, Revision, StoreError, StoreResult, WatchEvent};
+use plinth_store::{KeyValue, Revision, StoreError, StoreResult};
 use redb::{ReadableTable, StorageError, TableDefinition};
 
-pub(crate) const REVS: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("revs");
-pub(crate) const LOG: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("log");
-pub(crate) const META: TableDefinition<'static, &str, u64> = TableDefinition::new("meta");
+use crate::index::Entry;
+
+pub(crate) const DATA: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("data");
+
+const SPACE_REVISIONS: u8 = b'r';
+const SPACE_META: u8 = b'm';
 
 pub(crate) const META_FORMAT: &str = "format";
-pub(crate) const META_REVISION: &str = "revision";
 pub(crate) const META_COMPACTED: &str = "compacted";
 /// The on-disk format this code reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
-const TAG_TOMBSTONE: u8 = 0;
-const TAG_PUT: u8 = 1;
+const KIND_DELETE: u8 = 0;
+const KIND_PUT: u8 = 1;
 
-/// The `revs` key of `key` at `revision`.
-pub(crate) fn version_key(key: &[u8], revision: Revision) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + 9);
-    out.extend_from_slice(key);
-    out.push(0);
-    out.extend_from_slice(&(revision as u64).to_be_bytes());
-    out
-}
-
-/// Splits a `revs` key into the user key and the revision.
-pub(crate) fn split_version_key(raw: &[u8]) -> Option<(&[u8], Revision)> {
-    let (key, rest) = raw.split_at_checked(raw.len().checked_sub(9)?)?;
-    let (nul, rev) = rest.split_first()?;
-    (*nul == 0).then(|| {
-        (
-            key,
-            u64::from_be_bytes(rev.try_into().unwrap_or_default()) as Revision,
-        )
-    })
-}
-
-pub(crate) fn encode_put(create_revision: Revision, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.len() + 9);
-    out.push(TAG_PUT);
-    out.extend_from_slice(&create_revision.to_be_bytes());
-    out.extend_from_slice(value);
-    out
-}
-
-pub(crate) fn encode_tombstone() -> Vec<u8> {
-    vec![TAG_TOMBSTONE]
-}
-
-/// One version of a key as stored: `None` value for a tombstone.
-#[derive(Debug, Clone)]
-pub(crate) struct Version {
-    pub(crate) revision: Revision,
-    pub(crate) create_revision: Revision,
-    pub(crate) value: Option<Bytes>,
-}
-
-impl Version {
-    pub(crate) fn decode(revision: Revision, raw: &[u8]) -> StoreResult<Self> {
-        match raw.split_first() {
-            Some((&TAG_TOMBSTONE, _)) => Ok(Self {
-                revision,
-                create_revision: 0,
-                value: None,
-            }),
-            Some((&TAG_PUT, rest)) if rest.len() >= 8 => {
-                let (create, value) = rest.split_at(8);
-                let create_revision = i64::from_be_bytes(create.try_into().unwrap_or_default());
-                Ok(Self {
-                    revision,
-                    create_revision,
-                    value: Some(Bytes::copy_from_slice(value)),
-                })
-            }
-            _ => Err(StoreError::backend(
-                "decode a stored version",
-                format!("malformed record at revision {revision}"),
-            )),
-        }
-    }
-
-    /// The key-value this version is, if it is not a tombstone.
-    pub(crate) fn into_kv(self, key: &str) -> Option<KeyValue> {
-        Some(KeyValue {
-            key: key.to_owned(),
-            value: self.value?,
-            create_revision: self.create_revision,
-            mod_revision: self.revision,
-        })
-    }
-}
+/// The table type the functions here read.
+pub(crate) trait Data: ReadableTable<&'static [u8], &'static [u8]> {}
+impl<T: ReadableTable<&'static [u8], &'static [u8]>> Data for T {}
 
 pub(crate) fn storage(step: &'static str) -> impl FnOnce(StorageError) -> StoreError {
     move |e| StoreError::backend(step, e)
 }
 
-/// The newest version of `key` at or before `at`.
-pub(crate) fn latest(
-    revs: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    key: &str,
-    at: Revision,
-) -> StoreResult<Option<Version>> {
-    if at < 0 {
-        return Ok(None);
+/// The table key of `revision`'s record.
+pub(crate) fn revision_key(revision: Revision) -> [u8; 9] {
+    let mut out = [SPACE_REVISIONS; 9];
+    out[1..].copy_from_slice(&(revision as u64).to_be_bytes());
+    out
+}
+
+fn revision_of(raw: &[u8]) -> Option<Revision> {
+    let rev: [u8; 8] = raw.strip_prefix(&[SPACE_REVISIONS])?.try_into().ok()?;
+    Some(u64::from_be_bytes(rev) as Revision)
+}
+
+/// The change made at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) revision: Revision,
+    pub(crate) key: String,
+    /// 0 for a delete.
+    pub(crate) create_revision: Revision,
+    pub(crate) value: Bytes,
+}
+
+impl Record {
+    pub(crate) fn encode_put(key: &str, create_revision: Revision, value: &[u8]) -> Vec<u8> {
+        encode(KIND_PUT, key, create_revision, value)
     }
-    let lower = version_key(key.as_bytes(), 0);
-    let upper = version_key(key.as_bytes(), at);
-    let mut range = revs
-        .range(lower.as_slice()..=upper.as_slice())
-        .map_err(storage("read a key"))?;
-    match range.next_back() {
-        None => Ok(None),
-        Some(entry) => {
-            let (k, v) = entry.map_err(storage("read a key"))?;
-            let (_, revision) = split_version_key(k.value())
-                .ok_or_else(|| StoreError::backend("read a key", "malformed version key"))?;
-            Version::decode(revision, v.value()).map(Some)
+
+    pub(crate) fn encode_delete(key: &str) -> Vec<u8> {
+        encode(KIND_DELETE, key, 0, &[])
+    }
+
+    pub(crate) fn decode(revision: Revision, raw: &[u8]) -> StoreResult<Self> {
+        let malformed = || {
+            StoreError::backend(
+                "decode a record",
+                format!("malformed record at revision {revision}"),
+            )
+        };
+        let (&kind, rest) = raw.split_first().ok_or_else(malformed)?;
+        let (create, rest) = rest.split_at_checked(8).ok_or_else(malformed)?;
+        let (len, rest) = rest.split_at_checked(4).ok_or_else(malformed)?;
+        let len = u32::from_be_bytes(len.try_into().map_err(|_| malformed())?) as usize;
+        let (key, value) = rest.split_at_checked(len).ok_or_else(malformed)?;
+        let key = std::str::from_utf8(key)
+            .map_err(|_| malformed())?
+            .to_owned();
+        let create_revision = match kind {
+            KIND_PUT => i64::from_be_bytes(create.try_into().map_err(|_| malformed())?),
+            KIND_DELETE => 0,
+            _ => return Err(malformed()),
+        };
+        Ok(Self {
+            revision,
+            key,
+            create_revision,
+            value: Bytes::copy_from_slice(value),
+        })
+    }
+
+    /// Just the value of an encoded record, without decoding the rest.
+    pub(crate) fn value_of(revision: Revision, raw: &[u8]) -> StoreResult<Bytes> {
+        let malformed = || {
+            StoreError::backend(
+                "decode a record",
+                format!("malformed record at revision {revision}"),
+            )
+        };
+        let len: [u8; 4] = raw
+            .get(9..13)
+            .ok_or_else(malformed)?
+            .try_into()
+            .map_err(|_| malformed())?;
+        let value = raw
+            .get(13 + u32::from_be_bytes(len) as usize..)
+            .ok_or_else(malformed)?;
+        Ok(Bytes::copy_from_slice(value))
+    }
+
+    pub(crate) fn is_delete(&self) -> bool {
+        self.create_revision == 0
+    }
+
+    pub(crate) fn entry(&self) -> Entry {
+        Entry {
+            revision: self.revision,
+            create_revision: self.create_revision,
+        }
+    }
+
+    /// The key-value after this change (a delete gives an empty value and create revision 0).
+    pub(crate) fn into_kv(self) -> KeyValue {
+        KeyValue {
+            key: self.key,
+            value: self.value,
+            create_revision: self.create_revision,
+            mod_revision: self.revision,
         }
     }
 }
 
-/// The watch event for the change of `key` at `revision`.
-pub(crate) fn event_at(
-    revs: &impl ReadableTable<&'static [u8], &'static [u8]>,
+fn encode(kind: u8, key: &str, create_revision: Revision, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(13 + key.len() + value.len());
+    out.push(kind);
+    out.extend_from_slice(&create_revision.to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(value);
+    out
+}
+
+/// The value of the version `entry` names, as a key-value for `key`.
+pub(crate) fn read_version(
+    data: &impl Data,
     key: &str,
-    revision: Revision,
-) -> StoreResult<WatchEvent> {
-    let raw = version_key(key.as_bytes(), revision);
-    let stored = revs
-        .get(raw.as_slice())
-        .map_err(storage("read history"))?
-        .ok_or_else(|| {
-            StoreError::backend(
-                "read history",
-                format!("log names {key:?} at {revision} but no version is stored"),
-            )
-        })?;
-    let version = Version::decode(revision, stored.value())?;
-    let prev = latest(revs, key, revision - 1)?.and_then(|v| v.into_kv(key));
-    let (kind, kv) = match version.into_kv(key) {
-        Some(kv) => (EventKind::Put, kv),
-        None => (
-            EventKind::Delete,
-            KeyValue {
-                key: key.to_owned(),
-                value: Bytes::new(),
-                create_revision: 0,
-                mod_revision: revision,
-            },
-        ),
+    entry: Entry,
+) -> StoreResult<Option<KeyValue>> {
+    let Some(raw) = data
+        .get(revision_key(entry.revision).as_slice())
+        .map_err(storage("read a record"))?
+    else {
+        return Ok(None);
     };
-    Ok(WatchEvent { kind, kv, prev })
+    Ok(Some(KeyValue {
+        key: key.to_owned(),
+        value: Record::value_of(entry.revision, raw.value())?,
+        create_revision: entry.create_revision,
+        mod_revision: entry.revision,
+    }))
+}
+
+/// The records from revision `from` to `to` (inclusive), in order.
+pub(crate) fn records(
+    data: &impl Data,
+    from: Revision,
+    to: Revision,
+) -> StoreResult<impl Iterator<Item = StoreResult<Record>>> {
+    let (lower, upper) = (revision_key(from.max(0)), revision_key(to.max(0)));
+    let range = data
+        .range(lower.as_slice()..=upper.as_slice())
+        .map_err(storage("scan records"))?;
+    Ok(range.map(|entry| {
+        let (k, v) = entry.map_err(storage("scan records"))?;
+        let revision = revision_of(k.value())
+            .ok_or_else(|| StoreError::backend("scan records", "malformed record key"))?;
+        Record::decode(revision, v.value())
+    }))
+}
+
+/// The key of meta entry `name`.
+pub(crate) fn meta_key(name: &str) -> Vec<u8> {
+    let mut out = vec![SPACE_META];
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// Meta entry `name`, if set.
+pub(crate) fn read_meta(data: &impl Data, name: &str) -> StoreResult<Option<u64>> {
+    let Some(raw) = data
+        .get(meta_key(name).as_slice())
+        .map_err(storage("read meta"))?
+    else {
+        return Ok(None);
+    };
+    let bytes: [u8; 8] = raw
+        .value()
+        .try_into()
+        .map_err(|_| StoreError::backend("read meta", format!("malformed meta entry {name}")))?;
+    Ok(Some(u64::from_be_bytes(bytes)))
 }
 
 #[cfg(test)]
@@ -174,41 +216,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn version_keys_sort_by_key_then_revision() {
-        let mut keys = [
-            version_key(b"a/b", 2),
-            version_key(b"a", 10),
-            version_key(b"a", 9),
-            version_key(b"a0", 1),
-        ];
-        keys.sort();
-        let decoded: Vec<_> = keys.iter().map(|k| split_version_key(k).unwrap()).collect();
+    fn records_round_trip() {
+        let put = Record::decode(7, &Record::encode_put("/a/b", 3, b"hello")).unwrap();
         assert_eq!(
-            decoded,
-            [
-                (&b"a"[..], 9),
-                (&b"a"[..], 10),
-                (&b"a/b"[..], 2),
-                (&b"a0"[..], 1)
-            ]
+            put,
+            Record {
+                revision: 7,
+                key: "/a/b".into(),
+                create_revision: 3,
+                value: Bytes::from_static(b"hello")
+            }
         );
-        assert_eq!(split_version_key(b"short"), None);
+        let delete = Record::decode(8, &Record::encode_delete("/a/b")).unwrap();
+        assert!(delete.is_delete() && delete.value.is_empty() && delete.key == "/a/b");
+        assert_eq!(
+            Record::value_of(7, &Record::encode_put("/a/b", 3, b"hello")).unwrap(),
+            &b"hello"[..]
+        );
+        assert!(Record::value_of(7, &[1, 0, 0]).is_err());
+        assert!(Record::decode(9, b"").is_err());
+        assert!(Record::decode(9, &[1, 2]).is_err());
+        let mut truncated = Record::encode_put("/long-key", 1, b"");
+        truncated.truncate(15);
+        assert!(Record::decode(9, &truncated).is_err());
     }
 
     #[test]
-    fn records_round_trip() {
-        let v = Version::decode(7, &encode_put(3, b"hello")).unwrap();
-        assert_eq!(
-            (v.revision, v.create_revision, v.value.as_deref()),
-            (7, 3, Some(&b"hello"[..]))
-        );
-        assert!(
-            Version::decode(8, &encode_tombstone())
-                .unwrap()
-                .value
-                .is_none()
-        );
-        assert!(Version::decode(9, b"").is_err());
-        assert!(Version::decode(9, &[1, 2]).is_err());
+    fn record_keys_sort_by_revision_and_stay_apart_from_meta() {
+        assert!(revision_key(2) < revision_key(10) && revision_key(255) < revision_key(256));
+        assert_eq!(revision_of(&revision_key(77)), Some(77));
+        assert_eq!(revision_of(&meta_key("format")), None);
+        assert!(meta_key("compacted").as_slice() < revision_key(0).as_slice());
     }
 }

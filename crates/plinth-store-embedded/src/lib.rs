@@ -12,42 +12,46 @@
 //! connection and locking model we would have to work around for the same result.
 //!
 //! # Design
-//! - [`layout`](crate) docs: every version of every key is stored under `(key, revision)`, plus a
-//!   log `revision → key`; reads at a revision pick the newest version at or before it.
+//! - As in etcd's mvcc: on disk, every change keyed by its revision (appends only, so a commit
+//!   dirties few pages); in memory, an index of each key's revisions answers which version is
+//!   visible at a revision. The index is rebuilt from the disk at start.
 //! - One writer thread batches all waiting writes into one transaction and one fsync (group
 //!   commit): an acknowledged write is on disk, and throughput grows with concurrency.
 //! - Watchers are fed by the writer without blocking; a watcher that falls behind catches up from
-//!   the log on disk at its own pace (etcd's synced/unsynced split).
+//!   disk at its own pace (etcd's synced/unsynced split).
 //! - The data directory is locked (`LOCK`); a second process gets [`StoreError::Locked`]. A
 //!   directory holding anything but a Plinth store is refused with [`StoreError::BadDataDir`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod hub;
+mod index;
 mod layout;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use plinth_store::{
     KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult, WatchStream,
-    prefix_end, validate_key,
+    validate_key,
 };
 use redb::{Database, ReadableDatabase};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::hub::Hub;
+use crate::index::Index;
 use crate::layout::{
-    FORMAT_VERSION, LOG, META, META_COMPACTED, META_FORMAT, META_REVISION, REVS, Version, latest,
-    split_version_key, storage,
+    DATA, FORMAT_VERSION, META_COMPACTED, META_FORMAT, meta_key, read_meta, read_version, records,
+    storage,
 };
 use crate::writer::{Counters, Op, Outcome, Request};
 
@@ -84,10 +88,10 @@ impl Default for Options {
 pub(crate) struct Shared {
     pub(crate) db: Database,
     pub(crate) hub: Hub,
-    /// The last committed revision.
+    /// The last committed revision. Lock order: a commit updates `index`, then this.
     pub(crate) revision: AtomicI64,
-    /// The last compaction's revision (0: none).
-    pub(crate) compacted: AtomicI64,
+    /// Which revision of each key is visible when; written only by the writer thread.
+    pub(crate) index: RwLock<Index>,
     _lock: File,
 }
 
@@ -170,13 +174,14 @@ impl EmbeddedStore {
             }
         }
         let db = open_database(&dir, &options)?;
-        let (revision, compacted) = read_counters(&db, &dir)?;
+        let (index, revision, compacted) = load(&db, &dir)?;
+        let keys = index.len();
         let (writes, requests) = mpsc::channel(options.max_batch * 4);
         let shared = Arc::new_cyclic(|weak| Shared {
             db,
             hub: Hub::new(weak.clone(), runtime, options.watch_buffer, revision),
             revision: AtomicI64::new(revision),
-            compacted: AtomicI64::new(compacted),
+            index: RwLock::new(index),
             _lock: lock,
         });
         let writer = {
@@ -190,7 +195,7 @@ impl EmbeddedStore {
                 .spawn(move || writer::run(shared, requests, counters, options.max_batch))
                 .map_err(|e| StoreError::backend("start the writer thread", e))?
         };
-        tracing::info!(dir = %dir.display(), revision, "embedded store open");
+        tracing::info!(dir = %dir.display(), revision, keys, "embedded store open");
         Ok(Self {
             shared,
             writes,
@@ -269,7 +274,7 @@ fn open_database(dir: &Path, options: &Options) -> StoreResult<Database> {
             .open(&path)
             .map_err(|e| bad_dir(&path, format!("not a readable store file: {e}")));
     }
-    let temp = dir.join(format!("{DB_FILE}.new"));
+    let temp_name = format!("{DB_FILE}.new");
     let strangers: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| bad_dir(dir, format!("cannot list it: {e}")))?
         .filter_map(|entry| {
@@ -277,7 +282,7 @@ fn open_database(dir: &Path, options: &Options) -> StoreResult<Database> {
                 .ok()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
         })
-        .filter(|name| name != LOCK_FILE && *name != format!("{DB_FILE}.new"))
+        .filter(|name| name != LOCK_FILE && *name != temp_name)
         .collect();
     if !strangers.is_empty() {
         return Err(bad_dir(
@@ -288,6 +293,7 @@ fn open_database(dir: &Path, options: &Options) -> StoreResult<Database> {
             ),
         ));
     }
+    let temp = dir.join(temp_name);
     let _ = std::fs::remove_file(&temp);
     {
         let db = builder
@@ -297,21 +303,13 @@ fn open_database(dir: &Path, options: &Options) -> StoreResult<Database> {
             .begin_write()
             .map_err(|e| StoreError::backend("initialise the store", e))?;
         {
-            let mut meta = txn
-                .open_table(META)
+            let mut data = txn
+                .open_table(DATA)
                 .map_err(|e| StoreError::backend("initialise the store", e))?;
-            for (name, value) in [
-                (META_FORMAT, FORMAT_VERSION),
-                (META_REVISION, 1),
-                (META_COMPACTED, 0),
-            ] {
-                meta.insert(name, value)
+            for (name, value) in [(META_FORMAT, FORMAT_VERSION), (META_COMPACTED, 0)] {
+                data.insert(meta_key(name).as_slice(), value.to_be_bytes().as_slice())
                     .map_err(storage("initialise the store"))?;
             }
-            txn.open_table(REVS)
-                .map_err(|e| StoreError::backend("initialise the store", e))?;
-            txn.open_table(LOG)
-                .map_err(|e| StoreError::backend("initialise the store", e))?;
         }
         txn.commit()
             .map_err(|e| StoreError::backend("initialise the store", e))?;
@@ -326,20 +324,15 @@ fn open_database(dir: &Path, options: &Options) -> StoreResult<Database> {
         .map_err(|e| bad_dir(&path, format!("cannot reopen the new store file: {e}")))
 }
 
-/// The revision and compaction counters, checking that this is a Plinth store of our format.
-fn read_counters(db: &Database, dir: &Path) -> StoreResult<(Revision, Revision)> {
+/// Checks that this is a Plinth store of our format and rebuilds the key index from it. Returns
+/// the index, the current revision and the compaction revision.
+fn load(db: &Database, dir: &Path) -> StoreResult<(Index, Revision, Revision)> {
     let path = dir.join(DB_FILE);
     let txn = db.begin_read().map_err(|e| bad_dir(&path, e))?;
-    let meta = txn
-        .open_table(META)
-        .map_err(|e| bad_dir(&path, format!("not a Plinth store (no meta table: {e})")))?;
-    let read = |name| -> StoreResult<Option<u64>> {
-        Ok(meta
-            .get(name)
-            .map_err(|e| bad_dir(&path, e))?
-            .map(|v| v.value()))
-    };
-    match read(META_FORMAT)? {
+    let data = txn
+        .open_table(DATA)
+        .map_err(|e| bad_dir(&path, format!("not a Plinth store (no data table: {e})")))?;
+    match read_meta(&data, META_FORMAT).map_err(|e| bad_dir(&path, e))? {
         Some(FORMAT_VERSION) => {}
         Some(other) => {
             return Err(bad_dir(
@@ -349,36 +342,38 @@ fn read_counters(db: &Database, dir: &Path) -> StoreResult<(Revision, Revision)>
         }
         None => return Err(bad_dir(&path, "not a Plinth store (no format marker)")),
     }
-    let revision = read(META_REVISION)?
-        .ok_or_else(|| bad_dir(&path, "damaged store: no revision recorded"))?;
-    Ok((
-        revision as Revision,
-        read(META_COMPACTED)?.unwrap_or(0) as Revision,
-    ))
+    let compacted = read_meta(&data, META_COMPACTED)
+        .map_err(|e| bad_dir(&path, e))?
+        .unwrap_or(0) as Revision;
+    let mut index = Index::default();
+    let mut revision = 1;
+    for record in records(&data, 0, Revision::MAX).map_err(|e| bad_dir(&path, e))? {
+        let record = record.map_err(|e| bad_dir(&path, format!("damaged store: {e}")))?;
+        index.record(&record.key, record.entry());
+        revision = record.revision;
+    }
+    Ok((index, revision, compacted))
 }
 
-/// A consistent read of `request` from one snapshot.
+/// A consistent read of `request` at one revision.
 fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeResponse> {
+    // Every revision up to `current` is in any snapshot begun after this load.
+    let current = shared.revision.load(Ordering::Acquire);
     let txn = shared
         .db
         .begin_read()
         .map_err(|e| StoreError::backend("begin a read", e))?;
-    let meta = txn
-        .open_table(META)
-        .map_err(|e| StoreError::backend("open table meta", e))?;
-    let read = |name| -> StoreResult<Revision> {
-        Ok(meta
-            .get(name)
-            .map_err(storage("read meta"))?
-            .map_or(0, |v| v.value() as Revision))
-    };
-    let (current, compacted) = (read(META_REVISION)?, read(META_COMPACTED)?);
+    let data = txn
+        .open_table(DATA)
+        .map_err(|e| StoreError::backend("open the data table", e))?;
+    let compacted = read_meta(&data, META_COMPACTED)?.unwrap_or(0) as Revision;
     let at = request.revision.filter(|r| *r > 0).unwrap_or(current);
+    let too_old = || StoreError::Compacted {
+        requested: at,
+        compacted: Some(compacted),
+    };
     if at < compacted {
-        return Err(StoreError::Compacted {
-            requested: at,
-            compacted: Some(compacted),
-        });
+        return Err(too_old());
     }
     if at > current {
         return Err(StoreError::FutureRevision {
@@ -386,64 +381,26 @@ fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeRespo
             current,
         });
     }
-    let revs = txn
-        .open_table(REVS)
-        .map_err(|e| StoreError::backend("open table revs", e))?;
-    // `start` is a user key and may end in NUL (the continue-after form), which the version
-    // encoding uses as its separator: seek to the part before any NUL, skip keys below `start`.
     let start = request
         .start
         .as_deref()
         .filter(|s| *s > request.prefix.as_str())
-        .unwrap_or(&request.prefix)
-        .as_bytes();
-    let lower = start.split(|b| *b == 0).next().unwrap_or_default().to_vec();
-    let upper = prefix_end(request.prefix.as_bytes());
-    let entries = match &upper {
-        Some(upper) => revs.range(lower.as_slice()..upper.as_slice()),
-        None => revs.range(lower.as_slice()..),
-    }
-    .map_err(storage("scan a range"))?;
-
+        .unwrap_or(&request.prefix);
     let limit = request.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-    let mut kvs = Vec::new();
-    let mut more = false;
-    // The run of versions of one key; `visible` is its newest version at or before `at`.
-    let mut run_key: Vec<u8> = Vec::new();
-    let mut visible: Option<Version> = None;
-    let as_kv = |key: &[u8], version: Option<Version>| {
-        version.and_then(|v| v.into_kv(std::str::from_utf8(key).ok()?))
-    };
-    for entry in entries {
-        let (raw_key, raw_value) = entry.map_err(storage("scan a range"))?;
-        let Some((key, revision)) = split_version_key(raw_key.value()) else {
-            continue;
-        };
-        if key < start {
-            continue;
-        }
-        if key != run_key.as_slice() {
-            if let Some(kv) = as_kv(&run_key, visible.take()) {
-                if kvs.len() == limit {
-                    more = true;
-                    break;
-                }
-                kvs.push(kv);
-            }
-            run_key.clear();
-            run_key.extend_from_slice(key);
-        }
-        if revision <= at {
-            visible = Some(Version::decode(revision, raw_value.value())?);
-        }
+    let (found, more) = shared
+        .index
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .range(start, &request.prefix, at, limit);
+    // Fetch in revision order — neighbours on disk — then put back in key order.
+    let mut order: Vec<usize> = (0..found.len()).collect();
+    order.sort_unstable_by_key(|i| found[*i].1.revision);
+    let mut kvs: Vec<Option<KeyValue>> = vec![None; found.len()];
+    for i in order {
+        let (key, entry) = &found[i];
+        kvs[i] = Some(read_version(&data, key, *entry)?.ok_or_else(too_old)?);
     }
-    if let Some(kv) = as_kv(&run_key, visible.take()) {
-        if kvs.len() == limit {
-            more = true;
-        } else {
-            kvs.push(kv);
-        }
-    }
+    let kvs = kvs.into_iter().flatten().collect();
     Ok(RangeResponse {
         kvs,
         revision: at,
@@ -455,15 +412,34 @@ fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeRespo
 impl Store for EmbeddedStore {
     async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
         validate_key(key)?;
-        let txn = self
-            .shared
-            .db
-            .begin_read()
-            .map_err(|e| StoreError::backend("begin a read", e))?;
-        let revs = txn
-            .open_table(REVS)
-            .map_err(|e| StoreError::backend("open table revs", e))?;
-        Ok(latest(&revs, key, Revision::MAX)?.and_then(|v| v.into_kv(key)))
+        // A compaction may drop the version found between the two steps if a newer one replaced
+        // it meanwhile; then the newer one is found on the next try.
+        for _ in 0..3 {
+            let Some(entry) = self
+                .shared
+                .index
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .current(key)
+            else {
+                return Ok(None);
+            };
+            let txn = self
+                .shared
+                .db
+                .begin_read()
+                .map_err(|e| StoreError::backend("begin a read", e))?;
+            let data = txn
+                .open_table(DATA)
+                .map_err(|e| StoreError::backend("open the data table", e))?;
+            if let Some(kv) = read_version(&data, key, entry)? {
+                return Ok(Some(kv));
+            }
+        }
+        Err(StoreError::backend(
+            "read a key",
+            format!("{key:?} kept changing during the read"),
+        ))
     }
 
     async fn range(&self, request: RangeRequest) -> StoreResult<RangeResponse> {

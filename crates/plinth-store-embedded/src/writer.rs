@@ -2,23 +2,22 @@
 //!
 //! Every write is a request on a channel. The thread takes all requests waiting (up to a batch
 //! limit), applies them one after another inside one redb write transaction — each sees the ones
-//! before it — commits once with an fsync, and only then answers them and tells the watchers.
-//! While one commit waits for the disk the next batch gathers, so the commit rate stays at the
-//! disk's fsync rate while the write rate grows with the number of concurrent writers.
+//! before it — commits once with an fsync, and only then updates the index, answers the writers
+//! and tells the watchers. While one commit waits for the disk the next batch gathers, so the
+//! commit rate stays at the disk's fsync rate while the write rate grows with concurrency.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use plinth_store::{EventKind, KeyValue, Revision, StoreError, StoreResult, WatchEvent};
-use redb::{Durability, ReadableTable, Table, WriteTransaction};
+use redb::{Durability, Table};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Shared;
-use crate::layout::{
-    LOG, META, META_COMPACTED, META_REVISION, REVS, encode_put, encode_tombstone, latest, storage,
-    version_key,
-};
+use crate::index::{Entry, Index};
+use crate::layout::{DATA, META_COMPACTED, Record, meta_key, read_version, revision_key, storage};
 
 /// A write the thread applies.
 #[derive(Debug)]
@@ -54,7 +53,7 @@ pub(crate) struct Request {
     pub(crate) reply: oneshot::Sender<StoreResult<Outcome>>,
 }
 
-/// The writer's view of the counters; changed only after a commit succeeds.
+/// The writer's counters; changed only after a commit succeeds.
 pub(crate) struct Counters {
     pub(crate) revision: Revision,
     pub(crate) compacted: Revision,
@@ -91,70 +90,46 @@ pub(crate) fn run(
     }
 }
 
-/// The result of applying one write inside the transaction: a storage failure aborts the whole
-/// transaction; a refused write (conflict, not found...) leaves it untouched and fails alone.
-type Applied = Result<StoreResult<(Outcome, WatchEvent)>, StoreError>;
+/// One applied write: its outcome, its event, and the index entry to record after the commit.
+type Applied = (Outcome, WatchEvent, Entry);
+
+/// The writes of one transaction so far, on top of the index: key → its newest entry.
+type Overlay = HashMap<String, Entry>;
 
 fn commit_writes(shared: &Shared, counters: &mut Counters, group: Vec<Request>) {
     if group.is_empty() {
         return;
     }
     let mut revision = counters.revision;
-    let attempt =
-        (|| -> StoreResult<(WriteTransaction, Vec<StoreResult<(Outcome, WatchEvent)>>)> {
-            let mut txn = shared
-                .db
-                .begin_write()
-                .map_err(|e| StoreError::backend("begin a write transaction", e))?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(|e| StoreError::backend("set durability", e))?;
-            let mut results = Vec::with_capacity(group.len());
-            {
-                let mut revs = txn
-                    .open_table(REVS)
-                    .map_err(|e| StoreError::backend("open table revs", e))?;
-                let mut log = txn
-                    .open_table(LOG)
-                    .map_err(|e| StoreError::backend("open table log", e))?;
-                for request in &group {
-                    let applied = apply(&mut revs, &mut log, &request.op, revision + 1)?;
-                    if applied.is_ok() {
-                        revision += 1;
-                    }
-                    results.push(applied);
+    // A storage failure aborts the whole transaction; a refused write (conflict, not found...)
+    // fails alone and leaves the transaction untouched.
+    let attempt = (|| -> StoreResult<Vec<StoreResult<Applied>>> {
+        let mut txn = shared
+            .db
+            .begin_write()
+            .map_err(|e| StoreError::backend("begin a write transaction", e))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| StoreError::backend("set durability", e))?;
+        let mut results = Vec::with_capacity(group.len());
+        {
+            let mut data = txn
+                .open_table(DATA)
+                .map_err(|e| StoreError::backend("open the data table", e))?;
+            let index = shared.index.read().unwrap_or_else(PoisonError::into_inner);
+            let mut overlay = Overlay::new();
+            for request in &group {
+                let applied = apply(&mut data, &index, &mut overlay, &request.op, revision + 1)?;
+                if applied.is_ok() {
+                    revision += 1;
                 }
-                let mut meta = txn
-                    .open_table(META)
-                    .map_err(|e| StoreError::backend("open table meta", e))?;
-                meta.insert(META_REVISION, revision as u64)
-                    .map_err(storage("record the revision"))?;
-            }
-            Ok((txn, results))
-        })();
-    let committed = attempt.and_then(|(txn, results)| {
-        txn.commit().map_err(|e| StoreError::backend("commit", e))?;
-        Ok(results)
-    });
-    match committed {
-        Ok(results) => {
-            counters.revision = revision;
-            shared.revision.store(revision, Ordering::Release);
-            let mut events = Vec::new();
-            let mut replies = Vec::with_capacity(results.len());
-            for (request, result) in group.into_iter().zip(results) {
-                match result {
-                    Ok((outcome, event)) => {
-                        events.push(event);
-                        replies.push((request.reply, Ok(outcome)));
-                    }
-                    Err(refused) => replies.push((request.reply, Err(refused))),
-                }
-            }
-            shared.hub.publish(&events, revision);
-            for (reply, result) in replies {
-                let _ = reply.send(result);
+                results.push(applied);
             }
         }
+        txn.commit().map_err(|e| StoreError::backend("commit", e))?;
+        Ok(results)
+    })();
+    let results = match attempt {
+        Ok(results) => results,
         Err(failure) => {
             tracing::error!(error = %failure, "write transaction failed; {} writes rejected", group.len());
             let message = failure.to_string();
@@ -163,16 +138,35 @@ fn commit_writes(shared: &Shared, counters: &mut Counters, group: Vec<Request>) 
                     .reply
                     .send(Err(StoreError::backend("commit", message.clone())));
             }
+            return;
         }
+    };
+    {
+        let mut index = shared.index.write().unwrap_or_else(PoisonError::into_inner);
+        for (_, event, entry) in results.iter().flatten() {
+            index.record(&event.kv.key, *entry);
+        }
+    }
+    counters.revision = revision;
+    shared.revision.store(revision, Ordering::Release);
+    let events: Vec<WatchEvent> = results
+        .iter()
+        .flatten()
+        .map(|(_, event, _)| event.clone())
+        .collect();
+    shared.hub.publish(&events, revision);
+    for (request, result) in group.into_iter().zip(results) {
+        let _ = request.reply.send(result.map(|(outcome, _, _)| outcome));
     }
 }
 
 fn apply(
-    revs: &mut Table<&'static [u8], &'static [u8]>,
-    log: &mut Table<u64, &'static [u8]>,
+    data: &mut Table<&'static [u8], &'static [u8]>,
+    index: &Index,
+    overlay: &mut Overlay,
     op: &Op,
     revision: Revision,
-) -> Applied {
+) -> StoreResult<StoreResult<Applied>> {
     let (key, expected) = match op {
         Op::Create { key, .. } => (key, None),
         Op::Update { key, expected, .. } => (key, Some(*expected)),
@@ -184,7 +178,19 @@ fn apply(
             )));
         }
     };
-    let current = latest(revs, key, Revision::MAX)?.and_then(|v| v.into_kv(key));
+    let entry = match overlay.get(key.as_str()) {
+        Some(entry) => Some(*entry).filter(|e| !e.is_tombstone()),
+        None => index.current(key),
+    };
+    let current = match entry {
+        None => None,
+        Some(entry) => Some(read_version(data, key, entry)?.ok_or_else(|| {
+            StoreError::backend(
+                "read the current value",
+                format!("no record for {key:?} at {}", entry.revision),
+            )
+        })?),
+    };
     let refusal = match (op, &current) {
         (Op::Create { .. }, Some(_)) => Some(StoreError::AlreadyExists { key: key.clone() }),
         (Op::Create { .. }, None) => None,
@@ -202,10 +208,9 @@ fn apply(
     if let Some(refusal) = refusal {
         return Ok(Err(refusal));
     }
-    let stored_key = version_key(key.as_bytes(), revision);
-    let (record, outcome, event) = match op {
-        Op::Create { value, .. } | Op::Update { value, .. } => {
-            let create_revision = current.as_ref().map_or(revision, |kv| kv.create_revision);
+    let (record, outcome, event, entry) = match (op, current) {
+        (Op::Create { value, .. } | Op::Update { value, .. }, prev) => {
+            let create_revision = prev.as_ref().map_or(revision, |kv| kv.create_revision);
             let kv = KeyValue {
                 key: key.clone(),
                 value: value.clone(),
@@ -215,17 +220,22 @@ fn apply(
             let event = WatchEvent {
                 kind: EventKind::Put,
                 kv,
-                prev: current,
+                prev,
             };
+            let record = Record::encode_put(key, create_revision, value);
             (
-                encode_put(create_revision, value),
+                record,
                 Outcome::Written(revision),
                 event,
+                Entry {
+                    revision,
+                    create_revision,
+                },
             )
         }
-        _ => {
+        (_, prev) => {
             let prev =
-                current.ok_or_else(|| StoreError::backend("apply a delete", "no current value"))?;
+                prev.ok_or_else(|| StoreError::backend("apply a delete", "no current value"))?;
             let kv = KeyValue {
                 key: key.clone(),
                 value: Bytes::new(),
@@ -237,17 +247,24 @@ fn apply(
                 kv,
                 prev: Some(prev.clone()),
             };
-            (encode_tombstone(), Outcome::Deleted(revision, prev), event)
+            (
+                Record::encode_delete(key),
+                Outcome::Deleted(revision, prev),
+                event,
+                Entry {
+                    revision,
+                    create_revision: 0,
+                },
+            )
         }
     };
-    revs.insert(stored_key.as_slice(), record.as_slice())
-        .map_err(storage("write a version"))?;
-    log.insert(revision as u64, key.as_bytes())
-        .map_err(storage("append to the log"))?;
-    Ok(Ok((outcome, event)))
+    data.insert(revision_key(revision).as_slice(), record.as_slice())
+        .map_err(storage("write a record"))?;
+    overlay.insert(key.clone(), entry);
+    Ok(Ok((outcome, event, entry)))
 }
 
-/// Drops the history before `revision` (see the layout docs for what is kept).
+/// Drops the records no read at or after `revision` needs (see [`Index::compact`]).
 fn compact(shared: &Shared, counters: &mut Counters, revision: Revision) -> StoreResult<()> {
     if revision <= counters.compacted {
         return Err(StoreError::Compacted {
@@ -261,61 +278,40 @@ fn compact(shared: &Shared, counters: &mut Counters, revision: Revision) -> Stor
             current: counters.revision,
         });
     }
+    // Only this thread changes the index, so the plan still holds when it is carried out below.
+    let dropped = shared
+        .index
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .compactable(revision);
     let mut txn = shared
         .db
         .begin_write()
         .map_err(|e| StoreError::backend("begin a compaction", e))?;
     txn.set_durability(Durability::Immediate)
         .map_err(|e| StoreError::backend("set durability", e))?;
-    let mut removed = 0usize;
     {
-        let mut revs = txn
-            .open_table(REVS)
-            .map_err(|e| StoreError::backend("open table revs", e))?;
-        let mut log = txn
-            .open_table(LOG)
-            .map_err(|e| StoreError::backend("open table log", e))?;
-        let from = counters.compacted.max(0) as u64;
-        let changes = log
-            .range(from..revision as u64)
-            .map_err(storage("scan the log"))?
-            .map(|entry| {
-                let (rev, key) = entry.map_err(storage("scan the log"))?;
-                Ok((rev.value() as Revision, key.value().to_vec()))
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
-        for (rev, key) in changes {
-            let this = version_key(&key, rev);
-            let before_compaction = version_key(&key, revision - 1);
-            let superseded = rev < revision - 1
-                && revs
-                    .range(version_key(&key, rev + 1).as_slice()..=before_compaction.as_slice())
-                    .map_err(storage("scan versions"))?
-                    .next()
-                    .is_some();
-            let tombstone = || -> StoreResult<bool> {
-                Ok(revs
-                    .get(this.as_slice())
-                    .map_err(storage("read a version"))?
-                    .is_some_and(|v| v.value().first() == Some(&0)))
-            };
-            if superseded || tombstone()? {
-                revs.remove(this.as_slice())
-                    .map_err(storage("remove a version"))?;
-                removed += 1;
-            }
-            log.remove(rev as u64).map_err(storage("trim the log"))?;
+        let mut data = txn
+            .open_table(DATA)
+            .map_err(|e| StoreError::backend("open the data table", e))?;
+        for rev in &dropped {
+            data.remove(revision_key(*rev).as_slice())
+                .map_err(storage("remove a record"))?;
         }
-        let mut meta = txn
-            .open_table(META)
-            .map_err(|e| StoreError::backend("open table meta", e))?;
-        meta.insert(META_COMPACTED, revision as u64)
-            .map_err(storage("record the compaction"))?;
+        data.insert(
+            meta_key(META_COMPACTED).as_slice(),
+            (revision as u64).to_be_bytes().as_slice(),
+        )
+        .map_err(storage("record the compaction"))?;
     }
     txn.commit()
         .map_err(|e| StoreError::backend("commit a compaction", e))?;
+    shared
+        .index
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .compact(revision);
     counters.compacted = revision;
-    shared.compacted.store(revision, Ordering::Release);
-    tracing::debug!(revision, removed, "compacted");
+    tracing::debug!(revision, removed = dropped.len(), "compacted");
     Ok(())
 }
