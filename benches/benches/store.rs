@@ -35,11 +35,22 @@ fn seconds() -> Duration {
     )
 }
 
-/// 4 KiB writes, each followed by fdatasync, for `duration`: the disk's durable-commit ceiling.
-fn fsync_rate(duration: Duration) -> f64 {
+/// The disk's durable-write ceiling: 4 KiB writes, each followed by fdatasync, for `duration`.
+/// `preallocated`: overwrite a file already written in full (what pg_test_fsync and fio measure;
+/// no block allocation); otherwise append to a new file (each sync also commits the file's new
+/// size and blocks, as a growing database file does).
+fn fsync_rate(duration: Duration, preallocated: bool) -> f64 {
     let dir = tempfile::tempdir_in(bench_dir()).unwrap();
-    let mut file = std::fs::File::create(dir.path().join("fsync")).unwrap();
+    let path = dir.path().join("fsync");
+    let mut file = std::fs::File::create(&path).unwrap();
     let block = vec![7u8; 4096];
+    if preallocated {
+        for _ in 0..(64 << 20) / block.len() {
+            file.write_all(&block).unwrap();
+        }
+        file.sync_all().unwrap();
+        file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    }
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < duration {
@@ -190,8 +201,9 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         eprintln!("measuring the disk's fsync rate in {} ...", bench_dir().display());
-        let fsync = fsync_rate(duration);
-        eprintln!("  disk: {fsync:.0} fsyncs/s (4 KiB write + fdatasync)");
+        let fsync = fsync_rate(duration, true);
+        let fsync_append = fsync_rate(duration, false);
+        eprintln!("  disk: {fsync:.0} fdatasyncs/s overwriting, {fsync_append:.0}/s appending (4 KiB each)");
         let mut results = Vec::new();
         for backend in backends.split(',') {
             match backend.trim() {
@@ -224,10 +236,14 @@ fn main() {
                 f.latency.1.as_secs_f64() * 1e3
             );
         }
-        println!("\ndisk fsync rate: {fsync:.0}/s");
+        println!("\ndisk: {fsync:.0} fdatasyncs/s overwriting a preallocated file, {fsync_append:.0}/s appending");
         if let (Some(e), Some(d)) = (results.iter().find(|f| f.name == "embedded"), results.iter().find(|f| f.name == "etcd")) {
             println!("embedded / etcd at 256 writers: {:.2}x", e.writes[2].1 / d.writes[2].1);
-            println!("embedded single writer / disk fsync rate: {:.2}", e.writes[0].1 / fsync);
+            println!(
+                "embedded single writer / disk fdatasync rate: {:.2} (overwriting), {:.2} (appending)",
+                e.writes[0].1 / fsync,
+                e.writes[0].1 / fsync_append
+            );
         }
     });
 }

@@ -11,11 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 
 use plinth_store::{EventKind, Revision, StoreError, StoreResult, WatchEvent};
-use redb::ReadableDatabase;
 use tokio::sync::mpsc;
 
 use crate::Shared;
-use crate::layout::{DATA, META_COMPACTED, read_meta, read_version, records};
+use crate::layout::{META_COMPACTED, read_meta, read_version, records, sql};
 
 type Sender = mpsc::Sender<StoreResult<WatchEvent>>;
 
@@ -219,64 +218,55 @@ fn read_history(
 ) -> StoreResult<(Vec<WatchEvent>, Revision, bool)> {
     // Every revision up to `current` is in any snapshot begun after this load.
     let current = shared.revision.load(Ordering::Acquire);
-    let txn = shared
-        .db
-        .begin_read()
-        .map_err(|e| StoreError::backend("begin a read", e))?;
-    let data = txn
-        .open_table(DATA)
-        .map_err(|e| StoreError::backend("open the data table", e))?;
-    let compacted = read_meta(&data, META_COMPACTED)?.unwrap_or(0) as Revision;
-    let too_old = || StoreError::Compacted {
-        requested: from,
-        compacted: Some(compacted),
-    };
-    if from < compacted {
-        return Err(too_old());
-    }
-    let mut changes = Vec::new();
-    let mut through = current;
-    if from <= current {
-        for record in records(&data, from, current)? {
-            let record = record?;
-            if !record.key.starts_with(prefix) {
-                continue;
-            }
-            let revision = record.revision;
-            changes.push(record);
-            if changes.len() >= max && revision < current {
-                through = revision;
-                break;
-            }
+    shared.readers.with(|conn| {
+        let txn = conn.transaction().map_err(sql("begin a read"))?;
+        let compacted = read_meta(&txn, META_COMPACTED)
+            .map_err(sql("read meta"))?
+            .unwrap_or(0);
+        let too_old = || StoreError::Compacted {
+            requested: from,
+            compacted: Some(compacted),
+        };
+        if from < compacted {
+            return Err(too_old());
         }
-    }
-    // Previous versions come from the index, looked up in one go: the lock is not held while
-    // the disk is read.
-    let previous: Vec<_> = {
-        let index = shared.index.read().unwrap_or_else(PoisonError::into_inner);
-        changes
-            .iter()
-            .map(|r| index.visible(&r.key, r.revision - 1))
-            .collect()
-    };
-    let mut events = Vec::with_capacity(changes.len());
-    for (record, previous) in changes.into_iter().zip(previous) {
-        let prev = match previous {
-            None => None,
-            Some(entry) => Some(read_version(&data, &record.key, entry)?.ok_or_else(too_old)?),
-        };
-        let kind = if record.is_delete() {
-            EventKind::Delete
+        let changes = if from <= current {
+            records(&txn, from, current, prefix, max, true)?
         } else {
-            EventKind::Put
+            Vec::new()
         };
-        events.push(WatchEvent {
-            kind,
-            kv: record.into_kv(),
-            prev,
-        });
-    }
-    Ok((events, through, through == current))
+        let through = match changes.last() {
+            Some(last) if changes.len() >= max && last.revision < current => last.revision,
+            _ => current,
+        };
+        // Previous versions come from the index, looked up in one go: the lock is not held
+        // while the disk is read.
+        let previous: Vec<_> = {
+            let index = shared.index.read().unwrap_or_else(PoisonError::into_inner);
+            changes
+                .iter()
+                .map(|r| index.visible(&r.key, r.revision - 1))
+                .collect()
+        };
+        let mut events = Vec::with_capacity(changes.len());
+        for (record, previous) in changes.into_iter().zip(previous) {
+            let prev = match previous {
+                None => None,
+                Some(entry) => Some(read_version(&txn, &record.key, entry)?.ok_or_else(too_old)?),
+            };
+            let kind = if record.is_delete() {
+                EventKind::Delete
+            } else {
+                EventKind::Put
+            };
+            events.push(WatchEvent {
+                kind,
+                kv: record.into_kv(),
+                prev,
+            });
+        }
+        Ok((events, through, through == current))
+    })
 }
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

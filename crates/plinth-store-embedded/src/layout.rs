@@ -1,56 +1,95 @@
-//! How the data sits in redb.
+//! How the data sits in SQLite.
 //!
-//! One table, `data` (bytes → bytes), as etcd's mvcc keeps it in bbolt: the value of every change
-//! keyed by its revision. Each commit appends at the end of the tree, so it dirties a few pages
-//! however scattered the keys it writes; which revision of a key is visible when is the business
-//! of the in-memory [`Index`](crate::index::Index), rebuilt from this table at start. Every extra
-//! table would cost each commit its own B-tree root, so the table has two key spaces:
-//! - `r ++ revision (u64, big-endian)` → `kind (1 put, 0 delete) ++ create revision (i64) ++
-//!   key length (u32) ++ key ++ value`: the change made at that revision. Watches replay these
-//!   in order; reads fetch values from them. The last one is the current revision, so commits
-//!   write no counter.
-//! - `m ++ name` → u64 (big-endian): `format`, `compacted`.
+//! As etcd's mvcc keeps it in bbolt: the change made at every revision, keyed by that revision.
+//! Commits only append rows, whatever keys they touch; which revision of a key is visible when is
+//! the business of the in-memory [`Index`](crate::index::Index), rebuilt from these rows at start.
 //!
-//! Compaction deletes the records of revisions that no read at or after the compaction revision
-//! needs (see [`Index::compact`](crate::index::Index::compact)).
+//! ```sql
+//! plinth_records(revision INTEGER PRIMARY KEY, key TEXT, create_revision INTEGER, value BLOB)
+//! plinth_meta(name TEXT PRIMARY KEY, value INTEGER)   -- format, compacted
+//! ```
+//!
+//! `create_revision` is 0 for a delete. The last row is the current revision, so commits write
+//! no counter. Compaction deletes the rows no read at or after the compaction revision needs
+//! (see [`Index::compact`](crate::index::Index::compact)).
+//!
+//! The database runs in WAL mode with `synchronous = FULL`: a commit appends its pages to the
+//! write-ahead log and fsyncs it before returning, and readers read snapshots without waiting.
+
+use std::path::Path;
 
 use bytes::Bytes;
 use plinth_store::{KeyValue, Revision, StoreError, StoreResult};
-use redb::{ReadableTable, StorageError, TableDefinition};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::index::Entry;
-
-pub(crate) const DATA: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("data");
-
-const SPACE_REVISIONS: u8 = b'r';
-const SPACE_META: u8 = b'm';
 
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_COMPACTED: &str = "compacted";
 /// The on-disk format this code reads and writes.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+pub(crate) const FORMAT_VERSION: i64 = 1;
 
-const KIND_DELETE: u8 = 0;
-const KIND_PUT: u8 = 1;
+const SCHEMA: &str = "
+    CREATE TABLE plinth_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE plinth_records (
+        revision INTEGER PRIMARY KEY,
+        key TEXT NOT NULL,
+        create_revision INTEGER NOT NULL,
+        value BLOB NOT NULL
+    );
+";
 
-/// The table type the functions here read.
-pub(crate) trait Data: ReadableTable<&'static [u8], &'static [u8]> {}
-impl<T: ReadableTable<&'static [u8], &'static [u8]>> Data for T {}
-
-pub(crate) fn storage(step: &'static str) -> impl FnOnce(StorageError) -> StoreError {
+/// Wraps a SQLite error, naming the step that failed.
+pub(crate) fn sql(step: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |e| StoreError::backend(step, e)
 }
 
-/// The table key of `revision`'s record.
-pub(crate) fn revision_key(revision: Revision) -> [u8; 9] {
-    let mut out = [SPACE_REVISIONS; 9];
-    out[1..].copy_from_slice(&(revision as u64).to_be_bytes());
-    out
+/// Opens a connection with the settings every connection uses.
+pub(crate) fn connect(path: &Path, read_only: bool) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    // Reads through a shared memory map instead of a small per-connection page cache.
+    conn.pragma_update(None, "mmap_size", 1_i64 << 30)?;
+    if read_only {
+        conn.pragma_update(None, "query_only", true)?;
+    }
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
 }
 
-fn revision_of(raw: &[u8]) -> Option<Revision> {
-    let rev: [u8; 8] = raw.strip_prefix(&[SPACE_REVISIONS])?.try_into().ok()?;
-    Some(u64::from_be_bytes(rev) as Revision)
+/// Creates a new store file at `path` with the schema.
+pub(crate) fn create(path: &Path) -> rusqlite::Result<()> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(path, flags)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    let txn = conn.transaction()?;
+    txn.execute_batch(SCHEMA)?;
+    txn.execute(
+        "INSERT INTO plinth_meta VALUES (?1, ?2), (?3, 0)",
+        params![META_FORMAT, FORMAT_VERSION, META_COMPACTED],
+    )?;
+    txn.commit()?;
+    conn.close().map_err(|(_, e)| e)
+}
+
+/// Meta entry `name`, if set.
+pub(crate) fn read_meta(conn: &Connection, name: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT value FROM plinth_meta WHERE name = ?1")?
+        .query_row([name], |row| row.get(0))
+        .optional()
+}
+
+pub(crate) fn write_meta(conn: &Connection, name: &str, value: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO plinth_meta VALUES (?1, ?2)")?
+        .execute(params![name, value])?;
+    Ok(())
 }
 
 /// The change made at one revision.
@@ -64,70 +103,8 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    pub(crate) fn encode_put(key: &str, create_revision: Revision, value: &[u8]) -> Vec<u8> {
-        encode(KIND_PUT, key, create_revision, value)
-    }
-
-    pub(crate) fn encode_delete(key: &str) -> Vec<u8> {
-        encode(KIND_DELETE, key, 0, &[])
-    }
-
-    pub(crate) fn decode(revision: Revision, raw: &[u8]) -> StoreResult<Self> {
-        let malformed = || {
-            StoreError::backend(
-                "decode a record",
-                format!("malformed record at revision {revision}"),
-            )
-        };
-        let (&kind, rest) = raw.split_first().ok_or_else(malformed)?;
-        let (create, rest) = rest.split_at_checked(8).ok_or_else(malformed)?;
-        let (len, rest) = rest.split_at_checked(4).ok_or_else(malformed)?;
-        let len = u32::from_be_bytes(len.try_into().map_err(|_| malformed())?) as usize;
-        let (key, value) = rest.split_at_checked(len).ok_or_else(malformed)?;
-        let key = std::str::from_utf8(key)
-            .map_err(|_| malformed())?
-            .to_owned();
-        let create_revision = match kind {
-            KIND_PUT => i64::from_be_bytes(create.try_into().map_err(|_| malformed())?),
-            KIND_DELETE => 0,
-            _ => return Err(malformed()),
-        };
-        Ok(Self {
-            revision,
-            key,
-            create_revision,
-            value: Bytes::copy_from_slice(value),
-        })
-    }
-
-    /// Just the value of an encoded record, without decoding the rest.
-    pub(crate) fn value_of(revision: Revision, raw: &[u8]) -> StoreResult<Bytes> {
-        let malformed = || {
-            StoreError::backend(
-                "decode a record",
-                format!("malformed record at revision {revision}"),
-            )
-        };
-        let len: [u8; 4] = raw
-            .get(9..13)
-            .ok_or_else(malformed)?
-            .try_into()
-            .map_err(|_| malformed())?;
-        let value = raw
-            .get(13 + u32::from_be_bytes(len) as usize..)
-            .ok_or_else(malformed)?;
-        Ok(Bytes::copy_from_slice(value))
-    }
-
     pub(crate) fn is_delete(&self) -> bool {
         self.create_revision == 0
-    }
-
-    pub(crate) fn entry(&self) -> Entry {
-        Entry {
-            revision: self.revision,
-            create_revision: self.create_revision,
-        }
     }
 
     /// The key-value after this change (a delete gives an empty value and create revision 0).
@@ -141,74 +118,103 @@ impl Record {
     }
 }
 
-fn encode(kind: u8, key: &str, create_revision: Revision, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(13 + key.len() + value.len());
-    out.push(kind);
-    out.extend_from_slice(&create_revision.to_be_bytes());
-    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(value);
-    out
+/// Appends the record of a change.
+pub(crate) fn insert(
+    conn: &Connection,
+    revision: Revision,
+    key: &str,
+    create_revision: Revision,
+    value: &[u8],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO plinth_records VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![revision, key, create_revision, value])?;
+    Ok(())
 }
 
-/// The value of the version `entry` names, as a key-value for `key`.
+pub(crate) fn delete_record(conn: &Connection, revision: Revision) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM plinth_records WHERE revision = ?1")?
+        .execute([revision])?;
+    Ok(())
+}
+
+/// The value of the version `entry` names, as a key-value for `key`; `None` if compacted away.
 pub(crate) fn read_version(
-    data: &impl Data,
+    conn: &Connection,
     key: &str,
     entry: Entry,
 ) -> StoreResult<Option<KeyValue>> {
-    let Some(raw) = data
-        .get(revision_key(entry.revision).as_slice())
-        .map_err(storage("read a record"))?
-    else {
-        return Ok(None);
-    };
-    Ok(Some(KeyValue {
+    let value: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT value FROM plinth_records WHERE revision = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([entry.revision], |row| row.get(0))
+                .optional()
+        })
+        .map_err(sql("read a value"))?;
+    Ok(value.map(|value| KeyValue {
         key: key.to_owned(),
-        value: Record::value_of(entry.revision, raw.value())?,
+        value: Bytes::from(value),
         create_revision: entry.create_revision,
         mod_revision: entry.revision,
     }))
 }
 
-/// The records from revision `from` to `to` (inclusive), in order.
+/// The records from revision `from` to `to` (inclusive) whose key starts with `prefix`, in order,
+/// at most `max`; values only if `with_values`.
 pub(crate) fn records(
-    data: &impl Data,
+    conn: &Connection,
     from: Revision,
     to: Revision,
-) -> StoreResult<impl Iterator<Item = StoreResult<Record>>> {
-    let (lower, upper) = (revision_key(from.max(0)), revision_key(to.max(0)));
-    let range = data
-        .range(lower.as_slice()..=upper.as_slice())
-        .map_err(storage("scan records"))?;
-    Ok(range.map(|entry| {
-        let (k, v) = entry.map_err(storage("scan records"))?;
-        let revision = revision_of(k.value())
-            .ok_or_else(|| StoreError::backend("scan records", "malformed record key"))?;
-        Record::decode(revision, v.value())
-    }))
-}
-
-/// The key of meta entry `name`.
-pub(crate) fn meta_key(name: &str) -> Vec<u8> {
-    let mut out = vec![SPACE_META];
-    out.extend_from_slice(name.as_bytes());
-    out
-}
-
-/// Meta entry `name`, if set.
-pub(crate) fn read_meta(data: &impl Data, name: &str) -> StoreResult<Option<u64>> {
-    let Some(raw) = data
-        .get(meta_key(name).as_slice())
-        .map_err(storage("read meta"))?
-    else {
-        return Ok(None);
+    prefix: &str,
+    max: usize,
+    with_values: bool,
+) -> StoreResult<Vec<Record>> {
+    let query = if with_values {
+        "SELECT revision, key, create_revision, value FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
+    } else {
+        "SELECT revision, key, create_revision, x'' FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
     };
-    let bytes: [u8; 8] = raw
-        .value()
-        .try_into()
-        .map_err(|_| StoreError::backend("read meta", format!("malformed meta entry {name}")))?;
-    Ok(Some(u64::from_be_bytes(bytes)))
+    let mut stmt = conn.prepare_cached(query).map_err(sql("scan records"))?;
+    let mut rows = stmt.query(params![from, to]).map_err(sql("scan records"))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(sql("scan records"))? {
+        let key: String = row.get(1).map_err(sql("scan records"))?;
+        if !key.starts_with(prefix) {
+            continue;
+        }
+        let value: Vec<u8> = row.get(3).map_err(sql("scan records"))?;
+        out.push(Record {
+            revision: row.get(0).map_err(sql("scan records"))?,
+            key,
+            create_revision: row.get(2).map_err(sql("scan records"))?,
+            value: Bytes::from(value),
+        });
+        if out.len() >= max {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Calls `each` for every record's revision, key and create revision, in revision order (no
+/// values: this is how the index is rebuilt at start).
+pub(crate) fn scan_entries(
+    conn: &Connection,
+    mut each: impl FnMut(&str, Entry),
+) -> rusqlite::Result<()> {
+    let mut stmt = conn
+        .prepare("SELECT revision, key, create_revision FROM plinth_records ORDER BY revision")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let key: String = row.get(1)?;
+        each(
+            &key,
+            Entry {
+                revision: row.get(0)?,
+                create_revision: row.get(2)?,
+            },
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -216,36 +222,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_round_trip() {
-        let put = Record::decode(7, &Record::encode_put("/a/b", 3, b"hello")).unwrap();
+    fn records_round_trip_through_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        create(&path).unwrap();
+        let conn = connect(&path, false).unwrap();
+        assert_eq!(read_meta(&conn, META_FORMAT).unwrap(), Some(FORMAT_VERSION));
+        insert(&conn, 2, "/a", 2, b"x").unwrap();
+        insert(&conn, 3, "/b", 3, b"y").unwrap();
+        insert(&conn, 4, "/a", 0, b"").unwrap();
+        let all = records(&conn, 0, 10, "/a", usize::MAX, true).unwrap();
         assert_eq!(
-            put,
-            Record {
-                revision: 7,
-                key: "/a/b".into(),
+            all.iter()
+                .map(|r| (r.revision, r.is_delete()))
+                .collect::<Vec<_>>(),
+            [(2, false), (4, true)]
+        );
+        assert_eq!(all[0].value, &b"x"[..]);
+        assert!(
+            records(&conn, 3, 3, "", 1, false).unwrap()[0]
+                .value
+                .is_empty()
+        );
+        let kv = read_version(
+            &conn,
+            "/b",
+            Entry {
+                revision: 3,
                 create_revision: 3,
-                value: Bytes::from_static(b"hello")
-            }
+            },
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((kv.key.as_str(), kv.value.as_ref()), ("/b", &b"y"[..]));
+        delete_record(&conn, 3).unwrap();
+        assert!(
+            read_version(
+                &conn,
+                "/b",
+                Entry {
+                    revision: 3,
+                    create_revision: 3
+                }
+            )
+            .unwrap()
+            .is_none()
         );
-        let delete = Record::decode(8, &Record::encode_delete("/a/b")).unwrap();
-        assert!(delete.is_delete() && delete.value.is_empty() && delete.key == "/a/b");
-        assert_eq!(
-            Record::value_of(7, &Record::encode_put("/a/b", 3, b"hello")).unwrap(),
-            &b"hello"[..]
-        );
-        assert!(Record::value_of(7, &[1, 0, 0]).is_err());
-        assert!(Record::decode(9, b"").is_err());
-        assert!(Record::decode(9, &[1, 2]).is_err());
-        let mut truncated = Record::encode_put("/long-key", 1, b"");
-        truncated.truncate(15);
-        assert!(Record::decode(9, &truncated).is_err());
-    }
-
-    #[test]
-    fn record_keys_sort_by_revision_and_stay_apart_from_meta() {
-        assert!(revision_key(2) < revision_key(10) && revision_key(255) < revision_key(256));
-        assert_eq!(revision_of(&revision_key(77)), Some(77));
-        assert_eq!(revision_of(&meta_key("format")), None);
-        assert!(meta_key("compacted").as_slice() < revision_key(0).as_slice());
+        let mut seen = Vec::new();
+        scan_entries(&conn, |k, e| seen.push((k.to_owned(), e.revision))).unwrap();
+        assert_eq!(seen, [("/a".to_owned(), 2), ("/a".to_owned(), 4)]);
     }
 }

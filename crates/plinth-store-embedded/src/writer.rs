@@ -1,7 +1,7 @@
 //! The one writer thread: group commit.
 //!
 //! Every write is a request on a channel. The thread takes all requests waiting (up to a batch
-//! limit), applies them one after another inside one redb write transaction — each sees the ones
+//! limit), applies them one after another inside one SQLite transaction — each sees the ones
 //! before it — commits once with an fsync, and only then updates the index, answers the writers
 //! and tells the watchers. While one commit waits for the disk the next batch gathers, so the
 //! commit rate stays at the disk's fsync rate while the write rate grows with concurrency.
@@ -12,12 +12,12 @@ use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use plinth_store::{EventKind, KeyValue, Revision, StoreError, StoreResult, WatchEvent};
-use redb::{Durability, Table};
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Shared;
 use crate::index::{Entry, Index};
-use crate::layout::{DATA, META_COMPACTED, Record, meta_key, read_version, revision_key, storage};
+use crate::layout::{META_COMPACTED, delete_record, insert, read_version, sql, write_meta};
 
 /// A write the thread applies.
 #[derive(Debug)]
@@ -59,9 +59,10 @@ pub(crate) struct Counters {
     pub(crate) compacted: Revision,
 }
 
-/// Runs until every sender is gone.
+/// Runs until every sender is gone, writing through `conn`.
 pub(crate) fn run(
     shared: Arc<Shared>,
+    mut conn: Connection,
     mut requests: mpsc::Receiver<Request>,
     mut counters: Counters,
     max_batch: usize,
@@ -79,14 +80,20 @@ pub(crate) fn run(
         let mut group = Vec::new();
         for request in batch.drain(..) {
             if let Op::Compact { revision } = request.op {
-                commit_writes(&shared, &mut counters, std::mem::take(&mut group));
-                let result = compact(&shared, &mut counters, revision).map(|()| Outcome::Compacted);
+                commit_writes(
+                    &shared,
+                    &mut conn,
+                    &mut counters,
+                    std::mem::take(&mut group),
+                );
+                let result = compact(&shared, &mut conn, &mut counters, revision)
+                    .map(|()| Outcome::Compacted);
                 let _ = request.reply.send(result);
             } else {
                 group.push(request);
             }
         }
-        commit_writes(&shared, &mut counters, group);
+        commit_writes(&shared, &mut conn, &mut counters, group);
     }
 }
 
@@ -96,7 +103,12 @@ type Applied = (Outcome, WatchEvent, Entry);
 /// The writes of one transaction so far, on top of the index: key → its newest entry.
 type Overlay = HashMap<String, Entry>;
 
-fn commit_writes(shared: &Shared, counters: &mut Counters, group: Vec<Request>) {
+fn commit_writes(
+    shared: &Shared,
+    conn: &mut Connection,
+    counters: &mut Counters,
+    group: Vec<Request>,
+) {
     if group.is_empty() {
         return;
     }
@@ -104,28 +116,22 @@ fn commit_writes(shared: &Shared, counters: &mut Counters, group: Vec<Request>) 
     // A storage failure aborts the whole transaction; a refused write (conflict, not found...)
     // fails alone and leaves the transaction untouched.
     let attempt = (|| -> StoreResult<Vec<StoreResult<Applied>>> {
-        let mut txn = shared
-            .db
-            .begin_write()
-            .map_err(|e| StoreError::backend("begin a write transaction", e))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| StoreError::backend("set durability", e))?;
+        let txn = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("begin a write transaction"))?;
         let mut results = Vec::with_capacity(group.len());
         {
-            let mut data = txn
-                .open_table(DATA)
-                .map_err(|e| StoreError::backend("open the data table", e))?;
             let index = shared.index.read().unwrap_or_else(PoisonError::into_inner);
             let mut overlay = Overlay::new();
             for request in &group {
-                let applied = apply(&mut data, &index, &mut overlay, &request.op, revision + 1)?;
+                let applied = apply(&txn, &index, &mut overlay, &request.op, revision + 1)?;
                 if applied.is_ok() {
                     revision += 1;
                 }
                 results.push(applied);
             }
         }
-        txn.commit().map_err(|e| StoreError::backend("commit", e))?;
+        txn.commit().map_err(sql("commit"))?;
         Ok(results)
     })();
     let results = match attempt {
@@ -161,7 +167,7 @@ fn commit_writes(shared: &Shared, counters: &mut Counters, group: Vec<Request>) 
 }
 
 fn apply(
-    data: &mut Table<&'static [u8], &'static [u8]>,
+    conn: &Connection,
     index: &Index,
     overlay: &mut Overlay,
     op: &Op,
@@ -184,7 +190,7 @@ fn apply(
     };
     let current = match entry {
         None => None,
-        Some(entry) => Some(read_version(data, key, entry)?.ok_or_else(|| {
+        Some(entry) => Some(read_version(conn, key, entry)?.ok_or_else(|| {
             StoreError::backend(
                 "read the current value",
                 format!("no record for {key:?} at {}", entry.revision),
@@ -208,7 +214,7 @@ fn apply(
     if let Some(refusal) = refusal {
         return Ok(Err(refusal));
     }
-    let (record, outcome, event, entry) = match (op, current) {
+    let (outcome, event, entry) = match (op, current) {
         (Op::Create { value, .. } | Op::Update { value, .. }, prev) => {
             let create_revision = prev.as_ref().map_or(revision, |kv| kv.create_revision);
             let kv = KeyValue {
@@ -222,9 +228,7 @@ fn apply(
                 kv,
                 prev,
             };
-            let record = Record::encode_put(key, create_revision, value);
             (
-                record,
                 Outcome::Written(revision),
                 event,
                 Entry {
@@ -248,7 +252,6 @@ fn apply(
                 prev: Some(prev.clone()),
             };
             (
-                Record::encode_delete(key),
                 Outcome::Deleted(revision, prev),
                 event,
                 Entry {
@@ -258,14 +261,19 @@ fn apply(
             )
         }
     };
-    data.insert(revision_key(revision).as_slice(), record.as_slice())
-        .map_err(storage("write a record"))?;
+    insert(conn, revision, key, entry.create_revision, &event.kv.value)
+        .map_err(sql("write a record"))?;
     overlay.insert(key.clone(), entry);
     Ok(Ok((outcome, event, entry)))
 }
 
 /// Drops the records no read at or after `revision` needs (see [`Index::compact`]).
-fn compact(shared: &Shared, counters: &mut Counters, revision: Revision) -> StoreResult<()> {
+fn compact(
+    shared: &Shared,
+    conn: &mut Connection,
+    counters: &mut Counters,
+    revision: Revision,
+) -> StoreResult<()> {
     if revision <= counters.compacted {
         return Err(StoreError::Compacted {
             requested: revision,
@@ -284,28 +292,14 @@ fn compact(shared: &Shared, counters: &mut Counters, revision: Revision) -> Stor
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .compactable(revision);
-    let mut txn = shared
-        .db
-        .begin_write()
-        .map_err(|e| StoreError::backend("begin a compaction", e))?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(|e| StoreError::backend("set durability", e))?;
-    {
-        let mut data = txn
-            .open_table(DATA)
-            .map_err(|e| StoreError::backend("open the data table", e))?;
-        for rev in &dropped {
-            data.remove(revision_key(*rev).as_slice())
-                .map_err(storage("remove a record"))?;
-        }
-        data.insert(
-            meta_key(META_COMPACTED).as_slice(),
-            (revision as u64).to_be_bytes().as_slice(),
-        )
-        .map_err(storage("record the compaction"))?;
+    let txn = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql("begin a compaction"))?;
+    for rev in &dropped {
+        delete_record(&txn, *rev).map_err(sql("remove a record"))?;
     }
-    txn.commit()
-        .map_err(|e| StoreError::backend("commit a compaction", e))?;
+    write_meta(&txn, META_COMPACTED, revision).map_err(sql("record the compaction"))?;
+    txn.commit().map_err(sql("commit a compaction"))?;
     shared
         .index
         .write()

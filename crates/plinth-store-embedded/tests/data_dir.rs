@@ -114,22 +114,24 @@ async fn corrupt_store_file_is_an_error_not_a_fresh_start() {
 #[tokio::test]
 async fn a_database_of_another_program_is_refused() {
     let temp = tempfile::tempdir().unwrap();
+    let path = temp.path().join(DB_FILE);
     {
-        let db = redb_other::create(&temp.path().join(DB_FILE));
-        drop(db);
+        // A valid SQLite database written by "someone else": no Plinth tables.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE other (x INTEGER); INSERT INTO other VALUES (1);")
+            .unwrap();
     }
+    let before = std::fs::read(&path).unwrap();
     let err = EmbeddedStore::open(temp.path()).unwrap_err();
     assert!(err.to_string().contains("not a Plinth store"), "{err}");
-}
-
-/// A redb database written by "someone else": valid, but without Plinth's tables.
-mod redb_other {
-    pub(crate) fn create(path: &std::path::Path) -> redb::Database {
-        const OTHER: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("other");
-        let db = redb::Database::create(path).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(OTHER).unwrap().insert("x", 1).unwrap();
-        txn.commit().unwrap();
-        db
-    }
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let x: i64 = conn
+        .query_row("SELECT x FROM other", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(x, 1, "the other program's data is intact");
+    assert_eq!(before.len(), std::fs::read(&path).unwrap().len());
 }

@@ -59,11 +59,11 @@ fn grpc(step: &'static str) -> impl FnOnce(etcd_client::Error) -> StoreError {
             etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
             other => other.to_string(),
         };
-        if message.contains("request is too large") {
+        if message.contains("request is too large") || message.contains("message larger than max") {
             return StoreError::ValueTooLarge {
                 key: String::new(),
                 size: 0,
-                limit: 0,
+                limit: None,
             };
         }
         StoreError::backend(step, e)
@@ -113,10 +113,22 @@ impl EtcdStore {
             prefix: prefix.to_owned(),
         };
         // Fail now, not on first use, if etcd does not answer.
-        tokio::time::timeout(Duration::from_secs(10), store.current_revision())
-            .await
-            .map_err(|_| StoreError::backend("connect to etcd", "no answer within 10 s"))??;
-        Ok(store)
+        let named = endpoints
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(",");
+        match tokio::time::timeout(Duration::from_secs(10), store.current_revision()).await {
+            Ok(Ok(_)) => Ok(store),
+            Ok(Err(e)) => Err(StoreError::backend(
+                "connect to etcd",
+                format!("{named}: {e}"),
+            )),
+            Err(_) => Err(StoreError::backend(
+                "connect to etcd",
+                format!("{named}: no answer within 10 s"),
+            )),
+        }
     }
 
     /// The key prefix.
@@ -250,7 +262,7 @@ impl Store for EtcdStore {
             Err(StoreError::ValueTooLarge { .. }) => Err(StoreError::ValueTooLarge {
                 key: key.to_owned(),
                 size: value.len(),
-                limit: 0,
+                limit: None,
             }),
             Err(e) => Err(e),
         }
@@ -281,7 +293,7 @@ impl Store for EtcdStore {
             Err(StoreError::ValueTooLarge { .. }) => Err(StoreError::ValueTooLarge {
                 key: key.to_owned(),
                 size: value.len(),
-                limit: 0,
+                limit: None,
             }),
             Err(e) => Err(e),
         }

@@ -41,6 +41,7 @@ macro_rules! conformance_tests {
             large_values_round_trip,
             slow_watcher_blocks_nobody,
             compaction_keeps_current_state,
+            oversized_value_is_refused,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {
@@ -686,4 +687,25 @@ pub async fn compaction_keeps_current_state(store: Arc<dyn Store>) {
     let r = store.create("/keep/after", b("x")).await.unwrap();
     assert!(r > before.revision);
     assert_eq!(store.current_revision().await.unwrap(), r);
+}
+
+/// A value larger than the backend accepts is refused with `ValueTooLarge` and changes nothing.
+pub async fn oversized_value_is_refused(store: Arc<dyn Store>) {
+    let huge = Bytes::from(vec![b'h'; 32 << 20]);
+    let before = store.current_revision().await.unwrap();
+    match store.create("/huge", huge.clone()).await {
+        Err(StoreError::ValueTooLarge { key, size, .. }) => {
+            assert_eq!((key.as_str(), size), ("/huge", huge.len()))
+        }
+        other => panic!("a 32 MiB value must be refused, got {other:?}"),
+    }
+    assert!(store.get("/huge").await.unwrap().is_none());
+    let r = store.create("/huge", b("small")).await.unwrap();
+    assert!(matches!(
+        store.update("/huge", huge, r).await,
+        Err(StoreError::ValueTooLarge { .. })
+    ));
+    assert_eq!(store.get("/huge").await.unwrap().unwrap().value, b("small"));
+    assert_eq!(store.current_revision().await.unwrap(), r);
+    assert_eq!(r, before + 1, "the refused write took no revision");
 }

@@ -56,14 +56,14 @@ pub enum StoreError {
         key: String,
     },
     /// The value is larger than the backend accepts.
-    #[error("value for key {key:?} is {size} bytes, over the limit of {limit}")]
+    #[error("value for key {key:?} is {size} bytes, more than the backend accepts{}", limit.map(|l| format!(" ({l} bytes)")).unwrap_or_default())]
     ValueTooLarge {
         /// The key.
         key: String,
         /// The value's size.
         size: usize,
-        /// The backend's limit.
-        limit: usize,
+        /// The backend's limit, when it says.
+        limit: Option<usize>,
     },
     /// The data directory is locked by another process.
     #[error("data directory {path} is in use by another process (lock file {lock} is held)")]
