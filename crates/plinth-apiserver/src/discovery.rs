@@ -1,0 +1,171 @@
+//! Discovery: `/version`, `/api`, `/apis`, the per-group documents, and the aggregated
+//! discovery documents (`apidiscovery.k8s.io/v2`) that kubectl 1.32 asks for first.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::resources::{ResourceDef, Resources};
+
+/// The Kubernetes version Plinth speaks.
+pub const KUBE_MAJOR: &str = "1";
+/// The Kubernetes minor version Plinth speaks.
+pub const KUBE_MINOR: &str = "32";
+
+/// `/version`.
+pub fn version() -> Value {
+    json!({
+        "major": KUBE_MAJOR,
+        "minor": KUBE_MINOR,
+        "gitVersion": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0-plinth.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "n/a (Rust)",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+    })
+}
+
+/// Resources grouped as group → version → resources.
+fn grouped(resources: &Resources) -> BTreeMap<String, BTreeMap<String, Vec<Arc<ResourceDef>>>> {
+    let mut groups: BTreeMap<String, BTreeMap<String, Vec<Arc<ResourceDef>>>> = BTreeMap::new();
+    for def in resources.all() {
+        groups
+            .entry(def.group_version.group.clone())
+            .or_default()
+            .entry(def.group_version.version.clone())
+            .or_default()
+            .push(def);
+    }
+    groups
+}
+
+/// `/api`.
+pub fn core_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+fn group_entry(group: &str, versions: &BTreeMap<String, Vec<Arc<ResourceDef>>>) -> Value {
+    let listed: Vec<Value> = versions
+        .keys()
+        .rev()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "name": group,
+        "versions": listed,
+        "preferredVersion": listed.first().cloned().unwrap_or(json!({})),
+    })
+}
+
+/// `/apis`.
+pub fn groups(resources: &Resources) -> Value {
+    let groups: Vec<Value> = grouped(resources)
+        .iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, versions)| group_entry(g, versions))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>`, if served.
+pub fn group(resources: &Resources, group: &str) -> Option<Value> {
+    let grouped = grouped(resources);
+    let versions = grouped.get(group).filter(|_| !group.is_empty())?;
+    let mut entry = group_entry(group, versions);
+    entry["kind"] = json!("APIGroup");
+    entry["apiVersion"] = json!("v1");
+    Some(entry)
+}
+
+/// `/api/v1` or `/apis/<group>/<version>`, if served.
+pub fn resource_list(resources: &Resources, group: &str, version: &str) -> Option<Value> {
+    let grouped = grouped(resources);
+    let defs = grouped.get(group)?.get(version)?;
+    let mut listed = Vec::new();
+    for def in defs {
+        let mut entry = json!({
+            "name": def.plural,
+            "singularName": def.singular,
+            "namespaced": def.namespaced,
+            "kind": def.kind,
+            "verbs": def.verbs(),
+        });
+        if !def.short_names.is_empty() {
+            entry["shortNames"] = json!(def.short_names);
+        }
+        if !def.categories.is_empty() {
+            entry["categories"] = json!(def.categories);
+        }
+        listed.push(entry);
+        if def.status_subresource {
+            listed.push(json!({
+                "name": format!("{}/status", def.plural),
+                "singularName": "",
+                "namespaced": def.namespaced,
+                "kind": def.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": listed}),
+    )
+}
+
+/// The aggregated discovery document for the core group (`legacy`) or all named groups.
+pub fn aggregated(resources: &Resources, legacy: bool, api_version: &str) -> Value {
+    let items: Vec<Value> = grouped(resources)
+        .iter()
+        .filter(|(g, _)| g.is_empty() == legacy)
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .rev()
+                .map(|(version, defs)| {
+                    let resources: Vec<Value> =
+                        defs.iter().map(|def| aggregated_resource(def)).collect();
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            let mut metadata = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                metadata["name"] = json!(group);
+            }
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+fn aggregated_resource(def: &ResourceDef) -> Value {
+    let kind = json!({"group": def.group_version.group, "version": def.group_version.version, "kind": def.kind});
+    let mut entry = json!({
+        "resource": def.plural,
+        "responseKind": kind,
+        "scope": if def.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": def.singular,
+        "verbs": def.verbs(),
+    });
+    if !def.short_names.is_empty() {
+        entry["shortNames"] = json!(def.short_names);
+    }
+    if !def.categories.is_empty() {
+        entry["categories"] = json!(def.categories);
+    }
+    if def.status_subresource {
+        entry["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
+    }
+    entry
+}

@@ -1,0 +1,65 @@
+//! Plinth's Kubernetes-compatible API server: HTTP over rustls with bearer-token
+//! authentication, discovery, and one generic registry that serves every resource over
+//! [`plinth_store::Store`], driven by per-resource definitions.
+//!
+//! Requests flow `http` (routing, negotiation, errors → `Status`) → `registry` (decode,
+//! prepare, validate, store) → the store. Storage errors become API errors in
+//! `registry::store_error`; API errors become responses in `http` — each in one place.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod controllers;
+pub mod discovery;
+mod http;
+pub mod openapi;
+pub mod pki;
+pub mod protobuf;
+pub mod registry;
+pub mod resources;
+pub mod schema;
+mod server;
+pub mod table;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use server::{RunningServer, SYSTEM_NAMESPACES, ServerConfig, StorageConfig, start};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The data directory could not be created.
+    #[error("cannot use data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Storage could not be opened.
+    #[error("cannot open storage: {0}")]
+    Storage(#[source] Box<plinth_store::StoreError>),
+    /// The system namespaces could not be created.
+    #[error("cannot create the system namespaces: {0}")]
+    Bootstrap(String),
+    /// Credentials could not be created or loaded.
+    #[error("cannot {step}: {reason}")]
+    Credentials {
+        /// The step.
+        step: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}

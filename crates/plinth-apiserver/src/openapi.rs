@@ -1,0 +1,225 @@
+//! OpenAPI v3 documents, generated from the resource definitions: the root index at
+//! `/openapi/v3` and one document per group-version at `/openapi/v3/<api|apis/g>/<v>`.
+//!
+//! kubectl reads them to decide whether the server validates fields itself (a PATCH operation
+//! tagged with the kind's `x-kubernetes-group-version-kind` that takes a `fieldValidation`
+//! query parameter), and `kubectl explain` reads the schemas.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::{ResourceDef, Resources};
+use crate::schema::Schema;
+
+/// The path of a group-version's document, relative to the server: `api/v1`, `apis/g/v`.
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn by_group_version(resources: &Resources) -> BTreeMap<(String, String), Vec<Arc<ResourceDef>>> {
+    let mut out: BTreeMap<(String, String), Vec<Arc<ResourceDef>>> = BTreeMap::new();
+    for def in resources.all() {
+        out.entry((
+            def.group_version.group.clone(),
+            def.group_version.version.clone(),
+        ))
+        .or_default()
+        .push(def);
+    }
+    out
+}
+
+/// `/openapi/v3`: where each group-version's document is.
+pub fn root(resources: &Resources) -> Value {
+    let mut paths = Map::new();
+    for ((group, version), defs) in by_group_version(resources) {
+        let document = group_version(&group, &version, &defs);
+        let mut hasher = DefaultHasher::new();
+        document.to_string().hash(&mut hasher);
+        let path = gv_path(&group, &version);
+        paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", hasher.finish())}));
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/<path>`, if `path` names a served group-version.
+pub fn document(resources: &Resources, path: &str) -> Option<Value> {
+    by_group_version(resources)
+        .into_iter()
+        .find(|((g, v), _)| gv_path(g, v) == path)
+        .map(|((g, v), defs)| group_version(&g, &v, &defs))
+}
+
+/// The component name of a kind, as upstream names it.
+fn component(def: &ResourceDef) -> String {
+    let group = &def.group_version.group;
+    let package = match group.as_str() {
+        "" => "io.k8s.api.core".to_owned(),
+        g if g.ends_with(".k8s.io") => format!("io.k8s.api.{}", g.trim_end_matches(".k8s.io")),
+        g => g.split('.').rev().collect::<Vec<_>>().join("."),
+    };
+    format!("{package}.{}.{}", def.group_version.version, def.kind)
+}
+
+fn to_openapi(schema: &Schema) -> Value {
+    match schema {
+        Schema::Any => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        Schema::String => json!({"type": "string"}),
+        Schema::Int => json!({"type": "integer", "format": "int64"}),
+        Schema::Bool => json!({"type": "boolean"}),
+        Schema::Bytes => json!({"type": "string", "format": "byte"}),
+        Schema::Map(inner) => json!({"type": "object", "additionalProperties": to_openapi(inner)}),
+        Schema::Array(inner) => json!({"type": "array", "items": to_openapi(inner)}),
+        Schema::Object(fields) => {
+            let properties: Map<String, Value> = fields
+                .iter()
+                .map(|(name, s)| ((*name).to_owned(), to_openapi(s)))
+                .collect();
+            json!({"type": "object", "properties": properties})
+        }
+    }
+}
+
+fn parameter(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description, "schema": {"type": "string", "uniqueItems": true}})
+}
+
+fn write_parameters() -> Vec<Value> {
+    vec![
+        parameter(
+            "dryRun",
+            "When present, indicates that modifications should not be persisted. Valid values: All.",
+        ),
+        parameter(
+            "fieldManager",
+            "fieldManager is a name associated with the actor or entity that is making these changes.",
+        ),
+        parameter(
+            "fieldValidation",
+            "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn (default), Strict.",
+        ),
+    ]
+}
+
+fn operation(def: &ResourceDef, action: &str, id: &str, response: Value) -> Value {
+    let gvk = json!({"group": def.group_version.group, "version": def.group_version.version, "kind": def.kind});
+    let mut op = json!({
+        "operationId": id,
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": gvk,
+        "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": response}}}},
+    });
+    if matches!(action, "post" | "put" | "patch") {
+        op["parameters"] = Value::Array(write_parameters());
+        let body = if action == "patch" {
+            json!({"type": "object"})
+        } else {
+            json!({"$ref": format!("#/components/schemas/{}", component(def))})
+        };
+        op["requestBody"] =
+            json!({"content": {"application/json": {"schema": body}}, "required": true});
+    }
+    op
+}
+
+fn group_version(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Value {
+    let prefix = format!("/{}", gv_path(group, version));
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    for def in defs {
+        let name = component(def);
+        let reference = json!({"$ref": format!("#/components/schemas/{name}")});
+        let mut schema = to_openapi(&def.schema);
+        schema["x-kubernetes-group-version-kind"] = json!([{"group": def.group_version.group, "version": def.group_version.version, "kind": def.kind}]);
+        schemas.insert(name.clone(), schema);
+        let list_name = format!("{name}List");
+        schemas.insert(
+            list_name.clone(),
+            json!({"type": "object", "properties": {
+                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                "metadata": {"type": "object"}, "items": {"type": "array", "items": reference}},
+                "x-kubernetes-group-version-kind": [{"group": def.group_version.group, "version": def.group_version.version, "kind": def.list_kind()}]}),
+        );
+        let list_ref = json!({"$ref": format!("#/components/schemas/{list_name}")});
+        let base = if def.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", def.plural)
+        } else {
+            format!("{prefix}/{}", def.plural)
+        };
+        let id = format!("{}{}", def.kind, def.group_version.version);
+        paths.insert(
+            base.clone(),
+            json!({
+                "get": operation(def, "list", &format!("list{id}"), list_ref.clone()),
+                "post": operation(def, "post", &format!("create{id}"), reference.clone()),
+                "delete": operation(def, "deletecollection", &format!("deleteCollection{id}"), json!({"type": "object"})),
+            }),
+        );
+        paths.insert(
+            format!("{base}/{{name}}"),
+            json!({
+                "get": operation(def, "get", &format!("read{id}"), reference.clone()),
+                "put": operation(def, "put", &format!("replace{id}"), reference.clone()),
+                "patch": operation(def, "patch", &format!("patch{id}"), reference.clone()),
+                "delete": operation(def, "delete", &format!("delete{id}"), json!({"type": "object"})),
+            }),
+        );
+        if def.namespaced {
+            paths.insert(format!("{prefix}/{}", def.plural), json!({"get": operation(def, "list", &format!("list{id}ForAllNamespaces"), list_ref)}));
+        }
+        if def.status_subresource {
+            paths.insert(
+                format!("{base}/{{name}}/status"),
+                json!({
+                    "get": operation(def, "get", &format!("read{id}Status"), reference.clone()),
+                    "put": operation(def, "put", &format!("replace{id}Status"), reference.clone()),
+                    "patch": operation(def, "patch", &format!("patch{id}Status"), reference),
+                }),
+            );
+        }
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": format!("v{}.{}.0", crate::discovery::KUBE_MAJOR, crate::discovery::KUBE_MINOR)},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_group_version_has_a_document_with_patch_and_field_validation() {
+        let resources = Resources::builtin();
+        let root = root(&resources);
+        let paths = root["paths"].as_object().unwrap();
+        assert!(paths.contains_key("api/v1") && paths.contains_key("apis/coordination.k8s.io/v1"));
+        let core = document(&resources, "api/v1").unwrap();
+        let patch = &core["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"]["kind"],
+            "ConfigMap"
+        );
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+        );
+        assert_eq!(
+            core["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"]["properties"]["data"]["type"],
+            "object"
+        );
+        assert!(document(&resources, "apis/nothing/v1").is_none());
+    }
+}

@@ -1,0 +1,208 @@
+//! The server's credentials: a CA and admin token generated into the data directory on first
+//! start and kept across restarts; a serving certificate signed by that CA at every start (for
+//! the addresses it listens on); the kubeconfig that trusts the CA and carries the token.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use crate::ServeError;
+
+/// The CA certificate, inside the data directory.
+pub const CA_CERT: &str = "ca.crt";
+const CA_KEY: &str = "ca.key";
+const TOKEN: &str = "admin.token";
+/// The kubeconfig, inside the data directory.
+pub const KUBECONFIG: &str = "kubeconfig";
+
+/// What the server needs to speak TLS and check callers.
+pub struct Credentials {
+    /// rustls configuration with the serving certificate.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// The admin bearer token.
+    pub token: String,
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").finish_non_exhaustive()
+    }
+}
+
+fn pki(step: &'static str) -> impl FnOnce(rcgen::Error) -> ServeError {
+    move |e| ServeError::Credentials {
+        step,
+        reason: e.to_string(),
+    }
+}
+
+fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ServeError {
+    let path = path.to_owned();
+    move |e| ServeError::Credentials {
+        step,
+        reason: format!("{}: {e}", path.display()),
+    }
+}
+
+/// Writes `contents` to `path` readable by the owner only.
+pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), ServeError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let temp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(io("write a credential", &temp))?;
+    file.write_all(contents)
+        .and_then(|()| file.sync_all())
+        .map_err(io("write a credential", &temp))?;
+    std::fs::rename(&temp, path).map_err(io("write a credential", path))
+}
+
+fn ca_params() -> Result<CertificateParams, ServeError> {
+    let mut params = CertificateParams::new(Vec::new()).map_err(pki("describe the CA"))?;
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, "plinth-ca");
+    params.distinguished_name = name;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2124, 1, 1);
+    Ok(params)
+}
+
+/// Loads the CA and token from `dir`, creating them on first start, and signs a serving
+/// certificate for `listen` (plus localhost and the loopback addresses).
+///
+/// # Errors
+/// [`ServeError::Credentials`] naming the step and file that failed.
+pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, ServeError> {
+    let (ca_cert_path, ca_key_path, token_path) =
+        (dir.join(CA_CERT), dir.join(CA_KEY), dir.join(TOKEN));
+    let ca_params = ca_params()?;
+    let (ca_pem, ca_key) = if ca_cert_path.exists() && ca_key_path.exists() {
+        let pem =
+            std::fs::read_to_string(&ca_cert_path).map_err(io("read the CA", &ca_cert_path))?;
+        let key_pem =
+            std::fs::read_to_string(&ca_key_path).map_err(io("read the CA key", &ca_key_path))?;
+        (
+            pem,
+            KeyPair::from_pem(&key_pem).map_err(pki("parse the CA key"))?,
+        )
+    } else {
+        let key = KeyPair::generate().map_err(pki("generate the CA key"))?;
+        let cert = ca_params.self_signed(&key).map_err(pki("sign the CA"))?;
+        write_private(&ca_key_path, key.serialize_pem().as_bytes())?;
+        write_private(&ca_cert_path, cert.pem().as_bytes())?;
+        (cert.pem(), key)
+    };
+    let token = if token_path.exists() {
+        std::fs::read_to_string(&token_path)
+            .map_err(io("read the token", &token_path))?
+            .trim()
+            .to_owned()
+    } else {
+        let token = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        write_private(&token_path, token.as_bytes())?;
+        token
+    };
+
+    let mut names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    let host = listen.ip();
+    if !host.is_unspecified() && !names.contains(&host.to_string()) {
+        names.push(host.to_string());
+    }
+    if host.is_unspecified() {
+        names.push("plinth".to_owned());
+    }
+    let mut params =
+        CertificateParams::new(names).map_err(pki("describe the serving certificate"))?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "plinth-apiserver");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let server_key = KeyPair::generate().map_err(pki("generate the serving key"))?;
+    let issuer = Issuer::new(ca_params, &ca_key);
+    let server_cert = params
+        .signed_by(&server_key, &issuer)
+        .map_err(pki("sign the serving certificate"))?;
+
+    let chain = vec![server_cert.der().clone()];
+    let key =
+        rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).map_err(|e| {
+            ServeError::Credentials {
+                step: "load the serving key",
+                reason: e.to_string(),
+            }
+        })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ServeError::Credentials {
+            step: "configure TLS",
+            reason: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| ServeError::Credentials {
+            step: "configure TLS",
+            reason: e.to_string(),
+        })?;
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Credentials {
+        tls: Arc::new(tls),
+        token,
+        ca_pem,
+    })
+}
+
+/// The server URL clients use for `listen` (an unspecified address becomes loopback).
+pub fn server_url(listen: SocketAddr) -> String {
+    let host = match listen.ip() {
+        ip if ip.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
+        ip => ip,
+    };
+    format!("https://{}", SocketAddr::new(host, listen.port()))
+}
+
+/// Writes `dir/kubeconfig` (mode 0600) for `server` and returns its path.
+///
+/// # Errors
+/// [`ServeError::Credentials`] if it cannot be written.
+pub fn write_kubeconfig(
+    dir: &Path,
+    server: &str,
+    credentials: &Credentials,
+) -> Result<PathBuf, ServeError> {
+    let ca = base64::engine::general_purpose::STANDARD.encode(credentials.ca_pem.as_bytes());
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: plinth\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: plinth-admin\n  user:\n    token: {token}\ncontexts:\n- name: plinth\n  context:\n    cluster: plinth\n    user: plinth-admin\n    namespace: default\ncurrent-context: plinth\npreferences: {{}}\n",
+        token = credentials.token
+    );
+    let path = dir.join(KUBECONFIG);
+    write_private(&path, config.as_bytes())?;
+    Ok(path)
+}

@@ -1,0 +1,1398 @@
+//! The generic registry: every verb on every resource, driven by its [`ResourceDef`], over
+//! [`plinth_store::Store`]. The order of steps lives here once — decode, prepare, validate,
+//! admit, store — and optimistic concurrency is the store's guaranteed-update loop.
+//!
+//! Objects are stored as JSON without `metadata.resourceVersion`; it is set on the way out from
+//! the store's mod revision, as kube-apiserver's etcd3 storage does.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use plinth_core::meta::{finalizers, format_time, labels, metadata, metadata_mut};
+use plinth_core::selector::{FieldSelector, LabelSelector};
+use plinth_core::{ApiError, Cause, StatusReason};
+use plinth_store::{
+    EventKind, KeyValue, RangeRequest, Revision, Store, StoreError, Update, guaranteed_update,
+};
+use serde_json::{Map, Value, json};
+
+use crate::resources::{Kind, ResourceDef, Resources, name_causes};
+use crate::schema;
+
+/// Largest request body accepted (kube-apiserver's limit is 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The server's view of the clock, in Unix seconds.
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// `fieldValidation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Unknown fields are dropped silently.
+    Ignore,
+    /// Unknown fields are dropped with a warning.
+    #[default]
+    Warn,
+    /// Unknown fields fail the request.
+    Strict,
+}
+
+impl FieldValidation {
+    /// Parses the query parameter.
+    ///
+    /// # Errors
+    /// 400 for anything but `Ignore`, `Warn`, `Strict`.
+    pub fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other}. Must be one of Ignore, Warn, Strict"
+            ))),
+        }
+    }
+}
+
+/// Options of a write.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: everything but storing.
+    pub dry_run: bool,
+    /// `fieldValidation`.
+    pub field_validation: FieldValidation,
+}
+
+/// Options of a list or watch.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+    /// `limit` (0: none).
+    pub limit: usize,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: Option<String>,
+}
+
+/// The outcome of a write: the object and the warnings to send back.
+#[derive(Debug)]
+pub struct Written {
+    /// The object as stored (or as it would be, for a dry run).
+    pub object: Value,
+    /// `Warning` headers.
+    pub warnings: Vec<String>,
+    /// Whether it was created (201) rather than updated (200).
+    pub created: bool,
+}
+
+/// One watch event, ready to be serialised (`{"type": ..., "object": ...}`).
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
+    pub kind: &'static str,
+    /// The object (a `Status` for `ERROR`).
+    pub object: Value,
+}
+
+/// The registry.
+#[derive(Clone)]
+pub struct Registry {
+    /// Where objects live.
+    pub store: Arc<dyn Store>,
+    /// What is served.
+    pub resources: Arc<Resources>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").finish_non_exhaustive()
+    }
+}
+
+/// Turns a storage error into the API error kube-apiserver gives (the one place this happens).
+pub fn store_error(def: &ResourceDef, name: &str, error: StoreError) -> ApiError {
+    let resource = def.group_resource();
+    match error {
+        StoreError::NotFound { .. } => ApiError::not_found(&resource, name),
+        StoreError::AlreadyExists { .. } => ApiError::already_exists(&resource, name),
+        StoreError::Conflict { .. } => ApiError::stale(&resource, name),
+        StoreError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::expired(format!(
+            "too old resource version: {requested} ({})",
+            compacted.unwrap_or_default()
+        )),
+        StoreError::FutureRevision { requested, current } => {
+            let mut e = ApiError::new(
+                StatusReason::Timeout,
+                format!("Too large resource version: {requested}, current: {current}"),
+            );
+            e.details.retry_after_seconds = Some(1);
+            e
+        }
+        StoreError::ValueTooLarge { .. } => ApiError::too_large(MAX_BODY_BYTES),
+        StoreError::InvalidKey { key } => {
+            ApiError::bad_request(format!("invalid object key {key:?}"))
+        }
+        other => ApiError::internal(other),
+    }
+}
+
+/// Decodes a stored object, setting its resourceVersion.
+fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut object: Value = serde_json::from_slice(&kv.value).map_err(|e| {
+        ApiError::internal(format!("stored object {} is not valid JSON: {e}", kv.key))
+    })?;
+    if let Some(meta) = metadata_mut(&mut object) {
+        meta.insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+    }
+    Ok(object)
+}
+
+/// Encodes an object for storage (without resourceVersion).
+fn encode(object: &Value) -> Result<Bytes, ApiError> {
+    let mut object = object.clone();
+    if let Some(meta) = metadata_mut(&mut object) {
+        meta.remove("resourceVersion");
+        meta.remove("selfLink");
+    }
+    serde_json::to_vec(&object)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::internal(format!("encode an object: {e}")))
+}
+
+fn rv_of(object: &Value) -> Option<&str> {
+    metadata(object)?
+        .get("resourceVersion")?
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+/// Parses a resourceVersion the client sent.
+fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
+    rv.parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {rv}")))
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4().as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// A continue token: the revision of the first page and the key to resume after.
+fn encode_continue(revision: Revision, start: &str) -> String {
+    use base64::Engine;
+    let token = json!({"v": "meta.k8s.io/v1", "rv": revision, "start": start});
+    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
+    use base64::Engine;
+    let invalid = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
+        .map_err(|_| invalid())?;
+    let parsed: Value = serde_json::from_slice(&raw).map_err(|_| invalid())?;
+    let revision = parsed
+        .get("rv")
+        .and_then(Value::as_i64)
+        .filter(|r| *r > 0)
+        .ok_or_else(invalid)?;
+    let start = parsed
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(invalid)?;
+    if start.contains("..") || start.starts_with('/') {
+        return Err(invalid());
+    }
+    Ok((revision, start.to_owned()))
+}
+
+impl Registry {
+    /// The namespace must exist and not be terminating, for creating in it.
+    async fn check_namespace(
+        &self,
+        def: &ResourceDef,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(ns_def) = self.resources.get("", "v1", "namespaces") else {
+            return Ok(());
+        };
+        let Some(kv) = self
+            .store
+            .get(&ns_def.key(None, namespace))
+            .await
+            .map_err(|e| store_error(&ns_def, namespace, e))?
+        else {
+            return Err(ApiError::not_found(&ns_def.group_resource(), namespace));
+        };
+        let ns = decode(&kv)?;
+        if ns
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+        {
+            let mut error = ApiError::new(
+                StatusReason::Forbidden,
+                format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    def.group_resource()
+                ),
+            );
+            error.details.name = Some(name.to_owned());
+            error.details.kind = Some(def.plural.clone());
+            error.details.causes = vec![Cause::new(
+                "NamespaceTerminating",
+                "metadata.namespace",
+                format!("namespace {namespace} is being terminated"),
+            )];
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Reads one object.
+    ///
+    /// # Errors
+    /// 404 if absent.
+    pub async fn get(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = def.key(namespace, name);
+        match self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+        {
+            Some(kv) => decode(&kv),
+            None => Err(ApiError::not_found(&def.group_resource(), name)),
+        }
+    }
+
+    fn selected(def: &ResourceDef, object: &Value, options: &ListOptions) -> bool {
+        (options.labels.is_empty() || options.labels.matches(&labels(object)))
+            && options
+                .fields
+                .matches(|field| def.field_value(object, field))
+    }
+
+    /// Checks a field selector against what the resource supports.
+    ///
+    /// # Errors
+    /// 400 naming the first unsupported field.
+    pub fn check_field_selector(def: &ResourceDef, fields: &FieldSelector) -> Result<(), ApiError> {
+        match fields.terms.iter().find(|t| !def.is_selectable(&t.field)) {
+            Some(term) => Err(ApiError::bad_request(format!(
+                "field label not supported: {}",
+                term.field
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Lists objects, paginated and filtered, consistent at one revision.
+    ///
+    /// # Errors
+    /// 410 for a continue token or exact resourceVersion older than history; 400 for bad options.
+    pub async fn list(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        Self::check_field_selector(def, &options.fields)?;
+        let prefix = def.list_prefix(namespace);
+        let (mut revision, mut start) = match &options.continue_token {
+            Some(token) if !token.is_empty() => {
+                let (rev, start) = decode_continue(token)?;
+                (Some(rev), Some(format!("{prefix}{start}\0")))
+            }
+            _ => (None, None),
+        };
+        if revision.is_none() {
+            match (
+                options.resource_version.as_deref(),
+                options.resource_version_match.as_deref(),
+            ) {
+                (Some(rv), Some("Exact")) => revision = Some(parse_rv(rv)?).filter(|r| *r > 0),
+                (Some(rv), Some("NotOlderThan") | None) if !rv.is_empty() && rv != "0" => {
+                    let wanted = parse_rv(rv)?;
+                    let current = self
+                        .store
+                        .current_revision()
+                        .await
+                        .map_err(|e| store_error(def, "", e))?;
+                    if wanted > current {
+                        return Err(store_error(
+                            def,
+                            "",
+                            StoreError::FutureRevision {
+                                requested: wanted,
+                                current,
+                            },
+                        ));
+                    }
+                }
+                (_, Some(other)) if !matches!(other, "Exact" | "NotOlderThan") => {
+                    return Err(ApiError::bad_request(format!(
+                        "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let mut items = Vec::new();
+        let mut next: Option<String> = None;
+        let limit = options.limit;
+        loop {
+            let mut request = RangeRequest::prefix(prefix.clone());
+            request.start = start.clone();
+            request.revision = revision;
+            if limit > 0 {
+                request.limit = Some((limit - items.len()).max(1));
+            }
+            let page = self.store.range(request).await.map_err(|e| match e {
+                StoreError::Compacted { .. } if options.continue_token.is_some() => ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ),
+                other => store_error(def, "", other),
+            })?;
+            revision = Some(page.revision);
+            let last_key = page.kvs.last().map(|kv| kv.key.clone());
+            for kv in &page.kvs {
+                let object = decode(kv)?;
+                if Self::selected(def, &object, options) {
+                    items.push(object);
+                }
+            }
+            match last_key {
+                Some(last) if page.more => {
+                    if limit > 0 && items.len() >= limit {
+                        next = Some(last.trim_start_matches(prefix.as_str()).to_owned());
+                        break;
+                    }
+                    start = Some(format!("{last}\0"));
+                }
+                _ => break,
+            }
+        }
+        let revision = revision.unwrap_or_default();
+        let mut list_meta = json!({"resourceVersion": revision.to_string()});
+        if let Some(start) = next {
+            list_meta["continue"] = json!(encode_continue(revision, &start));
+        }
+        for item in &mut items {
+            set_type_meta(item, def);
+        }
+        Ok(json!({
+            "kind": def.list_kind(),
+            "apiVersion": def.group_version.api_version(),
+            "metadata": list_meta,
+            "items": items,
+        }))
+    }
+
+    /// Checks the body's apiVersion/kind and unknown fields; returns the warnings to send.
+    fn check_body(
+        def: &ResourceDef,
+        object: &mut Value,
+        options: &WriteOptions,
+    ) -> Result<Vec<String>, ApiError> {
+        let Some(map) = object.as_object_mut() else {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: expected an object",
+                def.kind
+            )));
+        };
+        let expected = def.group_version.api_version();
+        match map.get("apiVersion").and_then(Value::as_str) {
+            Some(v) if !v.is_empty() && v != expected => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({expected})"
+                )));
+            }
+            _ => {}
+        }
+        match map.get("kind").and_then(Value::as_str) {
+            Some(k) if !k.is_empty() && k != def.kind => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    def.kind
+                )));
+            }
+            _ => {}
+        }
+        let findings = schema::check(object, &def.schema, &def.kind);
+        let cannot = |detail: String| {
+            ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {detail}",
+                def.kind, def.group_version.version, def.kind
+            ))
+        };
+        if let Some(type_error) = findings.type_error {
+            return Err(cannot(type_error));
+        }
+        let mut warnings = Vec::new();
+        if !findings.unknown.is_empty() {
+            match options.field_validation {
+                FieldValidation::Strict => {
+                    let fields: Vec<String> = findings
+                        .unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(cannot(format!(
+                        "strict decoding error: {}",
+                        fields.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => warnings.extend(
+                    findings
+                        .unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\"")),
+                ),
+                FieldValidation::Ignore => {}
+            }
+            schema::prune(object, &def.schema);
+        }
+        set_type_meta(object, def);
+        Ok(warnings)
+    }
+
+    /// The checks every write makes on the object it would store.
+    fn validate(def: &ResourceDef, object: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+        let name = plinth_core::meta::name(object).unwrap_or("");
+        let mut causes = Vec::new();
+        if name.is_empty() {
+            causes.push(Cause::required(
+                "metadata.name",
+                "name or generateName is required",
+            ));
+        } else {
+            causes.extend(name_causes(def.name_rule, name));
+        }
+        if let Some(meta) = metadata(object) {
+            if let Some(Value::Object(l)) = meta.get("labels") {
+                causes.extend(plinth_core::validation::labels(l, "metadata.labels"));
+            }
+            if let Some(Value::Object(a)) = meta.get("annotations") {
+                causes.extend(plinth_core::validation::annotations(
+                    a,
+                    "metadata.annotations",
+                ));
+            }
+            for (i, f) in finalizers(object).iter().enumerate() {
+                for message in plinth_core::validation::qualified_name(f) {
+                    causes.push(Cause::invalid(
+                        format!("metadata.finalizers[{i}]"),
+                        &json!(f),
+                        &message,
+                    ));
+                }
+            }
+        }
+        causes.extend(Self::validate_kind(def, object, old));
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                &def.group_version.group,
+                &def.kind,
+                name,
+                causes,
+            ))
+        }
+    }
+
+    fn validate_kind(def: &ResourceDef, object: &Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        match def.behaviour {
+            Kind::ConfigMap | Kind::Secret => {
+                let mut total = 0usize;
+                for field in ["data", "binaryData"] {
+                    if let Some(Value::Object(map)) = object.get(field) {
+                        for (key, value) in map {
+                            total += key.len() + value.as_str().map_or(0, str::len);
+                            if !key.is_empty()
+                                && key.len() <= 253
+                                && key.bytes().all(|c| {
+                                    c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')
+                                })
+                                && key != "."
+                                && key != ".."
+                                && !key.starts_with("..")
+                            {
+                                continue;
+                            }
+                            causes.push(Cause::invalid(field, &json!(key), "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
+                        }
+                    }
+                }
+                if total > 1024 * 1024 {
+                    causes.push(Cause::new(
+                        "FieldValueTooLong",
+                        "",
+                        format!("Too long: must have at most {} bytes", 1024 * 1024),
+                    ));
+                }
+                if let Some(old) = old.filter(|o| o.get("immutable") == Some(&json!(true))) {
+                    for field in ["data", "binaryData"] {
+                        if object.get(field) != old.get(field) {
+                            causes.push(Cause::forbidden(
+                                field,
+                                "field is immutable when `immutable` is set",
+                            ));
+                        }
+                    }
+                    if object.get("immutable") != Some(&json!(true)) {
+                        causes.push(Cause::forbidden(
+                            "immutable",
+                            "field is immutable when `immutable` is set",
+                        ));
+                    }
+                }
+                if def.behaviour == Kind::Secret
+                    && let Some(old) = old
+                    && object.get("type") != old.get("type")
+                {
+                    causes.push(Cause::immutable(
+                        "type",
+                        object.get("type").unwrap_or(&Value::Null),
+                    ));
+                }
+            }
+            Kind::Namespace | Kind::Plain => {}
+        }
+        causes
+    }
+
+    /// Server-set fields of a new object, and per-type defaults.
+    fn prepare_create(
+        def: &ResourceDef,
+        object: &mut Value,
+        namespace: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let now = now();
+        let meta = metadata_mut(object)
+            .ok_or_else(|| ApiError::bad_request("the object provided is not a JSON object"))?;
+        if meta
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(ApiError::bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        if def.namespaced {
+            let ns = namespace.unwrap_or("default");
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(given) if !given.is_empty() && given != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+        } else {
+            meta.remove("namespace");
+        }
+        let name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if name.is_empty()
+            && let Some(generate) = meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+        {
+            let base: String = generate.chars().take(58).collect();
+            meta.insert("name".into(), json!(format!("{base}{}", random_suffix())));
+        }
+        meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        meta.insert("creationTimestamp".into(), json!(format_time(now)));
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        meta.remove("selfLink");
+        if def.generation {
+            meta.insert("generation".into(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
+        match def.behaviour {
+            Kind::Namespace => {
+                let spec = object
+                    .as_object_mut()
+                    .map(|o| o.entry("spec").or_insert_with(|| json!({})));
+                if let Some(spec) = spec.and_then(Value::as_object_mut)
+                    && !spec.contains_key("finalizers")
+                {
+                    spec.insert("finalizers".into(), json!(["kubernetes"]));
+                }
+                object["status"] = json!({"phase": "Active"});
+            }
+            Kind::Secret => Self::prepare_secret(object),
+            Kind::ConfigMap | Kind::Plain => {}
+        }
+        Ok(())
+    }
+
+    fn prepare_secret(object: &mut Value) {
+        use base64::Engine;
+        let Some(map) = object.as_object_mut() else {
+            return;
+        };
+        if map
+            .get("type")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            map.insert("type".into(), json!("Opaque"));
+        }
+        if let Some(Value::Object(string_data)) = map.remove("stringData") {
+            let data = map.entry("data").or_insert_with(|| json!({}));
+            if let Some(data) = data.as_object_mut() {
+                for (k, v) in string_data {
+                    let encoded = base64::engine::general_purpose::STANDARD
+                        .encode(v.as_str().unwrap_or("").as_bytes());
+                    data.insert(k, json!(encoded));
+                }
+            } else {
+                *data = json!({});
+            }
+        }
+    }
+
+    /// Creates an object.
+    ///
+    /// # Errors
+    /// 409 if it exists; 404 if its namespace does not; 422 if invalid; 400 for a malformed body.
+    pub async fn create(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        mut object: Value,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let warnings = Self::check_body(def, &mut object, options)?;
+        Self::prepare_create(def, &mut object, namespace)?;
+        Self::validate(def, &object, None)?;
+        let name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
+        let namespace = plinth_core::meta::namespace(&object).map(str::to_owned);
+        if def.namespaced
+            && let Some(ns) = &namespace
+        {
+            self.check_namespace(def, ns, &name).await?;
+        }
+        let key = def.key(namespace.as_deref(), &name);
+        if options.dry_run {
+            if self
+                .store
+                .get(&key)
+                .await
+                .map_err(|e| store_error(def, &name, e))?
+                .is_some()
+            {
+                return Err(ApiError::already_exists(&def.group_resource(), &name));
+            }
+            return Ok(Written {
+                object,
+                warnings,
+                created: true,
+            });
+        }
+        let revision = self
+            .store
+            .create(&key, encode(&object)?)
+            .await
+            .map_err(|e| store_error(def, &name, e))?;
+        if let Some(meta) = metadata_mut(&mut object) {
+            meta.insert("resourceVersion".into(), json!(revision.to_string()));
+        }
+        Ok(Written {
+            object,
+            warnings,
+            created: true,
+        })
+    }
+
+    /// Replaces an object (PUT), or its status (`status = true`).
+    ///
+    /// # Errors
+    /// 404 if absent (unless the type creates on update); 409 on a stale resourceVersion; 422 if
+    /// invalid; 400 for a malformed body or a name that does not match the URL.
+    pub async fn update(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        mut object: Value,
+        status: bool,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let warnings = Self::check_body(def, &mut object, options)?;
+        match plinth_core::meta::name(&object) {
+            Some(given) if !given.is_empty() && given != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({given}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                if let Some(meta) = metadata_mut(&mut object) {
+                    meta.insert("name".into(), json!(name));
+                }
+            }
+        }
+        if def.namespaced
+            && let Some(meta) = metadata_mut(&mut object)
+        {
+            match (meta.get("namespace").and_then(Value::as_str), namespace) {
+                (Some(given), Some(ns)) if !given.is_empty() && given != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                (_, Some(ns)) => {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+                _ => {}
+            }
+        }
+        let key = def.key(namespace, name);
+        let exists = self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+            .is_some();
+        if !exists {
+            if def.allow_create_on_update && !status {
+                if let Some(meta) = metadata_mut(&mut object) {
+                    meta.remove("resourceVersion");
+                }
+                return self.create(def, namespace, object, options).await;
+            }
+            return Err(ApiError::not_found(&def.group_resource(), name));
+        }
+        let precondition = rv_of(&object).map(parse_rv).transpose()?;
+        self.write_update(def, &key, name, options, warnings, move |current| {
+            if let Some(expected) = precondition
+                && expected != current_rv(current)
+            {
+                return Err(ApiError::stale(&def.group_resource(), name));
+            }
+            Ok(merge_for_update(def, current, object.clone(), status))
+        })
+        .await
+    }
+
+    /// The guaranteed-update loop shared by update and patch: `next` computes the new object
+    /// from the current one; identical objects are not written.
+    async fn write_update(
+        &self,
+        def: &ResourceDef,
+        key: &str,
+        name: &str,
+        options: &WriteOptions,
+        warnings: Vec<String>,
+        next: impl Fn(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Written, ApiError> {
+        let resource = def.group_resource();
+        let mut result: Option<Value> = None;
+        let written = guaranteed_update::<_, _, UpdateError>(&*self.store, key, |kv| {
+            let current = decode(kv)?;
+            let mut new = next(&current)?;
+            Self::validate(def, &new, Some(&current))?;
+            finish_update(def, &current, &mut new);
+            let unchanged = strip_rv(&new) == strip_rv(&current);
+            result = Some(new.clone());
+            if unchanged || options.dry_run {
+                return Ok(Update::Unchanged);
+            }
+            Ok(Update::Write(encode(&new)?))
+        })
+        .await
+        .map_err(|e| match e {
+            UpdateError::Api(api) => api,
+            UpdateError::Store(store) => store_error(def, name, store),
+        })?;
+        let mut object = result.ok_or_else(|| ApiError::internal("update produced no object"))?;
+        if options.dry_run {
+            return Ok(Written {
+                object,
+                warnings,
+                created: false,
+            });
+        }
+        if let Some(meta) = metadata_mut(&mut object) {
+            meta.insert(
+                "resourceVersion".into(),
+                json!(written.mod_revision.to_string()),
+            );
+        }
+        // The last finalizer of a deleted object is gone: the object goes with it.
+        if is_deleting(&object)
+            && finalizers(&object).is_empty()
+            && !(def.behaviour == Kind::Namespace && namespace_finalizers(&object))
+        {
+            match self.store.delete(key, Some(written.mod_revision)).await {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(store_error(def, name, e)),
+            }
+        }
+        let _ = resource;
+        Ok(Written {
+            object,
+            warnings,
+            created: false,
+        })
+    }
+
+    /// Applies a patch (`application/merge-patch+json`, `application/json-patch+json`,
+    /// `application/strategic-merge-patch+json`) to an object or its status.
+    ///
+    /// # Errors
+    /// 404 if absent; 415 for another patch type; 422 if the patch cannot be applied or the
+    /// result is invalid; 409 on a resourceVersion precondition in the patch that fails.
+    pub async fn patch(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        patch: PatchBody<'_>,
+        status: bool,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let PatchBody {
+            content_type: patch_type,
+            body: patch,
+        } = patch;
+        let kind = match patch_type {
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                PatchKind::Merge
+            }
+            "application/json-patch+json" => PatchKind::Json,
+            other => return Err(ApiError::unsupported_media_type(other)),
+        };
+        let patch: Value = serde_json::from_slice(patch)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let json_patch = match kind {
+            PatchKind::Json => Some(
+                serde_json::from_value::<json_patch::Patch>(patch.clone()).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the server rejected our request due to an error in our request: {e}"
+                    ))
+                })?,
+            ),
+            PatchKind::Merge => {
+                if !patch.is_object() {
+                    return Err(ApiError::bad_request("the patch must be a JSON object"));
+                }
+                None
+            }
+        };
+        let key = def.key(namespace, name);
+        if self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+            .is_none()
+        {
+            return Err(ApiError::not_found(&def.group_resource(), name));
+        }
+        let warnings = std::sync::Mutex::new(Vec::new());
+        let written = self
+            .write_update(def, &key, name, options, Vec::new(), |current| {
+                let mut patched = current.clone();
+                match &json_patch {
+                    Some(ops) => json_patch::patch(&mut patched, ops).map_err(|e| {
+                        ApiError::new(StatusReason::Invalid, format!("the server rejected our request due to an error in our request: {e}"))
+                    })?,
+                    None => json_patch::merge(&mut patched, &strip_directives(&patch)),
+                }
+                let precondition = rv_of(&patched).map(parse_rv).transpose()?;
+                if let Some(expected) = precondition
+                    && expected != current_rv(current)
+                {
+                    return Err(ApiError::stale(&def.group_resource(), name));
+                }
+                let found = Self::check_body(def, &mut patched, options)?;
+                if let Ok(mut w) = warnings.lock() {
+                    *w = found;
+                }
+                if plinth_core::meta::name(&patched) != Some(name) {
+                    return Err(ApiError::invalid(
+                        &def.group_version.group,
+                        &def.kind,
+                        name,
+                        vec![Cause::invalid("metadata.name", &json!(plinth_core::meta::name(&patched)), "field is immutable")],
+                    ));
+                }
+                Ok(merge_for_update(def, current, patched, status))
+            })
+            .await?;
+        let warnings = warnings.into_inner().unwrap_or_default();
+        Ok(Written {
+            warnings,
+            ..written
+        })
+    }
+
+    /// Deletes an object, or marks it deleted while finalizers remain. Returns the object as
+    /// deleted or as marked, and whether it is gone.
+    ///
+    /// # Errors
+    /// 404 if absent; 409 if a precondition fails.
+    pub async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<(Value, bool), ApiError> {
+        let key = def.key(namespace, name);
+        loop {
+            let Some(kv) = self
+                .store
+                .get(&key)
+                .await
+                .map_err(|e| store_error(def, name, e))?
+            else {
+                return Err(ApiError::not_found(&def.group_resource(), name));
+            };
+            let current = decode(&kv)?;
+            options.check_preconditions(def, name, &current)?;
+            let pending = !finalizers(&current).is_empty()
+                || (def.behaviour == Kind::Namespace && namespace_finalizers(&current));
+            if pending {
+                if is_deleting(&current) {
+                    return Ok((current, false));
+                }
+                let mut marked = current.clone();
+                if let Some(meta) = metadata_mut(&mut marked) {
+                    meta.insert("deletionTimestamp".into(), json!(format_time(now())));
+                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                }
+                if def.behaviour == Kind::Namespace {
+                    marked["status"]["phase"] = json!("Terminating");
+                }
+                if options.dry_run {
+                    return Ok((marked, false));
+                }
+                match self
+                    .store
+                    .update(&key, encode(&marked)?, kv.mod_revision)
+                    .await
+                {
+                    Ok(revision) => {
+                        if let Some(meta) = metadata_mut(&mut marked) {
+                            meta.insert("resourceVersion".into(), json!(revision.to_string()));
+                        }
+                        return Ok((marked, false));
+                    }
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(e) => return Err(store_error(def, name, e)),
+                }
+            }
+            if options.dry_run {
+                return Ok((current, true));
+            }
+            match self.store.delete(&key, Some(kv.mod_revision)).await {
+                Ok(_) => return Ok((current, true)),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(store_error(def, name, e)),
+            }
+        }
+    }
+
+    /// Watches objects: the events after `options.resource_version`, or — when it is unset or
+    /// `0`, or `send_initial_events` — the current objects as ADDED first.
+    ///
+    /// # Errors
+    /// 410 if the resourceVersion is older than history (for a watch started right away).
+    pub async fn watch(
+        &self,
+        def: Arc<ResourceDef>,
+        namespace: Option<String>,
+        options: ListOptions,
+        send_initial_events: bool,
+        bookmarks: bool,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        Self::check_field_selector(&def, &options.fields)?;
+        let rv = options.resource_version.clone().unwrap_or_default();
+        let initial = send_initial_events || rv.is_empty() || rv == "0";
+        let prefix = def.list_prefix(namespace.as_deref());
+        let (initial_events, from) = if initial {
+            let mut list_options = options.clone();
+            list_options.limit = 0;
+            list_options.continue_token = None;
+            if !send_initial_events {
+                list_options.resource_version = None;
+            }
+            let list = self.list(&def, namespace.as_deref(), &list_options).await?;
+            let revision = list
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(parse_rv)
+                .transpose()?
+                .unwrap_or(0);
+            let mut events: Vec<WatchEvent> = list["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|object| WatchEvent {
+                    kind: "ADDED",
+                    object,
+                })
+                .collect();
+            if send_initial_events {
+                events.push(bookmark(&def, revision, true));
+            }
+            (events, revision + 1)
+        } else {
+            (Vec::new(), parse_rv(&rv)? + 1)
+        };
+        let stream = self
+            .store
+            .watch(&prefix, from)
+            .await
+            .map_err(|e| store_error(&def, "", e))?;
+        let options = Arc::new(options);
+        let def_for_events = def.clone();
+        let events = stream.filter_map(move |item| {
+            let (def, options) = (def_for_events.clone(), options.clone());
+            async move {
+                match item {
+                    Ok(event) => translate(&def, &options, event),
+                    Err(error) => Some(WatchEvent {
+                        kind: "ERROR",
+                        object: store_error(&def, "", error).to_status(),
+                    }),
+                }
+            }
+        });
+        let events = ends_after_error(events);
+        let _ = bookmarks;
+        Ok(futures::stream::iter(initial_events).chain(events).boxed())
+    }
+}
+
+/// Ends a stream right after its first ERROR event.
+fn ends_after_error(
+    stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
+) -> impl futures::Stream<Item = WatchEvent> + Send + 'static {
+    let mut done = false;
+    stream.take_while(move |event| {
+        let go_on = !done;
+        done |= event.kind == "ERROR";
+        futures::future::ready(go_on)
+    })
+}
+
+/// A BOOKMARK event at `revision`.
+pub fn bookmark(def: &ResourceDef, revision: Revision, initial_events_end: bool) -> WatchEvent {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    WatchEvent {
+        kind: "BOOKMARK",
+        object: json!({"kind": def.kind, "apiVersion": def.group_version.api_version(), "metadata": metadata}),
+    }
+}
+
+/// A storage event as the API's watch event, honouring selectors: an object that stops matching
+/// is DELETED for this watcher, one that starts matching is ADDED.
+fn translate(
+    def: &ResourceDef,
+    options: &ListOptions,
+    event: plinth_store::WatchEvent,
+) -> Option<WatchEvent> {
+    let revision = event.revision();
+    let decode_at = |kv: &KeyValue| -> Option<Value> {
+        let mut object = decode(kv).ok()?;
+        if let Some(meta) = metadata_mut(&mut object) {
+            meta.insert("resourceVersion".into(), json!(revision.to_string()));
+        }
+        set_type_meta(&mut object, def);
+        Some(object)
+    };
+    let prev = event.prev.as_ref().and_then(decode_at);
+    let prev_selected = prev
+        .as_ref()
+        .is_some_and(|p| Registry::selected(def, p, options));
+    match event.kind {
+        EventKind::Delete => prev.filter(|_| prev_selected).map(|object| WatchEvent {
+            kind: "DELETED",
+            object,
+        }),
+        EventKind::Put => {
+            let object = decode_at(&event.kv)?;
+            let selected = Registry::selected(def, &object, options);
+            match (prev.is_some() && prev_selected, selected) {
+                (true, true) => Some(WatchEvent {
+                    kind: "MODIFIED",
+                    object,
+                }),
+                (false, true) => Some(WatchEvent {
+                    kind: "ADDED",
+                    object,
+                }),
+                (true, false) => Some(WatchEvent {
+                    kind: "DELETED",
+                    object,
+                }),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+/// A patch as sent: its media type and body.
+#[derive(Clone, Copy, Debug)]
+pub struct PatchBody<'a> {
+    /// `application/merge-patch+json` and the like.
+    pub content_type: &'a str,
+    /// The patch.
+    pub body: &'a [u8],
+}
+
+/// `DeleteOptions`.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+impl DeleteOptions {
+    fn check_preconditions(
+        &self,
+        def: &ResourceDef,
+        name: &str,
+        current: &Value,
+    ) -> Result<(), ApiError> {
+        let resource = def.group_resource();
+        if let Some(uid) = &self.uid {
+            let actual = plinth_core::meta::meta_str(current, "uid").unwrap_or("");
+            if uid != actual {
+                return Err(ApiError::conflict(
+                    &resource,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = &self.resource_version {
+            let actual = rv_of(current).unwrap_or("");
+            if rv != actual {
+                return Err(ApiError::conflict(
+                    &resource,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+enum PatchKind {
+    Merge,
+    Json,
+}
+
+/// Strategic-merge-patch directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
+/// `$deleteFromPrimitiveList/...`) have no meaning in a merge patch; they are dropped so that the
+/// built-in types, whose lists are atomic here, merge as a JSON merge patch.
+fn strip_directives(patch: &Value) -> Value {
+    match patch {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip_directives(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn current_rv(object: &Value) -> Revision {
+    rv_of(object).and_then(|rv| rv.parse().ok()).unwrap_or(0)
+}
+
+fn strip_rv(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = metadata_mut(&mut object) {
+        meta.remove("resourceVersion");
+    }
+    object
+}
+
+fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+fn namespace_finalizers(object: &Value) -> bool {
+    object
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// Sets `apiVersion` and `kind` from the resource.
+pub fn set_type_meta(object: &mut Value, def: &ResourceDef) {
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".into(), json!(def.group_version.api_version()));
+        map.insert("kind".into(), json!(def.kind));
+    }
+}
+
+/// The object an update stores: the new object, with what clients cannot change kept from the
+/// current one; for a status update, the current object with the new status.
+fn merge_for_update(def: &ResourceDef, current: &Value, new: Value, status: bool) -> Value {
+    if status {
+        let mut merged = current.clone();
+        merged["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+        if merged["status"].is_null()
+            && let Some(map) = merged.as_object_mut()
+        {
+            map.remove("status");
+        }
+        return merged;
+    }
+    let mut merged = new;
+    if def.status_subresource {
+        match current.get("status") {
+            Some(s) => merged["status"] = s.clone(),
+            None => {
+                if let Some(map) = merged.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+        }
+    }
+    merged
+}
+
+/// Server-owned metadata survives an update; generation follows spec changes.
+fn finish_update(def: &ResourceDef, current: &Value, new: &mut Value) {
+    let spec_changed = new.get("spec") != current.get("spec");
+    let Some(old_meta) = metadata(current).cloned() else {
+        return;
+    };
+    let Some(meta) = metadata_mut(new) else {
+        return;
+    };
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "namespace",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => {
+                meta.insert(field.into(), v.clone());
+            }
+            None => {
+                meta.remove(field);
+            }
+        }
+    }
+    meta.remove("selfLink");
+    if def.generation {
+        let generation = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        meta.insert(
+            "generation".into(),
+            json!(if spec_changed {
+                generation + 1
+            } else {
+                generation
+            }),
+        );
+    } else {
+        meta.remove("generation");
+    }
+    if def.behaviour == Kind::Secret {
+        Registry::prepare_secret(new);
+    }
+    if def.behaviour == Kind::Namespace && new.get("status").is_none() {
+        new["status"] = current
+            .get("status")
+            .cloned()
+            .unwrap_or(json!({"phase": "Active"}));
+    }
+}
+
+/// An error inside the guaranteed-update loop: the API's own, or the store's.
+enum UpdateError {
+    Api(ApiError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for UpdateError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<ApiError> for UpdateError {
+    fn from(e: ApiError) -> Self {
+        Self::Api(e)
+    }
+}
+
+/// How long a watch lasts when the client gives no `timeoutSeconds` (kube-apiserver picks
+/// 30–60 minutes at random).
+pub fn default_watch_timeout() -> Duration {
+    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 1800 / 255;
+    Duration::from_secs(1800 + jitter)
+}

@@ -1,0 +1,224 @@
+//! Starting and stopping the server: storage, bootstrap objects, credentials, the TLS listener,
+//! graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use plinth_store::Store;
+use plinth_store_embedded::EmbeddedStore;
+use plinth_store_etcd::EtcdStore;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::http::{AppState, router};
+use crate::registry::{Registry, WriteOptions};
+use crate::resources::Resources;
+use crate::{ServeError, controllers, pki};
+
+/// Where objects are stored.
+#[derive(Clone, Debug)]
+pub enum StorageConfig {
+    /// The embedded store in `<data dir>/store`.
+    Embedded,
+    /// An etcd cluster.
+    Etcd {
+        /// Client URLs.
+        endpoints: Vec<String>,
+        /// Key prefix.
+        prefix: String,
+    },
+}
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Credentials, kubeconfig and (embedded) storage live here.
+    pub data_dir: PathBuf,
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Where objects are stored.
+    pub storage: StorageConfig,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct RunningServer {
+    /// The kubeconfig written for it.
+    pub kubeconfig: PathBuf,
+    /// The address it listens on.
+    pub local_addr: SocketAddr,
+    /// `https://host:port`.
+    pub url: String,
+    /// The admin token.
+    pub token: String,
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets in-flight requests finish, ends open watches, and returns when
+    /// every connection is closed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.done.await;
+    }
+
+    /// Waits until the server stops (after [`RunningServer::stopper`] is used).
+    pub async fn wait(self) {
+        let _ = self.done.await;
+    }
+
+    /// A handle that stops the server when sent `true`.
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+async fn open_store(config: &ServerConfig) -> Result<Arc<dyn Store>, ServeError> {
+    match &config.storage {
+        StorageConfig::Embedded => {
+            let store = EmbeddedStore::open(config.data_dir.join("store"))
+                .map_err(|e| ServeError::Storage(Box::new(e)))?;
+            Ok(Arc::new(store))
+        }
+        StorageConfig::Etcd { endpoints, prefix } => {
+            let store = EtcdStore::connect(endpoints, prefix)
+                .await
+                .map_err(|e| ServeError::Storage(Box::new(e)))?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// The namespaces every cluster has.
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
+    let Some(namespaces) = registry.resources.get("", "v1", "namespaces") else {
+        return Ok(());
+    };
+    for name in SYSTEM_NAMESPACES {
+        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        match registry
+            .create(&namespaces, None, object, &WriteOptions::default())
+            .await
+        {
+            Ok(_) => tracing::info!(namespace = name, "created"),
+            Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}
+            Err(e) => return Err(ServeError::Bootstrap(e.message)),
+        }
+    }
+    Ok(())
+}
+
+/// Starts a server; returns once it accepts connections.
+///
+/// # Errors
+/// A [`ServeError`] naming the step that failed: storage, credentials, binding the address.
+pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| ServeError::DataDir {
+        path: config.data_dir.clone(),
+        source: e,
+    })?;
+    let store = open_store(&config).await?;
+    let registry = Registry {
+        store,
+        resources: Arc::new(Resources::builtin()),
+    };
+    bootstrap(&registry).await?;
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServeError::Bind {
+            addr: config.listen,
+            source: e,
+        })?;
+    let local_addr = listener.local_addr().map_err(|e| ServeError::Bind {
+        addr: config.listen,
+        source: e,
+    })?;
+    let credentials = pki::load_or_create(&config.data_dir, local_addr)?;
+    let url = pki::server_url(local_addr);
+    let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
+
+    let (stop, stopping) = watch::channel(false);
+    let state = Arc::new(AppState {
+        registry: registry.clone(),
+        token: credentials.token.clone(),
+        server_address: url.trim_start_matches("https://").to_owned(),
+        shutdown: stopping.clone(),
+    });
+    controllers::spawn(registry, stopping.clone());
+    let app = router(state);
+    let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
+    let done = tokio::spawn(serve(listener, acceptor, app, stopping));
+    tracing::info!(%url, kubeconfig = %kubeconfig.display(), "serving");
+    Ok(RunningServer {
+        kubeconfig,
+        local_addr,
+        url,
+        token: credentials.token,
+        ca_pem: credentials.ca_pem,
+        stop,
+        done,
+    })
+}
+
+async fn serve(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: axum::Router,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(connection.into_owned()).await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open 30 s after shutdown began; closing");
+    }
+}

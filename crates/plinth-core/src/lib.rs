@@ -1,0 +1,18 @@
+//! Kubernetes API machinery without I/O: group/version/kind and resource names, `Status`
+//! errors, name and label validation with apimachinery's exact messages, label and field
+//! selectors, and helpers for object metadata held as JSON.
+//!
+//! This crate does no I/O and knows nothing of storage or HTTP.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod gvk;
+pub mod meta;
+pub mod selector;
+pub mod status;
+pub mod validation;
+
+pub use gvk::{GroupResource, GroupVersion, GroupVersionKind};
+pub use status::{ApiError, Cause, Details, StatusReason};

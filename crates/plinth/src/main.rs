@@ -1,0 +1,127 @@
+//! `plinth`: the command line. `plinth serve` runs the control plane.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use plinth_apiserver::{ServerConfig, StorageConfig};
+
+/// Plinth: the Kubernetes extension model, whole, in Rust.
+#[derive(Parser, Debug)]
+#[command(name = "plinth", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs the API server; writes DIR/kubeconfig and prints its path.
+    Serve {
+        /// Data directory: credentials, kubeconfig, and the embedded store.
+        #[arg(long, env = "PLINTH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        listen: SocketAddr,
+        /// Use these etcd servers (comma-separated client URLs) instead of the embedded store.
+        #[arg(long, value_delimiter = ',')]
+        etcd_servers: Vec<String>,
+        /// Key prefix in etcd.
+        #[arg(long, default_value = "/registry/")]
+        etcd_prefix: String,
+        /// Log format.
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
+    },
+}
+
+fn default_data_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local").join("share"))
+        });
+    base.unwrap_or_else(|| PathBuf::from(".")).join("plinth")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            data_dir,
+            listen,
+            etcd_servers,
+            etcd_prefix,
+            log_format,
+        } => {
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into());
+            let subscriber = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr);
+            if log_format == "json" {
+                subscriber.json().init();
+            } else {
+                subscriber.init();
+            }
+            let storage = if etcd_servers.is_empty() {
+                StorageConfig::Embedded
+            } else {
+                StorageConfig::Etcd {
+                    endpoints: etcd_servers,
+                    prefix: etcd_prefix,
+                }
+            };
+            let config = ServerConfig {
+                data_dir: data_dir.unwrap_or_else(default_data_dir),
+                listen,
+                storage,
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    eprintln!("plinth: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(serve(config))
+        }
+    }
+}
+
+async fn serve(config: ServerConfig) -> ExitCode {
+    let server = match plinth_apiserver::start(config).await {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("plinth: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", server.kubeconfig.display());
+    let stop = server.stopper();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot handle SIGTERM");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
+    });
+    server.wait().await;
+    ExitCode::SUCCESS
+}
