@@ -1,0 +1,198 @@
+//! A `plinth serve` process for end-to-end tests, and kubectl against it.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use plinth_store_etcd::testing::EtcdProcess;
+
+/// Which storage the server under test uses.
+pub enum Backend {
+    Embedded,
+    Etcd(EtcdProcess),
+}
+
+/// A running `plinth serve`.
+pub struct Plinth {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    backend: Backend,
+    listen: String,
+}
+
+impl Plinth {
+    pub fn start(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut plinth = Self {
+            child: None,
+            kubeconfig: dir.path().join("kubeconfig"),
+            dir,
+            backend,
+            listen: format!("127.0.0.1:{port}"),
+        };
+        plinth.launch();
+        plinth
+    }
+
+    pub async fn start_etcd() -> Self {
+        let etcd = EtcdProcess::start().await.expect("start etcd");
+        Self::start(Backend::Etcd(etcd))
+    }
+
+    fn launch(&mut self) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plinth"));
+        command
+            .args(["serve", "--data-dir"])
+            .arg(self.dir.path())
+            .args(["--listen", &self.listen]);
+        if let Backend::Etcd(etcd) = &self.backend {
+            command.args(["--etcd-servers", &etcd.endpoint()]);
+        }
+        let mut child = command
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn plinth");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            Path::new(line.trim()),
+            self.kubeconfig,
+            "plinth prints its kubeconfig path"
+        );
+        self.child = Some(child);
+    }
+
+    /// SIGKILLs the server and starts it again on the same data (and etcd).
+    pub fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        self.launch();
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        child.wait().unwrap()
+    }
+
+    pub fn kubectl_output(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBECTL_EXTERNAL_DIFF")
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// Runs kubectl and returns stdout; panics with stderr if it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn kubectl_fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should fail but printed {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&full)).unwrap()
+    }
+
+    /// Retries `check` until it holds or `timeout` passes.
+    pub fn eventually(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !check() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Plinth {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Generates `embedded::<name>` and `etcd::<name>` tests, each running `<name>(&mut Plinth)` on a
+/// fresh server.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident;)*) => {
+        mod embedded {
+            $(
+                #[test]
+                fn $name() {
+                    let mut plinth = $crate::common::Plinth::start($crate::common::Backend::Embedded);
+                    super::$name(&mut plinth);
+                }
+            )*
+        }
+        mod etcd {
+            $(
+                #[test]
+                fn $name() {
+                    let runtime = tokio::runtime::Runtime::new().unwrap();
+                    let mut plinth = runtime.block_on($crate::common::Plinth::start_etcd());
+                    super::$name(&mut plinth);
+                }
+            )*
+        }
+    };
+}

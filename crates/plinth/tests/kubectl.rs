@@ -1,0 +1,457 @@
+//! kubectl against `plinth serve`, on the embedded store and on a real etcd: what a user types,
+//! and what kube-apiserver would answer.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Plinth;
+
+on_both_backends! {
+    system_namespaces_and_default_service_accounts;
+    configmap_lifecycle;
+    errors_read_like_kube_apiserver;
+    watch_streams_changes;
+    finalizers_hold_deletion;
+    namespace_deletion_empties_the_namespace;
+    secrets_leases_and_events;
+    restart_keeps_objects_and_revisions;
+}
+
+fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
+    let out = p.kubectl(&["get", "namespaces"]);
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(ns) && l.contains("Active")),
+            "{ns} missing:\n{out}"
+        );
+    }
+    assert!(out.starts_with("NAME"), "table output with headers:\n{out}");
+    p.eventually(
+        "the default service account",
+        Duration::from_secs(10),
+        || {
+            p.kubectl_output(&["get", "serviceaccount", "default", "-n", "kube-system"])
+                .status
+                .success()
+        },
+    );
+    let resources = p.kubectl(&["api-resources"]);
+    for line in [
+        "configmaps",
+        "namespaces",
+        "leases",
+        "serviceaccounts",
+        "secrets",
+    ] {
+        assert!(
+            resources.contains(line),
+            "api-resources lacks {line}:\n{resources}"
+        );
+    }
+    let version = p.kubectl(&["version", "-o", "json"]);
+    assert!(version.contains("\"minor\": \"32\""), "{version}");
+}
+
+const APP_CONFIG: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-config
+  labels: {app: web, tier: front}
+data:
+  color: blue
+";
+
+fn configmap_lifecycle(p: &mut Plinth) {
+    // A typed create: kubectl sends protobuf.
+    assert_eq!(
+        p.kubectl(&["create", "configmap", "literal", "--from-literal=a=b"])
+            .trim(),
+        "configmap/literal created"
+    );
+    assert_eq!(
+        p.kubectl(&["get", "configmap", "literal", "-o", "jsonpath={.data.a}"]),
+        "b"
+    );
+
+    let applied = p.kubectl_stdin(&["apply", "-f", "-"], APP_CONFIG);
+    assert_eq!(
+        String::from_utf8_lossy(&applied.stdout).trim(),
+        "configmap/app-config created"
+    );
+    let again = p.kubectl_stdin(&["apply", "-f", "-"], APP_CONFIG);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "configmap/app-config unchanged"
+    );
+
+    let table = p.kubectl(&["get", "configmaps", "-l", "app=web"]);
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "DATA", "AGE"]
+    );
+    assert!(lines.next().unwrap().starts_with("app-config"));
+    assert!(
+        lines.next().is_none(),
+        "the selector leaves out other configmaps:\n{table}"
+    );
+    assert_eq!(
+        p.kubectl(&[
+            "get",
+            "cm",
+            "--field-selector",
+            "metadata.name=literal",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "configmap/literal"
+    );
+
+    p.kubectl(&["label", "configmap", "app-config", "env=prod"]);
+    p.kubectl(&["annotate", "configmap", "app-config", "note=hello"]);
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "app-config",
+        "-p",
+        r#"{"data":{"color":"red"}}"#,
+    ]);
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "app-config",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/data/size","value":"L"}]"#,
+    ]);
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "app-config",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"tier":null}}}"#,
+    ]);
+    let object = p.json(&["get", "configmap", "app-config"]);
+    assert_eq!(
+        object["data"],
+        serde_json::json!({"color": "red", "size": "L"})
+    );
+    assert_eq!(
+        object["metadata"]["labels"],
+        serde_json::json!({"app": "web", "env": "prod"})
+    );
+    assert_eq!(object["metadata"]["annotations"]["note"], "hello");
+    let yaml = p.kubectl(&["get", "configmap", "app-config", "-o", "yaml"]);
+    assert!(
+        yaml.contains("kind: ConfigMap") && yaml.contains("color: red"),
+        "{yaml}"
+    );
+
+    // Edit through $KUBE_EDITOR, as a user would.
+    let edit = Command::new("kubectl")
+        .args(["edit", "configmap", "app-config"])
+        .env("KUBECONFIG", &p.kubeconfig)
+        .env("KUBE_EDITOR", "sed -i s/color:\\ red/color:\\ green/")
+        .output()
+        .unwrap();
+    assert!(
+        edit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edit.stderr)
+    );
+    assert_eq!(
+        p.kubectl(&["get", "cm", "app-config", "-o", "jsonpath={.data.color}"]),
+        "green"
+    );
+
+    // Replace with a stale resourceVersion: 409, as on a cluster.
+    let mut stale = object.clone();
+    stale["data"]["color"] = serde_json::json!("purple");
+    let replaced = p.kubectl_stdin(&["replace", "-f", "-"], &stale.to_string());
+    assert!(!replaced.status.success());
+    let stderr = String::from_utf8_lossy(&replaced.stderr);
+    assert!(
+        stderr.contains("Operation cannot be fulfilled on configmaps \"app-config\": the object has been modified; please apply your changes to the latest version and try again"),
+        "{stderr}"
+    );
+    let mut fresh = p.json(&["get", "configmap", "app-config"]);
+    fresh["data"]["color"] = serde_json::json!("purple");
+    let replaced = p.kubectl_stdin(&["replace", "-f", "-"], &fresh.to_string());
+    assert!(
+        replaced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replaced.stderr)
+    );
+
+    assert_eq!(
+        p.kubectl(&["delete", "configmap", "app-config"]).trim(),
+        "configmap \"app-config\" deleted"
+    );
+    let gone = p.kubectl_fails(&["get", "configmap", "app-config"]);
+    assert_eq!(
+        gone.trim(),
+        "Error from server (NotFound): configmaps \"app-config\" not found"
+    );
+}
+
+fn errors_read_like_kube_apiserver(p: &mut Plinth) {
+    let bad_name = p.kubectl_fails(&["create", "configmap", "Bad_Name"]);
+    assert!(
+        bad_name.contains(r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"#),
+        "{bad_name}"
+    );
+    let no_ns = p.kubectl_fails(&["create", "configmap", "x", "-n", "nowhere"]);
+    assert!(
+        no_ns.contains(r#"failed to create configmap: namespaces "nowhere" not found"#),
+        "{no_ns}"
+    );
+    let no_ns = p.kubectl_stdin(
+        &["apply", "-n", "nowhere", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    );
+    let stderr = String::from_utf8_lossy(&no_ns.stderr);
+    assert!(
+        stderr.contains("Error from server (NotFound)")
+            && stderr.contains(r#"namespaces "nowhere" not found"#),
+        "{stderr}"
+    );
+    let exists = p.kubectl_fails(&["create", "namespace", "default"]);
+    assert!(
+        exists
+            .contains(r#"Error from server (AlreadyExists): namespaces "default" already exists"#),
+        "{exists}"
+    );
+
+    let unknown = p.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: strict}\nbogus: 1\n",
+    );
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("strict decoding error: unknown field \"bogus\""),
+        "{stderr}"
+    );
+    let wrong_type = p.kubectl_stdin(
+        &["create", "-f", "-", "--validate=false"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typed}\ndata: {a: [1]}\n",
+    );
+    let stderr = String::from_utf8_lossy(&wrong_type.stderr);
+    assert!(
+        stderr.contains("cannot unmarshal array into Go struct field ConfigMap.data"),
+        "{stderr}"
+    );
+    let bad_selector = p.kubectl_fails(&["get", "cm", "-l", "a in b"]);
+    assert!(
+        bad_selector.contains("unable to parse requirement"),
+        "{bad_selector}"
+    );
+    let bad_field = p.kubectl_fails(&["get", "cm", "--field-selector", "data.x=1"]);
+    assert!(
+        bad_field.contains("field label not supported: data.x"),
+        "{bad_field}"
+    );
+    assert!(
+        p.kubectl_output(&["get", "configmaps"]).status.success(),
+        "the server is still fine"
+    );
+}
+
+fn watch_streams_changes(p: &mut Plinth) {
+    p.kubectl(&["create", "configmap", "before"]);
+    let mut watch = Command::new("kubectl")
+        .args([
+            "get",
+            "configmaps",
+            "--watch",
+            "--output-watch-events",
+            "--no-headers",
+        ])
+        .env("KUBECONFIG", &p.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The existing object comes first (kubectl lists, then watches from the list's version).
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        first.split_whitespace().any(|cell| cell == "before"),
+        "{first}"
+    );
+    p.kubectl(&["create", "configmap", "watched", "--from-literal=k=1"]);
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "watched",
+        "-p",
+        r#"{"data":{"k":"2"}}"#,
+    ]);
+    p.kubectl(&["delete", "configmap", "watched"]);
+    // Table rows from the server: EVENT NAME DATA AGE.
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("watch event");
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        seen.push(cells[..3].join(" "));
+    }
+    assert_eq!(
+        seen,
+        ["ADDED watched 1", "MODIFIED watched 1", "DELETED watched 1"]
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+fn finalizers_hold_deletion(p: &mut Plinth) {
+    let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\ndata: {a: b}\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], held)
+            .status
+            .success()
+    );
+    p.kubectl(&["delete", "configmap", "held", "--wait=false"]);
+    let marked = p.json(&["get", "configmap", "held"]);
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "marked, not removed: {marked}"
+    );
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    p.eventually(
+        "the finalized configmap to go",
+        Duration::from_secs(10),
+        || {
+            !p.kubectl_output(&["get", "configmap", "held"])
+                .status
+                .success()
+        },
+    );
+}
+
+fn namespace_deletion_empties_the_namespace(p: &mut Plinth) {
+    p.kubectl(&["create", "namespace", "doomed"]);
+    p.kubectl(&["create", "configmap", "inside", "-n", "doomed"]);
+    p.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "secret-inside",
+        "-n",
+        "doomed",
+        "--from-literal=a=b",
+    ]);
+    let out = p.kubectl(&["delete", "namespace", "doomed", "--timeout=30s"]);
+    assert_eq!(out.trim(), "namespace \"doomed\" deleted");
+    assert!(
+        !p.kubectl_output(&["get", "namespace", "doomed"])
+            .status
+            .success()
+    );
+    let listed = p.kubectl(&[
+        "get",
+        "configmaps",
+        "-A",
+        "-o",
+        "name",
+        "--field-selector",
+        "metadata.namespace=doomed",
+    ]);
+    assert!(listed.trim().is_empty(), "contents deleted: {listed}");
+}
+
+fn secrets_leases_and_events(p: &mut Plinth) {
+    p.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=password=hunter2",
+    ]);
+    assert_eq!(
+        p.kubectl(&["get", "secret", "creds", "-o", "jsonpath={.data.password}"]),
+        "aHVudGVyMg=="
+    );
+    assert_eq!(
+        p.kubectl(&["get", "secret", "creds", "-o", "jsonpath={.type}"]),
+        "Opaque"
+    );
+    let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: leader}\nspec: {holderIdentity: node-1, leaseDurationSeconds: 15}\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], lease)
+            .status
+            .success()
+    );
+    let table = p.kubectl(&["get", "leases"]);
+    assert!(
+        table.lines().next().unwrap().contains("HOLDER") && table.contains("node-1"),
+        "{table}"
+    );
+    let event = "apiVersion: v1\nkind: Event\nmetadata: {name: ev1}\ninvolvedObject: {kind: ConfigMap, name: x, namespace: default}\nreason: Tested\nmessage: it works\ntype: Normal\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], event)
+            .status
+            .success()
+    );
+    let events = p.kubectl(&["get", "events"]);
+    assert!(
+        events.contains("Tested") && events.contains("configmap/x") && events.contains("it works"),
+        "{events}"
+    );
+}
+
+fn restart_keeps_objects_and_revisions(p: &mut Plinth) {
+    p.kubectl(&["create", "configmap", "durable", "--from-literal=k=v"]);
+    let before = p.json(&["get", "configmap", "durable"]);
+    let rv = before["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    p.kill_and_restart();
+    let after = p.json(&["get", "configmap", "durable"]);
+    assert_eq!(
+        before["metadata"]["resourceVersion"],
+        after["metadata"]["resourceVersion"]
+    );
+    assert_eq!(before["metadata"]["uid"], after["metadata"]["uid"]);
+    assert_eq!(after["data"]["k"], "v");
+    p.kubectl(&["create", "configmap", "after-restart"]);
+    // A watch resumed from a resourceVersion taken before the crash sees what came after.
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=2"
+    );
+    let events = p.kubectl(&["get", "--raw", &path]);
+    let first: serde_json::Value =
+        serde_json::from_str(events.lines().next().expect("an event")).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["metadata"]["name"], "after-restart");
+    let status = p.terminate();
+    assert!(
+        status.success(),
+        "SIGTERM ends plinth with exit 0, got {status:?}"
+    );
+}
