@@ -113,6 +113,17 @@ pub fn resource_list(resources: &Resources, group: &str, version: &str) -> Optio
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if def.scale.is_some() {
+            listed.push(json!({
+                "name": format!("{}/scale", def.plural),
+                "singularName": "",
+                "namespaced": def.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     let group_version = if group.is_empty() {
         version.to_owned()
@@ -164,8 +175,19 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
     if !def.categories.is_empty() {
         entry["categories"] = json!(def.categories);
     }
+    let mut subresources = Vec::new();
     if def.status_subresource {
-        entry["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
+        subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+    }
+    if def.scale.is_some() {
+        subresources.push(json!({
+            "subresource": "scale",
+            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if !subresources.is_empty() {
+        entry["subresources"] = Value::Array(subresources);
     }
     entry
 }

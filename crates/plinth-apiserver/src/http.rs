@@ -561,6 +561,7 @@ impl Call<'_> {
         let status = match self.subresource.as_deref() {
             None => false,
             Some("status") if self.def.status_subresource => true,
+            Some("scale") if self.def.scale.is_some() => return self.scale(method, body).await,
             Some(_) => {
                 return Err(ApiError::new(
                     StatusReason::NotFound,
@@ -683,6 +684,62 @@ impl Call<'_> {
             }
             _ => Err(ApiError::method_not_allowed()),
         }
+    }
+
+    /// `/scale`: GET, PUT and PATCH of the autoscaling/v1 Scale.
+    async fn scale(&self, method: &Method, body: Body) -> Result<Response, ApiError> {
+        let name = self.name.clone().ok_or_else(ApiError::method_not_allowed)?;
+        let ns = self.namespace()?;
+        let registry = self.registry();
+        let scale = match *method {
+            Method::GET => registry.get_scale(&self.def, ns, &name).await?,
+            Method::PUT => {
+                let options = self.query.write_options()?;
+                let wanted = decode_body(self.headers, &read_body(body).await?)?;
+                registry
+                    .write_scale(&self.def, ns, &name, &options, |_| Ok(wanted.clone()))
+                    .await?
+            }
+            Method::PATCH => {
+                let options = self.query.write_options()?;
+                let kind = content_type(self.headers);
+                let patch: Value = serde_json::from_slice(&read_body(body).await?)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                registry
+                    .write_scale(&self.def, ns, &name, &options, |current| {
+                        let mut patched = current.clone();
+                        match kind.as_str() {
+                            "application/merge-patch+json"
+                            | "application/strategic-merge-patch+json" => {
+                                json_patch::merge(&mut patched, &patch)
+                            }
+                            "application/json-patch+json" => {
+                                let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                                    .map_err(|e| {
+                                        ApiError::bad_request(format!("invalid JSON patch: {e}"))
+                                    })?;
+                                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                                    ApiError::new(StatusReason::Invalid, e.to_string())
+                                })?;
+                            }
+                            other => return Err(ApiError::unsupported_media_type(other)),
+                        }
+                        Ok(patched)
+                    })
+                    .await?
+            }
+            _ => return Err(ApiError::method_not_allowed()),
+        };
+        Ok(respond(
+            StatusCode::OK,
+            &scale,
+            if self.format == Format::Yaml {
+                Format::Yaml
+            } else {
+                Format::Json
+            },
+            &[],
+        ))
     }
 
     async fn delete_options(&self, body: Body) -> Result<DeleteOptions, ApiError> {

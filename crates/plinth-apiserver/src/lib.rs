@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod controllers;
+pub mod crd;
 pub mod discovery;
 mod http;
 pub mod openapi;

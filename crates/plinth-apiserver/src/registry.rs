@@ -535,6 +535,8 @@ impl Registry {
     fn validate_kind(def: &ResourceDef, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
         match def.behaviour {
+            Kind::Crd => causes.extend(crate::crd::validate_crd(object, old)),
+            Kind::Custom => {}
             Kind::ConfigMap | Kind::Secret => {
                 let mut total = 0usize;
                 for field in ["data", "binaryData"] {
@@ -664,6 +666,27 @@ impl Registry {
                 object["status"] = json!({"phase": "Active"});
             }
             Kind::Secret => Self::prepare_secret(object),
+            Kind::Crd => {
+                crate::crd::default_crd(object);
+                if let Some(meta) = metadata_mut(object) {
+                    let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+                    if let Some(list) = finalizers.as_array_mut()
+                        && !list.iter().any(|f| f == crate::crd::CLEANUP_FINALIZER)
+                    {
+                        list.push(json!(crate::crd::CLEANUP_FINALIZER));
+                    }
+                }
+                if let Some(map) = object.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+            Kind::Custom => {
+                if def.status_subresource
+                    && let Some(map) = object.as_object_mut()
+                {
+                    map.remove("status");
+                }
+            }
             Kind::ConfigMap | Kind::Plain => {}
         }
         Ok(())
@@ -706,6 +729,11 @@ impl Registry {
         mut object: Value,
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
+        if def.terminating {
+            return Err(ApiError::method_not_allowed_because(
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
         let warnings = Self::check_body(def, &mut object, options)?;
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None)?;
@@ -970,6 +998,81 @@ impl Registry {
             warnings,
             ..written
         })
+    }
+
+    /// The `autoscaling/v1` Scale of a custom resource with a scale subresource.
+    ///
+    /// # Errors
+    /// 404 if the object or the subresource does not exist.
+    pub async fn get_scale(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        to_scale(def, &self.get(def, namespace, name).await?)
+    }
+
+    /// Writes the replicas of a Scale computed by `next` from the current one back into the
+    /// custom resource; returns the new Scale.
+    ///
+    /// # Errors
+    /// 404 if absent; 409 on a stale resourceVersion in the Scale; 422 for invalid replicas.
+    pub async fn write_scale(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &WriteOptions,
+        next: impl Fn(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let paths = def
+            .scale
+            .clone()
+            .ok_or_else(|| ApiError::not_found(&def.group_resource(), name))?;
+        let key = def.key(namespace, name);
+        if self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+            .is_none()
+        {
+            return Err(ApiError::not_found(&def.group_resource(), name));
+        }
+        let written = self
+            .write_update(def, &key, name, options, Vec::new(), |current| {
+                let scale = to_scale(def, current)?;
+                let wanted = next(&scale)?;
+                if let Some(rv) = rv_of(&wanted)
+                    && parse_rv(rv)? != current_rv(current)
+                {
+                    return Err(ApiError::stale(&def.group_resource(), name));
+                }
+                let replicas = wanted
+                    .pointer("/spec/replicas")
+                    .cloned()
+                    .unwrap_or(json!(0));
+                let invalid = |detail: &str| {
+                    ApiError::invalid(
+                        "autoscaling",
+                        "Scale",
+                        name,
+                        vec![Cause::invalid("spec.replicas", &replicas, detail)],
+                    )
+                };
+                let count = replicas
+                    .as_i64()
+                    .ok_or_else(|| invalid("must be an integer"))?;
+                if count < 0 {
+                    return Err(invalid("must be greater than or equal to 0"));
+                }
+                let mut new = current.clone();
+                set_path(&mut new, &paths.spec_replicas, json!(count));
+                Ok(new)
+            })
+            .await?;
+        to_scale(def, &written.object)
     }
 
     /// Deletes an object, or marks it deleted while finalizers remain. Returns the object as
@@ -1284,6 +1387,60 @@ fn namespace_finalizers(object: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
+/// The Scale view of a custom resource.
+fn to_scale(def: &ResourceDef, object: &Value) -> Result<Value, ApiError> {
+    let name = plinth_core::meta::name(object).unwrap_or("");
+    let paths = def
+        .scale
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found(&def.group_resource(), name))?;
+    let at = |path: &[String]| path.iter().try_fold(object, |v, p| v.get(p.as_str()));
+    let mut metadata = json!({});
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = object.pointer(&format!("/metadata/{field}")) {
+            metadata[field] = v.clone();
+        }
+    }
+    let mut status =
+        json!({"replicas": at(&paths.status_replicas).and_then(Value::as_i64).unwrap_or(0)});
+    if let Some(selector) = paths
+        .label_selector
+        .as_ref()
+        .and_then(|p| at(p))
+        .and_then(Value::as_str)
+    {
+        status["selector"] = json!(selector);
+    }
+    Ok(json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": metadata,
+        "spec": {"replicas": at(&paths.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
+        "status": status,
+    }))
+}
+
+/// Sets the value at a field path, creating objects on the way.
+fn set_path(object: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut current = object;
+    for step in parents {
+        if !current.get(step.as_str()).is_some_and(Value::is_object) {
+            current[step.as_str()] = json!({});
+        }
+        current = &mut current[step.as_str()];
+    }
+    current[last.as_str()] = value;
+}
+
 /// Sets `apiVersion` and `kind` from the resource.
 pub fn set_type_meta(object: &mut Value, def: &ResourceDef) {
     if let Some(map) = object.as_object_mut() {
@@ -1361,8 +1518,10 @@ fn finish_update(def: &ResourceDef, current: &Value, new: &mut Value) {
     } else {
         meta.remove("generation");
     }
-    if def.behaviour == Kind::Secret {
-        Registry::prepare_secret(new);
+    match def.behaviour {
+        Kind::Secret => Registry::prepare_secret(new),
+        Kind::Crd => crate::crd::default_crd(new),
+        _ => {}
     }
     if def.behaviour == Kind::Namespace && new.get("status").is_none() {
         new["status"] = current

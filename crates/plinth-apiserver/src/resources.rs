@@ -49,11 +49,26 @@ pub enum NameRule {
     PathSegment,
 }
 
+/// Where a custom resource keeps its replica counts (its `/scale` subresource).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scale {
+    /// `specReplicasPath` as fields.
+    pub spec_replicas: Vec<String>,
+    /// `statusReplicasPath` as fields.
+    pub status_replicas: Vec<String>,
+    /// `labelSelectorPath` as fields.
+    pub label_selector: Option<Vec<String>>,
+}
+
 /// Extra per-type behaviour the generic registry calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// No special behaviour.
     Plain,
+    /// CustomResourceDefinitions: names defaulted, validated, held by the cleanup finalizer.
+    Crd,
+    /// Custom resources: with a status subresource, status is dropped on create.
+    Custom,
     /// Namespaces: `spec.finalizers` defaults to `kubernetes`, `status.phase` to `Active`.
     Namespace,
     /// Secrets: `type` defaults to `Opaque` and is immutable; `stringData` is merged into `data`.
@@ -89,8 +104,10 @@ pub struct ResourceDef {
     pub allow_create_on_update: bool,
     /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`.
     pub selectable_fields: Vec<String>,
-    /// Table columns after `Name` (an `Age` column is added unless `custom_age`).
+    /// Table columns after `Name`.
     pub columns: Vec<Column>,
+    /// Whether an `Age` column follows them.
+    pub age_column: bool,
     /// The type's schema, for type checks and unknown-field detection.
     pub schema: Arc<Schema>,
     /// Special behaviour.
@@ -98,6 +115,10 @@ pub struct ResourceDef {
     /// Whether an immediate DELETE answers with the deleted object (custom resources) rather
     /// than a `Status` (built-in types).
     pub delete_returns_object: bool,
+    /// The `/scale` subresource, for custom resources that declare one.
+    pub scale: Option<Scale>,
+    /// The resource's CRD is being deleted: no new objects.
+    pub terminating: bool,
 }
 
 impl ResourceDef {
@@ -200,6 +221,14 @@ impl Resources {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, Arc::new(def));
+    }
+
+    /// Stops serving `plural` in `group`/`version`.
+    pub fn remove(&self, group: &str, version: &str, plural: &str) {
+        self.by_gvr
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(group.to_owned(), version.to_owned(), plural.to_owned()));
     }
 
     /// The resource `plural` in `group`/`version`.
@@ -306,8 +335,11 @@ impl Builtin {
             selectable_fields: self.selectable.iter().map(|s| s.to_string()).collect(),
             columns: self.columns,
             schema: Arc::new(self.schema),
+            age_column: self.kind != "Event",
             behaviour: self.behaviour,
             delete_returns_object: false,
+            scale: None,
+            terminating: false,
         }
     }
 }
@@ -531,6 +563,7 @@ fn builtin_defs() -> Vec<ResourceDef> {
             schema: schema::lease(),
         }
         .def(),
+        crate::crd::crd_resource(),
     ]
     .into_iter()
     .map(|mut def| {

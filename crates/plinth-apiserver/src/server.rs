@@ -135,6 +135,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         resources: Arc::new(Resources::builtin()),
     };
     bootstrap(&registry).await?;
+    let served = controllers::ServedCrds::default();
+    controllers::register_existing_crds(&registry, &served).await;
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -157,7 +159,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         server_address: url.trim_start_matches("https://").to_owned(),
         shutdown: stopping.clone(),
     });
-    controllers::spawn(registry, stopping.clone());
+    controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
     let done = tokio::spawn(serve(listener, acceptor, app, stopping));

@@ -41,7 +41,7 @@ fn definitions(def: &ResourceDef) -> Vec<Value> {
             "description": column.description, "priority": column.priority,
         }));
     }
-    if !def.columns.iter().any(|c| c.name == "Last Seen") {
+    if def.age_column {
         columns.push(json!({
             "name": "Age", "type": "string", "format": "", "priority": 0,
             "description": "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
@@ -55,7 +55,7 @@ fn row(def: &ResourceDef, object: &Value, include: IncludeObject, now: i64) -> V
     for column in &def.columns {
         cells.push((column.cell)(object, now));
     }
-    if !def.columns.iter().any(|c| c.name == "Last Seen") {
+    if def.age_column {
         cells.push(age_cell(object, "metadata.creationTimestamp", now));
     }
     let mut row = json!({"cells": cells});

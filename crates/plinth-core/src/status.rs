@@ -283,6 +283,11 @@ impl ApiError {
         )
     }
 
+    /// 405 with a specific message.
+    pub fn method_not_allowed_because(message: impl Into<String>) -> Self {
+        Self::new(StatusReason::MethodNotAllowed, message)
+    }
+
     /// 415 for a content type the endpoint does not take.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(

@@ -20,6 +20,7 @@ on_both_backends! {
     namespace_deletion_empties_the_namespace;
     secrets_leases_and_events;
     restart_keeps_objects_and_revisions;
+    custom_resources_end_to_end;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -453,5 +454,166 @@ fn restart_keeps_objects_and_revisions(p: &mut Plinth) {
     assert!(
         status.success(),
         "SIGTERM ends plinth with exit 0, got {status:?}"
+    );
+}
+
+const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+    additionalPrinterColumns:
+    - {name: Replicas, type: integer, jsonPath: .spec.replicas}
+    - {name: Ready, type: string, jsonPath: '.status.conditions[?(@.type=="Ready")].status'}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+"#;
+
+fn custom_resources_end_to_end(p: &mut Plinth) {
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
+            .status
+            .success()
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ]);
+    let crd = p.json(&["get", "crd", "widgets.example.com"]);
+    let conditions = crd["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "NamesAccepted" && c["status"] == "True"),
+        "{crd}"
+    );
+    assert_eq!(crd["status"]["storedVersions"], serde_json::json!(["v1"]));
+    assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
+
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {replicas: 2}\nstatus: {replicas: 9}\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], widget)
+            .status
+            .success()
+    );
+    let created = p.json(&["get", "widget", "w1"]);
+    assert!(
+        created.get("status").is_none(),
+        "status is ignored on create with a status subresource: {created}"
+    );
+    assert_eq!(created["metadata"]["generation"], 1);
+
+    let table = p.kubectl(&["get", "wd"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "REPLICAS", "READY", "AGE"], "{table}");
+
+    assert_eq!(
+        p.kubectl(&["scale", "widget", "w1", "--replicas=5"]).trim(),
+        "widget.example.com/w1 scaled"
+    );
+    let scaled = p.json(&["get", "widget", "w1"]);
+    assert_eq!(
+        (
+            scaled["spec"]["replicas"].as_i64(),
+            scaled["metadata"]["generation"].as_i64()
+        ),
+        (Some(5), Some(2))
+    );
+    let scale = p.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/example.com/v1/namespaces/default/widgets/w1/scale",
+    ]);
+    let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(
+        (scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()),
+        (Some("Scale"), Some(5))
+    );
+
+    p.kubectl(&[
+        "patch", "widget", "w1", "--subresource=status", "--type=merge",
+        "-p", r#"{"status":{"replicas":5,"conditions":[{"type":"Ready","status":"True"}]},"spec":{"replicas":99}}"#,
+    ]);
+    let patched = p.json(&["get", "widget", "w1"]);
+    assert_eq!(patched["status"]["replicas"], 5);
+    assert_eq!(
+        patched["spec"]["replicas"], 5,
+        "a status write ignores spec"
+    );
+    assert_eq!(
+        patched["metadata"]["generation"], 2,
+        "a status write does not bump generation"
+    );
+    let row = p.kubectl(&["get", "widget", "w1", "--no-headers"]);
+    assert_eq!(
+        row.split_whitespace().take(3).collect::<Vec<_>>(),
+        ["w1", "5", "True"]
+    );
+    p.kubectl(&[
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":1}}"#,
+    ]);
+    assert_eq!(
+        p.json(&["get", "widget", "w1"])["status"]["replicas"],
+        5,
+        "a main write ignores status"
+    );
+
+    let resources = p.kubectl(&["api-resources", "--api-group=example.com"]);
+    assert!(
+        resources.contains("widgets") && resources.contains("wd"),
+        "{resources}"
+    );
+
+    p.kubectl(&["delete", "crd", "widgets.example.com", "--timeout=30s"]);
+    let listed = p.kubectl_output(&[
+        "get",
+        "--raw",
+        "/apis/example.com/v1/namespaces/default/widgets",
+    ]);
+    assert!(
+        !listed.status.success(),
+        "the endpoint is gone with the CRD"
+    );
+    // Recreating the CRD finds no leftover objects.
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
+            .status
+            .success()
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ]);
+    p.eventually("the recreated endpoint", Duration::from_secs(10), || {
+        p.kubectl_output(&["get", "widgets", "-o", "name"])
+            .status
+            .success()
+    });
+    assert_eq!(
+        p.kubectl(&["get", "widgets", "-o", "name"]).trim(),
+        "",
+        "custom resources went with their CRD"
     );
 }
