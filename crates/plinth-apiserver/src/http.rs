@@ -33,6 +33,8 @@ pub(crate) struct AppState {
     pub(crate) server_address: String,
     /// Becomes `true` when the server is shutting down; open watches end.
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Request metrics.
+    pub(crate) metrics: crate::metrics::Metrics,
 }
 
 impl std::fmt::Debug for AppState {
@@ -259,6 +261,7 @@ impl Query {
 enum Target {
     Version,
     Health,
+    Metrics,
     Api,
     Apis,
     Group(String),
@@ -287,6 +290,7 @@ fn parse_target(path: &str) -> Target {
         .collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Target::Version,
+        ["metrics"] => return Target::Metrics,
         ["healthz" | "livez" | "readyz", ..] => return Target::Health,
         ["api"] => return Target::Api,
         ["openapi", "v3"] => return Target::OpenApiV3(None),
@@ -356,28 +360,91 @@ async fn dispatch(
 ) -> Response {
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
-    let response = match handle(&state, &method, &uri, &headers, body, target).await {
+    let labels = request_labels(&target, &method, &uri, &headers);
+    // The body is read (or, past the limit, drained) before anything else, so that no answer
+    // leaves a request half-read.
+    let result = match read_body(body).await {
+        Ok(bytes) => handle(&state, &method, &uri, &headers, bytes, target).await,
+        Err(error) => Err(error),
+    };
+    let response = match result {
         Ok(response) => response,
         Err(error) => ErrorResponse(error).into_response(),
     };
+    state
+        .metrics
+        .record(labels, response.status().as_u16(), started.elapsed());
     tracing::debug!(method = %method, path = %uri.path(), code = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
     response
 }
 
+/// The metric labels of a request, as kube-apiserver's RequestInfo derives them.
+fn request_labels(
+    target: &Target,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> crate::metrics::RequestLabels {
+    let mut labels = crate::metrics::RequestLabels {
+        verb: method.as_str().to_owned(),
+        ..Default::default()
+    };
+    if let Target::Resource {
+        group,
+        version,
+        namespace,
+        resource,
+        name,
+        subresource,
+    } = target
+    {
+        let watch = Query::parse(uri).flag("watch");
+        labels.verb = match (method.as_str(), name.is_some()) {
+            ("GET", false) if watch => "WATCH",
+            ("GET", false) => "LIST",
+            ("DELETE", false) => "DELETECOLLECTION",
+            ("PATCH", _) if content_type(headers) == "application/apply-patch+yaml" => "APPLY",
+            (other, _) => other,
+        }
+        .to_owned();
+        labels.group = group.clone();
+        labels.version = version.clone();
+        labels.resource = resource.clone();
+        labels.subresource = subresource.clone().unwrap_or_default();
+        labels.scope = if name.is_some() {
+            "resource"
+        } else if namespace.is_some() {
+            "namespace"
+        } else {
+            "cluster"
+        }
+        .to_owned();
+    }
+    labels
+}
+
+/// How much of an oversized body is read and discarded before answering 413, so that the
+/// request completes normally (an HTTP/2 stream reset mid-upload makes clients drop the answer).
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            let text = e.to_string();
-            if text.contains("length limit")
-                || std::error::Error::source(&e)
-                    .is_some_and(|s| s.to_string().contains("length limit"))
-            {
-                ApiError::too_large(MAX_BODY_BYTES)
-            } else {
-                ApiError::bad_request(format!("unable to read the request body: {text}"))
-            }
-        })
+    let mut stream = body.into_data_stream();
+    let mut buffer = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+        total += chunk.len();
+        if total <= MAX_BODY_BYTES {
+            buffer.extend_from_slice(&chunk);
+        } else if total > DRAIN_LIMIT {
+            break;
+        }
+    }
+    if total > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    Ok(buffer.freeze())
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -418,7 +485,7 @@ async fn handle(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
-    body: Body,
+    body: Bytes,
     target: Target,
 ) -> Result<Response, ApiError> {
     if target == Target::Health {
@@ -439,6 +506,18 @@ async fn handle(
     }
     if !authorized(state, headers) {
         return Err(ApiError::unauthorized());
+    }
+    if target == Target::Metrics {
+        let text = state.metrics.render();
+        return Ok((
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response());
     }
     let resources = &state.registry.resources;
     let format = negotiate(headers)?;
@@ -508,7 +587,7 @@ async fn handle(
             StatusReason::NotFound,
             "the server could not find the requested resource",
         )),
-        Target::Health | Target::Version => Err(ApiError::method_not_allowed()),
+        Target::Health | Target::Version | Target::Metrics => Err(ApiError::method_not_allowed()),
     }
 }
 
@@ -557,7 +636,7 @@ impl Call<'_> {
         }
     }
 
-    async fn run(self, method: &Method, body: Body) -> Result<Response, ApiError> {
+    async fn run(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
         let status = match self.subresource.as_deref() {
             None => false,
             Some("status") if self.def.status_subresource => true,
@@ -597,7 +676,7 @@ impl Call<'_> {
             }
             (Method::POST, None) => {
                 let options = self.query.write_options()?;
-                let object = decode_body(self.headers, &read_body(body).await?)?;
+                let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .create(
                         &self.def,
@@ -610,7 +689,7 @@ impl Call<'_> {
             }
             (Method::PUT, Some(name)) => {
                 let options = self.query.write_options()?;
-                let object = decode_body(self.headers, &read_body(body).await?)?;
+                let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .update(&self.def, ns, &name, object, status, &options)
                     .await?;
@@ -624,7 +703,7 @@ impl Call<'_> {
             (Method::PATCH, Some(name)) => {
                 let options = self.query.write_options()?;
                 let patch_type = content_type(self.headers);
-                let bytes = read_body(body).await?;
+                let bytes = body;
                 let written = registry
                     .patch(
                         &self.def,
@@ -687,7 +766,7 @@ impl Call<'_> {
     }
 
     /// `/scale`: GET, PUT and PATCH of the autoscaling/v1 Scale.
-    async fn scale(&self, method: &Method, body: Body) -> Result<Response, ApiError> {
+    async fn scale(&self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
         let name = self.name.clone().ok_or_else(ApiError::method_not_allowed)?;
         let ns = self.namespace()?;
         let registry = self.registry();
@@ -695,7 +774,7 @@ impl Call<'_> {
             Method::GET => registry.get_scale(&self.def, ns, &name).await?,
             Method::PUT => {
                 let options = self.query.write_options()?;
-                let wanted = decode_body(self.headers, &read_body(body).await?)?;
+                let wanted = decode_body(self.headers, &body)?;
                 registry
                     .write_scale(&self.def, ns, &name, &options, |_| Ok(wanted.clone()))
                     .await?
@@ -703,7 +782,7 @@ impl Call<'_> {
             Method::PATCH => {
                 let options = self.query.write_options()?;
                 let kind = content_type(self.headers);
-                let patch: Value = serde_json::from_slice(&read_body(body).await?)
+                let patch: Value = serde_json::from_slice(&body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
                 registry
                     .write_scale(&self.def, ns, &name, &options, |current| {
@@ -742,8 +821,7 @@ impl Call<'_> {
         ))
     }
 
-    async fn delete_options(&self, body: Body) -> Result<DeleteOptions, ApiError> {
-        let bytes = read_body(body).await?;
+    async fn delete_options(&self, bytes: Bytes) -> Result<DeleteOptions, ApiError> {
         let mut options = DeleteOptions {
             dry_run: self.query.dry_run()?,
             ..DeleteOptions::default()

@@ -14,6 +14,7 @@ mod controllers;
 pub mod crd;
 pub mod discovery;
 mod http;
+pub mod metrics;
 pub mod openapi;
 pub mod pki;
 pub mod protobuf;

@@ -158,6 +158,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         token: credentials.token.clone(),
         server_address: url.trim_start_matches("https://").to_owned(),
         shutdown: stopping.clone(),
+        metrics: crate::metrics::Metrics::default(),
     });
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);

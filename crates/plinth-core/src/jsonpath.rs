@@ -109,7 +109,8 @@ impl JsonPath {
                                 let found = path.iter().try_fold(*item, |v, p| v.get(p.as_str()));
                                 let matches = found.is_some_and(|f| match f {
                                     Value::String(s) => s == wanted,
-                                    other => serde_json::from_str::<Value>(wanted).is_ok_and(|w| &w == other),
+                                    other => serde_json::from_str::<Value>(wanted)
+                                        .is_ok_and(|w| &w == other),
                                 });
                                 matches != *negated
                             }));

@@ -302,7 +302,7 @@ impl ApiError {
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusReason::RequestEntityTooLarge,
-            format!("the request is too large: the limit is {limit} bytes"),
+            format!("Request entity too large: limit is {limit}"),
         )
     }
 

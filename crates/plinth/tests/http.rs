@@ -1,0 +1,411 @@
+//! Raw HTTP against `plinth serve` (curl, with the server's CA and token): authentication,
+//! hostile bodies, health, metrics, and the watch protocol's edges.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{Backend, Plinth};
+use serde_json::{Value, json};
+
+struct Http<'a> {
+    plinth: &'a Plinth,
+    base: String,
+    token: String,
+}
+
+struct Reply {
+    code: u16,
+    body: String,
+    headers: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+impl<'a> Http<'a> {
+    fn new(plinth: &'a Plinth) -> Self {
+        let kubeconfig = std::fs::read_to_string(&plinth.kubeconfig).unwrap();
+        let base = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .to_owned();
+        let token = std::fs::read_to_string(plinth.dir.path().join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        Self {
+            plinth,
+            base,
+            token,
+        }
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Option<&[u8]>,
+        auth: bool,
+    ) -> Reply {
+        let headers_file = self.plinth.dir.path().join("headers.txt");
+        let body_file = self.plinth.dir.path().join("body.bin");
+        let mut command = Command::new("curl");
+        command
+            .args(["-s", "-o", "-", "-D"])
+            .arg(&headers_file)
+            .args(["-w", "\n%{http_code}", "--cacert"])
+            .arg(self.plinth.dir.path().join("ca.crt"))
+            .args(["-X", method, "-H", &format!("Content-Type: {content_type}")]);
+        if auth {
+            command.args(["-H", &format!("Authorization: Bearer {}", self.token)]);
+        }
+        if let Some(body) = body {
+            std::fs::write(&body_file, body).unwrap();
+            command
+                .arg("--data-binary")
+                .arg(format!("@{}", body_file.display()));
+        }
+        let out = command
+            .arg(format!("{}{path}", self.base))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        Reply {
+            code: code.trim().parse().unwrap(),
+            body: body.to_owned(),
+            headers: std::fs::read_to_string(headers_file).unwrap_or_default(),
+        }
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, "application/json", None, true)
+    }
+
+    fn post(&self, path: &str, body: &[u8]) -> Reply {
+        self.request("POST", path, "application/json", Some(body), true)
+    }
+}
+
+fn status(reply: &Reply, code: u16, reason: &str) -> Value {
+    assert_eq!(reply.code, code, "{}", reply.body);
+    let status = reply.json();
+    assert_eq!(
+        (
+            status["kind"].as_str(),
+            status["reason"].as_str(),
+            status["code"].as_u64()
+        ),
+        (Some("Status"), Some(reason), Some(u64::from(code))),
+        "{status}"
+    );
+    status
+}
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+#[test]
+fn authentication_health_and_version() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let denied = http.request("GET", "/api/v1/namespaces", "application/json", None, false);
+    status(&denied, 401, "Unauthorized");
+    for path in ["/healthz", "/livez", "/readyz"] {
+        let ok = http.request("GET", path, "application/json", None, false);
+        assert_eq!((ok.code, ok.body.as_str()), (200, "ok"), "{path}");
+    }
+    let version = http
+        .request("GET", "/version", "application/json", None, false)
+        .json();
+    assert_eq!(
+        (version["major"].as_str(), version["minor"].as_str()),
+        (Some("1"), Some("32"))
+    );
+    let wrong = http.request("GET", "/api/v1/namespaces", "application/json", None, false);
+    assert_eq!(wrong.code, 401);
+}
+
+#[test]
+fn hostile_bodies_get_client_errors_and_change_nothing() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let before = http.get(CM).json()["metadata"]["resourceVersion"].clone();
+
+    status(
+        &http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x""#,
+        ),
+        400,
+        "BadRequest",
+    );
+    status(&http.post(CM, b"[1,2,3]"), 400, "BadRequest");
+    let deep = format!("{}1{}", "{\"a\":".repeat(300), "}".repeat(300));
+    status(&http.post(CM, deep.as_bytes()), 400, "BadRequest");
+    let big = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big"}},"data":{{"a":"{}"}}}}"#,
+        "a".repeat(4 << 20)
+    );
+    let too_large = status(&http.post(CM, big.as_bytes()), 413, "RequestEntityTooLarge");
+    assert_eq!(
+        too_large["message"],
+        "Request entity too large: limit is 3145728"
+    );
+    let yaml = http.request(
+        "POST",
+        CM,
+        "application/yaml",
+        Some(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [unclosed\n"),
+        true,
+    );
+    status(&yaml, 400, "BadRequest");
+    let unsupported = http.request("POST", CM, "text/plain", Some(b"hello"), true);
+    status(&unsupported, 415, "UnsupportedMediaType");
+    let garbage_proto = http.request(
+        "POST",
+        CM,
+        "application/vnd.kubernetes.protobuf",
+        Some(b"k8s\0\xff\xfe"),
+        true,
+    );
+    status(&garbage_proto, 400, "BadRequest");
+    let wrong_type = status(
+        &http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"t"},"data":{"a":1}}"#,
+        ),
+        400,
+        "BadRequest",
+    );
+    assert_eq!(
+        wrong_type["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data[a] of type string"
+    );
+    let wrong_kind = status(
+        &http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"k"}}"#,
+        ),
+        400,
+        "BadRequest",
+    );
+    assert!(
+        wrong_kind["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not match the expected kind (ConfigMap)")
+    );
+    let invalid = status(&http.post(CM, br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ok","labels":{"bad key":"v"}},"data":{"bad key":"v"}}"#), 422, "Invalid");
+    let causes = invalid["details"]["causes"].as_array().unwrap();
+    assert_eq!(
+        causes
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["metadata.labels", "data"]
+    );
+    let no_name = status(
+        &http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#,
+        ),
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        no_name["message"],
+        "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
+    );
+    let with_rv = status(&http.post(CM, br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"rv","resourceVersion":"5"}}"#), 400, "BadRequest");
+    assert_eq!(
+        with_rv["message"],
+        "resourceVersion should not be set on objects to be created"
+    );
+    status(
+        &http.request("PUT", CM, "application/json", Some(b"{}"), true),
+        405,
+        "MethodNotAllowed",
+    );
+    status(
+        &http.get("/api/v1/namespaces/default/nothings"),
+        404,
+        "NotFound",
+    );
+    status(
+        &http.get(&format!("{CM}?labelSelector=a%20in%20b")),
+        400,
+        "BadRequest",
+    );
+    status(&http.get(&format!("{CM}?limit=abc")), 400, "BadRequest");
+    status(
+        &http.get(&format!("{CM}?continue=garbage")),
+        400,
+        "BadRequest",
+    );
+
+    let after = http.get(CM).json();
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before,
+        "no failed request wrote anything"
+    );
+    assert_eq!(after["items"].as_array().unwrap().len(), 0);
+    // And the server is alive.
+    assert_eq!(
+        http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fine"}}"#
+        )
+        .code,
+        201
+    );
+}
+
+#[test]
+fn metrics_count_requests_by_verb_resource_and_code() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    http.get(CM);
+    http.get(&format!("{CM}/missing"));
+    let text = http.get("/metrics").body;
+    assert!(
+        text.contains("# TYPE apiserver_request_total counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"apiserver_request_total{code="200",component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="LIST",version="v1"}"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"apiserver_request_total{code="404",component="apiserver",group="",resource="configmaps",scope="resource",subresource="",verb="GET",version="v1"} 1"#), "{text}");
+    assert!(
+        text.contains("apiserver_request_duration_seconds_bucket{"),
+        "{text}"
+    );
+}
+
+#[test]
+fn watch_protocol_edges() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let created = http
+        .post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"w1"}}"#,
+        )
+        .json();
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Watch-list: initial ADDED events, then a bookmark marking their end, then live events.
+    let list = http.get(&format!("{CM}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"));
+    let events: Vec<Value> = list
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "w1");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark");
+    assert_eq!(
+        bookmark["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(bookmark["object"]["kind"], "ConfigMap");
+    let bookmark_rv: i64 = bookmark["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bookmark_rv >= rv.parse::<i64>().unwrap());
+    // sendInitialEvents without bookmarks is refused, as upstream does.
+    status(
+        &http.get(&format!(
+            "{CM}?watch=1&sendInitialEvents=true&timeoutSeconds=1"
+        )),
+        422,
+        "Invalid",
+    );
+
+    // A watch from a resourceVersion sees only later changes, and ends at timeoutSeconds.
+    http.post(
+        CM,
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"w2"}}"#,
+    );
+    let started = std::time::Instant::now();
+    let later = http.get(&format!(
+        "{CM}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+    ));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let names: Vec<Value> = later
+        .body
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["object"]["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("w2")]);
+    assert!(
+        later
+            .headers
+            .to_ascii_lowercase()
+            .contains("content-type: application/json")
+    );
+}
+
+#[test]
+fn paginated_lists_and_expired_continue_tokens() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    for i in 0..7 {
+        http.post(
+            CM,
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"p{i}"}}}}"#)
+                .as_bytes(),
+        );
+    }
+    let first = http.get(&format!("{CM}?limit=3")).json();
+    assert_eq!(first["items"].as_array().unwrap().len(), 3);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    // Writes after the first page do not show up in later pages.
+    http.post(
+        CM,
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"p99"}}"#,
+    );
+    let mut names: Vec<String> = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let mut next = Some(token);
+    while let Some(token) = next {
+        let page = http.get(&format!("{CM}?limit=3&continue={token}")).json();
+        assert_eq!(
+            page["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"],
+            "every page at the first page's revision"
+        );
+        names.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()),
+        );
+        next = page["metadata"]["continue"].as_str().map(str::to_owned);
+    }
+    assert_eq!(names, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
+    assert_eq!(
+        http.get(&format!("{CM}?resourceVersion=999999999")).code,
+        504
+    );
+}
