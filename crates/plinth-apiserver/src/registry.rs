@@ -1188,7 +1188,26 @@ impl Registry {
             }
             (events, revision + 1)
         } else {
-            (Vec::new(), parse_rv(&rv)? + 1)
+            let from = parse_rv(&rv)?;
+            // A resourceVersion older than history is answered at once with 410, as
+            // kube-apiserver's watch cache does.
+            let probe = RangeRequest::prefix(prefix.clone())
+                .limit(1)
+                .at_revision(from);
+            match self.store.range(probe).await {
+                Err(StoreError::Compacted {
+                    requested,
+                    compacted,
+                }) => {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {requested} ({})",
+                        compacted.unwrap_or_default()
+                    )));
+                }
+                Err(StoreError::FutureRevision { .. }) | Ok(_) => {}
+                Err(e) => return Err(store_error(&def, "", e)),
+            }
+            (Vec::new(), from + 1)
         };
         let stream = self
             .store

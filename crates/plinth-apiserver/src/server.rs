@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Where objects are stored.
     pub storage: StorageConfig,
+    /// How often history is compacted: each time, everything older than the revision seen at
+    /// the previous tick goes (kube-apiserver's `--etcd-compaction-interval`, default 5 min).
+    pub compaction_interval: Duration,
 }
 
 /// A running server.
@@ -160,6 +163,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         shutdown: stopping.clone(),
         metrics: crate::metrics::Metrics::default(),
     });
+    tokio::spawn(compactor(
+        registry.store.clone(),
+        config.compaction_interval,
+        stopping.clone(),
+    ));
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
@@ -174,6 +182,36 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         stop,
         done,
     })
+}
+
+/// Compacts history every `interval` up to the revision seen one interval earlier, so that
+/// watches and lists may resume from anything younger than one interval.
+async fn compactor(store: Arc<dyn Store>, interval: Duration, mut stopping: watch::Receiver<bool>) {
+    if interval.is_zero() {
+        return;
+    }
+    let mut previous: Option<i64> = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let current = match store.current_revision().await {
+            Ok(current) => current,
+            Err(e) => {
+                tracing::warn!(error = %e, "compactor: cannot read the revision");
+                continue;
+            }
+        };
+        if let Some(revision) = previous.filter(|r| *r > 1) {
+            match store.compact(revision).await {
+                Ok(()) => tracing::debug!(revision, "compacted"),
+                Err(plinth_store::StoreError::Compacted { .. }) => {}
+                Err(e) => tracing::warn!(error = %e, revision, "compaction failed"),
+            }
+        }
+        previous = Some(current);
+    }
 }
 
 async fn serve(

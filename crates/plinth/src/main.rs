@@ -33,10 +33,34 @@ enum Command {
         /// Key prefix in etcd.
         #[arg(long, default_value = "/registry/")]
         etcd_prefix: String,
+        /// How often history is compacted (`300s`, `5m`, `1h`; `0s` never).
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        compaction_interval: std::time::Duration,
         /// Log format.
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
     },
+}
+
+/// `90s`, `5m`, `2h`, or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 300s, 5m, 1h"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: the unit must be s, m or h"
+            ));
+        }
+    };
+    Ok(std::time::Duration::from_secs(seconds))
 }
 
 fn default_data_dir() -> PathBuf {
@@ -56,6 +80,7 @@ fn main() -> ExitCode {
             listen,
             etcd_servers,
             etcd_prefix,
+            compaction_interval,
             log_format,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -80,6 +105,7 @@ fn main() -> ExitCode {
                 data_dir: data_dir.unwrap_or_else(default_data_dir),
                 listen,
                 storage,
+                compaction_interval,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

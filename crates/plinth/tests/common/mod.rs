@@ -22,10 +22,16 @@ pub struct Plinth {
     pub kubeconfig: PathBuf,
     backend: Backend,
     listen: String,
+    extra_args: Vec<String>,
 }
 
 impl Plinth {
     pub fn start(backend: Backend) -> Self {
+        Self::start_with(backend, &[])
+    }
+
+    /// Starts with extra `plinth serve` arguments.
+    pub fn start_with(backend: Backend, extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -38,6 +44,7 @@ impl Plinth {
             dir,
             backend,
             listen: format!("127.0.0.1:{port}"),
+            extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
         };
         plinth.launch();
         plinth
@@ -57,6 +64,7 @@ impl Plinth {
         if let Backend::Etcd(etcd) = &self.backend {
             command.args(["--etcd-servers", &etcd.endpoint()]);
         }
+        command.args(&self.extra_args);
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
