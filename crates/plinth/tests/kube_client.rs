@@ -1,0 +1,223 @@
+//! The Rust `kube` crate against `plinth serve`: typed and dynamic APIs, errors, and the
+//! kube-runtime watcher with streaming lists (watch-list), as operators use them.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{Backend, Plinth};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::json;
+
+async fn client(plinth: &Plinth) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&plinth.kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn config_map(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    cm.data = Some(BTreeMap::from([("k".to_owned(), "v".to_owned())]));
+    cm
+}
+
+async fn typed_and_dynamic_apis(plinth: &Plinth) {
+    let client = client(plinth).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert!(names.contains(&"kube-system".to_owned()), "{names:?}");
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &config_map("kube-a", &[("app", "x")]),
+        )
+        .await
+        .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("kube-b", &[("app", "y")]),
+    )
+    .await
+    .unwrap();
+    let selected = cms
+        .list(&ListParams::default().labels("app=x"))
+        .await
+        .unwrap();
+    assert_eq!(selected.items.len(), 1);
+    assert_eq!(selected.items[0].metadata.name.as_deref(), Some("kube-a"));
+
+    let patched = cms
+        .patch(
+            "kube-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"extra": "1"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched
+            .data
+            .as_ref()
+            .unwrap()
+            .get("extra")
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // A replace with the stale object conflicts.
+    let stale = cms
+        .replace("kube-a", &PostParams::default(), &created)
+        .await
+        .unwrap_err();
+    match stale {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409);
+            assert_eq!(status.reason, "Conflict");
+        }
+        other => panic!("expected a 409, got {other:?}"),
+    }
+    match cms.get("nope").await.unwrap_err() {
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"))
+        }
+        other => panic!("expected a 404, got {other:?}"),
+    }
+    cms.delete("kube-b", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A CRD, then its custom resources through the dynamic API.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.org"},
+        "spec": {"group": "example.org", "scope": "Cluster",
+                 "names": {"plural": "gadgets", "kind": "Gadget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let gvk = GroupVersionKind::gvk("example.org", "v1", "Gadget");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "gadgets");
+    let gadgets: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut gadget = DynamicObject::new("g1", &resource).data(json!({"spec": {"size": 3}}));
+    gadget.metadata.labels = Some(BTreeMap::from([("tier".to_owned(), "gold".to_owned())]));
+    let mut created = None;
+    for _ in 0..50 {
+        match gadgets.create(&PostParams::default(), &gadget).await {
+            Ok(g) => {
+                created = Some(g);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let created = created.expect("the CRD's endpoint is served within 5 s");
+    assert_eq!(created.data["spec"]["size"], 3);
+    assert_eq!(created.metadata.generation, Some(1));
+    let listed = gadgets
+        .list(&ListParams::default().labels("tier=gold"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+}
+
+async fn watcher_with_streaming_lists(plinth: &Plinth) {
+    let client = client(plinth).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &config_map("seen-first", &[("watch", "me")]),
+    )
+    .await
+    .unwrap();
+    let config = watcher::Config::default()
+        .labels("watch=me")
+        .streaming_lists();
+    let mut events = watcher(cms.clone(), config).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(cm) => initial.push(cm.metadata.name.unwrap()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected event before the initial list ended: {other:?}"),
+        }
+    }
+    assert_eq!(initial, ["seen-first"]);
+    cms.create(
+        &PostParams::default(),
+        &config_map("seen-later", &[("watch", "me")]),
+    )
+    .await
+    .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        watcher::Event::Apply(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("seen-later")),
+        other => panic!("expected the new object, got {other:?}"),
+    }
+    cms.delete("seen-later", &DeleteParams::default())
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        watcher::Event::Delete(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("seen-later")),
+        other => panic!("expected the deletion, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_crate_on_embedded_storage() {
+    let plinth = Plinth::start(Backend::Embedded);
+    typed_and_dynamic_apis(&plinth).await;
+    watcher_with_streaming_lists(&plinth).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_crate_on_etcd() {
+    let plinth = Plinth::start_etcd().await;
+    typed_and_dynamic_apis(&plinth).await;
+    watcher_with_streaming_lists(&plinth).await;
+}
