@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod cache;
 mod controllers;
 pub mod crd;
 pub mod discovery;

@@ -113,6 +113,8 @@ pub struct Registry {
     pub store: Arc<dyn Store>,
     /// What is served.
     pub resources: Arc<Resources>,
+    /// The watch cache.
+    pub caches: Arc<crate::cache::Caches>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -329,6 +331,9 @@ impl Registry {
     ) -> Result<Value, ApiError> {
         Self::check_field_selector(def, &options.fields)?;
         let prefix = def.list_prefix(namespace);
+        if options.resource_version.as_deref() == Some("0") && options.continue_token.is_none() {
+            return self.list_cached(def, &prefix, options).await;
+        }
         let (mut revision, mut start) = match &options.continue_token {
             Some(token) if !token.is_empty() => {
                 let (rev, start) = decode_continue(token)?;
@@ -415,6 +420,34 @@ impl Registry {
             "kind": def.list_kind(),
             "apiVersion": def.group_version.api_version(),
             "metadata": list_meta,
+            "items": items,
+        }))
+    }
+
+    /// A list from the watch cache (`resourceVersion=0`: any state, which may be stale; the
+    /// limit is ignored, as kube-apiserver does for such reads).
+    async fn list_cached(
+        &self,
+        def: &ResourceDef,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        let cacher = self.caches.get(&def.key_prefix());
+        cacher.wait_for(1).await?;
+        let (objects, revision) = cacher.snapshot(prefix);
+        let items: Vec<Value> = objects
+            .iter()
+            .filter(|o| Self::selected(def, o, options))
+            .map(|o| {
+                let mut object = (**o).clone();
+                set_type_meta(&mut object, def);
+                object
+            })
+            .collect();
+        Ok(json!({
+            "kind": def.list_kind(),
+            "apiVersion": def.group_version.api_version(),
+            "metadata": {"resourceVersion": revision.to_string()},
             "items": items,
         }))
     }
@@ -1143,10 +1176,12 @@ impl Registry {
     }
 
     /// Watches objects: the events after `options.resource_version`, or — when it is unset or
-    /// `0`, or `send_initial_events` — the current objects as ADDED first.
+    /// `0`, or `send_initial_events` — the current objects as ADDED first. Served from the watch
+    /// cache; a resourceVersion older than the cache's window is served from storage if the
+    /// store still has it.
     ///
     /// # Errors
-    /// 410 if the resourceVersion is older than history (for a watch started right away).
+    /// 410 if the resourceVersion is older than history.
     pub async fn watch(
         &self,
         def: Arc<ResourceDef>,
@@ -1157,10 +1192,35 @@ impl Registry {
     ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
         Self::check_field_selector(&def, &options.fields)?;
         let rv = options.resource_version.clone().unwrap_or_default();
-        let initial = send_initial_events || rv.is_empty() || rv == "0";
         let prefix = def.list_prefix(namespace.as_deref());
-        let (initial_events, from) = if initial {
-            let mut list_options = options.clone();
+        let cacher = self.caches.get(&def.key_prefix());
+        cacher.wait_for(1).await?;
+        let options = Arc::new(options);
+        let selected = {
+            let (def, options) = (def.clone(), options.clone());
+            move |object: &Value| Self::selected(&def, object, &options)
+        };
+        let (mut initial, subscription, snapshot) = if rv == "0" && !send_initial_events {
+            // "Any" state: the cache's own snapshot, then its changes.
+            let subscription = cacher.subscribe(&prefix, None)?;
+            let initial: Vec<WatchEvent> = subscription
+                .initial
+                .iter()
+                .filter(|o| selected(o))
+                .map(|o| {
+                    let mut object = (**o).clone();
+                    set_type_meta(&mut object, &def);
+                    WatchEvent {
+                        kind: "ADDED",
+                        object,
+                    }
+                })
+                .collect();
+            let snapshot = subscription.revision;
+            (initial, Ok(subscription), snapshot)
+        } else if rv.is_empty() || rv == "0" || send_initial_events {
+            // A consistent snapshot from storage, then the cache's changes after it.
+            let mut list_options = (*options).clone();
             list_options.limit = 0;
             list_options.continue_token = None;
             if !send_initial_events {
@@ -1173,7 +1233,7 @@ impl Registry {
                 .map(parse_rv)
                 .transpose()?
                 .unwrap_or(0);
-            let mut events: Vec<WatchEvent> = list["items"]
+            let initial: Vec<WatchEvent> = list["items"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default()
@@ -1183,44 +1243,94 @@ impl Registry {
                     object,
                 })
                 .collect();
-            if send_initial_events {
-                events.push(bookmark(&def, revision, true));
-            }
-            (events, revision + 1)
+            (
+                initial,
+                cacher
+                    .subscribe(&prefix, Some(revision))
+                    .map_err(|_| revision),
+                revision,
+            )
         } else {
             let from = parse_rv(&rv)?;
-            // A resourceVersion older than history is answered at once with 410, as
-            // kube-apiserver's watch cache does.
-            let probe = RangeRequest::prefix(prefix.clone())
-                .limit(1)
-                .at_revision(from);
-            match self.store.range(probe).await {
-                Err(StoreError::Compacted {
-                    requested,
-                    compacted,
-                }) => {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {requested} ({})",
-                        compacted.unwrap_or_default()
-                    )));
-                }
-                Err(StoreError::FutureRevision { .. }) | Ok(_) => {}
-                Err(e) => return Err(store_error(&def, "", e)),
-            }
-            (Vec::new(), from + 1)
+            (
+                Vec::new(),
+                cacher.subscribe(&prefix, Some(from)).map_err(|_| from),
+                from,
+            )
         };
+        let live: futures::stream::BoxStream<'static, WatchEvent> = match subscription {
+            Ok(subscription) => {
+                // Only changes after the snapshot (or the resumed revision) are sent.
+                let after = snapshot;
+                let (def, options) = (def.clone(), options.clone());
+                let replay = futures::stream::iter(subscription.replay);
+                let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
+                replay
+                    .chain(live)
+                    .filter_map(move |event| {
+                        let keep = event.revision > after && event.key.starts_with(&prefix);
+                        let out = keep
+                            .then(|| {
+                                translate(
+                                    &def,
+                                    &options,
+                                    event.kind,
+                                    &event.object,
+                                    event.prev.as_deref(),
+                                )
+                            })
+                            .flatten();
+                        futures::future::ready(out)
+                    })
+                    .boxed()
+            }
+            Err(from) => {
+                self.watch_storage(def.clone(), prefix, from, options.clone())
+                    .await?
+            }
+        };
+        if send_initial_events {
+            initial.push(bookmark(&def, snapshot, true));
+        }
+        let _ = bookmarks;
+        Ok(futures::stream::iter(initial).chain(live).boxed())
+    }
+
+    /// A watch served straight from storage, from revision `from + 1`.
+    async fn watch_storage(
+        &self,
+        def: Arc<ResourceDef>,
+        prefix: String,
+        from: Revision,
+        options: Arc<ListOptions>,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        // A resourceVersion older than history is answered at once with 410.
+        let probe = RangeRequest::prefix(prefix.clone())
+            .limit(1)
+            .at_revision(from);
+        match self.store.range(probe).await {
+            Err(StoreError::Compacted {
+                requested,
+                compacted,
+            }) => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {requested} ({})",
+                    compacted.unwrap_or_default()
+                )));
+            }
+            Err(StoreError::FutureRevision { .. }) | Ok(_) => {}
+            Err(e) => return Err(store_error(&def, "", e)),
+        }
         let stream = self
             .store
-            .watch(&prefix, from)
+            .watch(&prefix, from + 1)
             .await
             .map_err(|e| store_error(&def, "", e))?;
-        let options = Arc::new(options);
-        let def_for_events = def.clone();
         let events = stream.filter_map(move |item| {
-            let (def, options) = (def_for_events.clone(), options.clone());
+            let (def, options) = (def.clone(), options.clone());
             async move {
                 match item {
-                    Ok(event) => translate(&def, &options, event),
+                    Ok(event) => translate_stored(&def, &options, event),
                     Err(error) => Some(WatchEvent {
                         kind: "ERROR",
                         object: store_error(&def, "", error).to_status(),
@@ -1228,9 +1338,7 @@ impl Registry {
                 }
             }
         });
-        let events = ends_after_error(events);
-        let _ = bookmarks;
-        Ok(futures::stream::iter(initial_events).chain(events).boxed())
+        Ok(ends_after_error(events).boxed())
     }
 }
 
@@ -1258,9 +1366,44 @@ pub fn bookmark(def: &ResourceDef, revision: Revision, initial_events_end: bool)
     }
 }
 
-/// A storage event as the API's watch event, honouring selectors: an object that stops matching
-/// is DELETED for this watcher, one that starts matching is ADDED.
+/// A change as the API's watch event, honouring selectors: an object that stops matching is
+/// DELETED for this watcher, one that starts matching is ADDED.
 fn translate(
+    def: &ResourceDef,
+    options: &ListOptions,
+    kind: EventKind,
+    object: &Value,
+    prev: Option<&Value>,
+) -> Option<WatchEvent> {
+    let typed = |v: &Value| {
+        let mut v = v.clone();
+        set_type_meta(&mut v, def);
+        v
+    };
+    let prev_selected = prev.is_some_and(|p| Registry::selected(def, p, options));
+    match kind {
+        EventKind::Delete => prev_selected.then(|| WatchEvent {
+            kind: "DELETED",
+            object: typed(object),
+        }),
+        EventKind::Put => {
+            let selected = Registry::selected(def, object, options);
+            let kind = match (prev_selected, selected) {
+                (true, true) => "MODIFIED",
+                (false, true) => "ADDED",
+                (true, false) => "DELETED",
+                (false, false) => return None,
+            };
+            Some(WatchEvent {
+                kind,
+                object: typed(object),
+            })
+        }
+    }
+}
+
+/// A storage event as the API's watch event (the path for watches older than the cache).
+fn translate_stored(
     def: &ResourceDef,
     options: &ListOptions,
     event: plinth_store::WatchEvent,
@@ -1268,41 +1411,15 @@ fn translate(
     let revision = event.revision();
     let decode_at = |kv: &KeyValue| -> Option<Value> {
         let mut object = decode(kv).ok()?;
-        if let Some(meta) = metadata_mut(&mut object) {
-            meta.insert("resourceVersion".into(), json!(revision.to_string()));
-        }
-        set_type_meta(&mut object, def);
+        metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
         Some(object)
     };
     let prev = event.prev.as_ref().and_then(decode_at);
-    let prev_selected = prev
-        .as_ref()
-        .is_some_and(|p| Registry::selected(def, p, options));
-    match event.kind {
-        EventKind::Delete => prev.filter(|_| prev_selected).map(|object| WatchEvent {
-            kind: "DELETED",
-            object,
-        }),
-        EventKind::Put => {
-            let object = decode_at(&event.kv)?;
-            let selected = Registry::selected(def, &object, options);
-            match (prev.is_some() && prev_selected, selected) {
-                (true, true) => Some(WatchEvent {
-                    kind: "MODIFIED",
-                    object,
-                }),
-                (false, true) => Some(WatchEvent {
-                    kind: "ADDED",
-                    object,
-                }),
-                (true, false) => Some(WatchEvent {
-                    kind: "DELETED",
-                    object,
-                }),
-                (false, false) => None,
-            }
-        }
-    }
+    let object = match event.kind {
+        EventKind::Put => decode_at(&event.kv)?,
+        EventKind::Delete => prev.clone()?,
+    };
+    translate(def, options, event.kind, &object, prev.as_ref())
 }
 
 /// A patch as sent: its media type and body.

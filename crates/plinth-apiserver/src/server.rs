@@ -134,6 +134,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     })?;
     let store = open_store(&config).await?;
     let registry = Registry {
+        caches: Arc::new(crate::cache::Caches::new(store.clone())),
         store,
         resources: Arc::new(Resources::builtin()),
     };
@@ -164,7 +165,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         metrics: crate::metrics::Metrics::default(),
     });
     tokio::spawn(compactor(
-        registry.store.clone(),
+        registry.clone(),
         config.compaction_interval,
         stopping.clone(),
     ));
@@ -186,7 +187,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
 
 /// Compacts history every `interval` up to the revision seen one interval earlier, so that
 /// watches and lists may resume from anything younger than one interval.
-async fn compactor(store: Arc<dyn Store>, interval: Duration, mut stopping: watch::Receiver<bool>) {
+async fn compactor(registry: Registry, interval: Duration, mut stopping: watch::Receiver<bool>) {
+    let store = registry.store.clone();
     if interval.is_zero() {
         return;
     }
@@ -205,7 +207,10 @@ async fn compactor(store: Arc<dyn Store>, interval: Duration, mut stopping: watc
         };
         if let Some(revision) = previous.filter(|r| *r > 1) {
             match store.compact(revision).await {
-                Ok(()) => tracing::debug!(revision, "compacted"),
+                Ok(()) => {
+                    registry.caches.compacted(revision);
+                    tracing::debug!(revision, "compacted");
+                }
                 Err(plinth_store::StoreError::Compacted { .. }) => {}
                 Err(e) => tracing::warn!(error = %e, revision, "compaction failed"),
             }

@@ -1,0 +1,342 @@
+//! The watch cache: one storage watch per resource feeds an in-memory copy of its objects and a
+//! window of recent events (kube-apiserver's `cacher`). Lists and watches are served from it, so
+//! thousands of watchers cost one storage watch, and a watcher that stops reading is
+//! disconnected — never waited for — as kube-apiserver does; its client resumes from the last
+//! resourceVersion it saw.
+//!
+//! # Guarantees
+//! - A consistent read (no resourceVersion) waits until the cache has seen the store's current
+//!   revision, so it reflects every write acknowledged before it started.
+//! - A watch from revision R gets every change after R exactly once, in order, if R is within
+//!   the window; older R is answered with 410 Expired.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use plinth_core::ApiError;
+use plinth_core::meta::metadata_mut;
+use plinth_store::{EventKind, KeyValue, RangeRequest, Revision, Store};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+/// How many recent events each resource keeps for resuming watches.
+const HISTORY: usize = 10_000;
+/// Events buffered per watcher; one that falls this far behind is disconnected.
+const WATCHER_BUFFER: usize = 256;
+/// How long a read waits for the cache to reach a revision.
+const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+
+/// One change, decoded once and shared by every watcher.
+#[derive(Debug)]
+pub struct CacheEvent {
+    /// Put or delete.
+    pub kind: EventKind,
+    /// The storage key.
+    pub key: String,
+    /// The object after the change (for a delete: before it), resourceVersion set to the
+    /// change's revision.
+    pub object: Arc<Value>,
+    /// The object before the change.
+    pub prev: Option<Arc<Value>>,
+    /// The change's revision.
+    pub revision: Revision,
+}
+
+struct State {
+    objects: BTreeMap<String, Arc<Value>>,
+    /// Every change after `oldest` is in `history`.
+    history: VecDeque<Arc<CacheEvent>>,
+    oldest: Revision,
+    revision: Revision,
+    watchers: Vec<mpsc::Sender<Arc<CacheEvent>>>,
+}
+
+/// The cache of one resource (one storage key prefix).
+pub struct Cacher {
+    prefix: String,
+    state: RwLock<State>,
+    revision: watch::Sender<Revision>,
+}
+
+impl std::fmt::Debug for Cacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cacher")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn decode(kv: &KeyValue, revision: Revision) -> Option<Arc<Value>> {
+    let mut object: Value = serde_json::from_slice(&kv.value).ok()?;
+    metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
+    Some(Arc::new(object))
+}
+
+/// What a watch starts with.
+pub struct Subscription {
+    /// Objects to send as ADDED first (a snapshot), if asked for.
+    pub initial: Vec<Arc<Value>>,
+    /// Past events to replay (a resumed watch).
+    pub replay: Vec<Arc<CacheEvent>>,
+    /// The revision the snapshot or replay ends at.
+    pub revision: Revision,
+    /// Live events after it.
+    pub live: mpsc::Receiver<Arc<CacheEvent>>,
+}
+
+impl Cacher {
+    fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn state_mut(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until the cache has seen revision `wanted`.
+    ///
+    /// # Errors
+    /// 504 (`Too large resource version`) if it does not within 3 s.
+    pub async fn wait_for(&self, wanted: Revision) -> Result<Revision, ApiError> {
+        let mut revision = self.revision.subscribe();
+        let reached =
+            tokio::time::timeout(FRESHNESS_WAIT, revision.wait_for(|r| *r >= wanted)).await;
+        match reached {
+            Ok(Ok(r)) => Ok(*r),
+            _ => {
+                let current = *self.revision.borrow();
+                let mut e = ApiError::new(
+                    plinth_core::StatusReason::Timeout,
+                    format!("Too large resource version: {wanted}, current: {current}"),
+                );
+                e.details.retry_after_seconds = Some(1);
+                Err(e)
+            }
+        }
+    }
+
+    /// The objects under `prefix` and the revision they are at.
+    pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
+        let state = self.state();
+        let objects = state
+            .objects
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (objects, state.revision)
+    }
+
+    /// Starts a watch: from a snapshot (`from = None`), or resuming after revision `from`.
+    ///
+    /// # Errors
+    /// 410 Expired if `from` is older than the kept history.
+    pub fn subscribe(
+        &self,
+        prefix: &str,
+        from: Option<Revision>,
+    ) -> Result<Subscription, ApiError> {
+        let (tx, live) = mpsc::channel(WATCHER_BUFFER);
+        let mut state = self.state_mut();
+        let revision = state.revision;
+        let (initial, replay) = match from {
+            None => {
+                let objects = state
+                    .objects
+                    .range(prefix.to_owned()..)
+                    .take_while(|(k, _)| k.starts_with(prefix))
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                (objects, Vec::new())
+            }
+            Some(from) if from < state.oldest => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {from} ({})",
+                    state.oldest
+                )));
+            }
+            Some(from) => {
+                let replay = state
+                    .history
+                    .iter()
+                    .filter(|e| e.revision > from && e.key.starts_with(prefix))
+                    .cloned()
+                    .collect();
+                (Vec::new(), replay)
+            }
+        };
+        state.watchers.push(tx);
+        Ok(Subscription {
+            initial,
+            replay,
+            revision,
+            live,
+        })
+    }
+
+    fn reset(&self, objects: BTreeMap<String, Arc<Value>>, revision: Revision) {
+        let mut state = self.state_mut();
+        state.objects = objects;
+        state.history.clear();
+        state.oldest = revision;
+        state.revision = revision;
+        // Watchers cannot be told what changed while the cache was rebuilt: they are ended, and
+        // resume (or relist) from the last revision they saw.
+        state.watchers.clear();
+        drop(state);
+        self.revision.send_replace(revision);
+    }
+
+    fn apply(&self, event: plinth_store::WatchEvent) {
+        let revision = event.revision();
+        let prev = event.prev.as_ref().and_then(|kv| decode(kv, revision));
+        let (object, key) = match event.kind {
+            EventKind::Put => (decode(&event.kv, revision), event.kv.key.clone()),
+            EventKind::Delete => (prev.clone(), event.kv.key.clone()),
+        };
+        let Some(object) = object else {
+            tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
+            return;
+        };
+        let shared = Arc::new(CacheEvent {
+            kind: event.kind,
+            key: key.clone(),
+            object: object.clone(),
+            prev,
+            revision,
+        });
+        let mut state = self.state_mut();
+        match event.kind {
+            EventKind::Put => {
+                state.objects.insert(key, object);
+            }
+            EventKind::Delete => {
+                state.objects.remove(&key);
+            }
+        }
+        state.history.push_back(shared.clone());
+        if state.history.len() > HISTORY
+            && let Some(dropped) = state.history.pop_front()
+        {
+            state.oldest = dropped.revision;
+        }
+        state.revision = revision;
+        state.watchers.retain(|w| match w.try_send(shared.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(prefix = %self.prefix, "watch cache: closing an unresponsive watcher");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+        drop(state);
+        self.revision.send_replace(revision);
+    }
+}
+
+/// Keeps one resource's cache in step with the store, relisting after any break.
+async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
+    use futures::StreamExt;
+    loop {
+        let listed = match store
+            .range(RangeRequest::prefix(cacher.prefix.clone()))
+            .await
+        {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: list failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let objects = listed
+            .kvs
+            .iter()
+            .filter_map(|kv| Some((kv.key.clone(), decode(kv, kv.mod_revision)?)))
+            .collect();
+        cacher.reset(objects, listed.revision);
+        let mut events = match store.watch(&cacher.prefix, listed.revision + 1).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: watch failed; relisting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        while let Some(item) = events.next().await {
+            match item {
+                Ok(event) => cacher.apply(event),
+                Err(e) => {
+                    tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: storage watch ended; relisting");
+                    break;
+                }
+            }
+        }
+        if Arc::strong_count(&cacher) == 1 {
+            return;
+        }
+    }
+}
+
+/// Every resource's cache, started on first use.
+pub struct Caches {
+    store: Arc<dyn Store>,
+    caches: Mutex<HashMap<String, Arc<Cacher>>>,
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches").finish_non_exhaustive()
+    }
+}
+
+impl Caches {
+    /// Storage history before `revision` is gone: so is the caches' (a watch from an older
+    /// resourceVersion is then 410 whichever way it is served).
+    pub fn compacted(&self, revision: Revision) {
+        for cacher in self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            let mut state = cacher.state_mut();
+            state.oldest = state.oldest.max(revision - 1);
+            while state.history.front().is_some_and(|e| e.revision < revision) {
+                state.history.pop_front();
+            }
+        }
+    }
+
+    /// Caches over `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            caches: Mutex::default(),
+        }
+    }
+
+    /// The cache of the resource stored under `prefix`, started if needed; it is ready once it
+    /// has listed (wait with [`Cacher::wait_for`]).
+    pub fn get(&self, prefix: &str) -> Arc<Cacher> {
+        let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cacher) = caches.get(prefix) {
+            return cacher.clone();
+        }
+        let cacher = Arc::new(Cacher {
+            prefix: prefix.to_owned(),
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                oldest: 0,
+                revision: 0,
+                watchers: Vec::new(),
+            }),
+            revision: watch::Sender::new(0),
+        });
+        caches.insert(prefix.to_owned(), cacher.clone());
+        tokio::spawn(run(self.store.clone(), cacher.clone()));
+        cacher
+    }
+}
