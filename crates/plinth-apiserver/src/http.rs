@@ -77,6 +77,8 @@ enum Format {
     Json,
     Yaml,
     Table,
+    /// `meta.k8s.io` PartialObjectMetadata (metadata-only clients and informers).
+    Metadata,
     /// `apidiscovery.k8s.io` aggregated discovery, v2 or v2beta1.
     Aggregated(&'static str),
 }
@@ -113,6 +115,13 @@ fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
                 match (param("as"), param("g"), param("v")) {
                     (Some("Table"), Some("meta.k8s.io"), Some("v1" | "v1beta1")) => {
                         return Ok(Format::Table);
+                    }
+                    (
+                        Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
+                        Some("meta.k8s.io"),
+                        Some("v1" | "v1beta1"),
+                    ) => {
+                        return Ok(Format::Metadata);
                     }
                     (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => {
                         return Ok(Format::Aggregated("apidiscovery.k8s.io/v2"));
@@ -153,7 +162,7 @@ fn respond(code: StatusCode, body: &Value, format: Format, warnings: &[String]) 
             ),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
-        Format::Json | Format::Table => (
+        Format::Json | Format::Table | Format::Metadata => (
             "application/json".to_owned(),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
@@ -172,6 +181,15 @@ fn respond(code: StatusCode, body: &Value, format: Format, warnings: &[String]) 
         }
     }
     response
+}
+
+/// The `PartialObjectMetadata` view of an object.
+fn partial(object: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": object.get("metadata").cloned().unwrap_or(json!({})),
+    })
 }
 
 /// The parsed query string.
@@ -621,6 +639,7 @@ impl Call<'_> {
 
     fn object_response(&self, code: StatusCode, object: &Value, warnings: &[String]) -> Response {
         match self.format {
+            Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
             Format::Table => respond(
                 code,
                 &table::of_object(
@@ -671,6 +690,19 @@ impl Call<'_> {
                         Format::Json,
                         &[],
                     )),
+                    Format::Metadata => {
+                        let items: Vec<Value> = list["items"]
+                            .as_array()
+                            .map(|i| i.iter().map(partial).collect())
+                            .unwrap_or_default();
+                        let metadata_list = json!({
+                            "kind": "PartialObjectMetadataList",
+                            "apiVersion": "meta.k8s.io/v1",
+                            "metadata": list["metadata"],
+                            "items": items,
+                        });
+                        Ok(respond(StatusCode::OK, &metadata_list, Format::Json, &[]))
+                    }
                     format => Ok(respond(StatusCode::OK, &list, format, &[])),
                 }
             }
@@ -885,13 +917,19 @@ impl Call<'_> {
                 _ = shutdown.wait_for(|stopping| *stopping) => {}
             }
         };
-        let (def, table) = (self.def.clone(), self.format == Format::Table);
+        let (def, table, metadata_only) = (
+            self.def.clone(),
+            self.format == Format::Table,
+            self.format == Format::Metadata,
+        );
         let include = IncludeObject::parse(self.query.get("includeObject"));
         let mut first = true;
         let body = events.take_until(Box::pin(stop)).map(move |event| {
             let object = if table && matches!(event.kind, "ADDED" | "MODIFIED" | "DELETED") {
                 let headers = std::mem::replace(&mut first, false);
                 table::of_object(&def, &event.object, include, headers)
+            } else if metadata_only && event.kind != "ERROR" {
+                partial(&event.object)
             } else {
                 event.object
             };
@@ -969,6 +1007,10 @@ mod tests {
             Format::Json
         );
         assert_eq!(with("application/yaml").unwrap(), Format::Yaml);
+        assert_eq!(
+            with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").unwrap(),
+            Format::Metadata
+        );
         assert_eq!(with("text/html").unwrap_err().code(), 406);
     }
 }

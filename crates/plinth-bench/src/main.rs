@@ -1,0 +1,475 @@
+//! `plinth-bench`: a load generator that talks to any Kubernetes API server through a
+//! kubeconfig, so that the same figures can be taken against Plinth and against a cluster.
+//!
+//! `plinth-bench load` measures, on a throw-away CRD (`benchobjects.bench.plinth.dev`) it
+//! installs and removes: creates/s of a 1 KiB custom resource at 1, 16 and 64 concurrent
+//! clients; gets/s; the latency of listing 10,000 objects; watch delivery latency p50/p99 with
+//! 100 and 1,000 watchers; and the server's resident memory when given its pid.
+//! `plinth-bench startup` measures how soon `plinth serve` answers `/readyz` after it is started.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, Config};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "plinth-bench",
+    version,
+    about = "Load generator for Kubernetes API servers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Loads the server the kubeconfig points at.
+    Load {
+        /// Kubeconfig of the server under test (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Seconds per create/get measurement.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Objects in the list measurement.
+        #[arg(long, default_value_t = 10_000)]
+        list_objects: usize,
+        /// Watcher counts for the watch-latency measurements.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        watchers: Vec<usize>,
+        /// The server's process id, to report its resident memory.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Namespace to work in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+    },
+    /// Starts `plinth serve` and measures the time until `/readyz` answers.
+    Startup {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// Runs.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const CRD_NAME: &str = "benchobjects.bench.plinth.dev";
+
+fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("bench.plinth.dev", "v1", "BenchObject"),
+        "benchobjects",
+    )
+}
+
+fn object(name: &str, payload: &str) -> DynamicObject {
+    DynamicObject::new(&format!("{}-{name}", run_id()), &resource())
+        .data(json!({"spec": {"payload": payload}}))
+}
+
+/// A tag that keeps this run's object names apart from earlier runs' against the same server.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| format!("{:x}", now_micros() % 0xff_ffff))
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            Config::from_custom_kubeconfig(
+                Kubeconfig::read_from(path)?,
+                &KubeConfigOptions::default(),
+            )
+            .await?
+        }
+        None => Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+async fn install_crd(client: &Client) -> Result<(), Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {"group": "bench.plinth.dev", "scope": "Namespaced",
+                 "names": {"plural": "benchobjects", "kind": "BenchObject"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {"payload": {"type": "string"}}}}}}}]}
+    }))?;
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Wait for the endpoint.
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    for _ in 0..100 {
+        if api.list(&ListParams::default().limit(1)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the benchmark CRD was not served within 10 s".into())
+}
+
+async fn remove_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
+}
+
+/// Creates 1 KiB objects from `clients` tasks for `duration`; returns creates/s.
+async fn creates(
+    api: &Api<DynamicObject>,
+    clients: usize,
+    duration: Duration,
+    tag: &str,
+) -> Result<f64, Error> {
+    let payload = "x".repeat(1024);
+    let done = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (api, payload, done, count, tag) = (
+            api.clone(),
+            payload.clone(),
+            done.clone(),
+            count.clone(),
+            tag.to_owned(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                api.create(
+                    &PostParams::default(),
+                    &object(&format!("c-{tag}-{c}-{i}"), &payload),
+                )
+                .await?;
+                count.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Gets one object from 16 tasks for `duration`; returns gets/s.
+async fn gets(api: &Api<DynamicObject>, duration: Duration) -> Result<f64, Error> {
+    api.create(&PostParams::default(), &object("get-target", "x"))
+        .await?;
+    let done = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (api, done, count) = (api.clone(), done.clone(), count.clone());
+        tasks.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                api.get(&format!("{}-get-target", run_id())).await?;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Fills its own namespace with `n` objects, then times full lists; returns the median.
+async fn list_latency(client: &Client, n: usize) -> Result<Duration, Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("plinth-bench-list".into());
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "plinth-bench-list", &resource());
+    let payload = "l".repeat(1024);
+    let mut tasks = Vec::new();
+    for c in 0..32 {
+        let (api, payload) = (api.clone(), payload.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (c..n).step_by(32) {
+                let mut o = object(&format!("list-{i:05}"), &payload);
+                o.metadata.labels =
+                    Some([("bench".to_owned(), format!("list-{}", run_id()))].into());
+                api.create(&PostParams::default(), &o).await?;
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let listed = api
+            .list(&ListParams::default().labels(&format!("bench=list-{}", run_id())))
+            .await?;
+        times.push(started.elapsed());
+        if listed.items.len() != n {
+            return Err(format!("listed {} objects, expected {n}", listed.items.len()).into());
+        }
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// Latency from just before a create to its arrival at each of `watchers` watchers: p50, p99.
+async fn watch_latency(
+    api: &Api<DynamicObject>,
+    watchers: usize,
+    writes: usize,
+) -> Result<(Duration, Duration), Error> {
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut tasks = Vec::new();
+    for _ in 0..watchers {
+        let stream = api
+            .watch(
+                &WatchParams::default()
+                    .labels(&format!("bench=watch-{}", run_id()))
+                    .timeout(290),
+                &rv,
+            )
+            .await?;
+        tasks.push(tokio::spawn(async move {
+            let mut stream = stream.boxed();
+            let mut latencies = Vec::with_capacity(writes);
+            while latencies.len() < writes {
+                match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
+                    Ok(Some(Ok(WatchEvent::Added(o)))) => {
+                        let sent: u64 = o.data["spec"]["payload"]
+                            .as_str()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0);
+                        latencies.push(Duration::from_micros(now_micros().saturating_sub(sent)));
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    other => return Err(format!("watch ended early: {other:?}")),
+                }
+            }
+            Ok(latencies)
+        }));
+    }
+    let tag = format!("w{watchers}");
+    for i in 0..writes {
+        let mut o = object(&format!("watch-{tag}-{i}"), &now_micros().to_string());
+        o.metadata.labels = Some([("bench".to_owned(), format!("watch-{}", run_id()))].into());
+        api.create(&PostParams::default(), &o).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await?.map_err(Error::from)?);
+    }
+    all.sort();
+    Ok((percentile(&all, 0.5), percentile(&all, 0.99)))
+}
+
+/// How many benchmark objects the server holds (all namespaces).
+async fn count_objects(client: &Client) -> Result<usize, Error> {
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let (mut count, mut token) = (0, None::<String>);
+    loop {
+        let mut params = ListParams::default().limit(5000);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = all.list_metadata(&params).await?;
+        count += page.items.len();
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(count);
+        }
+    }
+}
+
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+async fn load(
+    kubeconfig: Option<PathBuf>,
+    seconds: u64,
+    list_objects: usize,
+    watchers: Vec<usize>,
+    pid: Option<u32>,
+    namespace: String,
+) -> Result<(), Error> {
+    let client = client(kubeconfig).await?;
+    install_crd(&client).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource());
+    let duration = Duration::from_secs(seconds);
+    let mut rows = Vec::new();
+    for clients in [1, 16, 64] {
+        let rate = creates(&api, clients, duration, &clients.to_string()).await?;
+        eprintln!("creates, {clients} clients: {rate:.0}/s");
+        rows.push((
+            format!("creates/s, 1 KiB custom resource, {clients} client(s)"),
+            format!("{rate:.0}"),
+        ));
+    }
+    let rate = gets(&api, duration).await?;
+    eprintln!("gets: {rate:.0}/s");
+    rows.push(("gets/s, 16 clients".to_owned(), format!("{rate:.0}")));
+    let listed = list_latency(&client, list_objects).await?;
+    eprintln!("list of {list_objects}: {listed:?}");
+    rows.push((
+        format!("list of {list_objects} objects (median of 5)"),
+        format!("{:.0} ms", listed.as_secs_f64() * 1e3),
+    ));
+    let total = count_objects(&client).await?;
+    if let Some(mib) = pid.and_then(rss_mib) {
+        rows.push((
+            format!("server RSS holding {total} objects of 1 KiB"),
+            format!("{mib:.0} MiB"),
+        ));
+    }
+    for n in watchers {
+        let (p50, p99) = watch_latency(&api, n, 100).await?;
+        eprintln!("watch latency, {n} watchers: p50 {p50:?} p99 {p99:?}");
+        rows.push((
+            format!("watch delivery latency p50 / p99, {n} watchers"),
+            format!(
+                "{:.2} ms / {:.2} ms",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            ),
+        ));
+    }
+    if let Some(mib) = pid.and_then(rss_mib) {
+        rows.push(("server RSS at the end".to_owned(), format!("{mib:.0} MiB")));
+    }
+    remove_crd(&client).await;
+    println!("| measurement | result |");
+    println!("|---|---|");
+    for (what, value) in rows {
+        println!("| {what} | {value} |");
+    }
+    Ok(())
+}
+
+async fn startup(binary: PathBuf, runs: usize) -> Result<(), Error> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let dir = tempfile::tempdir()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&binary)
+            .args(["serve", "--data-dir"])
+            .arg(dir.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        // /readyz is served without credentials over TLS; a TCP connect plus the kubeconfig's
+        // presence marks readiness as a client sees it.
+        loop {
+            if dir.path().join("kubeconfig").exists()
+                && tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+            {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                return Err("plinth did not become ready within 20 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        times.push(started.elapsed());
+        child.kill().await?;
+    }
+    times.sort();
+    println!(
+        "| startup until ready (median of {runs}) | {:.0} ms |",
+        percentile(&times, 0.5).as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Command::Load {
+            kubeconfig,
+            seconds,
+            list_objects,
+            watchers,
+            pid,
+            namespace,
+        } => load(kubeconfig, seconds, list_objects, watchers, pid, namespace).await,
+        Command::Startup { binary, runs } => startup(binary, runs).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plinth-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
