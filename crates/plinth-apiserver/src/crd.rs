@@ -54,6 +54,7 @@ pub fn crd_resource() -> ResourceDef {
         delete_returns_object: true,
         scale: None,
         terminating: false,
+        events_k8s_io: false,
     }
 }
 
@@ -327,6 +328,7 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                 delete_returns_object: true,
                 scale: scale(version),
                 terminating,
+                events_k8s_io: false,
             }
         })
         .collect()

@@ -176,6 +176,63 @@ fn encode(object: &Value) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::internal(format!("encode an object: {e}")))
 }
 
+/// events.k8s.io/v1 field names and their core/v1 Event counterparts: both API versions are
+/// one resource, stored in the core form.
+const EVENT_FIELDS: [(&str, &str); 7] = [
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+    ("reportingController", "reportingComponent"),
+];
+
+fn rename_fields(mut object: Value, to_core: bool) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        for (events, core) in EVENT_FIELDS {
+            let (from, to) = if to_core {
+                (events, core)
+            } else {
+                (core, events)
+            };
+            if let Some(value) = map.remove(from) {
+                map.insert(to.to_owned(), value);
+            }
+        }
+    }
+    object
+}
+
+/// A stored object as `def` presents it.
+pub(crate) fn to_view(def: &ResourceDef, object: Value) -> Value {
+    if def.events_k8s_io {
+        rename_fields(object, false)
+    } else {
+        object
+    }
+}
+
+/// An object of `def` as it is stored.
+fn to_storage(def: &ResourceDef, object: &Value) -> Value {
+    if def.events_k8s_io {
+        rename_fields(object.clone(), true)
+    } else {
+        object.clone()
+    }
+}
+
+/// A stored object as `def` presents it, apiVersion and kind included.
+fn decode_view(def: &ResourceDef, kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut object = to_view(def, decode(kv)?);
+    set_type_meta(&mut object, def);
+    Ok(object)
+}
+
+fn encode_view(def: &ResourceDef, object: &Value) -> Result<Bytes, ApiError> {
+    encode(&to_storage(def, object))
+}
+
 fn rv_of(object: &Value) -> Option<&str> {
     metadata(object)?
         .get("resourceVersion")?
@@ -293,7 +350,7 @@ impl Registry {
             .await
             .map_err(|e| store_error(def, name, e))?
         {
-            Some(kv) => decode(&kv),
+            Some(kv) => decode_view(def, &kv),
             None => Err(ApiError::not_found(&def.group_resource(), name)),
         }
     }
@@ -392,7 +449,7 @@ impl Registry {
             revision = Some(page.revision);
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
             for kv in &page.kvs {
-                let object = decode(kv)?;
+                let object = decode_view(def, kv)?;
                 if Self::selected(def, &object, options) {
                     items.push(object);
                 }
@@ -437,12 +494,12 @@ impl Registry {
         let (objects, revision) = cacher.snapshot(prefix);
         let items: Vec<Value> = objects
             .iter()
-            .filter(|o| Self::selected(def, o, options))
             .map(|o| {
-                let mut object = (**o).clone();
+                let mut object = to_view(def, (**o).clone());
                 set_type_meta(&mut object, def);
                 object
             })
+            .filter(|o| Self::selected(def, o, options))
             .collect();
         Ok(json!({
             "kind": def.list_kind(),
@@ -796,7 +853,7 @@ impl Registry {
         }
         let revision = self
             .store
-            .create(&key, encode(&object)?)
+            .create(&key, encode_view(def, &object)?)
             .await
             .map_err(|e| store_error(def, &name, e))?;
         if let Some(meta) = metadata_mut(&mut object) {
@@ -893,7 +950,7 @@ impl Registry {
         let resource = def.group_resource();
         let mut result: Option<Value> = None;
         let written = guaranteed_update::<_, _, UpdateError>(&*self.store, key, |kv| {
-            let current = decode(kv)?;
+            let current = decode_view(def, kv)?;
             let mut new = next(&current)?;
             Self::validate(def, &new, Some(&current))?;
             finish_update(def, &current, &mut new);
@@ -902,7 +959,7 @@ impl Registry {
             if unchanged || options.dry_run {
                 return Ok(Update::Unchanged);
             }
-            Ok(Update::Write(encode(&new)?))
+            Ok(Update::Write(encode_view(def, &new)?))
         })
         .await
         .map_err(|e| match e {
@@ -1130,7 +1187,7 @@ impl Registry {
             else {
                 return Err(ApiError::not_found(&def.group_resource(), name));
             };
-            let current = decode(&kv)?;
+            let current = decode_view(def, &kv)?;
             options.check_preconditions(def, name, &current)?;
             let pending = !finalizers(&current).is_empty()
                 || (def.behaviour == Kind::Namespace && namespace_finalizers(&current));
@@ -1151,7 +1208,7 @@ impl Registry {
                 }
                 match self
                     .store
-                    .update(&key, encode(&marked)?, kv.mod_revision)
+                    .update(&key, encode_view(def, &marked)?, kv.mod_revision)
                     .await
                 {
                     Ok(revision) => {
@@ -1206,14 +1263,15 @@ impl Registry {
             let initial: Vec<WatchEvent> = subscription
                 .initial
                 .iter()
-                .filter(|o| selected(o))
                 .map(|o| {
-                    let mut object = (**o).clone();
+                    let mut object = to_view(&def, (**o).clone());
                     set_type_meta(&mut object, &def);
-                    WatchEvent {
-                        kind: "ADDED",
-                        object,
-                    }
+                    object
+                })
+                .filter(|o| selected(o))
+                .map(|object| WatchEvent {
+                    kind: "ADDED",
+                    object,
                 })
                 .collect();
             let snapshot = subscription.revision;
@@ -1376,11 +1434,14 @@ fn translate(
     prev: Option<&Value>,
 ) -> Option<WatchEvent> {
     let typed = |v: &Value| {
-        let mut v = v.clone();
+        let mut v = to_view(def, v.clone());
         set_type_meta(&mut v, def);
         v
     };
-    let prev_selected = prev.is_some_and(|p| Registry::selected(def, p, options));
+    let prev = prev.map(typed);
+    let prev_selected = prev
+        .as_ref()
+        .is_some_and(|p| Registry::selected(def, p, options));
     match kind {
         EventKind::Delete => prev_selected.then(|| WatchEvent {
             kind: "DELETED",
@@ -1410,7 +1471,7 @@ fn translate_stored(
 ) -> Option<WatchEvent> {
     let revision = event.revision();
     let decode_at = |kv: &KeyValue| -> Option<Value> {
-        let mut object = decode(kv).ok()?;
+        let mut object = decode_view(def, kv).ok()?;
         metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
         Some(object)
     };

@@ -119,6 +119,9 @@ pub struct ResourceDef {
     pub scale: Option<Scale>,
     /// The resource's CRD is being deleted: no new objects.
     pub terminating: bool,
+    /// events.k8s.io/v1 Events: the same objects as core/v1 Events, stored in the core form and
+    /// converted on the way in and out.
+    pub events_k8s_io: bool,
 }
 
 impl ResourceDef {
@@ -134,6 +137,9 @@ impl ResourceDef {
 
     /// The storage key prefix of all objects (`/configmaps/`, `/coordination.k8s.io/leases/`).
     pub fn key_prefix(&self) -> String {
+        if self.events_k8s_io {
+            return "/events/".to_owned();
+        }
         if self.group_version.group.is_empty() {
             format!("/{}/", self.plural)
         } else {
@@ -340,6 +346,7 @@ impl Builtin {
             delete_returns_object: false,
             scale: None,
             terminating: false,
+            events_k8s_io: self.group == "events.k8s.io",
         }
     }
 }

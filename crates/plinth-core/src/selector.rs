@@ -398,17 +398,15 @@ fn split_unescaped(input: &str, sep: char) -> Vec<String> {
 }
 
 fn find_unescaped(s: &str, needle: &str) -> Option<usize> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        if s[i..].starts_with(needle) {
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if s[i..].starts_with(needle) {
             return Some(i);
         }
-        i += 1;
     }
     None
 }
@@ -499,5 +497,22 @@ mod tests {
         );
         assert!(FieldSelector::parse("nonsense").is_err());
         assert!(FieldSelector::parse("").unwrap().terms.is_empty());
+        // Escapes before multi-byte characters, and other odd input, never panic.
+        for odd in [
+            "metadata.name=\\é",
+            "\\é=x",
+            "a=b\\",
+            "é=ü,!=",
+            "=",
+            "\\",
+            "a\\=b=c",
+        ] {
+            let _ = FieldSelector::parse(odd);
+            let _ = LabelSelector::parse(odd);
+        }
+        assert_eq!(
+            FieldSelector::parse("metadata.name=\\é").unwrap().terms[0].value,
+            "é"
+        );
     }
 }

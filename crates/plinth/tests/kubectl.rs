@@ -423,6 +423,31 @@ fn secrets_leases_and_events(p: &mut Plinth) {
         events.contains("Tested") && events.contains("configmap/x") && events.contains("it works"),
         "{events}"
     );
+
+    // events.k8s.io/v1 and core/v1 Events are one resource, as on a cluster.
+    let recorded = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: ev2}\nregarding: {kind: Widget, name: w9, namespace: default}\nreason: Reconciled\nnote: from a controller\ntype: Normal\naction: Sync\nreportingController: example.com/ctl\nreportingInstance: ctl-1\neventTime: \"2026-01-01T00:00:00.000000Z\"\n";
+    let out = p.kubectl_stdin(&["apply", "-f", "-"], recorded);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let core: serde_json::Value = serde_json::from_str(&p.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/events/ev2",
+    ]))
+    .unwrap();
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["message"], "from a controller");
+    assert_eq!(core["involvedObject"]["name"], "w9");
+    assert_eq!(core["reportingComponent"], "example.com/ctl");
+    let modern = p.json(&["get", "events.v1.events.k8s.io", "ev1"]);
+    assert_eq!(modern["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(modern["note"], "it works");
+    assert_eq!(modern["regarding"]["kind"], "ConfigMap");
+    let listed = p.kubectl(&["get", "events.v1.events.k8s.io", "-o", "name"]);
+    assert!(listed.contains("ev1") && listed.contains("ev2"), "{listed}");
 }
 
 fn restart_keeps_objects_and_revisions(p: &mut Plinth) {
