@@ -16,7 +16,7 @@ use plinth_core::{ApiError, Cause, StatusReason};
 use plinth_store::{
     EventKind, KeyValue, RangeRequest, Revision, Store, StoreError, Update, guaranteed_update,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::resources::{Kind, ResourceDef, Resources, name_causes};
 use crate::schema;
@@ -1019,11 +1019,19 @@ impl Registry {
             body: patch,
         } = patch;
         let kind = match patch_type {
-            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                PatchKind::Merge
+            "application/merge-patch+json" => PatchKind::Merge,
+            "application/strategic-merge-patch+json" if def.behaviour != Kind::Custom => {
+                PatchKind::Strategic
             }
             "application/json-patch+json" => PatchKind::Json,
-            other => return Err(ApiError::unsupported_media_type(other)),
+            other => {
+                return Err(ApiError::new(
+                    StatusReason::UnsupportedMediaType,
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {other}"
+                    ),
+                ));
+            }
         };
         let patch: Value = serde_json::from_slice(patch)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
@@ -1035,7 +1043,7 @@ impl Registry {
                     ))
                 })?,
             ),
-            PatchKind::Merge => {
+            PatchKind::Merge | PatchKind::Strategic => {
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("the patch must be a JSON object"));
                 }
@@ -1060,7 +1068,9 @@ impl Registry {
                     Some(ops) => json_patch::patch(&mut patched, ops).map_err(|e| {
                         ApiError::new(StatusReason::Invalid, format!("the server rejected our request due to an error in our request: {e}"))
                     })?,
-                    None => json_patch::merge(&mut patched, &strip_directives(&patch)),
+                    None if matches!(kind, PatchKind::Strategic) => plinth_core::smp::apply(&mut patched, &patch, &list_strategies(def))
+                        .map_err(|e| ApiError::new(StatusReason::Invalid, e.0))?,
+                    None => json_patch::merge(&mut patched, &patch),
                 }
                 let precondition = rv_of(&patched).map(parse_rv).transpose()?;
                 if let Some(expected) = precondition
@@ -1541,22 +1551,21 @@ impl DeleteOptions {
 
 enum PatchKind {
     Merge,
+    Strategic,
     Json,
 }
 
-/// Strategic-merge-patch directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
-/// `$deleteFromPrimitiveList/...`) have no meaning in a merge patch; they are dropped so that the
-/// built-in types, whose lists are atomic here, merge as a JSON merge patch.
-fn strip_directives(patch: &Value) -> Value {
-    match patch {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, v)| (k.clone(), strip_directives(v)))
-                .collect::<Map<_, _>>(),
-        ),
-        other => other.clone(),
+/// How the lists of a built-in type merge in a strategic merge patch.
+fn list_strategies(def: &ResourceDef) -> Vec<(&'static str, plinth_core::smp::ListMerge)> {
+    use plinth_core::smp::{ListMerge, OBJECT_META};
+    let mut strategies = OBJECT_META.to_vec();
+    if def.kind == "ServiceAccount" {
+        strategies.extend([
+            ("secrets", ListMerge::Keyed("name")),
+            ("imagePullSecrets", ListMerge::Keyed("name")),
+        ]);
     }
+    strategies
 }
 
 fn current_rv(object: &Value) -> Revision {

@@ -12,6 +12,7 @@ pub mod gvk;
 pub mod jsonpath;
 pub mod meta;
 pub mod selector;
+pub mod smp;
 pub mod status;
 pub mod validation;
 

@@ -21,6 +21,7 @@ on_both_backends! {
     secrets_leases_and_events;
     restart_keeps_objects_and_revisions;
     custom_resources_end_to_end;
+    strategic_merge_patches;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -640,5 +641,77 @@ fn custom_resources_end_to_end(p: &mut Plinth) {
         p.kubectl(&["get", "widgets", "-o", "name"]).trim(),
         "",
         "custom resources went with their CRD"
+    );
+}
+
+fn strategic_merge_patches(p: &mut Plinth) {
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smp\n  finalizers: [example.com/a, example.com/b]\ndata: {k: v}\n";
+    let one = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smp\n  finalizers: [example.com/b]\ndata: {k: v}\n";
+    assert!(p.kubectl_stdin(&["apply", "-f", "-"], two).status.success());
+    // Client-side apply sends a strategic merge patch with $deleteFromPrimitiveList.
+    let out = p.kubectl_stdin(&["apply", "-f", "-"], one);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        p.json(&["get", "cm", "smp"])["metadata"]["finalizers"],
+        serde_json::json!(["example.com/b"])
+    );
+    // kubectl patch defaults to a strategic merge patch: finalizers merge as a set.
+    p.kubectl(&[
+        "patch",
+        "cm",
+        "smp",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/c"]}}"#,
+    ]);
+    assert_eq!(
+        p.json(&["get", "cm", "smp"])["metadata"]["finalizers"],
+        serde_json::json!(["example.com/b", "example.com/c"])
+    );
+    p.kubectl(&[
+        "patch",
+        "cm",
+        "smp",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    p.kubectl(&["delete", "cm", "smp"]);
+
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
+            .status
+            .success()
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ]);
+    p.eventually("the widget endpoint", Duration::from_secs(10), || {
+        p.kubectl_output(&["get", "widgets"]).status.success()
+    });
+    let widget =
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: s1}\nspec: {replicas: 1}\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], widget)
+            .status
+            .success()
+    );
+    let refused = p.kubectl_fails(&[
+        "patch",
+        "widget",
+        "s1",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"replicas":2}}"#,
+    ]);
+    assert!(
+        refused.contains("application/merge-patch+json"),
+        "{refused}"
     );
 }
