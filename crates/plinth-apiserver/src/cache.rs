@@ -49,7 +49,7 @@ struct State {
     history: VecDeque<Arc<CacheEvent>>,
     oldest: Revision,
     revision: Revision,
-    watchers: Vec<mpsc::Sender<Arc<CacheEvent>>>,
+    watchers: Vec<mpsc::Sender<Live>>,
 }
 
 /// The cache of one resource (one storage key prefix).
@@ -73,6 +73,15 @@ fn decode(kv: &KeyValue, revision: Revision) -> Option<Arc<Value>> {
     Some(Arc::new(object))
 }
 
+/// What a watcher's channel carries.
+#[derive(Debug, Clone)]
+pub enum Live {
+    /// A change.
+    Event(Arc<CacheEvent>),
+    /// Everything up to this revision has been sent on this channel (a watch bookmark).
+    Bookmark(Revision),
+}
+
 /// What a watch starts with.
 pub struct Subscription {
     /// Objects to send as ADDED first (a snapshot), if asked for.
@@ -81,8 +90,8 @@ pub struct Subscription {
     pub replay: Vec<Arc<CacheEvent>>,
     /// The revision the snapshot or replay ends at.
     pub revision: Revision,
-    /// Live events after it.
-    pub live: mpsc::Receiver<Arc<CacheEvent>>,
+    /// Live events after it, and bookmarks.
+    pub live: mpsc::Receiver<Live>,
 }
 
 impl Cacher {
@@ -175,6 +184,21 @@ impl Cacher {
         })
     }
 
+    /// Sends every watcher a bookmark at the cache's revision (through its own channel, so it
+    /// follows every event sent before it).
+    fn bookmark(&self) {
+        let mut state = self.state_mut();
+        let revision = state.revision;
+        state.watchers.retain(|w| match w.try_send(Live::Bookmark(revision)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(prefix = %self.prefix, "watch cache: closing an unresponsive watcher");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+
     fn reset(&self, objects: BTreeMap<String, Arc<Value>>, revision: Revision) {
         let mut state = self.state_mut();
         state.objects = objects;
@@ -222,7 +246,7 @@ impl Cacher {
             state.oldest = dropped.revision;
         }
         state.revision = revision;
-        state.watchers.retain(|w| match w.try_send(shared.clone()) {
+        state.watchers.retain(|w| match w.try_send(Live::Event(shared.clone())) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(prefix = %self.prefix, "watch cache: closing an unresponsive watcher");
@@ -236,7 +260,7 @@ impl Cacher {
 }
 
 /// Keeps one resource's cache in step with the store, relisting after any break.
-async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
+async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Duration) {
     use futures::StreamExt;
     loop {
         let listed = match store
@@ -264,13 +288,25 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
                 continue;
             }
         };
-        while let Some(item) = events.next().await {
+        let mut ticks = tokio::time::interval_at(
+            tokio::time::Instant::now() + bookmark_interval,
+            bookmark_interval,
+        );
+        loop {
+            let item = tokio::select! {
+                item = events.next() => item,
+                _ = ticks.tick() => {
+                    cacher.bookmark();
+                    continue;
+                }
+            };
             match item {
-                Ok(event) => cacher.apply(event),
-                Err(e) => {
+                Some(Ok(event)) => cacher.apply(event),
+                Some(Err(e)) => {
                     tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: storage watch ended; relisting");
                     break;
                 }
+                None => break,
             }
         }
         if Arc::strong_count(&cacher) == 1 {
@@ -282,6 +318,7 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>) {
 /// Every resource's cache, started on first use.
 pub struct Caches {
     store: Arc<dyn Store>,
+    bookmark_interval: Duration,
     caches: Mutex<HashMap<String, Arc<Cacher>>>,
 }
 
@@ -309,10 +346,11 @@ impl Caches {
         }
     }
 
-    /// Caches over `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    /// Caches over `store`, bookmarking watchers every `bookmark_interval`.
+    pub fn new(store: Arc<dyn Store>, bookmark_interval: Duration) -> Self {
         Self {
             store,
+            bookmark_interval,
             caches: Mutex::default(),
         }
     }
@@ -336,7 +374,11 @@ impl Caches {
             revision: watch::Sender::new(0),
         });
         caches.insert(prefix.to_owned(), cacher.clone());
-        tokio::spawn(run(self.store.clone(), cacher.clone()));
+        tokio::spawn(run(
+            self.store.clone(),
+            cacher.clone(),
+            self.bookmark_interval.max(Duration::from_millis(100)),
+        ));
         cacher
     }
 }

@@ -568,9 +568,13 @@ async fn handle(
         Target::Group(group) => get_only(discovery::group(resources, &group)),
         Target::OpenApiV3(None) => get_only(Some(crate::openapi::root(resources))),
         Target::OpenApiV3(Some(path)) => get_only(crate::openapi::document(resources, &path)),
+        // The protobuf form kubectl asks for first is not served; JSON is.
+        Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
+            get_only(Some(crate::openapi::swagger(resources)))
+        }
         Target::OpenApiV2 => Err(ApiError::new(
             StatusReason::NotAcceptable,
-            "only OpenAPI v3 is served: GET /openapi/v3",
+            "/openapi/v2 is served as application/json",
         )),
         Target::ResourceList { group, version } => {
             get_only(discovery::resource_list(resources, &group, &version))

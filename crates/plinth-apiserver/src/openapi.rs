@@ -57,6 +57,79 @@ pub fn document(resources: &Resources, path: &str) -> Option<Value> {
         .map(|((g, v), defs)| group_version(&g, &v, &defs))
 }
 
+/// `/openapi/v2`: one Swagger 2.0 document for everything served, made from the v3 documents
+/// (schemas under `definitions`, references and responses rewritten).
+pub fn swagger(resources: &Resources) -> Value {
+    let mut paths = Map::new();
+    let mut definitions = Map::new();
+    for ((group, version), defs) in by_group_version(resources) {
+        let document = group_version(&group, &version, &defs);
+        if let Some(schemas) = document
+            .pointer("/components/schemas")
+            .and_then(Value::as_object)
+        {
+            for (name, schema) in schemas {
+                definitions.insert(name.clone(), v2_refs(schema.clone()));
+            }
+        }
+        for (path, item) in document["paths"].as_object().into_iter().flatten() {
+            let mut operations = Map::new();
+            for (method, op) in item.as_object().into_iter().flatten() {
+                let mut op = op.clone();
+                let response = op
+                    .pointer("/responses/200/content/application~1json/schema")
+                    .cloned()
+                    .unwrap_or(json!({}));
+                op["responses"] = json!({"200": {"description": "OK", "schema": v2_refs(response)}, "401": {"description": "Unauthorized"}});
+                let mut parameters: Vec<Value> = op
+                    .get("parameters")
+                    .and_then(Value::as_array)
+                    .map(|ps| ps.iter().map(|p| json!({"name": p["name"], "in": "query", "type": "string", "uniqueItems": true, "description": p["description"]})).collect())
+                    .unwrap_or_default();
+                if let Some(body) = op
+                    .pointer("/requestBody/content/application~1json/schema")
+                    .cloned()
+                {
+                    parameters.push(json!({"name": "body", "in": "body", "required": true, "schema": v2_refs(body)}));
+                }
+                if let Some(map) = op.as_object_mut() {
+                    map.remove("requestBody");
+                    map.insert("parameters".into(), Value::Array(parameters));
+                    map.insert("consumes".into(), json!(["*/*"]));
+                    map.insert(
+                        "produces".into(),
+                        json!(["application/json", "application/yaml"]),
+                    );
+                }
+                operations.insert(method.clone(), op);
+            }
+            paths.insert(path.clone(), Value::Object(operations));
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": format!("v{}.{}.0", crate::discovery::KUBE_MAJOR, crate::discovery::KUBE_MINOR)},
+        "paths": paths,
+        "definitions": definitions,
+        "securityDefinitions": {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header"}},
+        "security": [{"BearerToken": []}],
+    })
+}
+
+/// Rewrites `#/components/schemas/` references to `#/definitions/`.
+fn v2_refs(value: Value) -> Value {
+    match value {
+        Value::String(s) if s.starts_with("#/components/schemas/") => {
+            Value::String(s.replacen("#/components/schemas/", "#/definitions/", 1))
+        }
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, v2_refs(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(v2_refs).collect()),
+        other => other,
+    }
+}
+
 /// The component name of a kind, as upstream names it.
 fn component(def: &ResourceDef) -> String {
     let group = &def.group_version.group;
@@ -221,5 +294,24 @@ mod tests {
             "object"
         );
         assert!(document(&resources, "apis/nothing/v1").is_none());
+        let v2 = swagger(&resources);
+        assert_eq!(v2["swagger"], "2.0");
+        assert_eq!(
+            v2["definitions"]["io.k8s.api.core.v1.ConfigMap"]["x-kubernetes-group-version-kind"][0]
+                ["kind"],
+            "ConfigMap"
+        );
+        let post = &v2["paths"]["/api/v1/namespaces/{namespace}/configmaps"]["post"];
+        assert_eq!(
+            post["responses"]["200"]["schema"]["$ref"],
+            "#/definitions/io.k8s.api.core.v1.ConfigMap"
+        );
+        assert!(
+            post["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["in"] == "body")
+        );
     }
 }

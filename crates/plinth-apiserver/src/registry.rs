@@ -1334,10 +1334,12 @@ impl Registry {
                 let replay = futures::stream::iter(subscription.replay);
                 let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
                 replay
+                    .map(crate::cache::Live::Event)
                     .chain(live)
-                    .filter_map(move |event| {
-                        let keep = event.revision > after && event.key.starts_with(&prefix);
-                        let out = keep
+                    .filter_map(move |item| {
+                        let out = match item {
+                            crate::cache::Live::Event(event) => (event.revision > after
+                                && event.key.starts_with(&prefix))
                             .then(|| {
                                 translate(
                                     &def,
@@ -1347,7 +1349,11 @@ impl Registry {
                                     event.prev.as_deref(),
                                 )
                             })
-                            .flatten();
+                            .flatten(),
+                            crate::cache::Live::Bookmark(revision) => (bookmarks
+                                && revision >= after)
+                                .then(|| bookmark(&def, revision, false)),
+                        };
                         futures::future::ready(out)
                     })
                     .boxed()
@@ -1360,7 +1366,6 @@ impl Registry {
         if send_initial_events {
             initial.push(bookmark(&def, snapshot, true));
         }
-        let _ = bookmarks;
         Ok(futures::stream::iter(initial).chain(live).boxed())
     }
 

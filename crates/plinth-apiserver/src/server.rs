@@ -47,6 +47,8 @@ pub struct ServerConfig {
     /// How often history is compacted: each time, everything older than the revision seen at
     /// the previous tick goes (kube-apiserver's `--etcd-compaction-interval`, default 5 min).
     pub compaction_interval: Duration,
+    /// How often watchers that allow bookmarks get one (kube-apiserver: about a minute).
+    pub bookmark_interval: Duration,
 }
 
 /// A running server.
@@ -134,7 +136,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
     })?;
     let store = open_store(&config).await?;
     let registry = Registry {
-        caches: Arc::new(crate::cache::Caches::new(store.clone())),
+        caches: Arc::new(crate::cache::Caches::new(
+            store.clone(),
+            config.bookmark_interval,
+        )),
         store,
         resources: Arc::new(Resources::builtin()),
     };

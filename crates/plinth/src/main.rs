@@ -36,6 +36,9 @@ enum Command {
         /// How often history is compacted (`300s`, `5m`, `1h`; `0s` never).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         compaction_interval: std::time::Duration,
+        /// How often watches that allow bookmarks get one.
+        #[arg(long, default_value = "60s", value_parser = parse_duration, hide = true)]
+        watch_bookmark_interval: std::time::Duration,
         /// Log format.
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
             etcd_servers,
             etcd_prefix,
             compaction_interval,
+            watch_bookmark_interval,
             log_format,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
                 listen,
                 storage,
                 compaction_interval,
+                bookmark_interval: watch_bookmark_interval,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -137,6 +137,17 @@ fn authentication_health_and_version() {
 fn hostile_bodies_get_client_errors_and_change_nothing() {
     let plinth = Plinth::start(Backend::Embedded);
     let http = Http::new(&plinth);
+    // The server writes the system namespaces' service accounts just after start; let it finish
+    // so that the revision below moves only if a bad request wrote something.
+    plinth.eventually(
+        "the default service accounts",
+        std::time::Duration::from_secs(10),
+        || {
+            http.get("/api/v1/serviceaccounts").json()["items"]
+                .as_array()
+                .is_some_and(|i| i.len() == 4)
+        },
+    );
     let before = http.get(CM).json()["metadata"]["resourceVersion"].clone();
 
     status(
@@ -408,4 +419,134 @@ fn paginated_lists_and_expired_continue_tokens() {
         http.get(&format!("{CM}?resourceVersion=999999999")).code,
         504
     );
+}
+
+#[test]
+fn field_validation_dry_run_and_deletecollection() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"warned"},"bogus":1}"#;
+    let warned = http.post(&format!("{CM}?fieldValidation=Warn"), body);
+    assert_eq!(warned.code, 201, "{}", warned.body);
+    assert!(
+        warned
+            .headers
+            .contains(r#"299 - "unknown field \"bogus\"""#),
+        "{}",
+        warned.headers
+    );
+    assert!(
+        warned.json().get("bogus").is_none(),
+        "unknown fields are dropped"
+    );
+    let ignored = http.post(
+        &format!("{CM}?fieldValidation=Ignore"),
+        &body.to_vec().replace_name("ignored"),
+    );
+    assert_eq!(ignored.code, 201);
+    assert!(
+        !ignored.headers.to_ascii_lowercase().contains("warning:"),
+        "{}",
+        ignored.headers
+    );
+    status(
+        &http.post(&format!("{CM}?fieldValidation=Loose"), body),
+        400,
+        "BadRequest",
+    );
+
+    let dry = http.post(
+        &format!("{CM}?dryRun=All"),
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dry"}}"#,
+    );
+    assert_eq!(dry.code, 201);
+    assert_eq!(dry.json()["metadata"]["name"], "dry");
+    status(&http.get(&format!("{CM}/dry")), 404, "NotFound");
+    let invalid_dry = http.post(
+        &format!("{CM}?dryRun=All"),
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Dry"}}"#,
+    );
+    status(&invalid_dry, 422, "Invalid");
+
+    for (name, tier) in [("c1", "a"), ("c2", "a"), ("c3", "b")] {
+        http.post(CM, format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"tier":"{tier}"}}}}}}"#).as_bytes());
+    }
+    let deleted = http.request(
+        "DELETE",
+        &format!("{CM}?labelSelector=tier%3Da"),
+        "application/json",
+        None,
+        true,
+    );
+    assert_eq!(deleted.code, 200, "{}", deleted.body);
+    let left: Vec<Value> = http.get(&format!("{CM}?labelSelector=tier")).json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(left, [json!("c3")]);
+}
+
+#[test]
+fn periodic_bookmarks_and_openapi_v2() {
+    let plinth = Plinth::start_with(Backend::Embedded, &["--watch-bookmark-interval", "1s"]);
+    let http = Http::new(&plinth);
+    let created = http
+        .post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b1"}}"#,
+        )
+        .json();
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let watched = http.get(&format!(
+        "{CM}?watch=1&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=3"
+    ));
+    let events: Vec<Value> = watched
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "ADDED");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a periodic bookmark within 3 s");
+    assert_eq!(bookmark["object"]["kind"], "ConfigMap");
+    let at: i64 = bookmark["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(at >= rv.parse::<i64>().unwrap());
+    let without = http.get(&format!("{CM}?watch=1&resourceVersion=0&timeoutSeconds=2"));
+    assert!(
+        !without.body.contains("BOOKMARK"),
+        "no bookmarks unless asked for"
+    );
+
+    let v2 = http.get("/openapi/v2").json();
+    assert_eq!(v2["swagger"], "2.0");
+    assert!(
+        v2["definitions"]
+            .as_object()
+            .unwrap()
+            .contains_key("io.k8s.api.core.v1.ConfigMap")
+    );
+}
+
+trait ReplaceName {
+    fn replace_name(self, name: &str) -> Vec<u8>;
+}
+
+impl ReplaceName for Vec<u8> {
+    fn replace_name(self, name: &str) -> Vec<u8> {
+        String::from_utf8(self)
+            .unwrap()
+            .replace("warned", name)
+            .into_bytes()
+    }
 }

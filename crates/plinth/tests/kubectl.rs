@@ -22,6 +22,7 @@ on_both_backends! {
     restart_keeps_objects_and_revisions;
     custom_resources_end_to_end;
     strategic_merge_patches;
+    every_type_patches_explains_and_prints_wide;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -713,5 +714,79 @@ fn strategic_merge_patches(p: &mut Plinth) {
     assert!(
         refused.contains("application/merge-patch+json"),
         "{refused}"
+    );
+}
+
+fn every_type_patches_explains_and_prints_wide(p: &mut Plinth) {
+    p.kubectl(&["create", "namespace", "patched"]);
+    p.kubectl(&["create", "configmap", "cm1", "-n", "patched"]);
+    p.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "s1",
+        "-n",
+        "patched",
+        "--from-literal=a=b",
+    ]);
+    p.kubectl(&["create", "serviceaccount", "sa1", "-n", "patched"]);
+    let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l1, namespace: patched}\nspec: {holderIdentity: a}\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], lease)
+            .status
+            .success()
+    );
+    let event = "apiVersion: v1\nkind: Event\nmetadata: {name: e1, namespace: patched}\ninvolvedObject: {kind: Pod, name: x}\nreason: R\n";
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], event)
+            .status
+            .success()
+    );
+    for (kind, name, namespaced) in [
+        ("namespace", "patched", false),
+        ("configmap", "cm1", true),
+        ("secret", "s1", true),
+        ("serviceaccount", "sa1", true),
+        ("lease", "l1", true),
+        ("event", "e1", true),
+    ] {
+        for patch_type in ["strategic", "merge", "json"] {
+            let patch = if patch_type == "json" {
+                format!(
+                    r#"[{{"op":"add","path":"/metadata/labels","value":{{"by":"{patch_type}"}}}}]"#
+                )
+            } else {
+                format!(r#"{{"metadata":{{"labels":{{"by":"{patch_type}"}}}}}}"#)
+            };
+            let mut args = vec!["patch", kind, name, "--type", patch_type, "-p", &patch];
+            if namespaced {
+                args.extend(["-n", "patched"]);
+            }
+            p.kubectl(&args);
+            let mut get = vec!["get", kind, name];
+            if namespaced {
+                get.extend(["-n", "patched"]);
+            }
+            assert_eq!(
+                p.json(&get)["metadata"]["labels"]["by"],
+                patch_type,
+                "{kind} {patch_type}"
+            );
+        }
+    }
+    let explained = p.kubectl(&["explain", "configmap.data"]);
+    assert!(
+        explained.contains("KIND:       ConfigMap")
+            && explained.contains("FIELD: data <map[string]string>"),
+        "{explained}"
+    );
+    let explained = p.kubectl(&["explain", "lease.spec"]);
+    assert!(explained.contains("holderIdentity"), "{explained}");
+    let wide = p.kubectl(&["get", "configmaps", "-n", "patched", "-o", "wide"]);
+    assert!(wide.starts_with("NAME") && wide.contains("cm1"), "{wide}");
+    let all = p.kubectl(&["get", "configmaps", "-A"]);
+    assert!(
+        all.lines().next().unwrap().starts_with("NAMESPACE") && all.contains("patched"),
+        "{all}"
     );
 }
