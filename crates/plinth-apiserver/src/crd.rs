@@ -55,6 +55,7 @@ pub fn crd_resource() -> ResourceDef {
         scale: None,
         terminating: false,
         events_k8s_io: false,
+        openapi: None,
     }
 }
 
@@ -329,9 +330,34 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                 scale: scale(version),
                 terminating,
                 events_k8s_io: false,
+                openapi: version
+                    .pointer("/schema/openAPIV3Schema")
+                    .map(|s| Arc::new(published_schema(s))),
             }
         })
         .collect()
+}
+
+/// A version's schema as published in OpenAPI: with `apiVersion`, `kind` and `metadata` as
+/// kube-apiserver adds them.
+fn published_schema(schema: &Value) -> Value {
+    let mut published = schema.clone();
+    if !published.is_object() {
+        return json!({"type": "object"});
+    }
+    let properties = published.as_object_mut().and_then(|o| {
+        o.entry("properties").or_insert_with(|| json!({}));
+        o.get_mut("properties")
+    });
+    if let Some(Value::Object(properties)) = properties {
+        properties.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+        properties.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+        properties.insert(
+            "metadata".into(),
+            json!({"type": "object", "description": "Standard object's metadata."}),
+        );
+    }
+    published
 }
 
 /// The status the CRD controller maintains: names accepted, established, stored versions.

@@ -209,7 +209,10 @@ fn group_version(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Value
     for def in defs {
         let name = component(def);
         let reference = json!({"$ref": format!("#/components/schemas/{name}")});
-        let mut schema = to_openapi(&def.schema);
+        let mut schema = match &def.openapi {
+            Some(published) => (**published).clone(),
+            None => to_openapi(&def.schema),
+        };
         schema["x-kubernetes-group-version-kind"] = json!([{"group": def.group_version.group, "version": def.group_version.version, "kind": def.kind}]);
         schemas.insert(name.clone(), schema);
         let list_name = format!("{name}List");

@@ -122,6 +122,9 @@ pub struct ResourceDef {
     /// events.k8s.io/v1 Events: the same objects as core/v1 Events, stored in the core form and
     /// converted on the way in and out.
     pub events_k8s_io: bool,
+    /// The OpenAPI v3 schema to publish, when it is not derived from `schema` (a CRD version's
+    /// `openAPIV3Schema`).
+    pub openapi: Option<Arc<serde_json::Value>>,
 }
 
 impl ResourceDef {
@@ -347,6 +350,7 @@ impl Builtin {
             scale: None,
             terminating: false,
             events_k8s_io: self.group == "events.k8s.io",
+            openapi: None,
         }
     }
 }

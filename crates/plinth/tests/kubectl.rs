@@ -23,6 +23,7 @@ on_both_backends! {
     custom_resources_end_to_end;
     strategic_merge_patches;
     every_type_patches_explains_and_prints_wide;
+    real_world_crds_install_and_explain;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -789,4 +790,48 @@ fn every_type_patches_explains_and_prints_wide(p: &mut Plinth) {
         all.lines().next().unwrap().starts_with("NAMESPACE") && all.contains("patched"),
         "{all}"
     );
+}
+
+fn real_world_crds_install_and_explain(p: &mut Plinth) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 11, "the shared CRDs are there: {files:?}");
+    for file in &files {
+        // `create`, as these projects document: their schemas are too large for the
+        // last-applied annotation of client-side apply (on any cluster).
+        let out = p.kubectl_output(&["create", "-f", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=30s",
+    ]);
+    let names = p.kubectl(&["get", "crd", "-o", "name"]);
+    assert_eq!(names.lines().count(), files.len(), "{names}");
+    for (resource, field, expected) in [
+        ("prometheus.spec.replicas", "replicas", "<integer>"),
+        ("certificate.spec.secretName", "secretName", "<string>"),
+        ("gateway.spec.listeners", "listeners", "<[]Object>"),
+        ("kafka.spec", "spec", "<Object>"),
+    ] {
+        let explained = p.kubectl(&["explain", resource]);
+        assert!(
+            explained.contains(&format!("FIELD: {field} {expected}")),
+            "{resource}:\n{explained}"
+        );
+    }
 }
