@@ -550,3 +550,37 @@ impl ReplaceName for Vec<u8> {
             .into_bytes()
     }
 }
+
+#[test]
+fn sigterm_ends_open_watches_cleanly_and_exits_zero() {
+    let mut plinth = Plinth::start(Backend::Embedded);
+    let (base, token, ca) = {
+        let http = Http::new(&plinth);
+        (
+            http.base.clone(),
+            http.token.clone(),
+            plinth.dir.path().join("ca.crt"),
+        )
+    };
+    let mut watch = Command::new("curl")
+        .args(["-s", "-N", "--cacert"])
+        .arg(&ca)
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{base}{CM}?watch=1&timeoutSeconds=300"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    let status = plinth.terminate();
+    assert!(
+        status.success(),
+        "plinth exits 0 on SIGTERM, got {status:?}"
+    );
+    let ended = watch.wait().unwrap();
+    assert!(
+        ended.success(),
+        "the watch response ended cleanly (curl exit {ended:?})"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
