@@ -56,6 +56,7 @@ pub fn crd_resource() -> ResourceDef {
         terminating: false,
         events_k8s_io: false,
         openapi: None,
+        structural: None,
     }
 }
 
@@ -175,11 +176,21 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                     format!("Duplicate value: {name:?}"),
                 ));
             }
-            if version.pointer("/schema/openAPIV3Schema").is_none() {
-                causes.push(Cause::required(
+            match version.pointer("/schema/openAPIV3Schema") {
+                None => causes.push(Cause::required(
                     format!("{path}.schema.openAPIV3Schema"),
                     "schemas are required",
-                ));
+                )),
+                Some(schema) => {
+                    if let Err(e) = plinth_schema::Schema::compile(schema) {
+                        let field = format!("{path}.schema.{}", e.path);
+                        causes.push(Cause::invalid(
+                            field,
+                            &Value::String(String::new()),
+                            &e.reason,
+                        ));
+                    }
+                }
             }
             for (j, column) in version
                 .get("additionalPrinterColumns")
@@ -317,7 +328,7 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                 namespaced: text(crd, "/spec/scope") == "Namespaced",
                 short_names: names("shortNames"),
                 categories: names("categories"),
-                name_rule: NameRule::PathSegment,
+                name_rule: NameRule::Subdomain,
                 status_subresource: version.pointer("/subresources/status").is_some(),
                 generation: true,
                 allow_create_on_update: false,
@@ -333,6 +344,10 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                 openapi: version
                     .pointer("/schema/openAPIV3Schema")
                     .map(|s| Arc::new(published_schema(s))),
+                structural: version
+                    .pointer("/schema/openAPIV3Schema")
+                    .and_then(|s| plinth_schema::Schema::compile(s).ok())
+                    .map(Arc::new),
             }
         })
         .collect()

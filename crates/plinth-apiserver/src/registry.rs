@@ -539,7 +539,12 @@ impl Registry {
             }
             _ => {}
         }
-        let findings = schema::check(object, &def.schema, &def.kind);
+        let mut findings = schema::check(object, &def.schema, &def.kind);
+        if let Some(structural) = &def.structural {
+            findings.unknown = structural.prune(object);
+            findings.unknown.sort();
+            structural.apply_defaults(object);
+        }
         let cannot = |detail: String| {
             ApiError::bad_request(format!(
                 "{} in version \"{}\" cannot be handled as a {}: {detail}",
@@ -571,7 +576,9 @@ impl Registry {
                 ),
                 FieldValidation::Ignore => {}
             }
-            schema::prune(object, &def.schema);
+            if def.structural.is_none() {
+                schema::prune(object, &def.schema);
+            }
         }
         set_type_meta(object, def);
         Ok(warnings)
@@ -626,7 +633,11 @@ impl Registry {
         let mut causes = Vec::new();
         match def.behaviour {
             Kind::Crd => causes.extend(crate::crd::validate_crd(object, old)),
-            Kind::Custom => {}
+            Kind::Custom => {
+                if let Some(structural) = &def.structural {
+                    causes.extend(structural.validate(object));
+                }
+            }
             Kind::ConfigMap | Kind::Secret => {
                 let mut total = 0usize;
                 for field in ["data", "binaryData"] {

@@ -125,6 +125,8 @@ pub struct ResourceDef {
     /// The OpenAPI v3 schema to publish, when it is not derived from `schema` (a CRD version's
     /// `openAPIV3Schema`).
     pub openapi: Option<Arc<serde_json::Value>>,
+    /// A custom resource's structural schema, compiled once per CRD version.
+    pub structural: Option<Arc<plinth_schema::Schema>>,
 }
 
 impl ResourceDef {
@@ -351,6 +353,7 @@ impl Builtin {
             terminating: false,
             events_k8s_io: self.group == "events.k8s.io",
             openapi: None,
+            structural: None,
         }
     }
 }

@@ -24,6 +24,7 @@ on_both_backends! {
     strategic_merge_patches;
     every_type_patches_explains_and_prints_wide;
     real_world_crds_install_and_explain;
+    custom_resource_schemas_validate_default_and_prune;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -834,4 +835,135 @@ fn real_world_crds_install_and_explain(p: &mut Plinth) {
             "{resource}:\n{explained}"
         );
     }
+}
+
+const DATABASE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: databases.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: databases, kind: Database}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [engine]
+            properties:
+              engine: {type: string, enum: [postgres, mysql]}
+              replicas: {type: integer, minimum: 0, maximum: 5, default: 1}
+              storage:
+                type: object
+                default: {}
+                properties:
+                  size: {type: string, pattern: '^[0-9]+Gi$', default: 10Gi}
+              users:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    admin: {type: boolean, default: false}
+"#;
+
+fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], DATABASE_CRD)
+            .status
+            .success()
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/databases.example.com",
+        "--timeout=10s",
+    ]);
+    p.eventually("the databases endpoint", Duration::from_secs(10), || {
+        p.kubectl_output(&["get", "databases"]).status.success()
+    });
+
+    let good = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db1}\nspec: {engine: postgres, users: [{name: alice}]}\n";
+    let out = p.kubectl_stdin(&["apply", "-f", "-"], good);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = p.json(&["get", "database", "db1"]);
+    assert_eq!(db["spec"]["replicas"], 1, "defaulted: {db}");
+    assert_eq!(
+        db["spec"]["storage"]["size"], "10Gi",
+        "nested default: {db}"
+    );
+    assert_eq!(
+        db["spec"]["users"][0]["admin"], false,
+        "default inside a list item: {db}"
+    );
+
+    let bad = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db2}\nspec: {engine: oracle, replicas: -1, storage: {size: 10TB}, users: [{name: a}, {name: a}]}\n";
+    let out = p.kubectl_stdin(&["create", "-f", "-"], bad);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        r#"The Database "db2" is invalid"#,
+        r#"spec.engine: Unsupported value: "oracle": supported values: "postgres", "mysql""#,
+        "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0",
+        r#"spec.storage.size: Invalid value: "10TB": spec.storage.size in body should match '^[0-9]+Gi$'"#,
+        r#"spec.users[1]: Duplicate value: {"name":"a"}"#,
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+    let missing = p.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db3}\nspec: {}\n",
+    );
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("spec.engine: Required value"));
+
+    // kubectl validates strictly by default: unknown fields are refused...
+    let unknown = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db4}\nspec: {engine: mysql, colour: red}\n";
+    let out = p.kubectl_stdin(&["create", "-f", "-"], unknown);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(r#"unknown field "spec.colour""#),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ...and pruned when validation is off.
+    let out = p.kubectl_stdin(&["create", "--validate=false", "-f", "-"], unknown);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        p.json(&["get", "database", "db4"])["spec"]
+            .get("colour")
+            .is_none()
+    );
+    // A scale beyond the schema's maximum through a patch is refused too.
+    let out = p.kubectl_output(&[
+        "patch",
+        "database",
+        "db1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":9}}"#,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("spec.replicas in body should be less than or equal to 5")
+    );
+    let explained = p.kubectl(&["explain", "database.spec.engine"]);
+    assert!(explained.contains("FIELD: engine <string>"), "{explained}");
 }
