@@ -57,6 +57,7 @@ pub fn crd_resource() -> ResourceDef {
         events_k8s_io: false,
         openapi: None,
         structural: None,
+        deprecation: None,
     }
 }
 
@@ -348,6 +349,12 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                     .pointer("/schema/openAPIV3Schema")
                     .and_then(|s| plinth_schema::Schema::compile(s).ok())
                     .map(Arc::new),
+                deprecation: (version.get("deprecated") == Some(&json!(true))).then(
+                    || match version.get("deprecationWarning").and_then(Value::as_str) {
+                        Some(warning) => warning.to_owned(),
+                        None => format!("{group}/{} {kind} is deprecated", text(version, "/name")),
+                    },
+                ),
             }
         })
         .collect()

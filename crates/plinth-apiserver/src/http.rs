@@ -593,6 +593,7 @@ async fn handle(
                     "the server could not find the requested resource",
                 )
             })?;
+            let deprecation = def.deprecation.clone();
             let call = Call {
                 state,
                 def,
@@ -603,7 +604,18 @@ async fn handle(
                 query: Query::parse(uri),
                 headers,
             };
-            call.run(method, body).await
+            let mut response = call.run(method, body).await;
+            // Every answer from a deprecated version carries its warning.
+            if let (Some(warning), Ok(r)) = (deprecation, &mut response) {
+                let text = format!(
+                    "299 - {}",
+                    serde_json::to_string(&warning).unwrap_or_default()
+                );
+                if let Ok(value) = HeaderValue::from_str(&text) {
+                    r.headers_mut().append(header::WARNING, value);
+                }
+            }
+            response
         }
         Target::NotFound => Err(ApiError::new(
             StatusReason::NotFound,

@@ -127,6 +127,8 @@ pub struct ResourceDef {
     pub openapi: Option<Arc<serde_json::Value>>,
     /// A custom resource's structural schema, compiled once per CRD version.
     pub structural: Option<Arc<plinth_schema::Schema>>,
+    /// The `Warning` sent with every request to a deprecated version.
+    pub deprecation: Option<String>,
 }
 
 impl ResourceDef {
@@ -354,6 +356,7 @@ impl Builtin {
             events_k8s_io: self.group == "events.k8s.io",
             openapi: None,
             structural: None,
+            deprecation: None,
         }
     }
 }

@@ -25,6 +25,7 @@ on_both_backends! {
     every_type_patches_explains_and_prints_wide;
     real_world_crds_install_and_explain;
     custom_resource_schemas_validate_default_and_prune;
+    crd_versions_share_storage_and_warn_when_deprecated;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -966,4 +967,104 @@ fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
     );
     let explained = p.kubectl(&["explain", "database.spec.engine"]);
     assert!(explained.contains("FIELD: engine <string>"), "{explained}");
+}
+
+const GIZMO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gizmos.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gizmos, kind: Gizmo, shortNames: [gz], categories: [all]}
+  versions:
+  - name: v1
+    served: true
+    storage: false
+    deprecated: true
+    deprecationWarning: "example.com/v1 Gizmo is deprecated; use example.com/v2"
+    schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}}
+  - name: v2
+    served: true
+    storage: true
+    selectableFields: [{jsonPath: .spec.size}]
+    schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}}
+"#;
+
+fn crd_versions_share_storage_and_warn_when_deprecated(p: &mut Plinth) {
+    assert!(
+        p.kubectl_stdin(&["apply", "-f", "-"], GIZMO_CRD)
+            .status
+            .success()
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gizmos.example.com",
+        "--timeout=10s",
+    ]);
+    p.eventually("the gizmos endpoints", Duration::from_secs(10), || {
+        p.kubectl_output(&["get", "gizmos.v1.example.com"])
+            .status
+            .success()
+            && p.kubectl_output(&["get", "gizmos.v2.example.com"])
+                .status
+                .success()
+    });
+    let old = "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\nspec: {size: 3}\n";
+    let out = p.kubectl_stdin(&["create", "-f", "-"], old);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Warning: example.com/v1 Gizmo is deprecated; use example.com/v2"),
+        "{stderr}"
+    );
+    // One object, seen through either version with that version's apiVersion (conversion None).
+    assert_eq!(
+        p.json(&["get", "gizmos.v2.example.com", "g1"])["apiVersion"],
+        "example.com/v2"
+    );
+    assert_eq!(
+        p.json(&["get", "gizmos.v1.example.com", "g1"])["apiVersion"],
+        "example.com/v1"
+    );
+    assert_eq!(
+        p.json(&["get", "crd", "gizmos.example.com"])["status"]["storedVersions"],
+        serde_json::json!(["v2"])
+    );
+    // Field selectors on the version's selectable fields.
+    let new = "apiVersion: example.com/v2\nkind: Gizmo\nmetadata: {name: g2}\nspec: {size: 7}\n";
+    assert!(
+        p.kubectl_stdin(&["create", "-f", "-"], new)
+            .status
+            .success()
+    );
+    let selected = p.kubectl(&[
+        "get",
+        "gizmos.v2.example.com",
+        "--field-selector",
+        "spec.size=7",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "gizmo.example.com/g2");
+    let refused = p.kubectl_fails(&[
+        "get",
+        "gizmos.v1.example.com",
+        "--field-selector",
+        "spec.size=7",
+    ]);
+    assert!(
+        refused.contains("field label not supported: spec.size"),
+        "{refused}"
+    );
+    // Short names and categories reach discovery.
+    assert!(p.kubectl(&["get", "gz", "-o", "name"]).contains("g1"));
+    assert!(
+        p.kubectl(&["get", "all", "-o", "name"])
+            .contains("gizmo.example.com/g2")
+    );
 }
