@@ -14,9 +14,14 @@ fn main() {
         println!("schema benchmark: run with `cargo bench -p plinth-benches --bench schema`");
         return;
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/crds/prometheus-operator__monitoring.coreos.com_prometheuses.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/crds/prometheus-operator__monitoring.coreos.com_prometheuses.yaml"
+    );
     let crd: Value = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let openapi = crd.pointer("/spec/versions/0/schema/openAPIV3Schema").unwrap();
+    let openapi = crd
+        .pointer("/spec/versions/0/schema/openAPIV3Schema")
+        .unwrap();
     let started = Instant::now();
     let schema = Schema::compile(openapi).unwrap();
     let compile = started.elapsed();
@@ -40,7 +45,11 @@ fn main() {
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "monitoring", "effect": "NoSchedule"}],
         }
     });
-    assert!(schema.validate(&object).is_empty(), "{:?}", schema.validate(&object));
+    assert!(
+        schema.validate(&object).is_empty(),
+        "{:?}",
+        schema.validate(&object)
+    );
     let duration = Duration::from_secs(3);
     let started = Instant::now();
     let mut n = 0u64;
@@ -53,6 +62,9 @@ fn main() {
         n += 1;
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    println!("| Prometheus CRD schema compile (once per CRD version) | {:.1} ms |", compile.as_secs_f64() * 1e3);
+    println!(
+        "| Prometheus CRD schema compile (once per CRD version) | {:.1} ms |",
+        compile.as_secs_f64() * 1e3
+    );
     println!("| prune + default + validate a Prometheus custom resource | {rate:.0} objects/s |");
 }

@@ -52,6 +52,29 @@ struct State {
     watchers: Vec<mpsc::Sender<Live>>,
 }
 
+impl State {
+    fn objects_under(&self, prefix: &str) -> Vec<Arc<Value>> {
+        self.objects
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Hands `item` to every watcher without waiting; a watcher whose buffer is full is
+    /// disconnected (it resumes from the last revision it saw), a closed one is dropped.
+    fn broadcast(&mut self, prefix: &str, item: &Live) {
+        self.watchers.retain(|w| match w.try_send(item.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(%prefix, "watch cache: closing an unresponsive watcher");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+}
+
 /// The cache of one resource (one storage key prefix).
 pub struct Cacher {
     prefix: String,
@@ -128,13 +151,7 @@ impl Cacher {
     /// The objects under `prefix` and the revision they are at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
         let state = self.state();
-        let objects = state
-            .objects
-            .range(prefix.to_owned()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
-        (objects, state.revision)
+        (state.objects_under(prefix), state.revision)
     }
 
     /// Starts a watch: from a snapshot (`from = None`), or resuming after revision `from`.
@@ -150,15 +167,7 @@ impl Cacher {
         let mut state = self.state_mut();
         let revision = state.revision;
         let (initial, replay) = match from {
-            None => {
-                let objects = state
-                    .objects
-                    .range(prefix.to_owned()..)
-                    .take_while(|(k, _)| k.starts_with(prefix))
-                    .map(|(_, v)| v.clone())
-                    .collect();
-                (objects, Vec::new())
-            }
+            None => (state.objects_under(prefix), Vec::new()),
             Some(from) if from < state.oldest => {
                 return Err(ApiError::expired(format!(
                     "too old resource version: {from} ({})",
@@ -189,14 +198,7 @@ impl Cacher {
     fn bookmark(&self) {
         let mut state = self.state_mut();
         let revision = state.revision;
-        state.watchers.retain(|w| match w.try_send(Live::Bookmark(revision)) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(prefix = %self.prefix, "watch cache: closing an unresponsive watcher");
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        });
+        state.broadcast(&self.prefix, &Live::Bookmark(revision));
     }
 
     fn reset(&self, objects: BTreeMap<String, Arc<Value>>, revision: Revision) {
@@ -246,14 +248,7 @@ impl Cacher {
             state.oldest = dropped.revision;
         }
         state.revision = revision;
-        state.watchers.retain(|w| match w.try_send(Live::Event(shared.clone())) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(prefix = %self.prefix, "watch cache: closing an unresponsive watcher");
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        });
+        state.broadcast(&self.prefix, &Live::Event(shared));
         drop(state);
         self.revision.send_replace(revision);
     }

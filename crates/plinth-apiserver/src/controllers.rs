@@ -13,13 +13,48 @@ use plinth_core::StatusReason;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
+use crate::registry::{DeleteOptions, ListOptions, Registry, WatchEvent, WriteOptions};
 use crate::resources::ResourceDef;
 
 /// Starts the loops; they end when `stopping` becomes true.
 pub(crate) fn spawn(registry: Registry, stopping: watch::Receiver<bool>, served: ServedCrds) {
     tokio::spawn(namespaces(registry.clone(), stopping.clone()));
     tokio::spawn(crds(registry, stopping, served));
+}
+
+/// A watch of every object of a v1 resource, from a fresh list, that ends when the server stops;
+/// retried after a failure. `None` once the server is stopping or the resource is gone.
+async fn watch_until_stopped(
+    registry: &Registry,
+    (group, plural): (&str, &str),
+    stopping: &watch::Receiver<bool>,
+    who: &str,
+) -> Option<(
+    Arc<ResourceDef>,
+    futures::stream::BoxStream<'static, WatchEvent>,
+)> {
+    loop {
+        if *stopping.borrow() {
+            return None;
+        }
+        let def = registry.resources.get(group, "v1", plural)?;
+        match registry
+            .watch(def.clone(), None, ListOptions::default(), false, false)
+            .await
+        {
+            Ok(events) => {
+                let mut stop = stopping.clone();
+                let events = events.take_until(Box::pin(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                }));
+                return Some((def, events.boxed()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message, "{who}: watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
 }
 
 /// Which resources each CRD (by name) has registered.
@@ -85,28 +120,16 @@ fn unregister(registry: &Registry, served: &ServedCrds, name: &str) {
 async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: ServedCrds) {
     let cleaning: Arc<Mutex<HashSet<String>>> = Arc::default();
     loop {
-        let Some(def) =
-            registry
-                .resources
-                .get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        let Some((def, mut events)) = watch_until_stopped(
+            &registry,
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            &stopping,
+            "CRD controller",
+        )
+        .await
         else {
             return;
         };
-        let events = match registry
-            .watch(def.clone(), None, ListOptions::default(), false, false)
-            .await
-        {
-            Ok(events) => events,
-            Err(e) => {
-                tracing::warn!(error = %e.message, "CRD controller: watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let mut stop = stopping.clone();
-        let mut events = events.take_until(Box::pin(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
         while let Some(event) = events.next().await {
             let Some(name) = plinth_core::meta::name(&event.object).map(str::to_owned) else {
                 continue;
@@ -226,24 +249,16 @@ async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
 async fn namespaces(registry: Registry, stopping: watch::Receiver<bool>) {
     let finalizing: Arc<Mutex<HashSet<String>>> = Arc::default();
     loop {
-        let Some(def) = registry.resources.get("", "v1", "namespaces") else {
+        let Some((_, mut events)) = watch_until_stopped(
+            &registry,
+            ("", "namespaces"),
+            &stopping,
+            "namespace controller",
+        )
+        .await
+        else {
             return;
         };
-        let events = match registry
-            .watch(def, None, ListOptions::default(), false, false)
-            .await
-        {
-            Ok(events) => events,
-            Err(e) => {
-                tracing::warn!(error = %e.message, "namespace controller: watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let mut stop = stopping.clone();
-        let mut events = events.take_until(Box::pin(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
         while let Some(event) = events.next().await {
             if !matches!(event.kind, "ADDED" | "MODIFIED") {
                 continue;

@@ -653,6 +653,15 @@ impl Call<'_> {
         }
     }
 
+    /// JSON or YAML as asked, for answers that are not the resource (Status, Scale).
+    fn plain_format(&self) -> Format {
+        if self.format == Format::Yaml {
+            Format::Yaml
+        } else {
+            Format::Json
+        }
+    }
+
     fn object_response(&self, code: StatusCode, object: &Value, warnings: &[String]) -> Response {
         match self.format {
             Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
@@ -777,16 +786,7 @@ impl Call<'_> {
                         details["group"] = json!(self.def.group_version.group);
                     }
                     let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
-                    return Ok(respond(
-                        StatusCode::OK,
-                        &status,
-                        if self.format == Format::Yaml {
-                            Format::Yaml
-                        } else {
-                            Format::Json
-                        },
-                        &[],
-                    ));
+                    return Ok(respond(StatusCode::OK, &status, self.plain_format(), &[]));
                 }
                 Ok(self.object_response(StatusCode::OK, &object, &[]))
             }
@@ -857,16 +857,7 @@ impl Call<'_> {
             }
             _ => return Err(ApiError::method_not_allowed()),
         };
-        Ok(respond(
-            StatusCode::OK,
-            &scale,
-            if self.format == Format::Yaml {
-                Format::Yaml
-            } else {
-                Format::Json
-            },
-            &[],
-        ))
+        Ok(respond(StatusCode::OK, &scale, self.plain_format(), &[]))
     }
 
     async fn delete_options(&self, bytes: Bytes) -> Result<DeleteOptions, ApiError> {

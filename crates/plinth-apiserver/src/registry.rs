@@ -291,6 +291,24 @@ fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
 }
 
 impl Registry {
+    /// 404 unless the object at `key` exists.
+    async fn require_exists(
+        &self,
+        def: &ResourceDef,
+        key: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        match self
+            .store
+            .get(key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+        {
+            Some(_) => Ok(()),
+            None => Err(ApiError::not_found(&def.group_resource(), name)),
+        }
+    }
+
     /// The namespace must exist and not be terminating, for creating in it.
     async fn check_namespace(
         &self,
@@ -1062,15 +1080,7 @@ impl Registry {
             }
         };
         let key = def.key(namespace, name);
-        if self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| store_error(def, name, e))?
-            .is_none()
-        {
-            return Err(ApiError::not_found(&def.group_resource(), name));
-        }
+        self.require_exists(def, &key, name).await?;
         let warnings = std::sync::Mutex::new(Vec::new());
         let written = self
             .write_update(def, &key, name, options, Vec::new(), |current| {
@@ -1142,15 +1152,7 @@ impl Registry {
             .clone()
             .ok_or_else(|| ApiError::not_found(&def.group_resource(), name))?;
         let key = def.key(namespace, name);
-        if self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| store_error(def, name, e))?
-            .is_none()
-        {
-            return Err(ApiError::not_found(&def.group_resource(), name));
-        }
+        self.require_exists(def, &key, name).await?;
         let written = self
             .write_update(def, &key, name, options, Vec::new(), |current| {
                 let scale = to_scale(def, current)?;

@@ -487,6 +487,27 @@ fn restart_keeps_objects_and_revisions(p: &mut Plinth) {
     );
 }
 
+/// Applies a CRD and waits until it is established and its endpoint answers.
+fn install_crd(p: &Plinth, crd: &str, name: &str, resource: &str) {
+    let out = p.kubectl_stdin(&["apply", "-f", "-"], crd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/{name}"),
+        "--timeout=10s",
+    ]);
+    p.eventually(
+        "the custom resource endpoint",
+        Duration::from_secs(10),
+        || p.kubectl_output(&["get", resource]).status.success(),
+    );
+}
+
 const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
@@ -625,22 +646,7 @@ fn custom_resources_end_to_end(p: &mut Plinth) {
         "the endpoint is gone with the CRD"
     );
     // Recreating the CRD finds no leftover objects.
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
-            .status
-            .success()
-    );
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/widgets.example.com",
-        "--timeout=10s",
-    ]);
-    p.eventually("the recreated endpoint", Duration::from_secs(10), || {
-        p.kubectl_output(&["get", "widgets", "-o", "name"])
-            .status
-            .success()
-    });
+    install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
     assert_eq!(
         p.kubectl(&["get", "widgets", "-o", "name"]).trim(),
         "",
@@ -685,20 +691,7 @@ fn strategic_merge_patches(p: &mut Plinth) {
     ]);
     p.kubectl(&["delete", "cm", "smp"]);
 
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
-            .status
-            .success()
-    );
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/widgets.example.com",
-        "--timeout=10s",
-    ]);
-    p.eventually("the widget endpoint", Duration::from_secs(10), || {
-        p.kubectl_output(&["get", "widgets"]).status.success()
-    });
+    install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
     let widget =
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: s1}\nspec: {replicas: 1}\n";
     assert!(
@@ -877,20 +870,7 @@ spec:
 "#;
 
 fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], DATABASE_CRD)
-            .status
-            .success()
-    );
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/databases.example.com",
-        "--timeout=10s",
-    ]);
-    p.eventually("the databases endpoint", Duration::from_secs(10), || {
-        p.kubectl_output(&["get", "databases"]).status.success()
-    });
+    install_crd(p, DATABASE_CRD, "databases.example.com", "databases");
 
     let good = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db1}\nspec: {engine: postgres, users: [{name: alice}]}\n";
     let out = p.kubectl_stdin(&["apply", "-f", "-"], good);
@@ -991,25 +971,7 @@ spec:
 "#;
 
 fn crd_versions_share_storage_and_warn_when_deprecated(p: &mut Plinth) {
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], GIZMO_CRD)
-            .status
-            .success()
-    );
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/gizmos.example.com",
-        "--timeout=10s",
-    ]);
-    p.eventually("the gizmos endpoints", Duration::from_secs(10), || {
-        p.kubectl_output(&["get", "gizmos.v1.example.com"])
-            .status
-            .success()
-            && p.kubectl_output(&["get", "gizmos.v2.example.com"])
-                .status
-                .success()
-    });
+    install_crd(p, GIZMO_CRD, "gizmos.example.com", "gizmos.v2.example.com");
     let old = "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\nspec: {size: 3}\n";
     let out = p.kubectl_stdin(&["create", "-f", "-"], old);
     assert!(
