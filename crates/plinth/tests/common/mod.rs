@@ -43,7 +43,7 @@ impl Plinth {
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
             backend,
-            listen: format!("127.0.0.1:{port}"),
+            listen: "127.0.0.1:0".to_owned(),
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
         };
         plinth.launch();
