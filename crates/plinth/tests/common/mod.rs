@@ -33,11 +33,8 @@ impl Plinth {
     /// Starts with extra `plinth serve` arguments.
     pub fn start_with(backend: Backend, extra_args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Port 0: plinth binds a free port itself (no race with other tests) and writes it into
+        // the kubeconfig, which every client here reads.
         let mut plinth = Self {
             child: None,
             kubeconfig: dir.path().join("kubeconfig"),
