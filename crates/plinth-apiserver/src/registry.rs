@@ -976,7 +976,6 @@ impl Registry {
         warnings: Vec<String>,
         next: impl Fn(&Value) -> Result<Value, ApiError>,
     ) -> Result<Written, ApiError> {
-        let resource = def.group_resource();
         let mut result: Option<Value> = None;
         let written = guaranteed_update::<_, _, UpdateError>(&*self.store, key, |kv| {
             let current = decode_view(def, kv)?;
@@ -1015,12 +1014,11 @@ impl Registry {
             && !(def.behaviour == Kind::Namespace && namespace_finalizers(&object))
         {
             match self.store.delete(key, Some(written.mod_revision)).await {
-                Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                Err(StoreError::Conflict { .. }) => {}
+                // Gone already, or changed again since: the next writer finishes the job.
+                Ok(_) | Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(store_error(def, name, e)),
             }
         }
-        let _ = resource;
         Ok(Written {
             object,
             warnings,
