@@ -13,6 +13,8 @@ use plinth_store_etcd::testing::EtcdProcess;
 pub enum Backend {
     Embedded,
     Etcd(EtcdProcess),
+    /// An etcd that another test server started (its endpoint).
+    SharedEtcd(String),
 }
 
 /// A running `plinth serve`.
@@ -58,8 +60,14 @@ impl Plinth {
             .args(["serve", "--data-dir"])
             .arg(self.dir.path())
             .args(["--listen", &self.listen]);
-        if let Backend::Etcd(etcd) = &self.backend {
-            command.args(["--etcd-servers", &etcd.endpoint()]);
+        match &self.backend {
+            Backend::Etcd(etcd) => {
+                command.args(["--etcd-servers", &etcd.endpoint()]);
+            }
+            Backend::SharedEtcd(endpoint) => {
+                command.args(["--etcd-servers", endpoint]);
+            }
+            Backend::Embedded => {}
         }
         command.args(&self.extra_args);
         let mut child = command
@@ -78,6 +86,15 @@ impl Plinth {
             "plinth prints its kubeconfig path"
         );
         self.child = Some(child);
+    }
+
+    /// The etcd endpoint this server stores in, if any.
+    pub fn etcd_endpoint(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Etcd(etcd) => Some(etcd.endpoint()),
+            Backend::SharedEtcd(endpoint) => Some(endpoint.clone()),
+            Backend::Embedded => None,
+        }
     }
 
     /// SIGKILLs the server and starts it again on the same data (and etcd).

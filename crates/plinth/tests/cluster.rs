@@ -1,0 +1,109 @@
+//! Several Plinth servers over one etcd are one cluster; and `plinth serve` refuses a data
+//! directory it cannot use, saying why.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Backend, Plinth};
+
+#[test]
+fn two_servers_over_one_etcd_are_one_cluster() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let a = runtime.block_on(Plinth::start_etcd());
+    let b = Plinth::start(Backend::SharedEtcd(a.etcd_endpoint().unwrap()));
+
+    a.kubectl(&["create", "configmap", "from-a", "--from-literal=k=v"]);
+    assert_eq!(
+        b.kubectl(&["get", "configmap", "from-a", "-o", "jsonpath={.data.k}"]),
+        "v"
+    );
+    let on_a = a.json(&["get", "configmap", "from-a"]);
+    let on_b = b.json(&["get", "configmap", "from-a"]);
+    assert_eq!(
+        on_a["metadata"]["resourceVersion"], on_b["metadata"]["resourceVersion"],
+        "one revision sequence"
+    );
+
+    // A write through B with A's stale copy conflicts: the compare-and-swap is etcd's.
+    b.kubectl(&[
+        "patch",
+        "configmap",
+        "from-a",
+        "-p",
+        r#"{"data":{"k":"w"}}"#,
+    ]);
+    let stale = a.kubectl_stdin(&["replace", "-f", "-"], &on_a.to_string());
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("the object has been modified"));
+
+    // A CRD created through A is served by B too (B's CRD controller watches storage).
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: things.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: things, kind: Thing}\n  versions:\n  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}\n";
+    assert!(a.kubectl_stdin(&["apply", "-f", "-"], crd).status.success());
+    b.eventually("B to serve A's CRD", Duration::from_secs(10), || {
+        b.kubectl_output(&["get", "things"]).status.success()
+    });
+    let thing = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t1}\nspec: {size: 1}\n";
+    assert!(
+        b.kubectl_stdin(&["apply", "-f", "-"], thing)
+            .status
+            .success()
+    );
+    assert_eq!(a.json(&["get", "thing", "t1"])["spec"]["size"], 1);
+    // Watches on one server see writes through the other.
+    let rv = a.json(&["get", "thing", "t1"])["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    b.kubectl(&[
+        "patch",
+        "thing",
+        "t1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":2}}"#,
+    ]);
+    let events = a.kubectl(&["get", "--raw", &format!("/apis/example.com/v1/namespaces/default/things?watch=1&resourceVersion={rv}&timeoutSeconds=2")]);
+    assert!(
+        events.contains(r#""type":"MODIFIED""#) && events.contains(r#""size":2"#),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(store.join("plinth.db"), vec![0x5a; 8192]).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "plinth must refuse a corrupt store");
+    assert!(
+        stderr.contains("cannot open storage")
+            && stderr.contains(&store.join("plinth.db").display().to_string()),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(store.join("plinth.db")).unwrap(),
+        vec![0x5a; 8192],
+        "the file is left as it was"
+    );
+}
