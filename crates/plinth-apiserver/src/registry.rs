@@ -385,13 +385,20 @@ impl Registry {
     /// # Errors
     /// 400 naming the first unsupported field.
     pub fn check_field_selector(def: &ResourceDef, fields: &FieldSelector) -> Result<(), ApiError> {
-        match fields.terms.iter().find(|t| !def.is_selectable(&t.field)) {
-            Some(term) => Err(ApiError::bad_request(format!(
-                "field label not supported: {}",
+        let Some(term) = fields.terms.iter().find(|t| !def.is_selectable(&t.field)) else {
+            return Ok(());
+        };
+        // Types with field selectors of their own answer as their conversion function does;
+        // the others with the scheme's default.
+        let message = if def.selectable_fields.is_empty() {
+            format!(
+                "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
                 term.field
-            ))),
-            None => Ok(()),
-        }
+            )
+        } else {
+            format!("field label not supported: {}", term.field)
+        };
+        Err(ApiError::bad_request(message))
     }
 
     /// Lists objects, paginated and filtered, consistent at one revision.
