@@ -267,6 +267,17 @@ fn errors_read_like_kube_apiserver(p: &mut Plinth) {
         ),
         "{bad_field}"
     );
+    let own = p.kubectl_fails(&["get", "namespaces", "--field-selector", "spec.x=1"]);
+    assert!(own.contains("field label not supported: spec.x"), "{own}");
+    let active = p.kubectl(&[
+        "get",
+        "namespaces",
+        "--field-selector",
+        "status.phase=Active",
+        "-o",
+        "name",
+    ]);
+    assert!(active.contains("namespace/default"), "{active}");
     assert!(
         p.kubectl_output(&["get", "configmaps"]).status.success(),
         "the server is still fine"
