@@ -253,6 +253,21 @@ impl Resources {
             .cloned()
     }
 
+    /// The resource serving `kind` in `group`/`version` (its main resource, not a subresource).
+    pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<Arc<ResourceDef>> {
+        self.by_gvr
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .find(|d| {
+                d.group_version.group == group
+                    && d.group_version.version == version
+                    && d.kind == kind
+                    && !d.events_k8s_io
+            })
+            .cloned()
+    }
+
     /// Every resource, ordered by group, version and plural.
     pub fn all(&self) -> Vec<Arc<ResourceDef>> {
         self.by_gvr

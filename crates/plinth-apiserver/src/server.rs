@@ -64,6 +64,8 @@ pub struct RunningServer {
     pub token: String,
     /// The CA certificate (PEM).
     pub ca_pem: String,
+    /// The registry, for in-process controllers (the garbage collector).
+    pub registry: Registry,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -79,6 +81,11 @@ impl RunningServer {
     /// Waits until the server stops (after [`RunningServer::stopper`] is used).
     pub async fn wait(self) {
         let _ = self.done.await;
+    }
+
+    /// Becomes `true` when the server begins to stop.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
     }
 
     /// A handle that stops the server when sent `true`.
@@ -174,6 +181,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         config.compaction_interval,
         stopping.clone(),
     ));
+    let registry_handle = registry.clone();
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
@@ -185,6 +193,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         url,
         token: credentials.token,
         ca_pem: credentials.ca_pem,
+        registry: registry_handle,
         stop,
         done,
     })

@@ -26,6 +26,7 @@ on_both_backends! {
     real_world_crds_install_and_explain;
     custom_resource_schemas_validate_default_and_prune;
     crd_versions_share_storage_and_warn_when_deprecated;
+    garbage_collection_in_the_background;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1041,5 +1042,119 @@ fn crd_versions_share_storage_and_warn_when_deprecated(p: &mut Plinth) {
     assert!(
         p.kubectl(&["get", "all", "-o", "name"])
             .contains("gizmo.example.com/g2")
+    );
+}
+
+fn owned(p: &Plinth, kind: &str, name: &str, ns: &str) -> String {
+    p.json(&["get", kind, name, "-n", ns])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn garbage_collection_in_the_background(p: &mut Plinth) {
+    p.kubectl(&["create", "configmap", "owner"]);
+    let uid = owned(p, "configmap", "owner", "default");
+    let child = |name: &str, api: &str, kind: &str, owner: &str, uid: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences:\n  - {{apiVersion: {api}, kind: {kind}, name: {owner}, uid: {uid}}}\n"
+        )
+    };
+    assert!(
+        p.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &child("child", "v1", "ConfigMap", "owner", &uid)
+        )
+        .status
+        .success()
+    );
+    // An object whose owner never existed, and one whose owner has another uid, are collected.
+    assert!(
+        p.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &child(
+                "orphan",
+                "v1",
+                "ConfigMap",
+                "ghost",
+                "00000000-0000-0000-0000-000000000000"
+            )
+        )
+        .status
+        .success()
+    );
+    assert!(
+        p.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &child(
+                "stale",
+                "v1",
+                "ConfigMap",
+                "owner",
+                "11111111-1111-1111-1111-111111111111"
+            )
+        )
+        .status
+        .success()
+    );
+    let gone = |name: &str| {
+        !p.kubectl_output(&["get", "configmap", name])
+            .status
+            .success()
+    };
+    p.eventually(
+        "the dangling dependents to be collected",
+        Duration::from_secs(10),
+        || gone("orphan") && gone("stale"),
+    );
+    assert!(!gone("child"), "a dependent whose owner exists stays");
+    p.kubectl(&["delete", "configmap", "owner"]);
+    p.eventually(
+        "the dependent of a deleted owner to be collected",
+        Duration::from_secs(10),
+        || gone("child"),
+    );
+
+    // A cluster-scoped owner of a namespaced dependent, and a custom resource as owner.
+    p.kubectl(&["create", "namespace", "owner-ns"]);
+    let ns_uid = p.json(&["get", "namespace", "owner-ns"])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        p.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &child("ns-child", "v1", "Namespace", "owner-ns", &ns_uid)
+        )
+        .status
+        .success()
+    );
+    install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
+    assert!(p.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: boss}\nspec: {replicas: 1}\n").status.success());
+    let widget_uid = owned(p, "widget", "boss", "default");
+    assert!(
+        p.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &child("cr-child", "example.com/v1", "Widget", "boss", &widget_uid)
+        )
+        .status
+        .success()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !gone("ns-child") && !gone("cr-child"),
+        "dependents of live owners stay"
+    );
+    p.kubectl(&["delete", "widget", "boss"]);
+    p.eventually(
+        "the custom resource's dependent to be collected",
+        Duration::from_secs(10),
+        || gone("cr-child"),
+    );
+    p.kubectl(&["delete", "namespace", "owner-ns", "--wait=false"]);
+    p.eventually(
+        "the namespace's dependent to be collected",
+        Duration::from_secs(20),
+        || gone("ns-child"),
     );
 }
