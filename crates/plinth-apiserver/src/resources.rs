@@ -186,10 +186,7 @@ impl ResourceDef {
 
     /// The value of a selectable field of `object`, or `None` if it is not selectable.
     pub fn field_value(&self, object: &Value, field: &str) -> Option<String> {
-        let known = field == "metadata.name"
-            || field == "metadata.namespace"
-            || self.selectable_fields.iter().any(|f| f == field);
-        if !known {
+        if !self.is_selectable(field) {
             return None;
         }
         Some(match at_path(object, field) {
