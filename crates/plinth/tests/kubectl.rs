@@ -343,11 +343,7 @@ fn watch_streams_changes(p: &mut Plinth) {
 
 fn finalizers_hold_deletion(p: &mut Plinth) {
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\ndata: {a: b}\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], held)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], held);
     p.kubectl(&["delete", "configmap", "held", "--wait=false"]);
     let marked = p.json(&["get", "configmap", "held"]);
     assert!(
@@ -421,22 +417,14 @@ fn secrets_leases_and_events(p: &mut Plinth) {
         "Opaque"
     );
     let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: leader}\nspec: {holderIdentity: node-1, leaseDurationSeconds: 15}\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], lease)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], lease);
     let table = p.kubectl(&["get", "leases"]);
     assert!(
         table.lines().next().unwrap().contains("HOLDER") && table.contains("node-1"),
         "{table}"
     );
     let event = "apiVersion: v1\nkind: Event\nmetadata: {name: ev1}\ninvolvedObject: {kind: ConfigMap, name: x, namespace: default}\nreason: Tested\nmessage: it works\ntype: Normal\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], event)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], event);
     let events = p.kubectl(&["get", "events"]);
     assert!(
         events.contains("Tested") && events.contains("configmap/x") && events.contains("it works"),
@@ -445,12 +433,7 @@ fn secrets_leases_and_events(p: &mut Plinth) {
 
     // events.k8s.io/v1 and core/v1 Events are one resource, as on a cluster.
     let recorded = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: ev2}\nregarding: {kind: Widget, name: w9, namespace: default}\nreason: Reconciled\nnote: from a controller\ntype: Normal\naction: Sync\nreportingController: example.com/ctl\nreportingInstance: ctl-1\neventTime: \"2026-01-01T00:00:00.000000Z\"\n";
-    let out = p.kubectl_stdin(&["apply", "-f", "-"], recorded);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.kubectl_with(&["apply", "-f", "-"], recorded);
     let core: serde_json::Value = serde_json::from_str(&p.kubectl(&[
         "get",
         "--raw",
@@ -503,12 +486,7 @@ fn restart_keeps_objects_and_revisions(p: &mut Plinth) {
 
 /// Applies a CRD and waits until it is established and its endpoint answers.
 fn install_crd(p: &Plinth, crd: &str, name: &str, resource: &str) {
-    let out = p.kubectl_stdin(&["apply", "-f", "-"], crd);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.kubectl_with(&["apply", "-f", "-"], crd);
     p.kubectl(&[
         "wait",
         "--for=condition=Established",
@@ -548,11 +526,7 @@ spec:
 "#;
 
 fn custom_resources_end_to_end(p: &mut Plinth) {
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], WIDGET_CRD)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], WIDGET_CRD);
     p.kubectl(&[
         "wait",
         "--for=condition=Established",
@@ -571,11 +545,7 @@ fn custom_resources_end_to_end(p: &mut Plinth) {
     assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
 
     let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {replicas: 2}\nstatus: {replicas: 9}\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], widget)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], widget);
     let created = p.json(&["get", "widget", "w1"]);
     assert!(
         created.get("status").is_none(),
@@ -671,14 +641,9 @@ fn custom_resources_end_to_end(p: &mut Plinth) {
 fn strategic_merge_patches(p: &mut Plinth) {
     let two = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smp\n  finalizers: [example.com/a, example.com/b]\ndata: {k: v}\n";
     let one = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smp\n  finalizers: [example.com/b]\ndata: {k: v}\n";
-    assert!(p.kubectl_stdin(&["apply", "-f", "-"], two).status.success());
+    p.kubectl_with(&["apply", "-f", "-"], two);
     // Client-side apply sends a strategic merge patch with $deleteFromPrimitiveList.
-    let out = p.kubectl_stdin(&["apply", "-f", "-"], one);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.kubectl_with(&["apply", "-f", "-"], one);
     assert_eq!(
         p.json(&["get", "cm", "smp"])["metadata"]["finalizers"],
         serde_json::json!(["example.com/b"])
@@ -708,11 +673,7 @@ fn strategic_merge_patches(p: &mut Plinth) {
     install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
     let widget =
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: s1}\nspec: {replicas: 1}\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], widget)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], widget);
     let refused = p.kubectl_fails(&[
         "patch",
         "widget",
@@ -741,17 +702,9 @@ fn every_type_patches_explains_and_prints_wide(p: &mut Plinth) {
     ]);
     p.kubectl(&["create", "serviceaccount", "sa1", "-n", "patched"]);
     let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: l1, namespace: patched}\nspec: {holderIdentity: a}\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], lease)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], lease);
     let event = "apiVersion: v1\nkind: Event\nmetadata: {name: e1, namespace: patched}\ninvolvedObject: {kind: Pod, name: x}\nreason: R\n";
-    assert!(
-        p.kubectl_stdin(&["apply", "-f", "-"], event)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["apply", "-f", "-"], event);
     for (kind, name, namespaced) in [
         ("namespace", "patched", false),
         ("configmap", "cm1", true),
@@ -887,12 +840,7 @@ fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
     install_crd(p, DATABASE_CRD, "databases.example.com", "databases");
 
     let good = "apiVersion: example.com/v1\nkind: Database\nmetadata: {name: db1}\nspec: {engine: postgres, users: [{name: alice}]}\n";
-    let out = p.kubectl_stdin(&["apply", "-f", "-"], good);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.kubectl_with(&["apply", "-f", "-"], good);
     let db = p.json(&["get", "database", "db1"]);
     assert_eq!(db["spec"]["replicas"], 1, "defaulted: {db}");
     assert_eq!(
@@ -935,12 +883,7 @@ fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
         String::from_utf8_lossy(&out.stderr)
     );
     // ...and pruned when validation is off.
-    let out = p.kubectl_stdin(&["create", "--validate=false", "-f", "-"], unknown);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    p.kubectl_with(&["create", "--validate=false", "-f", "-"], unknown);
     assert!(
         p.json(&["get", "database", "db4"])["spec"]
             .get("colour")
@@ -1013,11 +956,7 @@ fn crd_versions_share_storage_and_warn_when_deprecated(p: &mut Plinth) {
     );
     // Field selectors on the version's selectable fields.
     let new = "apiVersion: example.com/v2\nkind: Gizmo\nmetadata: {name: g2}\nspec: {size: 7}\n";
-    assert!(
-        p.kubectl_stdin(&["create", "-f", "-"], new)
-            .status
-            .success()
-    );
+    p.kubectl_with(&["create", "-f", "-"], new);
     let selected = p.kubectl(&[
         "get",
         "gizmos.v2.example.com",
@@ -1130,7 +1069,10 @@ fn garbage_collection_in_the_background(p: &mut Plinth) {
         .success()
     );
     install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
-    assert!(p.kubectl_stdin(&["apply", "-f", "-"], "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: boss}\nspec: {replicas: 1}\n").status.success());
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: boss}\nspec: {replicas: 1}\n",
+    );
     let widget_uid = owned(p, "widget", "boss", "default");
     assert!(
         p.kubectl_stdin(

@@ -167,6 +167,17 @@ impl Plinth {
         child.wait_with_output().unwrap()
     }
 
+    /// Runs kubectl with `input` on stdin; panics with stderr if it fails, else returns stdout.
+    pub fn kubectl_with(&self, args: &[&str], input: &str) -> String {
+        let out = self.kubectl_stdin(args, input);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut full = args.to_vec();
         full.extend(["-o", "json"]);
