@@ -6,19 +6,23 @@
 //!
 //! # Guarantees
 //! - A consistent read (no resourceVersion) waits until the cache has seen the store's current
-//!   revision, so it reflects every write acknowledged before it started.
+//!   revision, so it reflects every write acknowledged before it started. A resource nobody
+//!   writes to learns that it is current from the store's progress notifications, asked for
+//!   while readers wait ([`Caches::consistent`]); a cache that does not catch up within 3 s
+//!   sends the reader to storage.
 //! - A watch from revision R gets every change after R exactly once, in order, if R is within
 //!   the window; older R is answered with 410 Expired.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use plinth_core::ApiError;
 use plinth_core::meta::metadata_mut;
-use plinth_store::{EventKind, KeyValue, RangeRequest, Revision, Store};
+use plinth_store::{EventKind, KeyValue, RangeRequest, Revision, Store, StoreError};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 /// How many recent events each resource keeps for resuming watches.
 const HISTORY: usize = 10_000;
@@ -214,12 +218,33 @@ impl Cacher {
         self.revision.send_replace(revision);
     }
 
+    /// A progress notification: the store has sent every change under this prefix up to
+    /// `revision`, so the cache is at `revision` though nothing changed here.
+    fn progress(&self, revision: Revision) {
+        let mut state = self.state_mut();
+        if revision <= state.revision {
+            return;
+        }
+        state.revision = revision;
+        drop(state);
+        self.revision.send_replace(revision);
+    }
+
+    /// The revision the cache has reached.
+    pub fn revision(&self) -> Revision {
+        *self.revision.borrow()
+    }
+
     fn apply(&self, event: plinth_store::WatchEvent) {
         let revision = event.revision();
+        if event.kind == EventKind::Progress {
+            self.progress(revision);
+            return;
+        }
         let prev = event.prev.as_ref().and_then(|kv| decode(kv, revision));
         let (object, key) = match event.kind {
             EventKind::Put => (decode(&event.kv, revision), event.kv.key.clone()),
-            EventKind::Delete => (prev.clone(), event.kv.key.clone()),
+            EventKind::Delete | EventKind::Progress => (prev.clone(), event.kv.key.clone()),
         };
         let Some(object) = object else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
@@ -237,7 +262,7 @@ impl Cacher {
             EventKind::Put => {
                 state.objects.insert(key, object);
             }
-            EventKind::Delete => {
+            EventKind::Delete | EventKind::Progress => {
                 state.objects.remove(&key);
             }
         }
@@ -315,6 +340,43 @@ pub struct Caches {
     store: Arc<dyn Store>,
     bookmark_interval: Duration,
     caches: Mutex<HashMap<String, Arc<Cacher>>>,
+    progress: Arc<ProgressRequests>,
+    /// Lists served from the caches and from storage, by resource prefix.
+    lists: Mutex<BTreeMap<(String, &'static str), u64>>,
+}
+
+/// Readers waiting for a cache to catch up with the store; while there are any, a task asks the
+/// store for progress notifications (kube-apiserver's `progressRequester`).
+#[derive(Default)]
+struct ProgressRequests {
+    waiting: AtomicUsize,
+    wake: Notify,
+    started: std::sync::OnceLock<()>,
+}
+
+/// Counts one waiting reader while alive.
+struct Waiting<'a>(&'a ProgressRequests);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How often progress is asked for while a reader waits.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
+
+async fn request_progress(store: Arc<dyn Store>, requests: Arc<ProgressRequests>) {
+    loop {
+        if requests.waiting.load(Ordering::Acquire) == 0 {
+            requests.wake.notified().await;
+            continue;
+        }
+        if let Err(e) = store.request_progress().await {
+            tracing::warn!(error = %e, "watch cache: progress request failed");
+        }
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+    }
 }
 
 impl std::fmt::Debug for Caches {
@@ -347,7 +409,84 @@ impl Caches {
             store,
             bookmark_interval,
             caches: Mutex::default(),
+            progress: Arc::default(),
+            lists: Mutex::default(),
         }
+    }
+
+    /// Waits until `cacher` reflects every write acknowledged before this call (the store's
+    /// current revision), asking the store for progress notifications meanwhile. Returns the
+    /// cache's revision, or `None` if it did not catch up in time (the caller reads storage
+    /// instead, as kube-apiserver falls back to etcd).
+    ///
+    /// # Errors
+    /// The store's error if its current revision cannot be read.
+    pub async fn consistent(&self, cacher: &Cacher) -> Result<Option<Revision>, StoreError> {
+        let wanted = self.store.current_revision().await?;
+        self.reach(cacher, wanted).await
+    }
+
+    /// Waits until `cacher` reaches `wanted` (requesting progress); `None` if not within 3 s.
+    ///
+    /// # Errors
+    /// None today; kept fallible for symmetry with [`Caches::consistent`].
+    pub async fn reach(
+        &self,
+        cacher: &Cacher,
+        wanted: Revision,
+    ) -> Result<Option<Revision>, StoreError> {
+        let reached = cacher.revision();
+        if reached >= wanted && reached > 0 {
+            return Ok(Some(reached));
+        }
+        let requests = &self.progress;
+        requests.started.get_or_init(|| {
+            drop(tokio::spawn(request_progress(
+                self.store.clone(),
+                requests.clone(),
+            )));
+        });
+        requests.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(requests);
+        requests.wake.notify_one();
+        Ok(cacher.wait_for(wanted.max(1)).await.ok())
+    }
+
+    /// Counts a list of the resource under `prefix`, served from its cache or from storage.
+    pub fn count_list(&self, prefix: &str, from_cache: bool) {
+        let source = if from_cache { "cache" } else { "storage" };
+        *self
+            .lists
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((prefix.trim_end_matches('/').to_owned(), source))
+            .or_default() += 1;
+    }
+
+    /// `apiserver_cache_list_total` and `apiserver_storage_list_total` (labelled by resource
+    /// prefix) in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = String::new();
+        for (source, name, help) in [
+            (
+                "cache",
+                "apiserver_cache_list_total",
+                "Number of LIST requests served from watch cache",
+            ),
+            (
+                "storage",
+                "apiserver_storage_list_total",
+                "Number of LIST requests served from storage",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for ((prefix, _), n) in lists.iter().filter(|((_, s), _)| *s == source) {
+                let _ = writeln!(out, "{name}{{resource_prefix=\"{prefix}\"}} {n}");
+            }
+        }
+        out
     }
 
     /// The cache of the resource stored under `prefix`, started if needed; it is ready once it

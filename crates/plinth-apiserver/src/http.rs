@@ -526,7 +526,8 @@ async fn handle(
         return Err(ApiError::unauthorized());
     }
     if target == Target::Metrics {
-        let text = state.metrics.render();
+        let mut text = state.metrics.render();
+        text.push_str(&state.registry.caches.render_metrics());
         return Ok((
             StatusCode::OK,
             [(

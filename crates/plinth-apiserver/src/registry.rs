@@ -413,9 +413,10 @@ impl Registry {
     ) -> Result<Value, ApiError> {
         Self::check_field_selector(def, &options.fields)?;
         let prefix = def.list_prefix(namespace);
-        if options.resource_version.as_deref() == Some("0") && options.continue_token.is_none() {
-            return self.list_cached(def, &prefix, options).await;
+        if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
+            return Ok(list);
         }
+        self.caches.count_list(&def.key_prefix(), false);
         let (mut revision, mut start) = match &options.continue_token {
             Some(token) if !token.is_empty() => {
                 let (rev, start) = decode_continue(token)?;
@@ -506,16 +507,70 @@ impl Registry {
         }))
     }
 
-    /// A list from the watch cache (`resourceVersion=0`: any state, which may be stale; the
-    /// limit is ignored, as kube-apiserver does for such reads).
-    async fn list_cached(
+    /// Serves a list from the watch cache when kube-apiserver 1.32 would: `resourceVersion=0`
+    /// (any state, which may be stale; the limit is ignored), and — without a limit or continue
+    /// token — consistent reads (resourceVersion unset: the cache first catches up with the
+    /// store's current revision) and `NotOlderThan` reads. `None`: read storage instead (a
+    /// paginated or `Exact` list, or a cache that did not catch up in time).
+    async fn try_list_cached(
         &self,
         def: &ResourceDef,
         prefix: &str,
         options: &ListOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Option<Value>, ApiError> {
+        if options
+            .continue_token
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+        {
+            return Ok(None);
+        }
+        let rv = options.resource_version.as_deref().unwrap_or("");
+        let exact = match options.resource_version_match.as_deref() {
+            None | Some("NotOlderThan") => false,
+            Some("Exact") => true,
+            // Refused with the right message on the storage path.
+            Some(_) => return Ok(None),
+        };
         let cacher = self.caches.get(&def.key_prefix());
-        cacher.wait_for(1).await?;
+        let reached = if rv == "0" {
+            cacher.wait_for(1).await?;
+            true
+        } else if options.limit > 0 || exact {
+            false
+        } else if rv.is_empty() {
+            let reached = self.caches.consistent(&cacher).await;
+            reached.map_err(|e| store_error(def, "", e))?.is_some()
+        } else {
+            let wanted = parse_rv(rv)?;
+            let current = self
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| store_error(def, "", e))?;
+            if wanted > current {
+                // Storage answers with the right error.
+                false
+            } else {
+                let reached = self.caches.reach(&cacher, wanted).await;
+                reached.map_err(|e| store_error(def, "", e))?.is_some()
+            }
+        };
+        if !reached {
+            return Ok(None);
+        }
+        self.caches.count_list(&def.key_prefix(), true);
+        Ok(Some(self.list_cached(def, &cacher, prefix, options)))
+    }
+
+    /// A list of the cache's current objects under `prefix`.
+    fn list_cached(
+        &self,
+        def: &ResourceDef,
+        cacher: &crate::cache::Cacher,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Value {
         let (objects, revision) = cacher.snapshot(prefix);
         let items: Vec<Value> = objects
             .iter()
@@ -526,12 +581,12 @@ impl Registry {
             })
             .filter(|o| Self::selected(def, o, options))
             .collect();
-        Ok(json!({
+        json!({
             "kind": def.list_kind(),
             "apiVersion": def.group_version.api_version(),
             "metadata": {"resourceVersion": revision.to_string()},
             "items": items,
-        }))
+        })
     }
 
     /// Checks the body's apiVersion/kind and unknown fields; returns the warnings to send.
@@ -1285,8 +1340,29 @@ impl Registry {
             let (def, options) = (def.clone(), options.clone());
             move |object: &Value| Self::selected(&def, object, &options)
         };
-        let (mut initial, subscription, snapshot) = if rv == "0" && !send_initial_events {
-            // "Any" state: the cache's own snapshot, then its changes.
+        // The initial state comes from the cache's own snapshot when it may: "any" state
+        // (resourceVersion 0), a consistent one once the cache has caught up with the store, or
+        // with sendInitialEvents one not older than the resourceVersion given.
+        let from_cache = if rv == "0" {
+            true
+        } else if rv.is_empty() {
+            let reached = self.caches.consistent(&cacher).await;
+            reached.map_err(|e| store_error(&def, "", e))?.is_some()
+        } else if send_initial_events {
+            let wanted = parse_rv(&rv)?;
+            let current = self
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| store_error(&def, "", e))?;
+            wanted <= current && {
+                let reached = self.caches.reach(&cacher, wanted).await;
+                reached.map_err(|e| store_error(&def, "", e))?.is_some()
+            }
+        } else {
+            false
+        };
+        let (mut initial, subscription, snapshot) = if from_cache {
             let subscription = cacher.subscribe(&prefix, None)?;
             let initial: Vec<WatchEvent> = subscription
                 .initial
@@ -1304,8 +1380,9 @@ impl Registry {
                 .collect();
             let snapshot = subscription.revision;
             (initial, Ok(subscription), snapshot)
-        } else if rv.is_empty() || rv == "0" || send_initial_events {
-            // A consistent snapshot from storage, then the cache's changes after it.
+        } else if rv.is_empty() || send_initial_events {
+            // A consistent snapshot from storage (the cache is behind), then the cache's
+            // changes after it.
             let mut list_options = (*options).clone();
             list_options.limit = 0;
             list_options.continue_token = None;
@@ -1476,6 +1553,7 @@ fn translate(
         .as_ref()
         .is_some_and(|p| Registry::selected(def, p, options));
     match kind {
+        EventKind::Progress => None,
         EventKind::Delete => prev_selected.then(|| WatchEvent {
             kind: "DELETED",
             object: typed(object),
@@ -1512,6 +1590,7 @@ fn translate_stored(
     let object = match event.kind {
         EventKind::Put => decode_at(&event.kv)?,
         EventKind::Delete => prev.clone()?,
+        EventKind::Progress => return None,
     };
     translate(def, options, event.kind, &object, prev.as_ref())
 }

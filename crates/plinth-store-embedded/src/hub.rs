@@ -132,6 +132,23 @@ impl Hub {
         }
     }
 
+    /// Tells every synced watcher that it has everything up to the last published revision
+    /// (a progress notification, sent through its own channel so it follows those events). A
+    /// watcher catching up, or with a full buffer, is skipped: it is not up to date yet.
+    pub(crate) fn request_progress(&self) {
+        let mut state = self.lock();
+        let published = state.published;
+        state.slots.retain(|_, slot| {
+            if !slot.synced {
+                return true;
+            }
+            match slot.tx.try_send(Ok(WatchEvent::progress(published))) {
+                Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => true,
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+
     /// Ends every watch (their streams end); used when the store closes.
     pub(crate) fn close(&self) {
         self.lock().slots.clear();

@@ -533,6 +533,11 @@ impl Store for EmbeddedStore {
         self.write(Op::Compact { revision }).await.map(drop)
     }
 
+    async fn request_progress(&self) -> StoreResult<()> {
+        self.shared.hub.request_progress();
+        Ok(())
+    }
+
     async fn current_revision(&self) -> StoreResult<Revision> {
         Ok(self.shared.revision.load(Ordering::Acquire))
     }

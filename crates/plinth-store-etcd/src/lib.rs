@@ -43,6 +43,8 @@ pub struct EtcdStore {
     kv: KvClient,
     watch: WatchClient,
     prefix: String,
+    /// Each open watch's task listens here for progress requests to forward to etcd.
+    progress: tokio::sync::broadcast::Sender<()>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -111,6 +113,7 @@ impl EtcdStore {
                 .max_encoding_message_size(MAX_MESSAGE),
             watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             prefix: prefix.to_owned(),
+            progress: tokio::sync::broadcast::Sender::new(16),
         };
         // Fail now, not on first use, if etcd does not answer.
         let named = endpoints
@@ -352,9 +355,19 @@ impl Store for EtcdStore {
             .watch(full, Some(options))
             .await
             .map_err(grpc("start a watch"))?;
+        let (requests, responses) = stream.split();
+        // Dropping the returned stream drops `_watching`, which ends the forwarding task and with
+        // it the request side of the gRPC stream: etcd then closes the watch.
+        let (_watching, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(forward_progress_requests(
+            requests,
+            self.progress.subscribe(),
+            stopped,
+        ));
         let store = self.clone();
-        let events = stream
+        let events = responses
             .map(move |message| -> Vec<StoreResult<WatchEvent>> {
+                let _watching = &_watching;
                 let response = match message {
                     Ok(response) => response,
                     Err(e) => return vec![Err(grpc("receive watch events")(e))],
@@ -368,6 +381,11 @@ impl Store for EtcdStore {
                 if response.canceled() {
                     let reason = format!("etcd cancelled the watch: {}", response.cancel_reason());
                     return vec![Err(StoreError::backend("receive watch events", reason))];
+                }
+                let revision = response.header().map_or(0, |h| h.revision());
+                if response.events().is_empty() && !response.created() && revision > 0 {
+                    // etcd's answer to a progress request.
+                    return vec![Ok(WatchEvent::progress(revision))];
                 }
                 response
                     .events()
@@ -396,6 +414,12 @@ impl Store for EtcdStore {
             .map_err(|e| revision_error(revision, e))
     }
 
+    async fn request_progress(&self) -> StoreResult<()> {
+        // No receiver means no open watch: nothing to report.
+        let _ = self.progress.send(());
+        Ok(())
+    }
+
     async fn current_revision(&self) -> StoreResult<Revision> {
         let options = GetOptions::new().with_count_only();
         let response = self
@@ -405,6 +429,28 @@ impl Store for EtcdStore {
             .await
             .map_err(grpc("read the revision"))?;
         Ok(response.header().map_or(0, |h| h.revision()))
+    }
+}
+
+/// Forwards the store's progress requests to one watch's gRPC stream until the watch is dropped.
+async fn forward_progress_requests(
+    mut requests: etcd_client::WatchRequestSender,
+    mut asked: tokio::sync::broadcast::Receiver<()>,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            asked = asked.recv() => match asked {
+                Ok(()) | Err(RecvError::Lagged(_)) => {
+                    if requests.request_progress().await.is_err() {
+                        return;
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            },
+        }
     }
 }
 

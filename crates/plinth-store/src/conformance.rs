@@ -42,6 +42,7 @@ macro_rules! conformance_tests {
             slow_watcher_blocks_nobody,
             compaction_keeps_current_state,
             oversized_value_is_refused,
+            progress_reports_quiet_and_busy_watches,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {
@@ -708,4 +709,78 @@ pub async fn oversized_value_is_refused(store: Arc<dyn Store>) {
     assert_eq!(store.get("/huge").await.unwrap().unwrap().value, b("small"));
     assert_eq!(store.current_revision().await.unwrap(), r);
     assert_eq!(r, before + 1, "the refused write took no revision");
+}
+
+/// Waits for a progress notification at `revision` or later, asking for one every 50 ms; every
+/// change received meanwhile is returned, and a progress report must never precede a change it
+/// covers.
+async fn progress_at_least(
+    store: &Arc<dyn Store>,
+    stream: &mut WatchStream,
+    revision: Revision,
+    what: &str,
+) -> Vec<WatchEvent> {
+    let mut changes: Vec<WatchEvent> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        store.request_progress().await.unwrap();
+        let ask_again = tokio::time::Instant::now() + Duration::from_millis(50);
+        while let Ok(item) = tokio::time::timeout_at(ask_again, stream.next()).await {
+            let event = match item {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => panic!("{what}: watch failed: {e}"),
+                None => panic!("{what}: watch ended early"),
+            };
+            if event.kind != EventKind::Progress {
+                changes.push(event);
+                continue;
+            }
+            let reported = event.revision();
+            assert!(
+                changes.iter().all(|c| c.revision() <= reported),
+                "{what}: a progress report at {reported} came after a later change"
+            );
+            if reported >= revision {
+                return changes;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: no progress report at {revision} or later within 30 s"
+        );
+    }
+}
+
+/// Progress notifications: a watch whose prefix sees no writes still learns, on request, that
+/// it is up to date; one with changes gets the report after them.
+pub async fn progress_reports_quiet_and_busy_watches(store: Arc<dyn Store>) {
+    // No watch open: asking is harmless.
+    store.request_progress().await.unwrap();
+    let from = store.current_revision().await.unwrap() + 1;
+    let mut quiet = store.watch("/progress/quiet/", from).await.unwrap();
+    let mut busy = store.watch("/progress/busy/", from).await.unwrap();
+    let dropped = store.watch("/progress/dropped/", from).await.unwrap();
+    drop(dropped);
+    let mut last = 0;
+    for i in 0..5 {
+        last = store
+            .create(&format!("/progress/busy/{i}"), b("v"))
+            .await
+            .unwrap();
+    }
+    let seen = progress_at_least(&store, &mut quiet, last, "quiet watch").await;
+    assert!(seen.is_empty(), "the quiet watch saw changes: {seen:?}");
+    // Every change a report covers comes before it.
+    let seen = progress_at_least(&store, &mut busy, last, "busy watch").await;
+    let keys: Vec<&str> = seen.iter().map(|e| e.kv.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        (0..5)
+            .map(|i| format!("/progress/busy/{i}"))
+            .collect::<Vec<_>>()
+    );
+    // Later writes elsewhere move the quiet watch's reported progress on.
+    let later = store.create("/progress/other", b("v")).await.unwrap();
+    let seen = progress_at_least(&store, &mut quiet, later, "quiet watch, later").await;
+    assert!(seen.is_empty(), "the quiet watch saw changes: {seen:?}");
 }

@@ -120,6 +120,16 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::FutureRevision`] if it is above the current revision.
     async fn compact(&self, revision: Revision) -> StoreResult<()>;
 
+    /// Asks every open watch of this store to report its progress: each watch that has
+    /// delivered every change up to the latest revision it knows of gets an
+    /// [`EventKind::Progress`] event at that revision, after those changes (etcd's
+    /// `RequestProgress`). A watch still catching up reports nothing; ask again later. Readers
+    /// use it to learn that a cache fed by a quiet watch is nonetheless up to date.
+    ///
+    /// # Errors
+    /// Only if the backend cannot be reached.
+    async fn request_progress(&self) -> StoreResult<()>;
+
     /// The store's current revision (the revision of the last write, or 1 for a new store).
     async fn current_revision(&self) -> StoreResult<Revision>;
 }

@@ -86,6 +86,9 @@ pub enum EventKind {
     Put,
     /// Deleted.
     Delete,
+    /// No change: every change under the watch's prefix up to `kv.mod_revision` has been
+    /// delivered (a progress notification, sent only after [`crate::Store::request_progress`]).
+    Progress,
 }
 
 /// One change, as a watch delivers it.
@@ -101,9 +104,23 @@ pub struct WatchEvent {
 }
 
 impl WatchEvent {
-    /// The revision of the change.
+    /// The revision of the change (of a progress notification: the revision reached).
     pub fn revision(&self) -> crate::Revision {
         self.kv.mod_revision
+    }
+
+    /// A progress notification: the watch has delivered every change up to `revision`.
+    pub fn progress(revision: crate::Revision) -> Self {
+        Self {
+            kind: EventKind::Progress,
+            kv: KeyValue {
+                key: String::new(),
+                value: Bytes::new(),
+                create_revision: 0,
+                mod_revision: revision,
+            },
+            prev: None,
+        }
     }
 }
 
