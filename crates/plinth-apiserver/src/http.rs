@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use crate::discovery;
 use crate::registry::{
-    DeleteOptions, FieldValidation, ListOptions, MAX_BODY_BYTES, Registry, WriteOptions,
-    default_watch_timeout,
+    DeleteOptions, FieldValidation, ListOptions, MAX_BODY_BYTES, Propagation, Registry,
+    WriteOptions, default_watch_timeout,
 };
 use crate::resources::ResourceDef;
 use crate::table::{self, IncludeObject};
@@ -883,6 +883,22 @@ impl Call<'_> {
                 .pointer("/preconditions/resourceVersion")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
+            if parsed.get("propagationPolicy").is_some() || parsed.get("orphanDependents").is_some()
+            {
+                options.propagation = Propagation::parse(
+                    parsed.get("propagationPolicy").and_then(Value::as_str),
+                    parsed.get("orphanDependents").and_then(Value::as_bool),
+                )?;
+            }
+        }
+        if options.propagation.is_none() {
+            let orphan = match self.query.get("orphanDependents") {
+                Some(v) => Some(v.parse::<bool>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid orphanDependents: {v}"))
+                })?),
+                None => None,
+            };
+            options.propagation = Propagation::parse(self.query.get("propagationPolicy"), orphan)?;
         }
         Ok(options)
     }

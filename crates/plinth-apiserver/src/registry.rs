@@ -1272,16 +1272,24 @@ impl Registry {
             };
             let current = decode_view(def, &kv)?;
             options.check_preconditions(def, name, &current)?;
-            let pending = !finalizers(&current).is_empty()
+            let had = finalizers(&current);
+            let wanted = deletion_finalizers(&had, options.propagation);
+            let pending = !wanted.is_empty()
                 || (def.behaviour == Kind::Namespace && namespace_finalizers(&current));
             if pending {
-                if is_deleting(&current) {
+                let same = had.len() == wanted.len() && wanted.iter().all(|f| had.contains(f));
+                if is_deleting(&current) && same {
                     return Ok((current, false));
                 }
                 let mut marked = current.clone();
                 if let Some(meta) = metadata_mut(&mut marked) {
-                    meta.insert("deletionTimestamp".into(), json!(format_time(now())));
-                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    if !same {
+                        meta.insert("finalizers".into(), json!(wanted));
+                    }
+                    if !meta.contains_key("deletionTimestamp") {
+                        meta.insert("deletionTimestamp".into(), json!(format_time(now())));
+                        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    }
                 }
                 if def.behaviour == Kind::Namespace {
                     marked["status"]["phase"] = json!("Terminating");
@@ -1613,6 +1621,83 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// `propagationPolicy` (or the older `orphanDependents`); `None`: the object's own
+    /// `orphan`/`foregroundDeletion` finalizer, else background.
+    pub propagation: Option<Propagation>,
+}
+
+/// How the dependents of a deleted object are treated (`propagationPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// The garbage collector deletes the dependents after the owner is gone.
+    Background,
+    /// The owner stays (finalizer `foregroundDeletion`) until its blocking dependents are gone.
+    Foreground,
+    /// The owner stays (finalizer `orphan`) until its dependents no longer reference it.
+    Orphan,
+}
+
+/// The finalizer that keeps an owner until its dependents are orphaned.
+pub const FINALIZER_ORPHAN: &str = "orphan";
+/// The finalizer that keeps an owner until its blocking dependents are deleted.
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+impl Propagation {
+    /// Parses `propagationPolicy` and `orphanDependents` as kube-apiserver validates them.
+    ///
+    /// # Errors
+    /// 422 for an unknown policy, or both fields set.
+    pub fn parse(policy: Option<&str>, orphan: Option<bool>) -> Result<Option<Self>, ApiError> {
+        let invalid = |cause| ApiError::invalid("meta.k8s.io", "DeleteOptions", "", vec![cause]);
+        if let (Some(policy), Some(_)) = (policy, orphan) {
+            return Err(invalid(plinth_core::Cause::invalid(
+                "propagationPolicy",
+                &json!(policy),
+                "orphanDependents and deletionPropagation cannot be both set",
+            )));
+        }
+        match (policy, orphan) {
+            (Some("Background"), _) => Ok(Some(Self::Background)),
+            (Some("Foreground"), _) => Ok(Some(Self::Foreground)),
+            (Some("Orphan"), _) => Ok(Some(Self::Orphan)),
+            (Some(other), _) => Err(invalid(plinth_core::Cause::new(
+                "FieldValueNotSupported",
+                "propagationPolicy",
+                format!(
+                    "Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            ))),
+            (None, Some(true)) => Ok(Some(Self::Orphan)),
+            (None, Some(false)) => Ok(Some(Self::Background)),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// The finalizers an object gets when deleted with `propagation` (kube-apiserver's
+/// `deletionFinalizersForGarbageCollection`): the garbage collector's two finalizers are
+/// dropped, and the one the policy asks for added.
+fn deletion_finalizers(current: &[String], propagation: Option<Propagation>) -> Vec<String> {
+    let propagation = propagation.unwrap_or_else(|| {
+        if current.iter().any(|f| f == FINALIZER_ORPHAN) {
+            Propagation::Orphan
+        } else if current.iter().any(|f| f == FINALIZER_FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        }
+    });
+    let mut finalizers: Vec<String> = current
+        .iter()
+        .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
+        .cloned()
+        .collect();
+    match propagation {
+        Propagation::Orphan => finalizers.push(FINALIZER_ORPHAN.to_owned()),
+        Propagation::Foreground => finalizers.push(FINALIZER_FOREGROUND.to_owned()),
+        Propagation::Background => {}
+    }
+    finalizers
 }
 
 impl DeleteOptions {

@@ -337,16 +337,29 @@ async fn count_objects(client: &Client) -> Result<usize, Error> {
     }
 }
 
-fn rss_mib(pid: u32) -> Option<f64> {
+/// Resident memory of `pid` in MiB: total, anonymous (heap: what the server itself holds) and
+/// file-backed (mapped files such as a database's pages, which the kernel can drop).
+fn rss_mib(pid: u32) -> Option<(f64, f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib / 1024.0)
+    let field = |name: &str| -> Option<f64> {
+        let kib: f64 = status
+            .lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
+    };
+    Some((
+        field("VmRSS:")?,
+        field("RssAnon:").unwrap_or(0.0),
+        field("RssFile:").unwrap_or(0.0) + field("RssShmem:").unwrap_or(0.0),
+    ))
+}
+
+fn rss_text((total, anon, file): (f64, f64, f64)) -> String {
+    format!("{total:.0} MiB ({anon:.0} MiB anonymous, {file:.0} MiB file-backed)")
 }
 
 async fn load(
@@ -380,10 +393,10 @@ async fn load(
         format!("{:.0} ms", listed.as_secs_f64() * 1e3),
     ));
     let total = count_objects(&client).await?;
-    if let Some(mib) = pid.and_then(rss_mib) {
+    if let Some(rss) = pid.and_then(rss_mib) {
         rows.push((
             format!("server RSS holding {total} objects of 1 KiB"),
-            format!("{mib:.0} MiB"),
+            rss_text(rss),
         ));
     }
     for n in watchers {
@@ -398,8 +411,8 @@ async fn load(
             ),
         ));
     }
-    if let Some(mib) = pid.and_then(rss_mib) {
-        rows.push(("server RSS at the end".to_owned(), format!("{mib:.0} MiB")));
+    if let Some(rss) = pid.and_then(rss_mib) {
+        rows.push(("server RSS at the end".to_owned(), rss_text(rss)));
     }
     remove_crd(&client).await;
     println!("| measurement | result |");

@@ -1,4 +1,5 @@
-//! The garbage collector: deletes objects whose owners are all gone (background propagation).
+//! The garbage collector: deletes objects whose owners are all gone, and carries out the
+//! `Foreground` and `Orphan` propagation policies (kube-controller-manager's garbage collector).
 //!
 //! It watches every served resource, keeping in memory which objects name which owners (by
 //! uid), so that when an object is deleted its dependents are found at once. Whether an owner
@@ -7,20 +8,35 @@
 //! created just before its dependent, or recreated under the same name with a new uid, is judged
 //! by what storage holds.
 //!
-//! # Caveats
-//! Only background propagation for now: `propagationPolicy` Foreground and Orphan, and
-//! `blockOwnerDeletion`, come with the rest of issue #5.
+//! - A dependent with no remaining owner is deleted (with `Foreground` itself if an owner is
+//!   being deleted in the foreground and it has dependents of its own); one that still has an
+//!   owner loses its references to absent owners and to owners deleted in the foreground.
+//! - An owner with the `foregroundDeletion` finalizer keeps it until no dependent references it
+//!   with `blockOwnerDeletion: true`; its dependents are deleted meanwhile.
+//! - An owner with the `orphan` finalizer has its references removed from every dependent, then
+//!   loses the finalizer.
+//! - A cluster-scoped dependent naming a namespaced owner kind can never be resolved: it is kept,
+//!   and a warning event `OwnerRefInvalidNamespace` says so.
+//!
+//! Orphaning and foreground deletion act only once every resource's initial state has been read
+//! (the graph is complete), so no dependent is missed after a restart.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{DeleteOptions, ListOptions, Registry};
+use plinth_apiserver::registry::{
+    DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, ListOptions, Propagation, Registry,
+    WriteOptions,
+};
 use plinth_apiserver::resources::ResourceDef;
-use plinth_core::{GroupVersion, StatusReason};
-use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use plinth_core::{ApiError, GroupVersion, StatusReason};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+/// How many work items run at once.
+const WORKERS: usize = 8;
 
 /// An owner reference, as the collector needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +45,7 @@ struct Owner {
     api_version: String,
     kind: String,
     name: String,
+    block: bool,
 }
 
 /// An object that names owners.
@@ -46,24 +63,28 @@ struct Graph {
     dependents: HashMap<String, Dependent>,
     /// Owner uid → the uids of its dependents.
     by_owner: HashMap<String, HashSet<String>>,
+    /// Resource key prefixes being watched → whether their initial state has been read.
+    synced: HashMap<String, bool>,
+    /// Dependents already reported for an unresolvable owner reference.
+    reported: HashSet<String>,
 }
 
 impl Graph {
-    fn forget(&mut self, uid: &str) {
-        if let Some(old) = self.dependents.remove(uid) {
-            for owner in old.owners {
-                if let Some(set) = self.by_owner.get_mut(&owner.uid) {
-                    set.remove(uid);
-                    if set.is_empty() {
-                        self.by_owner.remove(&owner.uid);
-                    }
+    fn forget(&mut self, uid: &str) -> Option<Dependent> {
+        let old = self.dependents.remove(uid)?;
+        for owner in &old.owners {
+            if let Some(set) = self.by_owner.get_mut(&owner.uid) {
+                set.remove(uid);
+                if set.is_empty() {
+                    self.by_owner.remove(&owner.uid);
                 }
             }
         }
+        Some(old)
     }
 
-    fn record(&mut self, uid: &str, dependent: Dependent) {
-        self.forget(uid);
+    fn record(&mut self, uid: &str, dependent: Dependent) -> Option<Dependent> {
+        let old = self.forget(uid);
         for owner in &dependent.owners {
             self.by_owner
                 .entry(owner.uid.clone())
@@ -71,7 +92,34 @@ impl Graph {
                 .insert(uid.to_owned());
         }
         self.dependents.insert(uid.to_owned(), dependent);
+        old
     }
+
+    fn complete(&self) -> bool {
+        self.synced.values().all(|s| *s)
+    }
+
+    /// Whether some dependent references `owner` with `blockOwnerDeletion: true`.
+    fn blocked(&self, owner: &str) -> bool {
+        self.by_owner.get(owner).into_iter().flatten().any(|uid| {
+            self.dependents
+                .get(uid)
+                .is_some_and(|d| d.owners.iter().any(|o| o.uid == owner && o.block))
+        })
+    }
+}
+
+/// One thing to look at.
+#[derive(Clone, Debug)]
+enum Work {
+    /// A dependent (by uid): are its owners gone?
+    Dependent(String),
+    /// An owner that may be waiting for its dependents (`orphan` / `foregroundDeletion`).
+    Owner {
+        def: Arc<ResourceDef>,
+        namespace: Option<String>,
+        name: String,
+    },
 }
 
 fn owners_of(object: &Value) -> Vec<Owner> {
@@ -86,6 +134,7 @@ fn owners_of(object: &Value) -> Vec<Owner> {
                         api_version: r.get("apiVersion")?.as_str()?.to_owned(),
                         kind: r.get("kind")?.as_str()?.to_owned(),
                         name: r.get("name")?.as_str()?.to_owned(),
+                        block: r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true),
                     })
                 })
                 .collect()
@@ -93,184 +142,333 @@ fn owners_of(object: &Value) -> Vec<Owner> {
         .unwrap_or_default()
 }
 
+fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+    plinth_core::meta::finalizers(object)
+        .iter()
+        .any(|f| f == finalizer)
+}
+
 /// Starts the collector; it stops when `stopping` becomes true.
 pub fn spawn_garbage_collector(registry: Registry, stopping: watch::Receiver<bool>) {
     let graph: Arc<Mutex<Graph>> = Arc::default();
-    let (queue, work) = mpsc::unbounded_channel::<String>();
-    tokio::spawn(worker(
-        registry.clone(),
-        graph.clone(),
-        work,
-        stopping.clone(),
-    ));
-    tokio::spawn(discover(registry, graph, queue, stopping));
+    let (queue, work) = mpsc::unbounded_channel::<Work>();
+    let collector = Collector {
+        registry,
+        graph,
+        queue,
+    };
+    tokio::spawn(collector.clone().run(work, stopping.clone()));
+    tokio::spawn(collector.discover(stopping));
 }
 
-/// Watches every resource as it appears (CRDs add some at run time), once per storage.
-async fn discover(
+#[derive(Clone)]
+struct Collector {
     registry: Registry,
     graph: Arc<Mutex<Graph>>,
-    queue: mpsc::UnboundedSender<String>,
-    mut stopping: watch::Receiver<bool>,
-) {
-    let mut watched: HashSet<String> = HashSet::new();
-    loop {
-        for def in registry.resources.all() {
-            // All versions of a resource share one storage: watch it once.
-            if def.events_k8s_io || !watched.insert(def.key_prefix()) {
-                continue;
+    queue: mpsc::UnboundedSender<Work>,
+}
+
+impl Collector {
+    fn graph(&self) -> std::sync::MutexGuard<'_, Graph> {
+        self.graph.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Watches every resource as it appears (CRDs add some at run time), once per storage.
+    async fn discover(self, mut stopping: watch::Receiver<bool>) {
+        let mut watched: HashSet<String> = HashSet::new();
+        loop {
+            for def in self.registry.resources.all() {
+                // All versions of a resource share one storage: watch it once.
+                if def.events_k8s_io || !watched.insert(def.key_prefix()) {
+                    continue;
+                }
+                self.graph().synced.insert(def.key_prefix(), false);
+                tokio::spawn(self.clone().watch_resource(def, stopping.clone()));
             }
-            tokio::spawn(watch_resource(
-                registry.clone(),
-                def,
-                graph.clone(),
-                queue.clone(),
-                stopping.clone(),
-            ));
-        }
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = stopping.wait_for(|s| *s) => return,
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
         }
     }
-}
 
-async fn watch_resource(
-    registry: Registry,
-    def: Arc<ResourceDef>,
-    graph: Arc<Mutex<Graph>>,
-    queue: mpsc::UnboundedSender<String>,
-    stopping: watch::Receiver<bool>,
-) {
-    loop {
-        if *stopping.borrow()
-            || registry
-                .resources
-                .get(
-                    &def.group_version.group,
-                    &def.group_version.version,
-                    &def.plural,
-                )
-                .is_none()
-        {
+    fn served(&self, def: &ResourceDef) -> bool {
+        self.registry
+            .resources
+            .get(
+                &def.group_version.group,
+                &def.group_version.version,
+                &def.plural,
+            )
+            .is_some()
+    }
+
+    async fn watch_resource(self, def: Arc<ResourceDef>, stopping: watch::Receiver<bool>) {
+        loop {
+            if *stopping.borrow() || !self.served(&def) {
+                self.graph().synced.remove(&def.key_prefix());
+                return;
+            }
+            let events = match self
+                .registry
+                .watch(def.clone(), None, ListOptions::default(), true, true)
+                .await
+            {
+                Ok(events) => events,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let mut stop = stopping.clone();
+            let mut events = events.take_until(Box::pin(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }));
+            while let Some(event) = events.next().await {
+                self.observe(&def, event.kind, &event.object);
+            }
+            // The watch ended (the server is stopping, or the cache was rebuilt): watch again.
+            if *stopping.borrow() {
+                return;
+            }
+        }
+    }
+
+    /// Updates the graph from one watch event and queues what it makes worth a look.
+    fn observe(&self, def: &Arc<ResourceDef>, kind: &str, object: &Value) {
+        if kind == "BOOKMARK" {
+            if object
+                .pointer("/metadata/annotations/k8s.io~1initial-events-end")
+                .is_some()
+            {
+                self.graph().synced.insert(def.key_prefix(), true);
+            }
             return;
         }
-        let events = match registry
-            .watch(def.clone(), None, ListOptions::default(), false, false)
-            .await
-        {
-            Ok(events) => events,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
+        let Some(uid) = plinth_core::meta::meta_str(object, "uid").map(str::to_owned) else {
+            return;
         };
-        let mut stop = stopping.clone();
-        let mut events = events.take_until(Box::pin(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-        while let Some(event) = events.next().await {
-            let Some(uid) = event
-                .object
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-            else {
-                continue;
-            };
-            match event.kind {
+        let namespace = plinth_core::meta::namespace(object).map(str::to_owned);
+        let name = plinth_core::meta::name(object).unwrap_or("").to_owned();
+        let mut work = Vec::new();
+        {
+            let mut g = self.graph();
+            let previous = match kind {
                 "ADDED" | "MODIFIED" => {
-                    let owners = owners_of(&event.object);
-                    let mut g = graph.lock().unwrap_or_else(PoisonError::into_inner);
+                    let owners = owners_of(object);
                     if owners.is_empty() {
-                        g.forget(&uid);
+                        g.forget(&uid)
                     } else {
-                        let dependent = Dependent {
-                            def: def.clone(),
-                            namespace: plinth_core::meta::namespace(&event.object)
-                                .map(str::to_owned),
-                            name: plinth_core::meta::name(&event.object)
-                                .unwrap_or("")
-                                .to_owned(),
-                            owners,
-                        };
-                        g.record(&uid, dependent);
                         // Its owners may be gone already (or never have existed).
-                        let _ = queue.send(uid.clone());
+                        work.push(Work::Dependent(uid.clone()));
+                        g.record(
+                            &uid,
+                            Dependent {
+                                def: def.clone(),
+                                namespace: namespace.clone(),
+                                name: name.clone(),
+                                owners,
+                            },
+                        )
                     }
                 }
                 "DELETED" => {
-                    let mut g = graph.lock().unwrap_or_else(PoisonError::into_inner);
-                    g.forget(&uid);
-                    for dependent in g.by_owner.get(&uid).into_iter().flatten() {
-                        let _ = queue.send(dependent.clone());
+                    let old = g.forget(&uid);
+                    g.reported.remove(&uid);
+                    work.extend(
+                        g.by_owner
+                            .get(&uid)
+                            .into_iter()
+                            .flatten()
+                            .map(|d| Work::Dependent(d.clone())),
+                    );
+                    old
+                }
+                _ => None,
+            };
+            // Owners this object referenced may have been waiting for it.
+            let still: HashSet<&str> = g
+                .dependents
+                .get(&uid)
+                .map(|d| d.owners.iter().map(|o| o.uid.as_str()).collect())
+                .unwrap_or_default();
+            for owner in previous.iter().flat_map(|p| &p.owners) {
+                if (kind == "DELETED" || !still.contains(owner.uid.as_str()) || owner.block)
+                    && let Some(work_item) = self.owner_work(owner, namespace.as_deref())
+                {
+                    work.push(work_item);
+                }
+            }
+        }
+        if kind != "DELETED"
+            && is_deleting(object)
+            && (has_finalizer(object, FINALIZER_ORPHAN)
+                || has_finalizer(object, FINALIZER_FOREGROUND))
+        {
+            work.push(Work::Owner {
+                def: def.clone(),
+                namespace,
+                name,
+            });
+        }
+        for item in work {
+            let _ = self.queue.send(item);
+        }
+    }
+
+    fn owner_def(&self, owner: &Owner) -> Option<Arc<ResourceDef>> {
+        let gv = GroupVersion::parse(&owner.api_version)?;
+        self.registry
+            .resources
+            .by_kind(&gv.group, &gv.version, &owner.kind)
+    }
+
+    fn owner_work(&self, owner: &Owner, namespace: Option<&str>) -> Option<Work> {
+        let def = self.owner_def(owner)?;
+        let namespace = if def.namespaced {
+            namespace.map(str::to_owned)
+        } else {
+            None
+        };
+        Some(Work::Owner {
+            def,
+            namespace,
+            name: owner.name.clone(),
+        })
+    }
+
+    /// Runs queued work, several items at a time.
+    async fn run(
+        self,
+        mut work: mpsc::UnboundedReceiver<Work>,
+        mut stopping: watch::Receiver<bool>,
+    ) {
+        let slots = Arc::new(Semaphore::new(WORKERS));
+        loop {
+            let item = tokio::select! {
+                item = work.recv() => match item { Some(item) => item, None => return },
+                _ = stopping.wait_for(|s| *s) => return,
+            };
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let collector = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let retry = match &item {
+                    Work::Dependent(uid) => collector.attempt_to_delete(uid).await,
+                    Work::Owner {
+                        def,
+                        namespace,
+                        name,
+                    } => {
+                        collector
+                            .process_deleting_owner(def, namespace.as_deref(), name)
+                            .await
                     }
+                };
+                if retry {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = collector.queue.send(item);
                 }
-                _ => {}
-            }
-        }
-        // The watch ended (the server is stopping, or the cache was rebuilt): watch again.
-        if *stopping.borrow() {
-            return;
+            });
         }
     }
-}
 
-/// Whether `owner` of an object in `namespace` exists in storage with the referenced uid.
-async fn owner_exists(registry: &Registry, owner: &Owner, namespace: Option<&str>) -> Option<bool> {
-    let gv = GroupVersion::parse(&owner.api_version)?;
-    let def = registry
-        .resources
-        .by_kind(&gv.group, &gv.version, &owner.kind)?;
-    let namespace = if def.namespaced { namespace } else { None };
-    match registry.get(&def, namespace, &owner.name).await {
-        Ok(object) => Some(
-            object.pointer("/metadata/uid").and_then(Value::as_str) == Some(owner.uid.as_str()),
-        ),
-        Err(e) if e.reason == StatusReason::NotFound => Some(false),
-        Err(_) => None,
+    /// Reads `owner` of an object in `namespace` from storage: `None` if it cannot be resolved
+    /// now (unknown kind, storage trouble).
+    async fn owner_state(&self, owner: &Owner, namespace: Option<&str>) -> Option<OwnerState> {
+        let def = self.owner_def(owner)?;
+        let namespace = if def.namespaced { namespace } else { None };
+        match self.registry.get(&def, namespace, &owner.name).await {
+            Ok(object) => Some(
+                if plinth_core::meta::meta_str(&object, "uid") != Some(owner.uid.as_str()) {
+                    OwnerState::Absent
+                } else if is_deleting(&object) && has_finalizer(&object, FINALIZER_FOREGROUND) {
+                    OwnerState::Waiting
+                } else {
+                    OwnerState::Solid
+                },
+            ),
+            Err(e) if e.reason == StatusReason::NotFound => Some(OwnerState::Absent),
+            Err(_) => None,
+        }
     }
-}
 
-async fn worker(
-    registry: Registry,
-    graph: Arc<Mutex<Graph>>,
-    mut work: mpsc::UnboundedReceiver<String>,
-    mut stopping: watch::Receiver<bool>,
-) {
-    loop {
-        let uid = tokio::select! {
-            uid = work.recv() => match uid { Some(uid) => uid, None => return },
-            _ = stopping.wait_for(|s| *s) => return,
+    /// kube's `attemptToDeleteItem`. Returns whether to look again later.
+    async fn attempt_to_delete(&self, uid: &str) -> bool {
+        let Some(dependent) = self.graph().dependents.get(uid).cloned() else {
+            return false;
         };
-        let Some(dependent) = graph
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .dependents
-            .get(&uid)
-            .cloned()
-        else {
-            continue;
-        };
-        let mut alive = false;
+        let mut solid = false;
+        let mut gone: Vec<&Owner> = Vec::new();
+        let mut waiting: Vec<&Owner> = Vec::new();
         for owner in &dependent.owners {
-            match owner_exists(&registry, owner, dependent.namespace.as_deref()).await {
-                Some(false) => {}
-                // Present, or not resolvable now (unknown kind, storage trouble): keep the dependent.
-                Some(true) | None => {
-                    alive = true;
-                    break;
-                }
+            if !dependent.def.namespaced && self.owner_def(owner).is_some_and(|d| d.namespaced) {
+                // A cluster-scoped object cannot be owned by a namespaced one.
+                self.report_invalid_namespace(uid, &dependent, owner).await;
+                solid = true;
+                continue;
+            }
+            match self
+                .owner_state(owner, dependent.namespace.as_deref())
+                .await
+            {
+                Some(OwnerState::Solid) | None => solid = true,
+                Some(OwnerState::Absent) => gone.push(owner),
+                Some(OwnerState::Waiting) => waiting.push(owner),
             }
         }
-        if alive {
-            continue;
+        if solid {
+            if gone.is_empty() && waiting.is_empty() {
+                return false;
+            }
+            // Keep the owners that exist; drop the references to the others.
+            let dropped: HashSet<String> =
+                gone.iter().chain(&waiting).map(|o| o.uid.clone()).collect();
+            return self
+                .modify(
+                    &dependent.def,
+                    dependent.namespace.as_deref(),
+                    &dependent.name,
+                    Some(uid),
+                    |object| {
+                        let Some(refs) = object
+                            .pointer_mut("/metadata/ownerReferences")
+                            .and_then(Value::as_array_mut)
+                        else {
+                            return false;
+                        };
+                        let before = refs.len();
+                        refs.retain(|r| {
+                            r.get("uid")
+                                .and_then(Value::as_str)
+                                .is_none_or(|u| !dropped.contains(u))
+                        });
+                        refs.len() != before
+                    },
+                )
+                .await;
         }
+        let has_dependents = self.graph().by_owner.contains_key(uid);
+        let propagation = if !waiting.is_empty() && has_dependents {
+            Some(Propagation::Foreground)
+        } else {
+            None
+        };
         let options = DeleteOptions {
-            uid: Some(uid.clone()),
+            uid: Some(uid.to_owned()),
+            propagation,
             ..DeleteOptions::default()
         };
-        match registry
+        match self
+            .registry
             .delete(
                 &dependent.def,
                 dependent.namespace.as_deref(),
@@ -280,12 +478,218 @@ async fn worker(
             .await
         {
             Ok(_) => {
-                tracing::info!(name = %dependent.name, resource = %dependent.def.plural, "garbage collected: all owners are gone")
+                tracing::info!(name = %dependent.name, resource = %dependent.def.plural, "garbage collected: no owner left");
+                false
             }
-            Err(e) if matches!(e.reason, StatusReason::NotFound | StatusReason::Conflict) => {}
+            Err(e) if matches!(e.reason, StatusReason::NotFound | StatusReason::Conflict) => false,
             Err(e) => {
-                tracing::warn!(name = %dependent.name, error = %e.message, "garbage collection failed")
+                tracing::warn!(name = %dependent.name, error = %e.message, "garbage collection failed");
+                true
             }
         }
     }
+
+    /// kube's `processDeletingDependentsItem` and `orphanDependents`. Returns whether to look
+    /// again later.
+    async fn process_deleting_owner(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        let object = match self.registry.get(def, namespace, name).await {
+            Ok(object) => object,
+            Err(e) => return e.reason != StatusReason::NotFound,
+        };
+        let orphan = has_finalizer(&object, FINALIZER_ORPHAN);
+        let foreground = has_finalizer(&object, FINALIZER_FOREGROUND);
+        if !is_deleting(&object) || !(orphan || foreground) {
+            return false;
+        }
+        let Some(uid) = plinth_core::meta::meta_str(&object, "uid").map(str::to_owned) else {
+            return false;
+        };
+        if !self.graph().complete() {
+            // Some resource's objects are not known yet: a dependent could be missed.
+            return true;
+        }
+        if orphan {
+            let dependents: Vec<(String, Dependent)> = {
+                let g = self.graph();
+                g.by_owner
+                    .get(&uid)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| Some((d.clone(), g.dependents.get(d)?.clone())))
+                    .collect()
+            };
+            for (dependent_uid, dependent) in dependents {
+                let retry = self
+                    .modify(
+                        &dependent.def,
+                        dependent.namespace.as_deref(),
+                        &dependent.name,
+                        Some(&dependent_uid),
+                        |object| {
+                            let Some(refs) = object
+                                .pointer_mut("/metadata/ownerReferences")
+                                .and_then(Value::as_array_mut)
+                            else {
+                                return false;
+                            };
+                            let before = refs.len();
+                            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(&uid));
+                            refs.len() != before
+                        },
+                    )
+                    .await;
+                if retry {
+                    return true;
+                }
+            }
+            return self
+                .remove_finalizer(def, namespace, name, &uid, FINALIZER_ORPHAN)
+                .await;
+        }
+        let (blocked, dependents): (bool, Vec<String>) = {
+            let g = self.graph();
+            (
+                g.blocked(&uid),
+                g.by_owner
+                    .get(&uid)
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .collect(),
+            )
+        };
+        if blocked {
+            for dependent in dependents {
+                let _ = self.queue.send(Work::Dependent(dependent));
+            }
+            return false;
+        }
+        self.remove_finalizer(def, namespace, name, &uid, FINALIZER_FOREGROUND)
+            .await
+    }
+
+    async fn remove_finalizer(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        uid: &str,
+        finalizer: &str,
+    ) -> bool {
+        self.modify(def, namespace, name, Some(uid), |object| {
+            let Some(list) = object
+                .pointer_mut("/metadata/finalizers")
+                .and_then(Value::as_array_mut)
+            else {
+                return false;
+            };
+            let before = list.len();
+            list.retain(|f| f != finalizer);
+            list.len() != before
+        })
+        .await
+    }
+
+    /// Reads an object, changes it with `change` (which says whether it changed anything) and
+    /// writes it back at the version read, retrying on conflicts. Returns whether to try again
+    /// later (a failure other than the object being gone).
+    async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        uid: Option<&str>,
+        mut change: impl FnMut(&mut Value) -> bool,
+    ) -> bool {
+        for _ in 0..16 {
+            let mut object = match self.registry.get(def, namespace, name).await {
+                Ok(object) => object,
+                Err(e) => return e.reason != StatusReason::NotFound,
+            };
+            if uid.is_some_and(|u| plinth_core::meta::meta_str(&object, "uid") != Some(u))
+                || !change(&mut object)
+            {
+                return false;
+            }
+            let written = self
+                .registry
+                .update(
+                    def,
+                    namespace,
+                    name,
+                    object,
+                    false,
+                    &WriteOptions::default(),
+                )
+                .await;
+            match written {
+                Ok(_) => return false,
+                Err(e) if e.reason == StatusReason::Conflict => continue,
+                Err(e) if e.reason == StatusReason::NotFound => return false,
+                Err(e) => {
+                    log_failure(name, &e);
+                    return true;
+                }
+            }
+        }
+        true
+    }
+
+    /// A warning event on `dependent`: its owner reference can never resolve.
+    async fn report_invalid_namespace(&self, uid: &str, dependent: &Dependent, owner: &Owner) {
+        if !self.graph().reported.insert(uid.to_owned()) {
+            return;
+        }
+        let Some(events) = self.registry.resources.get("", "v1", "events") else {
+            return;
+        };
+        let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+        let event = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": format!("{}.", dependent.name)},
+            "involvedObject": {
+                "apiVersion": dependent.def.group_version.api_version(),
+                "kind": dependent.def.kind,
+                "name": dependent.name,
+                "uid": uid,
+            },
+            "reason": "OwnerRefInvalidNamespace",
+            "message": format!(
+                "ownerRef [{}/{}, namespace: , name: {}, uid: {}] does not exist in namespace \"\"",
+                owner.api_version, owner.kind, owner.name, owner.uid
+            ),
+            "type": "Warning",
+            "source": {"component": "garbage-collector-controller"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        if let Err(e) = self
+            .registry
+            .create(&events, Some("default"), event, &WriteOptions::default())
+            .await
+        {
+            log_failure(&dependent.name, &e);
+        }
+    }
+}
+
+/// What storage says of an owner reference.
+enum OwnerState {
+    /// It exists and is not waiting for its dependents.
+    Solid,
+    /// It does not exist (or another object with that name does).
+    Absent,
+    /// It is being deleted in the foreground.
+    Waiting,
+}
+
+fn log_failure(name: &str, e: &ApiError) {
+    tracing::warn!(%name, error = %e.message, "garbage collector: write failed");
 }

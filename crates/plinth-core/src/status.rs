@@ -249,7 +249,8 @@ impl ApiError {
         )
     }
 
-    /// `ConfigMap "x" is invalid: <causes>` (422), `kind` being the object's kind.
+    /// `ConfigMap "x" is invalid: <causes>` (422), `kind` being the object's kind, qualified
+    /// by its group as apimachinery's `GroupKind` prints (`Widget.example.com "x" is invalid`).
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
         let detail = match causes.as_slice() {
             [] => String::new(),
@@ -261,7 +262,11 @@ impl ApiError {
         };
         let mut error = Self::new(
             StatusReason::Invalid,
-            format!("{kind} \"{name}\" is invalid: {detail}"),
+            if group.is_empty() {
+                format!("{kind} \"{name}\" is invalid: {detail}")
+            } else {
+                format!("{kind}.{group} \"{name}\" is invalid: {detail}")
+            },
         );
         error.details.name = Some(name.to_owned()).filter(|n| !n.is_empty());
         error.details.group = Some(group.to_owned()).filter(|g| !g.is_empty());
@@ -416,6 +421,16 @@ mod tests {
         assert_eq!(
             two.message,
             "ConfigMap \"X\" is invalid: [metadata.name: Required value: name or generateName is required, data: Invalid value: 3]"
+        );
+        let grouped = ApiError::invalid(
+            "example.com",
+            "Widget",
+            "w",
+            vec![Cause::required("spec", "")],
+        );
+        assert_eq!(
+            grouped.message,
+            "Widget.example.com \"w\" is invalid: spec: Required value"
         );
         let status = two.to_status();
         assert_eq!(status["code"], 422);

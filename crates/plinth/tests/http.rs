@@ -673,3 +673,46 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
 on_both_backends! {
     consistent_lists_from_the_watch_cache;
 }
+
+#[test]
+fn delete_options_are_validated() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    http.post(
+        CM,
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kept"}}"#,
+    );
+    let delete = |body: &str| {
+        http.request(
+            "DELETE",
+            &format!("{CM}/kept"),
+            "application/json",
+            Some(body.as_bytes()),
+            true,
+        )
+    };
+    let reply = delete(r#"{"propagationPolicy":"Sideways"}"#);
+    let body = status(&reply, 422, "Invalid");
+    assert_eq!(
+        body["message"],
+        r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "Sideways": supported values: "Foreground", "Background", "Orphan", "nil""#
+    );
+    let reply = delete(r#"{"propagationPolicy":"Orphan","orphanDependents":true}"#);
+    let body = status(&reply, 422, "Invalid");
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        r#"Invalid value: "Orphan": orphanDependents and deletionPropagation cannot be both set"#
+    );
+    // Nothing was deleted by the refused requests.
+    assert_eq!(http.get(&format!("{CM}/kept")).code, 200);
+    // Orphan keeps the object (finalizer `orphan`) until the garbage collector has orphaned its
+    // dependents; it has none, so it goes.
+    let reply = delete(r#"{"propagationPolicy":"Orphan"}"#);
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    assert_eq!(reply.json()["metadata"]["finalizers"], json!(["orphan"]));
+    plinth.eventually(
+        "the orphaned owner to go",
+        std::time::Duration::from_secs(10),
+        || http.get(&format!("{CM}/kept")).code == 404,
+    );
+}

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::Plinth;
+use serde_json::json;
 
 on_both_backends! {
     system_namespaces_and_default_service_accounts;
@@ -27,6 +28,8 @@ on_both_backends! {
     custom_resource_schemas_validate_default_and_prune;
     crd_versions_share_storage_and_warn_when_deprecated;
     garbage_collection_in_the_background;
+    garbage_collection_foreground_and_orphan;
+    garbage_collection_across_restarts;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1098,5 +1101,218 @@ fn garbage_collection_in_the_background(p: &mut Plinth) {
         "the namespace's dependent to be collected",
         Duration::from_secs(20),
         || gone("ns-child"),
+    );
+}
+
+/// A ConfigMap in `default` owned by the ConfigMap `owner` (uid `uid`); `extra` is added to the
+/// metadata (finalizers, say).
+fn dependent(name: &str, owner: &str, uid: &str, block: bool, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{extra}  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: {owner}, uid: {uid}, blockOwnerDeletion: {block}}}\n"
+    )
+}
+
+fn exists(p: &Plinth, kind: &str, name: &str) -> bool {
+    p.kubectl_output(&["get", kind, name]).status.success()
+}
+
+fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
+    // Foreground: the owner waits, with a deletionTimestamp, for its blocking dependents.
+    p.kubectl(&["create", "configmap", "fg-owner"]);
+    let uid = owned(p, "configmap", "fg-owner", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent(
+            "fg-blocker",
+            "fg-owner",
+            &uid,
+            true,
+            "  finalizers: [example.com/hold]\n",
+        ),
+    );
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent("fg-free", "fg-owner", &uid, false, ""),
+    );
+    p.kubectl(&[
+        "delete",
+        "configmap",
+        "fg-owner",
+        "--cascade=foreground",
+        "--wait=false",
+    ]);
+    let owner = p.json(&["get", "configmap", "fg-owner"]);
+    assert!(
+        owner["metadata"]["deletionTimestamp"].is_string(),
+        "{owner}"
+    );
+    assert_eq!(
+        owner["metadata"]["finalizers"],
+        json!(["foregroundDeletion"]),
+        "{owner}"
+    );
+    p.eventually(
+        "the dependents to be deleted while the owner waits",
+        Duration::from_secs(10),
+        || {
+            !exists(p, "configmap", "fg-free")
+                && p.json(&["get", "configmap", "fg-blocker"])["metadata"]["deletionTimestamp"]
+                    .is_string()
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        exists(p, "configmap", "fg-owner"),
+        "the owner stays while a blocking dependent exists"
+    );
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "fg-blocker",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    p.eventually(
+        "the owner to go after its blocker",
+        Duration::from_secs(10),
+        || !exists(p, "configmap", "fg-owner") && !exists(p, "configmap", "fg-blocker"),
+    );
+
+    // A chain: grandparent -> parent -> child, all blocking; deleting the top takes them all.
+    p.kubectl(&["create", "configmap", "top"]);
+    let top = owned(p, "configmap", "top", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent("middle", "top", &top, true, ""),
+    );
+    let middle = owned(p, "configmap", "middle", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent("bottom", "middle", &middle, true, ""),
+    );
+    // kubectl waits for the top object itself to be gone.
+    p.kubectl(&[
+        "delete",
+        "configmap",
+        "top",
+        "--cascade=foreground",
+        "--timeout=20s",
+    ]);
+    assert!(!exists(p, "configmap", "middle") && !exists(p, "configmap", "bottom"));
+
+    // Orphan: the dependents lose their reference and stay.
+    p.kubectl(&["create", "configmap", "or-owner"]);
+    let uid = owned(p, "configmap", "or-owner", "default");
+    for name in ["or-a", "or-b"] {
+        p.kubectl_with(
+            &["apply", "-f", "-"],
+            &dependent(name, "or-owner", &uid, true, ""),
+        );
+    }
+    p.kubectl(&[
+        "delete",
+        "configmap",
+        "or-owner",
+        "--cascade=orphan",
+        "--timeout=20s",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    for name in ["or-a", "or-b"] {
+        let kept = p.json(&["get", "configmap", name]);
+        assert!(
+            kept["metadata"]["ownerReferences"]
+                .as_array()
+                .is_none_or(Vec::is_empty),
+            "{kept}"
+        );
+        assert!(kept["metadata"]["deletionTimestamp"].is_null(), "{kept}");
+    }
+
+    // A cluster-scoped dependent cannot have a namespaced owner: it stays, with a warning event.
+    p.kubectl(&["create", "configmap", "ns-owner"]);
+    let uid = owned(p, "configmap", "ns-owner", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: invalid-owned\n  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: ns-owner, uid: {uid}}}\n"
+        ),
+    );
+    p.eventually(
+        "an OwnerRefInvalidNamespace event",
+        Duration::from_secs(10),
+        || {
+            p.kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "reason=OwnerRefInvalidNamespace",
+                "-o",
+                "name",
+            ])
+            .trim()
+            .starts_with("event/invalid-owned.")
+        },
+    );
+    assert!(exists(p, "namespace", "invalid-owned"));
+}
+
+fn garbage_collection_across_restarts(p: &mut Plinth) {
+    // A restart in the middle of a foreground deletion: it still completes.
+    p.kubectl(&["create", "configmap", "slow-owner"]);
+    let uid = owned(p, "configmap", "slow-owner", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent(
+            "slow-blocker",
+            "slow-owner",
+            &uid,
+            true,
+            "  finalizers: [example.com/hold]\n",
+        ),
+    );
+    p.kubectl(&[
+        "delete",
+        "configmap",
+        "slow-owner",
+        "--cascade=foreground",
+        "--wait=false",
+    ]);
+    p.eventually("the blocker to be marked", Duration::from_secs(10), || {
+        p.json(&["get", "configmap", "slow-blocker"])["metadata"]["deletionTimestamp"].is_string()
+    });
+    p.kill_and_restart();
+    assert!(
+        exists(p, "configmap", "slow-owner"),
+        "still waiting after the restart"
+    );
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "slow-blocker",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    p.eventually(
+        "the owner to go after the restart",
+        Duration::from_secs(10),
+        || !exists(p, "configmap", "slow-owner"),
+    );
+
+    // An owner deleted while the server was down: its dependent is collected after the start.
+    p.kubectl(&["create", "configmap", "lost-owner"]);
+    let uid = owned(p, "configmap", "lost-owner", "default");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent("left-behind", "lost-owner", &uid, false, ""),
+    );
+    p.delete_while_down("/configmaps/default/lost-owner");
+    p.eventually(
+        "the dependent of the vanished owner to go",
+        Duration::from_secs(10),
+        || !exists(p, "configmap", "left-behind"),
     );
 }

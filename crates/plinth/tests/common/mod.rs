@@ -106,6 +106,37 @@ impl Plinth {
         self.launch();
     }
 
+    /// SIGKILLs the server and, while it is down, deletes `key` (a storage key such as
+    /// `/configmaps/default/x`) straight from its storage; then starts it again.
+    pub fn delete_while_down(&mut self, key: &str) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            use plinth_store::Store;
+            match self.etcd_endpoint() {
+                Some(endpoint) => {
+                    let store = plinth_store_etcd::EtcdStore::connect(&[endpoint], "/registry/")
+                        .await
+                        .unwrap();
+                    store.delete(key, None).await.unwrap();
+                }
+                None => {
+                    let store =
+                        plinth_store_embedded::EmbeddedStore::open(self.dir.path().join("store"))
+                            .unwrap();
+                    store.delete(key, None).await.unwrap();
+                    // Releases the data directory's lock before the server starts again.
+                    store.close().await;
+                }
+            }
+        });
+        drop(runtime);
+        self.launch();
+    }
+
     /// Sends SIGTERM and returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
