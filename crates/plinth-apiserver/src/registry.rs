@@ -1323,6 +1323,41 @@ impl Registry {
         }
     }
 
+    /// For a control loop: a watch of every object of a v1 resource, from a fresh list, that ends when the server stops;
+    /// retried after a failure. `None` once the server is stopping or the resource is gone.
+    pub async fn watch_until_stopped(
+        &self,
+        (group, plural): (&str, &str),
+        stopping: &tokio::sync::watch::Receiver<bool>,
+        who: &str,
+    ) -> Option<(
+        Arc<ResourceDef>,
+        futures::stream::BoxStream<'static, WatchEvent>,
+    )> {
+        loop {
+            if *stopping.borrow() {
+                return None;
+            }
+            let def = self.resources.get(group, "v1", plural)?;
+            match self
+                .watch(def.clone(), None, ListOptions::default(), false, false)
+                .await
+            {
+                Ok(events) => {
+                    let mut stop = stopping.clone();
+                    let events = events.take_until(Box::pin(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    }));
+                    return Some((def, events.boxed()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "{who}: watch failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
     /// Watches objects: the events after `options.resource_version`, or — when it is unset or
     /// `0`, or `send_initial_events` — the current objects as ADDED first. Served from the watch
     /// cache; a resourceVersion older than the cache's window is served from storage if the

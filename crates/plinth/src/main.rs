@@ -135,7 +135,7 @@ async fn serve(config: ServerConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    plinth_controllers::spawn_garbage_collector(server.registry.clone(), server.stopping());
+    plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
     println!("{}", server.kubeconfig.display());
     let stop = server.stopper();
     tokio::spawn(async move {

@@ -401,6 +401,77 @@ fn namespace_deletion_empties_the_namespace(p: &mut Plinth) {
         "metadata.namespace=doomed",
     ]);
     assert!(listed.trim().is_empty(), "contents deleted: {listed}");
+
+    // Custom resources with finalizers hold the namespace, which says so in its conditions and
+    // refuses new content meanwhile.
+    install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
+    p.kubectl(&["create", "namespace", "held"]);
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: held, finalizers: [example.com/hold]}\nspec: {replicas: 1}\n",
+    );
+    p.kubectl(&["create", "configmap", "plain", "-n", "held"]);
+    p.kubectl(&["delete", "namespace", "held", "--wait=false"]);
+    let condition = |ns: &serde_json::Value, kind: &str| {
+        ns["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kind)
+            .cloned()
+            .unwrap_or_default()
+    };
+    p.eventually(
+        "the namespace to report what remains",
+        Duration::from_secs(10),
+        || {
+            let ns = p.json(&["get", "namespace", "held"]);
+            condition(&ns, "NamespaceContentRemaining")["status"] == "True"
+        },
+    );
+    let ns = p.json(&["get", "namespace", "held"]);
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    let remaining = condition(&ns, "NamespaceContentRemaining");
+    assert_eq!(remaining["reason"], "SomeResourcesRemain");
+    assert_eq!(
+        remaining["message"],
+        "Some resources are remaining: widgets.example.com has 1 resource instances"
+    );
+    let finalizers = condition(&ns, "NamespaceFinalizersRemaining");
+    assert_eq!(finalizers["status"], "True");
+    assert_eq!(
+        finalizers["message"],
+        "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+    );
+    assert_eq!(
+        condition(&ns, "NamespaceDeletionContentFailure")["reason"],
+        "ContentDeleted"
+    );
+    assert!(
+        !p.kubectl_output(&["get", "configmap", "plain", "-n", "held"])
+            .status
+            .success()
+    );
+    let refused = p.kubectl_fails(&["create", "configmap", "late", "-n", "held"]);
+    assert!(
+        refused.contains("because it is being terminated"),
+        "{refused}"
+    );
+    p.kubectl(&[
+        "patch",
+        "widget",
+        "w1",
+        "-n",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    p.eventually("the namespace to go", Duration::from_secs(15), || {
+        !p.kubectl_output(&["get", "namespace", "held"])
+            .status
+            .success()
+    });
 }
 
 fn secrets_leases_and_events(p: &mut Plinth) {

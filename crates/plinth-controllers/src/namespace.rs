@@ -1,0 +1,316 @@
+//! The namespace lifecycle: every namespace gets its `default` ServiceAccount, and a deleted
+//! namespace is emptied — every object of every namespaced type, custom resources included,
+//! their finalizers honoured — with progress reported in its status conditions as
+//! kube-controller-manager's namespace controller reports it; then its `kubernetes` finalizer is
+//! removed and it goes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_apiserver::registry::{DeleteOptions, ListOptions, PatchBody, Registry, WriteOptions};
+use plinth_core::StatusReason;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// How often a terminating namespace is looked at again while content remains.
+const RECHECK: Duration = Duration::from_millis(500);
+
+/// Starts the loop; it ends when `stopping` becomes true.
+pub fn spawn_namespace_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    tokio::spawn(namespaces(registry, stopping));
+}
+
+async fn namespaces(registry: Registry, stopping: watch::Receiver<bool>) {
+    let finalizing: Arc<Mutex<HashSet<String>>> = Arc::default();
+    loop {
+        let Some((_, mut events)) = registry
+            .watch_until_stopped(("", "namespaces"), &stopping, "namespace controller")
+            .await
+        else {
+            return;
+        };
+        while let Some(event) = events.next().await {
+            if !matches!(event.kind, "ADDED" | "MODIFIED") {
+                continue;
+            }
+            let Some(name) = plinth_core::meta::name(&event.object).map(str::to_owned) else {
+                continue;
+            };
+            let deleting = event
+                .object
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null());
+            if !deleting {
+                ensure_default_service_account(&registry, &name).await;
+                continue;
+            }
+            let first = finalizing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(name.clone());
+            if first {
+                let (registry, finalizing) = (registry.clone(), finalizing.clone());
+                tokio::spawn(async move {
+                    finalize(&registry, &name).await;
+                    finalizing
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&name);
+                });
+            }
+        }
+        if *stopping.borrow() {
+            return;
+        }
+    }
+}
+
+async fn ensure_default_service_account(registry: &Registry, namespace: &str) {
+    let Some(def) = registry.resources.get("", "v1", "serviceaccounts") else {
+        return;
+    };
+    if registry.get(&def, Some(namespace), "default").await.is_ok() {
+        return;
+    }
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}});
+    match registry
+        .create(&def, Some(namespace), sa, &WriteOptions::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.reason,
+                StatusReason::AlreadyExists | StatusReason::Forbidden | StatusReason::NotFound
+            ) => {}
+        Err(e) => {
+            tracing::warn!(namespace, error = %e.message, "could not create the default service account")
+        }
+    }
+}
+
+/// What one pass over a terminating namespace found.
+#[derive(Default, PartialEq, Eq)]
+struct Progress {
+    /// `resource.group` → objects still there (held by finalizers).
+    remaining: BTreeMap<String, usize>,
+    /// Finalizer → objects still carrying it.
+    finalizers: BTreeMap<String, usize>,
+    /// Deletions that failed.
+    failures: Vec<String>,
+}
+
+impl Progress {
+    fn done(&self) -> bool {
+        self.remaining.is_empty() && self.failures.is_empty()
+    }
+
+    /// The namespace's deletion conditions, in kube-controller-manager's words.
+    fn conditions(&self) -> Vec<(&'static str, bool, &'static str, String)> {
+        let counted = |map: &BTreeMap<String, usize>, how: &str| {
+            map.iter()
+                .map(|(what, n)| format!("{what}{how}{n} resource instances"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut conditions = vec![
+            (
+                "NamespaceDeletionDiscoveryFailure",
+                false,
+                "ResourcesDiscovered",
+                "All resources successfully discovered".to_owned(),
+            ),
+            (
+                "NamespaceDeletionGroupVersionParsingFailure",
+                false,
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed".to_owned(),
+            ),
+        ];
+        conditions.push(if self.failures.is_empty() {
+            (
+                "NamespaceDeletionContentFailure",
+                false,
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization".to_owned(),
+            )
+        } else {
+            (
+                "NamespaceDeletionContentFailure",
+                true,
+                "ContentDeletionFailed",
+                format!(
+                    "Failed to delete all resource types, {} remaining: {}",
+                    self.failures.len(),
+                    self.failures.join(", ")
+                ),
+            )
+        });
+        conditions.push(if self.remaining.is_empty() {
+            (
+                "NamespaceContentRemaining",
+                false,
+                "ContentRemoved",
+                "All content successfully removed".to_owned(),
+            )
+        } else {
+            (
+                "NamespaceContentRemaining",
+                true,
+                "SomeResourcesRemain",
+                format!(
+                    "Some resources are remaining: {}",
+                    counted(&self.remaining, " has ")
+                ),
+            )
+        });
+        conditions.push(if self.finalizers.is_empty() {
+            (
+                "NamespaceFinalizersRemaining",
+                false,
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished".to_owned(),
+            )
+        } else {
+            (
+                "NamespaceFinalizersRemaining",
+                true,
+                "SomeFinalizersRemain",
+                format!(
+                    "Some content in the namespace has finalizers remaining: {}",
+                    counted(&self.finalizers, " in ")
+                ),
+            )
+        });
+        conditions
+    }
+}
+
+/// Deletes everything in `namespace` once.
+async fn delete_content(registry: &Registry, namespace: &str) -> Progress {
+    let mut progress = Progress::default();
+    for def in registry.resources.namespaced() {
+        let resource = format!("{}.{}", def.plural, def.group_version.group);
+        let list = match registry
+            .list(&def, Some(namespace), &ListOptions::default())
+            .await
+        {
+            Ok(list) => list,
+            Err(e) => {
+                progress.failures.push(format!("{resource}: {}", e.message));
+                continue;
+            }
+        };
+        for item in list["items"].as_array().into_iter().flatten() {
+            let name = plinth_core::meta::name(item).unwrap_or("");
+            match registry
+                .delete(&def, Some(namespace), name, &DeleteOptions::default())
+                .await
+            {
+                Ok((_, true)) => {}
+                Ok((left, false)) => {
+                    *progress.remaining.entry(resource.clone()).or_default() += 1;
+                    for finalizer in plinth_core::meta::finalizers(&left) {
+                        *progress.finalizers.entry(finalizer).or_default() += 1;
+                    }
+                }
+                Err(e) if e.reason == StatusReason::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(namespace, name, error = %e.message, "could not delete namespace content");
+                    progress.failures.push(format!("{resource}: {}", e.message));
+                }
+            }
+        }
+    }
+    progress
+}
+
+/// Empties a terminating namespace, reporting progress in its conditions, then releases its
+/// `kubernetes` finalizer so that it goes.
+async fn finalize(registry: &Registry, namespace: &str) {
+    let Some(def) = registry.resources.get("", "v1", "namespaces") else {
+        return;
+    };
+    let mut reported: Option<Progress> = None;
+    loop {
+        let progress = delete_content(registry, namespace).await;
+        let done = progress.done();
+        if reported.as_ref() != Some(&progress) {
+            report(registry, &def, namespace, &progress).await;
+            reported = Some(progress);
+        }
+        if done {
+            break;
+        }
+        tokio::time::sleep(RECHECK).await;
+    }
+    let Ok(ns) = registry.get(&def, None, namespace).await else {
+        return;
+    };
+    let kept: Vec<Value> = ns
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter(|v| *v != "kubernetes").cloned().collect())
+        .unwrap_or_default();
+    let patch = json!({"spec": {"finalizers": kept}}).to_string();
+    let body = PatchBody {
+        content_type: "application/merge-patch+json",
+        body: patch.as_bytes(),
+    };
+    if let Err(e) = registry
+        .patch(&def, None, namespace, body, false, &WriteOptions::default())
+        .await
+        && e.reason != StatusReason::NotFound
+    {
+        tracing::warn!(namespace, error = %e.message, "could not finalize the namespace");
+    }
+}
+
+/// Writes `progress` into the namespace's status conditions (keeping each condition's
+/// lastTransitionTime while its status stays the same).
+async fn report(
+    registry: &Registry,
+    def: &plinth_apiserver::resources::ResourceDef,
+    namespace: &str,
+    progress: &Progress,
+) {
+    let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+    for _ in 0..8 {
+        let Ok(mut ns) = registry.get(def, None, namespace).await else {
+            return;
+        };
+        let old: Vec<Value> = ns
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let conditions: Vec<Value> = progress
+            .conditions()
+            .into_iter()
+            .map(|(kind, status, reason, message)| {
+                let status = if status { "True" } else { "False" };
+                let since = old
+                    .iter()
+                    .find(|c| c["type"] == kind && c["status"] == status)
+                    .and_then(|c| c.get("lastTransitionTime").cloned())
+                    .unwrap_or_else(|| json!(now));
+                json!({"type": kind, "status": status, "lastTransitionTime": since,
+                       "reason": reason, "message": message})
+            })
+            .collect();
+        ns["status"]["conditions"] = json!(conditions);
+        match registry
+            .update(def, None, namespace, ns, true, &WriteOptions::default())
+            .await
+        {
+            Err(e) if e.reason == StatusReason::Conflict => continue,
+            Err(e) if e.reason != StatusReason::NotFound => {
+                tracing::warn!(namespace, error = %e.message, "could not report namespace deletion progress");
+                return;
+            }
+            _ => return,
+        }
+    }
+}

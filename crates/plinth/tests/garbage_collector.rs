@@ -1,0 +1,244 @@
+//! The garbage collector through the `kube` crate: each propagation policy as an operator sets
+//! it, and 10,000 owners with 5 dependents each deleted at once while the server keeps
+//! answering.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Backend, Plinth};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+async fn client(plinth: &Plinth) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&plinth.kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn config_map(name: &str, group: &str, owner: Option<&ConfigMap>, block: bool) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm.metadata.labels = Some(BTreeMap::from([("group".to_owned(), group.to_owned())]));
+    cm.metadata.owner_references = owner.map(|o| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: o.metadata.name.clone().unwrap(),
+            uid: o.metadata.uid.clone().unwrap(),
+            block_owner_deletion: Some(block),
+            controller: Some(true),
+        }]
+    });
+    cm
+}
+
+async fn names(api: &Api<ConfigMap>, group: &str) -> Vec<String> {
+    api.list(&ListParams::default().labels(&format!("group={group}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An owner with two dependents, in group `group`.
+async fn family(api: &Api<ConfigMap>, group: &str) -> ConfigMap {
+    let pp = PostParams::default();
+    let owner = api
+        .create(
+            &pp,
+            &config_map(&format!("{group}-owner"), group, None, false),
+        )
+        .await
+        .unwrap();
+    for i in 0..2 {
+        api.create(
+            &pp,
+            &config_map(&format!("{group}-dep{i}"), group, Some(&owner), true),
+        )
+        .await
+        .unwrap();
+    }
+    owner
+}
+
+async fn propagation_policies(plinth: &Plinth) {
+    let api: Api<ConfigMap> = Api::namespaced(client(plinth).await, "default");
+
+    // Background: the owner goes at once; the collector removes the dependents after it.
+    family(&api, "bg").await;
+    let gone = api
+        .delete("bg-owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    assert!(gone.is_right(), "deleted at once: {gone:?}");
+    eventually("background dependents to go", || async {
+        names(&api, "bg").await.is_empty()
+    })
+    .await;
+
+    // Foreground: the owner is returned marked, and goes after its dependents.
+    family(&api, "fg").await;
+    let marked = api
+        .delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let marked = marked
+        .left()
+        .expect("the owner stays while its dependents go");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        marked.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_owned()])
+    );
+    eventually("the foreground owner and dependents to go", || async {
+        names(&api, "fg").await.is_empty()
+    })
+    .await;
+
+    // Orphan: the dependents stay, without the reference.
+    family(&api, "or").await;
+    let marked = api
+        .delete("or-owner", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    assert_eq!(
+        marked.left().unwrap().metadata.finalizers,
+        Some(vec!["orphan".to_owned()])
+    );
+    eventually("the orphaning owner to go", || async {
+        names(&api, "or").await.len() == 2
+    })
+    .await;
+    for name in ["or-dep0", "or-dep1"] {
+        let kept = api.get(name).await.unwrap();
+        assert!(
+            kept.metadata
+                .owner_references
+                .unwrap_or_default()
+                .is_empty()
+        );
+        assert!(kept.metadata.deletion_timestamp.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_policies_on_embedded_storage() {
+    propagation_policies(&Plinth::start(Backend::Embedded)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_policies_on_etcd() {
+    propagation_policies(&Plinth::start_etcd().await).await;
+}
+
+/// 10,000 owners × 5 dependents, the owners deleted in one deletecollection: every dependent
+/// is collected, and reads keep being answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_owners_with_five_dependents_each() {
+    const OWNERS: usize = 10_000;
+    const DEPENDENTS: usize = 5;
+    let plinth = Plinth::start(Backend::Embedded);
+    let api: Api<ConfigMap> = Api::namespaced(client(&plinth).await, "default");
+    let started = Instant::now();
+    futures::stream::iter(0..OWNERS)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let pp = PostParams::default();
+                let owner = api
+                    .create(
+                        &pp,
+                        &config_map(&format!("owner-{i}"), "owners", None, false),
+                    )
+                    .await?;
+                for d in 0..DEPENDENTS {
+                    let name = format!("dep-{i}-{d}");
+                    api.create(&pp, &config_map(&name, "dependents", Some(&owner), false))
+                        .await?;
+                }
+                Ok::<_, kube::Error>(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+    eprintln!(
+        "created {} objects in {:?}",
+        OWNERS * (DEPENDENTS + 1),
+        started.elapsed()
+    );
+
+    // A reader measuring how long a GET takes while the collector works.
+    let slowest = Arc::new(AtomicU64::new(0));
+    let probing = {
+        let (api, slowest) = (api.clone(), slowest.clone());
+        tokio::spawn(async move {
+            loop {
+                let t = Instant::now();
+                api.get("owner-0").await.ok();
+                slowest.fetch_max(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    api.delete_collection(
+        &DeleteParams::background(),
+        &ListParams::default().labels("group=owners"),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let left = api
+            .list_metadata(&ListParams::default().labels("group=dependents").limit(1))
+            .await
+            .unwrap();
+        let remaining = left.metadata.remaining_item_count.unwrap_or(0) + left.items.len() as i64;
+        if remaining == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{remaining} dependents left after 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    probing.abort();
+    let slowest = slowest.load(Ordering::Relaxed);
+    eprintln!(
+        "{} dependents collected in {:?}; slowest GET meanwhile {slowest} ms",
+        OWNERS * DEPENDENTS,
+        started.elapsed()
+    );
+    assert!(
+        slowest < 2_000,
+        "a GET took {slowest} ms while the collector ran"
+    );
+}
