@@ -250,9 +250,33 @@ impl Query {
     }
 
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
+        let field_manager = self.get("fieldManager").map(str::to_owned);
+        if let Some(manager) = &field_manager
+            && manager.chars().count() > 128
+        {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![plinth_core::Cause::invalid(
+                    "fieldManager",
+                    &json!(manager),
+                    "must be less than 128 characters",
+                )],
+            ));
+        }
+        let force = match self.get("force") {
+            None => false,
+            Some(v) => v
+                .parse::<bool>()
+                .map_err(|_| ApiError::bad_request(format!("invalid force: {v}")))?,
+        };
         Ok(WriteOptions {
             dry_run: self.dry_run()?,
             field_validation: FieldValidation::parse(self.get("fieldValidation"))?,
+            field_manager,
+            force,
+            ..WriteOptions::default()
         })
     }
 
@@ -639,6 +663,25 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The request's write options; the field manager defaults to the client's User-Agent up
+    /// to its first `/`, as kube-apiserver does.
+    fn write_options(&self) -> Result<WriteOptions, ApiError> {
+        let mut options = self.query.write_options()?;
+        let agent = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        options.default_manager = agent
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(128)
+            .collect();
+        Ok(options)
+    }
+
     fn registry(&self) -> &Registry {
         &self.state.registry
     }
@@ -733,7 +776,7 @@ impl Call<'_> {
                 }
             }
             (Method::POST, None) => {
-                let options = self.query.write_options()?;
+                let options = self.write_options()?;
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .create(
@@ -746,7 +789,7 @@ impl Call<'_> {
                 Ok(self.object_response(StatusCode::CREATED, &written.object, &written.warnings))
             }
             (Method::PUT, Some(name)) => {
-                let options = self.query.write_options()?;
+                let options = self.write_options()?;
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .update(&self.def, ns, &name, object, status, &options)
@@ -759,9 +802,31 @@ impl Call<'_> {
                 Ok(self.object_response(code, &written.object, &written.warnings))
             }
             (Method::PATCH, Some(name)) => {
-                let options = self.query.write_options()?;
+                let options = self.write_options()?;
                 let patch_type = content_type(self.headers);
                 let bytes = body;
+                if patch_type == "application/apply-patch+yaml" {
+                    let written = registry
+                        .apply(&self.def, ns, &name, &bytes, status, &options)
+                        .await?;
+                    let code = if written.created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    return Ok(self.object_response(code, &written.object, &written.warnings));
+                }
+                if options.force {
+                    return Err(ApiError::invalid(
+                        "meta.k8s.io",
+                        "PatchOptions",
+                        "",
+                        vec![plinth_core::Cause::forbidden(
+                            "force",
+                            "may not be specified for non-apply patch",
+                        )],
+                    ));
+                }
                 let written = registry
                     .patch(
                         &self.def,
@@ -822,14 +887,14 @@ impl Call<'_> {
         let scale = match *method {
             Method::GET => registry.get_scale(&self.def, ns, &name).await?,
             Method::PUT => {
-                let options = self.query.write_options()?;
+                let options = self.write_options()?;
                 let wanted = decode_body(self.headers, &body)?;
                 registry
                     .write_scale(&self.def, ns, &name, &options, |_| Ok(wanted.clone()))
                     .await?
             }
             Method::PATCH => {
-                let options = self.query.write_options()?;
+                let options = self.write_options()?;
                 let kind = content_type(self.headers);
                 let patch: Value = serde_json::from_slice(&body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;

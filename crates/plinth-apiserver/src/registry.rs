@@ -16,7 +16,7 @@ use plinth_core::{ApiError, Cause, StatusReason};
 use plinth_store::{
     EventKind, KeyValue, RangeRequest, Revision, Store, StoreError, Update, guaranteed_update,
 };
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::resources::{Kind, ResourceDef, Resources, name_causes};
 use crate::schema;
@@ -67,6 +67,29 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// `fieldManager`, as given.
+    pub field_manager: Option<String>,
+    /// The manager recorded when none is given (from the User-Agent).
+    pub default_manager: String,
+    /// `force`: an apply takes conflicting fields.
+    pub force: bool,
+}
+
+impl WriteOptions {
+    /// The manager an ordinary write is recorded under.
+    fn manager(&self, def: &ResourceDef, subresource: &str) -> plinth_core::managed::Manager {
+        let name = match &self.field_manager {
+            Some(m) => m.clone(),
+            None => self.default_manager.clone(),
+        };
+        plinth_core::managed::Manager {
+            name,
+            operation: plinth_core::managed::Operation::Update,
+            api_version: def.group_version.api_version(),
+            subresource: subresource.to_owned(),
+            time: format_time(now()),
+        }
+    }
 }
 
 /// Options of a list or watch.
@@ -907,8 +930,22 @@ impl Registry {
         &self,
         def: &ResourceDef,
         namespace: Option<&str>,
+        object: Value,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.create_with(def, namespace, object, options, true)
+            .await
+    }
+
+    /// Creates an object; `track`: record the creator's fields in `managedFields` (an apply
+    /// has recorded them already).
+    async fn create_with(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
         mut object: Value,
         options: &WriteOptions,
+        track: bool,
     ) -> Result<Written, ApiError> {
         if def.terminating {
             return Err(ApiError::method_not_allowed_because(
@@ -918,6 +955,17 @@ impl Registry {
         let warnings = Self::check_body(def, &mut object, options)?;
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None)?;
+        if track {
+            let mut entries = base_entries(None, &object);
+            plinth_core::managed::record_update(
+                &mut entries,
+                None,
+                &object,
+                &FieldShape(def),
+                &options.manager(def, ""),
+            );
+            plinth_core::managed::write_entries(&mut object, entries);
+        }
         let name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
         let namespace = plinth_core::meta::namespace(&object).map(str::to_owned);
         if def.namespaced
@@ -1016,15 +1064,28 @@ impl Registry {
             return Err(ApiError::not_found(&def.group_resource(), name));
         }
         let precondition = rv_of(&object).map(parse_rv).transpose()?;
-        self.write_update(def, &key, name, options, warnings, move |current| {
-            if let Some(expected) = precondition
-                && expected != current_rv(current)
-            {
-                return Err(ApiError::stale(&def.group_resource(), name));
-            }
-            Ok(merge_for_update(def, current, object.clone(), status))
+        let subresource = if status { "status" } else { "" };
+        let written = self
+            .write_update(
+                def,
+                &key,
+                name,
+                options,
+                Some(subresource),
+                move |current| {
+                    if let Some(expected) = precondition
+                        && expected != current_rv(current)
+                    {
+                        return Err(ApiError::stale(&def.group_resource(), name));
+                    }
+                    Ok(merge_for_update(def, current, object.clone(), status))
+                },
+            )
+            .await?;
+        Ok(Written {
+            warnings,
+            ..written
         })
-        .await
     }
 
     /// The guaranteed-update loop shared by update and patch: `next` computes the new object
@@ -1035,7 +1096,7 @@ impl Registry {
         key: &str,
         name: &str,
         options: &WriteOptions,
-        warnings: Vec<String>,
+        tracking: Option<&str>,
         next: impl Fn(&Value) -> Result<Value, ApiError>,
     ) -> Result<Written, ApiError> {
         let mut result: Option<Value> = None;
@@ -1044,6 +1105,17 @@ impl Registry {
             let mut new = next(&current)?;
             Self::validate(def, &new, Some(&current))?;
             finish_update(def, &current, &mut new);
+            if let Some(subresource) = tracking {
+                let mut entries = base_entries(Some(&current), &new);
+                plinth_core::managed::record_update(
+                    &mut entries,
+                    Some(&current),
+                    &new,
+                    &FieldShape(def),
+                    &options.manager(def, subresource),
+                );
+                plinth_core::managed::write_entries(&mut new, entries);
+            }
             let unchanged = strip_rv(&new) == strip_rv(&current);
             result = Some(new.clone());
             if unchanged || options.dry_run {
@@ -1060,7 +1132,7 @@ impl Registry {
         if options.dry_run {
             return Ok(Written {
                 object,
-                warnings,
+                warnings: Vec::new(),
                 created: false,
             });
         }
@@ -1083,7 +1155,7 @@ impl Registry {
         }
         Ok(Written {
             object,
-            warnings,
+            warnings: Vec::new(),
             created: false,
         })
     }
@@ -1143,7 +1215,7 @@ impl Registry {
         self.require_exists(def, &key, name).await?;
         let warnings = std::sync::Mutex::new(Vec::new());
         let written = self
-            .write_update(def, &key, name, options, Vec::new(), |current| {
+            .write_update(def, &key, name, options, Some(if status { "status" } else { "" }), |current| {
                 let mut patched = current.clone();
                 match &json_patch {
                     Some(ops) => json_patch::patch(&mut patched, ops).map_err(|e| {
@@ -1175,6 +1247,168 @@ impl Registry {
             })
             .await?;
         let warnings = warnings.into_inner().unwrap_or_default();
+        Ok(Written {
+            warnings,
+            ..written
+        })
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`) of a configuration to an object or its
+    /// status, creating the object if it does not exist.
+    ///
+    /// # Errors
+    /// 422 without a field manager; 400 for a malformed configuration; 409 listing the
+    /// conflicting managers and fields unless `force`; 422 if the result is invalid.
+    pub async fn apply(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+        status: bool,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let Some(manager) = options.field_manager.clone().filter(|m| !m.is_empty()) else {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![Cause::required(
+                    "fieldManager",
+                    "is required for apply patch",
+                )],
+            ));
+        };
+        let mut config: Value = serde_norway::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !config.is_object() {
+            return Err(ApiError::bad_request(
+                "error decoding YAML: the apply configuration must be an object",
+            ));
+        }
+        for field in ["apiVersion", "kind"] {
+            if config
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "{field} must be set in an apply configuration"
+                )));
+            }
+        }
+        if config
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        // `field:` with nothing after it sets nothing.
+        drop_nulls(&mut config);
+        // Checks types, apiVersion/kind and unknown fields (warnings, or errors when strict).
+        let mut checked = config.clone();
+        let warnings = Self::check_body(def, &mut checked, options)?;
+        if let Some(structural) = &def.structural {
+            structural.prune(&mut config);
+        }
+        let meta = config
+            .as_object_mut()
+            .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+        match meta.get("name").and_then(Value::as_str) {
+            Some(given) if !given.is_empty() && given != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({given}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                meta.insert("name".into(), json!(name));
+            }
+        }
+        if def.namespaced
+            && let Some(ns) = namespace
+        {
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(given) if !given.is_empty() && given != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+        }
+        // What this endpoint may set: the status through /status, the rest otherwise.
+        if let Some(map) = config.as_object_mut() {
+            if status {
+                map.retain(|k, _| {
+                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                });
+            } else if def.status_subresource {
+                map.remove("status");
+            }
+        }
+        let me = plinth_core::managed::Manager {
+            name: manager,
+            operation: plinth_core::managed::Operation::Apply,
+            api_version: def.group_version.api_version(),
+            subresource: if status {
+                "status".into()
+            } else {
+                String::new()
+            },
+            time: format_time(now()),
+        };
+        let shape = FieldShape(def);
+        let key = def.key(namespace, name);
+        let exists = self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+            .is_some();
+        if !exists {
+            if status {
+                return Err(ApiError::not_found(&def.group_resource(), name));
+            }
+            let mut entries = Vec::new();
+            let mut object =
+                plinth_core::managed::apply(&mut entries, None, &config, &shape, &me, false)
+                    .map_err(|c| conflict_error(&c))?;
+            plinth_core::managed::write_entries(&mut object, entries);
+            let written = self
+                .create_with(def, namespace, object, options, false)
+                .await?;
+            return Ok(Written {
+                warnings,
+                ..written
+            });
+        }
+        let precondition = rv_of(&config).map(parse_rv).transpose()?;
+        let written = self
+            .write_update(def, &key, name, options, None, |current| {
+                if let Some(expected) = precondition
+                    && expected != current_rv(current)
+                {
+                    return Err(ApiError::stale(&def.group_resource(), name));
+                }
+                let mut entries = plinth_core::managed::read_entries(current).unwrap_or_default();
+                let mut merged = plinth_core::managed::apply(
+                    &mut entries,
+                    Some(current),
+                    &config,
+                    &shape,
+                    &me,
+                    options.force,
+                )
+                .map_err(|c| conflict_error(&c))?;
+                Self::check_body(def, &mut merged, options)?;
+                plinth_core::managed::write_entries(&mut merged, entries);
+                Ok(merge_for_update(def, current, merged, status))
+            })
+            .await?;
         Ok(Written {
             warnings,
             ..written
@@ -1214,7 +1448,7 @@ impl Registry {
         let key = def.key(namespace, name);
         self.require_exists(def, &key, name).await?;
         let written = self
-            .write_update(def, &key, name, options, Vec::new(), |current| {
+            .write_update(def, &key, name, options, Some("scale"), |current| {
                 let scale = to_scale(def, current)?;
                 let wanted = next(&scale)?;
                 if let Some(rv) = rv_of(&wanted)
@@ -1982,4 +2216,100 @@ impl From<ApiError> for UpdateError {
 pub fn default_watch_timeout() -> Duration {
     let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 1800 / 255;
     Duration::from_secs(1800 + jitter)
+}
+
+/// The merge rules of a type's fields for managedFields and server-side apply: ObjectMeta's,
+/// the built-in types' declared list and map types, and a custom resource's schema.
+struct FieldShape<'a>(&'a ResourceDef);
+
+impl plinth_core::managed::Shape for FieldShape<'_> {
+    fn list_type(&self, path: &[plinth_core::managed::Element]) -> plinth_core::managed::ListType {
+        use plinth_core::managed::ListType as L;
+        let names = plinth_core::managed::field_names(path);
+        match (self.0.behaviour, names.as_slice()) {
+            (_, ["metadata", "finalizers"]) => L::Set,
+            (_, ["metadata", "ownerReferences"]) => L::Map(vec!["uid".into()]),
+            (_, ["metadata", ..]) => L::Atomic,
+            (Kind::Custom, rest) => self
+                .0
+                .structural
+                .as_ref()
+                .map_or(L::Atomic, |s| s.list_type_at(rest)),
+            (Kind::Crd, ["spec", "versions"]) => L::Map(vec!["name".into()]),
+            (_, ["status", "conditions"]) => L::Map(vec!["type".into()]),
+            (_, ["secrets"]) if self.0.kind == "ServiceAccount" => L::Map(vec!["name".into()]),
+            _ => L::Atomic,
+        }
+    }
+
+    fn map_type(&self, path: &[plinth_core::managed::Element]) -> plinth_core::managed::MapType {
+        use plinth_core::managed::MapType as M;
+        let names = plinth_core::managed::field_names(path);
+        match (self.0.behaviour, names.as_slice()) {
+            (_, ["metadata", "labels" | "annotations"]) => M::Granular,
+            (_, ["metadata", ..]) => M::Struct,
+            (Kind::Custom, rest) => self
+                .0
+                .structural
+                .as_ref()
+                .map_or(M::Struct, |s| s.map_type_at(rest)),
+            (_, ["data" | "binaryData" | "stringData"]) => M::Granular,
+            _ => M::Struct,
+        }
+    }
+}
+
+/// The managedFields a write starts from: those the client sent when it changed them (`[{}]`
+/// clears them all, as in kube-apiserver), else the stored ones.
+fn base_entries(current: Option<&Value>, new: &Value) -> Vec<plinth_core::managed::Entry> {
+    let sent = new.pointer("/metadata/managedFields");
+    let stored = current.and_then(|c| c.pointer("/metadata/managedFields"));
+    if let Some(sent) = sent
+        && Some(sent) != stored
+    {
+        if sent.as_array().is_some_and(|items| {
+            items
+                .iter()
+                .all(|i| i.as_object().is_some_and(Map::is_empty))
+        }) {
+            return Vec::new();
+        }
+        if let Ok(entries) = plinth_core::managed::read_entries(new) {
+            return entries;
+        }
+    }
+    current
+        .and_then(|c| plinth_core::managed::read_entries(c).ok())
+        .unwrap_or_default()
+}
+
+/// kube's 409 for an apply that conflicts with other managers.
+fn conflict_error(conflicts: &[plinth_core::managed::Conflict]) -> ApiError {
+    let mut error = ApiError::new(
+        StatusReason::Conflict,
+        plinth_core::managed::conflict_message(conflicts),
+    );
+    error.details.causes = conflicts
+        .iter()
+        .map(|c| {
+            Cause::new(
+                "FieldManagerConflict",
+                c.field.clone(),
+                format!("conflict with {}", c.manager),
+            )
+        })
+        .collect();
+    error
+}
+
+/// Removes null-valued fields, recursively.
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
 }

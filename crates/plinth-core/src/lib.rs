@@ -10,6 +10,7 @@
 
 pub mod gvk;
 pub mod jsonpath;
+pub mod managed;
 pub mod meta;
 pub mod selector;
 pub mod smp;

@@ -116,6 +116,8 @@ struct Node {
     preserve_unknown: bool,
     embedded_resource: bool,
     list_type: Option<ListType>,
+    /// `x-kubernetes-map-type: atomic`.
+    map_atomic: bool,
     default: Option<Value>,
 }
 
@@ -260,6 +262,7 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
         preserve_unknown: flag(v, "x-kubernetes-preserve-unknown-fields"),
         embedded_resource: flag(v, "x-kubernetes-embedded-resource"),
         list_type,
+        map_atomic: map.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic"),
         default: map.get("default").cloned(),
     })
 }
@@ -279,6 +282,49 @@ fn join(path: &str, field: &str) -> String {
 }
 
 impl Schema {
+    /// The node at `path` (field names; `[]` for a list's items), if the schema declares it.
+    fn node_at(&self, path: &[&str]) -> Option<&Node> {
+        path.iter().try_fold(&self.root, |node, step| {
+            if *step == "[]" {
+                return node.items.as_deref();
+            }
+            match node.properties.get(*step) {
+                Some(child) => Some(child),
+                None => match node.additional.as_deref() {
+                    Some(Additional::Schema(child)) => Some(child),
+                    _ => None,
+                },
+            }
+        })
+    }
+
+    /// How the list at `path` merges in server-side apply (`x-kubernetes-list-type`; atomic
+    /// when unset, as in kube-apiserver).
+    pub fn list_type_at(&self, path: &[&str]) -> plinth_core::managed::ListType {
+        use plinth_core::managed::ListType as L;
+        match self.node_at(path).and_then(|n| n.list_type.as_ref()) {
+            Some(ListType::Set) => L::Set,
+            Some(ListType::Map(keys)) => L::Map(keys.clone()),
+            Some(ListType::Atomic) | None => L::Atomic,
+        }
+    }
+
+    /// How the object at `path` merges in server-side apply: atomic
+    /// (`x-kubernetes-map-type: atomic`), a granular map (`additionalProperties`), or a struct.
+    pub fn map_type_at(&self, path: &[&str]) -> plinth_core::managed::MapType {
+        use plinth_core::managed::MapType as M;
+        match self.node_at(path) {
+            Some(node) if node.map_atomic => M::Atomic,
+            Some(node)
+                if node.properties.is_empty()
+                    && matches!(node.additional.as_deref(), Some(Additional::Schema(_))) =>
+            {
+                M::Granular
+            }
+            _ => M::Struct,
+        }
+    }
+
     /// Compiles an `openAPIV3Schema`.
     ///
     /// # Errors

@@ -208,11 +208,94 @@ async fn watcher_with_streaming_lists(plinth: &Plinth) {
     }
 }
 
+/// `Patch::Apply` as controllers use it: create by applying, conflicts, force, and the status
+/// subresource applied by another manager.
+async fn server_side_apply(plinth: &Plinth) {
+    let client = client(plinth).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let config = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"},
+               "data": {"owner": value}})
+    };
+    let created = cms
+        .patch(
+            "applied",
+            &PatchParams::apply("controller-a"),
+            &Patch::Apply(config("a")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data.unwrap()["owner"], "a");
+    let entries = created.metadata.managed_fields.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].manager.as_deref(), Some("controller-a"));
+    assert_eq!(entries[0].operation.as_deref(), Some("Apply"));
+    let conflict = cms
+        .patch(
+            "applied",
+            &PatchParams::apply("controller-b"),
+            &Patch::Apply(config("b")),
+        )
+        .await
+        .unwrap_err();
+    match conflict {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409);
+            assert_eq!(status.reason, "Conflict");
+            assert_eq!(
+                status.message,
+                r#"Apply failed with 1 conflict: conflict with "controller-a": .data.owner"#
+            );
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let forced = cms
+        .patch(
+            "applied",
+            &PatchParams::apply("controller-b").force(),
+            &Patch::Apply(config("b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["owner"], "b");
+    let managers: Vec<String> = forced
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert_eq!(managers, vec!["controller-b".to_owned()]);
+    // Without a field manager, an apply is refused.
+    let unnamed = cms
+        .patch(
+            "applied",
+            &PatchParams::default(),
+            &Patch::Apply(config("c")),
+        )
+        .await
+        .unwrap_err();
+    match unnamed {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422);
+            assert!(
+                status
+                    .message
+                    .contains("fieldManager: Required value: is required for apply patch"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_crate_on_embedded_storage() {
     let plinth = Plinth::start(Backend::Embedded);
     typed_and_dynamic_apis(&plinth).await;
     watcher_with_streaming_lists(&plinth).await;
+    server_side_apply(&plinth).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,4 +303,5 @@ async fn kube_crate_on_etcd() {
     let plinth = Plinth::start_etcd().await;
     typed_and_dynamic_apis(&plinth).await;
     watcher_with_streaming_lists(&plinth).await;
+    server_side_apply(&plinth).await;
 }

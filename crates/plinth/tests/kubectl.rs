@@ -30,6 +30,8 @@ on_both_backends! {
     garbage_collection_in_the_background;
     garbage_collection_foreground_and_orphan;
     garbage_collection_across_restarts;
+    server_side_apply;
+    server_side_apply_merges_custom_resource_lists;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -858,6 +860,12 @@ fn real_world_crds_install_and_explain(p: &mut Plinth) {
     ]);
     let names = p.kubectl(&["get", "crd", "-o", "name"]);
     assert_eq!(names.lines().count(), files.len(), "{names}");
+    // What these projects also document: server-side apply, over the created CRDs (no
+    // conflicts: the creator's fields are its own, and the values are the same).
+    for file in &files {
+        let out = p.kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]);
+        assert!(out.contains("serverside-applied"), "{out}");
+    }
     for (resource, field, expected) in [
         ("prometheus.spec.replicas", "replicas", "<integer>"),
         ("certificate.spec.secretName", "secretName", "<string>"),
@@ -1385,5 +1393,236 @@ fn garbage_collection_across_restarts(p: &mut Plinth) {
         "the dependent of the vanished owner to go",
         Duration::from_secs(10),
         || !exists(p, "configmap", "left-behind"),
+    );
+}
+
+fn manager_fields(object: &serde_json::Value, manager: &str) -> serde_json::Value {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["manager"] == manager)
+        .map(|e| e["fieldsV1"].clone())
+        .unwrap_or_default()
+}
+
+fn server_side_apply(p: &mut Plinth) {
+    let manifest = |data: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  labels: {{team: core}}\ndata:\n{data}"
+        )
+    };
+    let full = manifest("  a: one\n  b: two\n");
+    let out = p.kubectl_with(&["apply", "--server-side", "-f", "-"], &full);
+    assert_eq!(out.trim(), "configmap/ssa serverside-applied");
+    let applied = p.json(&["get", "configmap", "ssa", "--show-managed-fields"]);
+    let entry = &applied["metadata"]["managedFields"][0];
+    assert_eq!(entry["manager"], "kubectl");
+    assert_eq!(entry["operation"], "Apply");
+    assert_eq!(entry["fieldsType"], "FieldsV1");
+    assert_eq!(
+        entry["fieldsV1"],
+        json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {"f:team": {}}}})
+    );
+    // The same configuration again changes nothing, not even the resourceVersion.
+    p.kubectl_with(&["apply", "--server-side", "-f", "-"], &full);
+    let again = p.json(&["get", "configmap", "ssa"]);
+    assert_eq!(
+        again["metadata"]["resourceVersion"],
+        applied["metadata"]["resourceVersion"]
+    );
+
+    // Another writer takes `a`; re-applying the old value conflicts, naming it.
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "ssa",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":"patched"}}"#,
+    ]);
+    let patched = p.json(&["get", "configmap", "ssa", "--show-managed-fields"]);
+    assert_eq!(
+        manager_fields(&patched, "kubectl-patch"),
+        json!({"f:data": {"f:a": {}}})
+    );
+    assert_eq!(
+        manager_fields(&patched, "kubectl"),
+        json!({"f:data": {"f:b": {}}, "f:metadata": {"f:labels": {"f:team": {}}}})
+    );
+    let refused = p.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &full);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(
+            r#"Apply failed with 1 conflict: conflict with "kubectl-patch" using v1: .data.a"#
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        p.kubectl(&["get", "configmap", "ssa", "-o", "jsonpath={.data.a}"]),
+        "patched"
+    );
+    // Forced: the applier takes the field back.
+    p.kubectl_with(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &full,
+    );
+    let forced = p.json(&["get", "configmap", "ssa", "--show-managed-fields"]);
+    assert_eq!(forced["data"], json!({"a": "one", "b": "two"}));
+    assert!(
+        manager_fields(&forced, "kubectl-patch").is_null(),
+        "{forced}"
+    );
+
+    // A field another manager also set survives the applier dropping it; one only the applier
+    // set goes.
+    p.kubectl_with(
+        &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+        &manifest("  b: two\n  c: three\n"),
+    );
+    p.kubectl_with(
+        &["apply", "--server-side", "-f", "-"],
+        &manifest("  a: one\n"),
+    );
+    let shared = p.json(&["get", "configmap", "ssa"]);
+    assert_eq!(
+        shared["data"],
+        json!({"a": "one", "b": "two", "c": "three"})
+    );
+    p.kubectl_with(&["apply", "--server-side", "-f", "-"], &manifest(""));
+    let dropped = p.json(&["get", "configmap", "ssa"]);
+    assert_eq!(
+        dropped["data"],
+        json!({"b": "two", "c": "three"}),
+        "`a` was the applier's alone"
+    );
+
+    // A dry run validates and answers, storing nothing.
+    let out = p.kubectl_with(
+        &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+        &manifest("  z: dry\n"),
+    );
+    assert!(out.contains("serverside-applied (server dry run)"), "{out}");
+    assert!(
+        p.json(&["get", "configmap", "ssa"])["data"]
+            .get("z")
+            .is_none()
+    );
+
+    // Ordinary writes record their fields too.
+    p.kubectl(&["create", "configmap", "made", "--from-literal=k=v"]);
+    let made = p.json(&["get", "configmap", "made", "--show-managed-fields"]);
+    assert_eq!(
+        manager_fields(&made, "kubectl-create"),
+        json!({"f:data": {".": {}, "f:k": {}}})
+    );
+    assert_eq!(made["metadata"]["managedFields"][0]["operation"], "Update");
+}
+
+const PORTS_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gateways.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gateways, singular: gateway, kind: Gateway}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              listeners:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+              hosts:
+                type: array
+                items: {type: string}
+"#;
+
+fn server_side_apply_merges_custom_resource_lists(p: &mut Plinth) {
+    install_crd(p, PORTS_CRD, "gateways.example.com", "gateways");
+    let gateway = |listener: &str, port: u16, hosts: &str| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Gateway\nmetadata: {{name: gw}}\nspec:\n  listeners:\n  - {{name: {listener}, port: {port}}}\n  hosts: [{hosts}]\n"
+        )
+    };
+    p.kubectl_with(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=team-a",
+            "-f",
+            "-",
+        ],
+        &gateway("http", 80, "a.example.com"),
+    );
+    // A map list merges item by item; an atomic list belongs to one manager at a time.
+    p.kubectl_with(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=team-b",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        &gateway("https", 443, "b.example.com"),
+    );
+    let gw = p.json(&["get", "gateway", "gw", "--show-managed-fields"]);
+    assert_eq!(
+        gw["spec"]["listeners"],
+        json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}])
+    );
+    assert_eq!(gw["spec"]["hosts"], json!(["b.example.com"]));
+    assert_eq!(
+        manager_fields(&gw, "team-a"),
+        json!({"f:spec": {"f:listeners": {"k:{\"name\":\"http\"}": {".": {}, "f:name": {}, "f:port": {}}}}})
+    );
+    // Changing another team's listener conflicts, with the item's key in the path.
+    let refused = p.kubectl_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=team-b",
+            "-f",
+            "-",
+        ],
+        &gateway("http", 8080, "b.example.com"),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(r#"conflict with "team-a": .spec.listeners[name="http"].port"#),
+        "{stderr}"
+    );
+    // team-a withdrawing its listener removes it and leaves team-b's.
+    p.kubectl_with(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=team-a",
+            "-f",
+            "-",
+        ],
+        "apiVersion: example.com/v1\nkind: Gateway\nmetadata: {name: gw}\n",
+    );
+    let gw = p.json(&["get", "gateway", "gw"]);
+    assert_eq!(
+        gw["spec"]["listeners"],
+        json!([{"name": "https", "port": 443}])
     );
 }
