@@ -47,8 +47,28 @@ pub struct CacheEvent {
     pub revision: Revision,
 }
 
+/// An object as the cache keeps it: its stored bytes (compact; decoded when read) and the
+/// revision of its last change.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    value: bytes::Bytes,
+    revision: Revision,
+}
+
+impl Stored {
+    /// The object, its resourceVersion set; `None` if the stored bytes are not an object.
+    pub fn decode(&self) -> Option<Value> {
+        let mut object: Value = serde_json::from_slice(&self.value).ok()?;
+        metadata_mut(&mut object)?.insert(
+            "resourceVersion".into(),
+            json!(self.revision.to_string()),
+        );
+        Some(object)
+    }
+}
+
 struct State {
-    objects: BTreeMap<String, Arc<Value>>,
+    objects: BTreeMap<String, Stored>,
     /// Every change after `oldest` is in `history`.
     history: VecDeque<Arc<CacheEvent>>,
     oldest: Revision,
@@ -57,7 +77,7 @@ struct State {
 }
 
 impl State {
-    fn objects_under(&self, prefix: &str) -> Vec<Arc<Value>> {
+    fn objects_under(&self, prefix: &str) -> Vec<Stored> {
         self.objects
             .range(prefix.to_owned()..)
             .take_while(|(k, _)| k.starts_with(prefix))
@@ -112,7 +132,7 @@ pub enum Live {
 /// What a watch starts with.
 pub struct Subscription {
     /// Objects to send as ADDED first (a snapshot), if asked for.
-    pub initial: Vec<Arc<Value>>,
+    pub initial: Vec<Stored>,
     /// Past events to replay (a resumed watch).
     pub replay: Vec<Arc<CacheEvent>>,
     /// The revision the snapshot or replay ends at.
@@ -153,7 +173,7 @@ impl Cacher {
     }
 
     /// The objects under `prefix` and the revision they are at.
-    pub fn snapshot(&self, prefix: &str) -> (Vec<Arc<Value>>, Revision) {
+    pub fn snapshot(&self, prefix: &str) -> (Vec<Stored>, Revision) {
         let state = self.state();
         (state.objects_under(prefix), state.revision)
     }
@@ -205,7 +225,7 @@ impl Cacher {
         state.broadcast(&self.prefix, &Live::Bookmark(revision));
     }
 
-    fn reset(&self, objects: BTreeMap<String, Arc<Value>>, revision: Revision) {
+    fn reset(&self, objects: BTreeMap<String, Stored>, revision: Revision) {
         let mut state = self.state_mut();
         state.objects = objects;
         state.history.clear();
@@ -260,7 +280,12 @@ impl Cacher {
         let mut state = self.state_mut();
         match event.kind {
             EventKind::Put => {
-                state.objects.insert(key, object);
+                // A copy of exactly its length: the buffer the value came in may be larger.
+                let stored = Stored {
+                    value: bytes::Bytes::copy_from_slice(&event.kv.value),
+                    revision,
+                };
+                state.objects.insert(key, stored);
             }
             EventKind::Delete | EventKind::Progress => {
                 state.objects.remove(&key);
@@ -297,7 +322,13 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Dura
         let objects = listed
             .kvs
             .iter()
-            .filter_map(|kv| Some((kv.key.clone(), decode(kv, kv.mod_revision)?)))
+            .map(|kv| {
+                let stored = Stored {
+                    value: bytes::Bytes::copy_from_slice(&kv.value),
+                    revision: kv.mod_revision,
+                };
+                (kv.key.clone(), stored)
+            })
             .collect();
         cacher.reset(objects, listed.revision);
         let mut events = match store.watch(&cacher.prefix, listed.revision + 1).await {

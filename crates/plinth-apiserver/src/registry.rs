@@ -597,8 +597,9 @@ impl Registry {
         let (objects, revision) = cacher.snapshot(prefix);
         let items: Vec<Value> = objects
             .iter()
+            .filter_map(crate::cache::Stored::decode)
             .map(|o| {
-                let mut object = to_view(def, (**o).clone());
+                let mut object = to_view(def, o);
                 set_type_meta(&mut object, def);
                 object
             })
@@ -1644,8 +1645,9 @@ impl Registry {
             let initial: Vec<WatchEvent> = subscription
                 .initial
                 .iter()
+                .filter_map(crate::cache::Stored::decode)
                 .map(|o| {
-                    let mut object = to_view(&def, (**o).clone());
+                    let mut object = to_view(&def, o);
                     set_type_meta(&mut object, &def);
                     object
                 })
