@@ -59,10 +59,8 @@ impl Stored {
     /// The object, its resourceVersion set; `None` if the stored bytes are not an object.
     pub fn decode(&self) -> Option<Value> {
         let mut object: Value = serde_json::from_slice(&self.value).ok()?;
-        metadata_mut(&mut object)?.insert(
-            "resourceVersion".into(),
-            json!(self.revision.to_string()),
-        );
+        metadata_mut(&mut object)?
+            .insert("resourceVersion".into(), json!(self.revision.to_string()));
         Some(object)
     }
 }

@@ -1406,8 +1406,9 @@ impl Registry {
                 )
                 .map_err(|c| conflict_error(&c))?;
                 Self::check_body(def, &mut merged, options)?;
-                plinth_core::managed::write_entries(&mut merged, entries);
-                Ok(merge_for_update(def, current, merged, status))
+                let mut result = merge_for_update(def, current, merged, status);
+                plinth_core::managed::write_entries(&mut result, entries);
+                Ok(result)
             })
             .await?;
         Ok(Written {

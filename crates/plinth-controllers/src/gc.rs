@@ -16,7 +16,8 @@
 //! - An owner with the `orphan` finalizer has its references removed from every dependent, then
 //!   loses the finalizer.
 //! - A cluster-scoped dependent naming a namespaced owner kind can never be resolved: it is kept,
-//!   and a warning event `OwnerRefInvalidNamespace` says so.
+//!   and a warning event `OwnerRefInvalidNamespace` says so. A namespaced dependent whose owner
+//!   exists only in another namespace has an absent owner (it is collected), reported the same.
 //!
 //! Orphaning and foreground deletion act only once every resource's initial state has been read
 //! (the graph is complete), so no dependent is missed after a restart.
@@ -421,7 +422,10 @@ impl Collector {
                 .await
             {
                 Some(OwnerState::Solid) | None => solid = true,
-                Some(OwnerState::Absent) => gone.push(owner),
+                Some(OwnerState::Absent) => {
+                    self.check_other_namespaces(uid, &dependent, owner).await;
+                    gone.push(owner);
+                }
                 Some(OwnerState::Waiting) => waiting.push(owner),
             }
         }
@@ -640,6 +644,36 @@ impl Collector {
         true
     }
 
+    /// A namespaced owner absent from its dependent's namespace but present (same uid) in
+    /// another: the reference is invalid — treated as absent, and reported.
+    async fn check_other_namespaces(&self, uid: &str, dependent: &Dependent, owner: &Owner) {
+        let Some(namespace) = &dependent.namespace else {
+            return;
+        };
+        let Some(def) = self.owner_def(owner).filter(|d| d.namespaced) else {
+            return;
+        };
+        let Ok(fields) =
+            plinth_core::selector::FieldSelector::parse(&format!("metadata.name={}", owner.name))
+        else {
+            return;
+        };
+        let options = ListOptions {
+            fields,
+            ..ListOptions::default()
+        };
+        let Ok(list) = self.registry.list(&def, None, &options).await else {
+            return;
+        };
+        let elsewhere = list["items"].as_array().into_iter().flatten().any(|o| {
+            plinth_core::meta::meta_str(o, "uid") == Some(owner.uid.as_str())
+                && plinth_core::meta::namespace(o) != Some(namespace.as_str())
+        });
+        if elsewhere {
+            self.report_invalid_namespace(uid, dependent, owner).await;
+        }
+    }
+
     /// A warning event on `dependent`: its owner reference can never resolve.
     async fn report_invalid_namespace(&self, uid: &str, dependent: &Dependent, owner: &Owner) {
         if !self.graph().reported.insert(uid.to_owned()) {
@@ -648,6 +682,7 @@ impl Collector {
         let Some(events) = self.registry.resources.get("", "v1", "events") else {
             return;
         };
+        let namespace = dependent.namespace.as_deref().unwrap_or("");
         let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
         let event = json!({
             "apiVersion": "v1",
@@ -657,11 +692,12 @@ impl Collector {
                 "apiVersion": dependent.def.group_version.api_version(),
                 "kind": dependent.def.kind,
                 "name": dependent.name,
+                "namespace": dependent.namespace,
                 "uid": uid,
             },
             "reason": "OwnerRefInvalidNamespace",
             "message": format!(
-                "ownerRef [{}/{}, namespace: , name: {}, uid: {}] does not exist in namespace \"\"",
+                "ownerRef [{}/{}, namespace: {namespace}, name: {}, uid: {}] does not exist in namespace \"{namespace}\"",
                 owner.api_version, owner.kind, owner.name, owner.uid
             ),
             "type": "Warning",
@@ -672,7 +708,12 @@ impl Collector {
         });
         if let Err(e) = self
             .registry
-            .create(&events, Some("default"), event, &WriteOptions::default())
+            .create(
+                &events,
+                Some(dependent.namespace.as_deref().unwrap_or("default")),
+                event,
+                &WriteOptions::default(),
+            )
             .await
         {
             log_failure(&dependent.name, &e);

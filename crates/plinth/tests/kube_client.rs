@@ -266,6 +266,65 @@ async fn server_side_apply(plinth: &Plinth) {
         .filter_map(|e| e.manager)
         .collect();
     assert_eq!(managers, vec!["controller-b".to_owned()]);
+    // A controller applies a custom resource's status through /status; the spec's owner is
+    // untouched, and the status entry names the subresource.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "dials.example.org"},
+        "spec": {"group": "example.org", "scope": "Namespaced",
+                 "names": {"plural": "dials", "kind": "Dial"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {"level": {"type": "integer"}}},
+                                   "status": {"type": "object", "properties": {"seen": {"type": "integer"}}}}}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let gvk = GroupVersionKind::gvk("example.org", "v1", "Dial");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "dials");
+    let dials: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+    let dial = json!({"apiVersion": "example.org/v1", "kind": "Dial", "metadata": {"name": "d1"},
+                      "spec": {"level": 3}, "status": {"seen": 99}});
+    let mut applied = None;
+    for _ in 0..50 {
+        match dials
+            .patch("d1", &PatchParams::apply("user"), &Patch::Apply(&dial))
+            .await
+        {
+            Ok(d) => {
+                applied = Some(d);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let applied = applied.expect("the CRD's endpoint is served within 5 s");
+    assert!(
+        applied.data.get("status").is_none(),
+        "the main resource ignores status: {applied:?}"
+    );
+    let status = json!({"apiVersion": "example.org/v1", "kind": "Dial", "metadata": {"name": "d1"},
+                        "status": {"seen": 3}});
+    let observed = dials
+        .patch_status(
+            "d1",
+            &PatchParams::apply("dial-controller"),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    assert_eq!(observed.data["status"]["seen"], 3);
+    assert_eq!(observed.data["spec"]["level"], 3);
+    let entries = observed.metadata.managed_fields.unwrap();
+    let status_entry = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("dial-controller"))
+        .unwrap();
+    assert_eq!(status_entry.subresource.as_deref(), Some("status"));
+    assert!(entries.iter().any(|e| e.manager.as_deref() == Some("user")));
+
     // Without a field manager, an apply is refused.
     let unnamed = cms
         .patch(

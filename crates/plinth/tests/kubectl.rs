@@ -1336,6 +1336,37 @@ fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
         },
     );
     assert!(exists(p, "namespace", "invalid-owned"));
+
+    // An owner that exists only in another namespace is absent for its dependent: collected,
+    // and reported.
+    p.kubectl(&["create", "namespace", "far"]);
+    p.kubectl(&["create", "configmap", "far-owner", "-n", "far"]);
+    let uid = owned(p, "configmap", "far-owner", "far");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &dependent("cross-ns", "far-owner", &uid, false, ""),
+    );
+    p.eventually(
+        "the cross-namespace dependent to go",
+        Duration::from_secs(10),
+        || !exists(p, "configmap", "cross-ns"),
+    );
+    let events = p.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "reason=OwnerRefInvalidNamespace,involvedObject.name=cross-ns",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert_eq!(
+        events,
+        format!(
+            "ownerRef [v1/ConfigMap, namespace: default, name: far-owner, uid: {uid}] does not exist in namespace \"default\""
+        )
+    );
 }
 
 fn garbage_collection_across_restarts(p: &mut Plinth) {
