@@ -32,6 +32,7 @@ on_both_backends! {
     garbage_collection_across_restarts;
     server_side_apply;
     server_side_apply_merges_custom_resource_lists;
+    client_side_apply_is_three_way;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1656,4 +1657,51 @@ fn server_side_apply_merges_custom_resource_lists(p: &mut Plinth) {
         gw["spec"]["listeners"],
         json!([{"name": "https", "port": 443}])
     );
+}
+
+/// Client-side `kubectl apply`: the last-applied annotation, a strategic merge patch for
+/// built-in types and a merge patch for custom resources, fields dropped from the manifest
+/// removed, fields others set kept.
+fn client_side_apply_is_three_way(p: &mut Plinth) {
+    let cm = |data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: csa\ndata:\n{data}")
+    };
+    p.kubectl_with(&["apply", "-f", "-"], &cm("  a: one\n  b: two\n"));
+    p.kubectl(&[
+        "patch",
+        "configmap",
+        "csa",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"other":"kept"}}"#,
+    ]);
+    let out = p.kubectl_with(&["apply", "-f", "-"], &cm("  a: uno\n"));
+    assert_eq!(out.trim(), "configmap/csa configured");
+    let applied = p.json(&["get", "configmap", "csa", "--show-managed-fields"]);
+    assert_eq!(applied["data"], json!({"a": "uno", "other": "kept"}));
+    assert!(
+        applied["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap()
+            .contains(r#""a":"uno""#)
+    );
+    assert_eq!(
+        manager_fields(&applied, "kubectl-client-side-apply")["f:data"]["f:a"],
+        json!({})
+    );
+    assert_eq!(
+        p.kubectl_with(&["apply", "-f", "-"], &cm("  a: uno\n"))
+            .trim(),
+        "configmap/csa unchanged"
+    );
+
+    install_crd(p, WIDGET_CRD, "widgets.example.com", "widgets");
+    let widget = |spec: &str| {
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: csa}}\nspec: {spec}\n")
+    };
+    p.kubectl_with(&["apply", "-f", "-"], &widget("{replicas: 2, color: red}"));
+    p.kubectl_with(&["apply", "-f", "-"], &widget("{replicas: 3}"));
+    let w = p.json(&["get", "widget", "csa"]);
+    assert_eq!(w["spec"]["replicas"], 3);
+    assert!(w["spec"].get("color").is_none(), "{w}");
 }
