@@ -33,6 +33,7 @@ on_both_backends! {
     server_side_apply;
     server_side_apply_merges_custom_resource_lists;
     client_side_apply_is_three_way;
+    dry_runs_store_nothing;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1704,4 +1705,54 @@ fn client_side_apply_is_three_way(p: &mut Plinth) {
     let w = p.json(&["get", "widget", "csa"]);
     assert_eq!(w["spec"]["replicas"], 3);
     assert!(w["spec"].get("color").is_none(), "{w}");
+}
+
+/// `--dry-run=server` for every write: full validation, an answer, nothing stored.
+fn dry_runs_store_nothing(p: &mut Plinth) {
+    p.kubectl(&["create", "configmap", "dry", "--from-literal=k=v"]);
+    let before = p.json(&["get", "configmap", "dry"]);
+    let rv = before["metadata"]["resourceVersion"].clone();
+    let out = p.kubectl(&[
+        "create",
+        "configmap",
+        "dry2",
+        "--from-literal=k=v",
+        "--dry-run=server",
+    ]);
+    assert_eq!(out.trim(), "configmap/dry2 created (server dry run)");
+    assert!(!exists(p, "configmap", "dry2"));
+    let out = p.kubectl(&[
+        "patch",
+        "configmap",
+        "dry",
+        "--dry-run=server",
+        "-p",
+        r#"{"data":{"k":"patched"}}"#,
+    ]);
+    // kubectl's patch prints no dry-run suffix; "patched" (not "no change") shows the answer
+    // carried the change.
+    assert_eq!(out.trim(), "configmap/dry patched");
+    let mut replaced = before.clone();
+    replaced["data"]["k"] = json!("replaced");
+    let out = p.kubectl_with(
+        &["replace", "--dry-run=server", "-f", "-"],
+        &replaced.to_string(),
+    );
+    assert_eq!(out.trim(), "configmap/dry replaced (server dry run)");
+    let out = p.kubectl(&["delete", "configmap", "dry", "--dry-run=server"]);
+    assert_eq!(out.trim(), "configmap \"dry\" deleted (server dry run)");
+    let after = p.json(&["get", "configmap", "dry"]);
+    assert_eq!(after["data"]["k"], "v");
+    assert_eq!(after["metadata"]["resourceVersion"], rv);
+    // Validation still runs.
+    let invalid = p.kubectl_fails(&[
+        "patch",
+        "configmap",
+        "dry",
+        "--dry-run=server",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"bad key!":"x"}}}"#,
+    ]);
+    assert!(invalid.contains("is invalid"), "{invalid}");
 }
