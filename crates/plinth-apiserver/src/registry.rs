@@ -820,17 +820,7 @@ impl Registry {
             ));
         }
         if def.namespaced {
-            let ns = namespace.unwrap_or("default");
-            match meta.get("namespace").and_then(Value::as_str) {
-                Some(given) if !given.is_empty() && given != ns => {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
-                _ => {
-                    meta.insert("namespace".into(), json!(ns));
-                }
-            }
+            claim_namespace(meta, namespace.unwrap_or("default"))?;
         } else {
             meta.remove("namespace");
         }
@@ -1034,19 +1024,9 @@ impl Registry {
             }
         }
         if def.namespaced
-            && let Some(meta) = metadata_mut(&mut object)
+            && let (Some(meta), Some(ns)) = (metadata_mut(&mut object), namespace)
         {
-            match (meta.get("namespace").and_then(Value::as_str), namespace) {
-                (Some(given), Some(ns)) if !given.is_empty() && given != ns => {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
-                (_, Some(ns)) => {
-                    meta.insert("namespace".into(), json!(ns));
-                }
-                _ => {}
-            }
+            claim_namespace(meta, ns)?;
         }
         let key = def.key(namespace, name);
         let exists = self
@@ -1330,16 +1310,7 @@ impl Registry {
         if def.namespaced
             && let Some(ns) = namespace
         {
-            match meta.get("namespace").and_then(Value::as_str) {
-                Some(given) if !given.is_empty() && given != ns => {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
-                _ => {
-                    meta.insert("namespace".into(), json!(ns));
-                }
-            }
+            claim_namespace(meta, ns)?;
         }
         // What this endpoint may set: the status through /status, the rest otherwise.
         if let Some(map) = config.as_object_mut() {
@@ -2314,5 +2285,18 @@ fn drop_nulls(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(drop_nulls),
         _ => {}
+    }
+}
+
+/// Sets `metadata.namespace` to the request's namespace, refusing a different one in the body.
+fn claim_namespace(meta: &mut Map<String, Value>, ns: &str) -> Result<(), ApiError> {
+    match meta.get("namespace").and_then(Value::as_str) {
+        Some(given) if !given.is_empty() && given != ns => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+        _ => {
+            meta.insert("namespace".into(), json!(ns));
+            Ok(())
+        }
     }
 }

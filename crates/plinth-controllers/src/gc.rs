@@ -68,6 +68,9 @@ struct Graph {
     synced: HashMap<String, bool>,
     /// Dependents already reported for an unresolvable owner reference.
     reported: HashSet<String>,
+    /// The namespace of every namespaced object seen, by uid (to recognise an owner reference
+    /// that names an object of another namespace).
+    namespaces: HashMap<String, Arc<str>>,
 }
 
 impl Graph {
@@ -260,6 +263,15 @@ impl Collector {
         let mut work = Vec::new();
         {
             let mut g = self.graph();
+            match (&namespace, kind) {
+                (Some(ns), "ADDED") => {
+                    g.namespaces.insert(uid.clone(), Arc::from(ns.as_str()));
+                }
+                (_, "DELETED") => {
+                    g.namespaces.remove(&uid);
+                }
+                _ => {}
+            }
             let previous = match kind {
                 "ADDED" | "MODIFIED" => {
                     let owners = owners_of(object);
@@ -436,29 +448,7 @@ impl Collector {
             // Keep the owners that exist; drop the references to the others.
             let dropped: HashSet<String> =
                 gone.iter().chain(&waiting).map(|o| o.uid.clone()).collect();
-            return self
-                .modify(
-                    &dependent.def,
-                    dependent.namespace.as_deref(),
-                    &dependent.name,
-                    Some(uid),
-                    |object| {
-                        let Some(refs) = object
-                            .pointer_mut("/metadata/ownerReferences")
-                            .and_then(Value::as_array_mut)
-                        else {
-                            return false;
-                        };
-                        let before = refs.len();
-                        refs.retain(|r| {
-                            r.get("uid")
-                                .and_then(Value::as_str)
-                                .is_none_or(|u| !dropped.contains(u))
-                        });
-                        refs.len() != before
-                    },
-                )
-                .await;
+            return self.drop_owner_refs(&dependent, uid, &dropped).await;
         }
         let has_dependents = self.graph().by_owner.contains_key(uid);
         let propagation = if !waiting.is_empty() && has_dependents {
@@ -528,24 +518,9 @@ impl Collector {
                     .collect()
             };
             for (dependent_uid, dependent) in dependents {
+                let owner = HashSet::from([uid.clone()]);
                 let retry = self
-                    .modify(
-                        &dependent.def,
-                        dependent.namespace.as_deref(),
-                        &dependent.name,
-                        Some(&dependent_uid),
-                        |object| {
-                            let Some(refs) = object
-                                .pointer_mut("/metadata/ownerReferences")
-                                .and_then(Value::as_array_mut)
-                            else {
-                                return false;
-                            };
-                            let before = refs.len();
-                            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(&uid));
-                            refs.len() != before
-                        },
-                    )
+                    .drop_owner_refs(&dependent, &dependent_uid, &owner)
                     .await;
                 if retry {
                     return true;
@@ -575,6 +550,38 @@ impl Collector {
         }
         self.remove_finalizer(def, namespace, name, &uid, FINALIZER_FOREGROUND)
             .await
+    }
+
+    /// Removes from `dependent` its references to the owners in `owners` (by uid). Returns
+    /// whether to try again later.
+    async fn drop_owner_refs(
+        &self,
+        dependent: &Dependent,
+        dependent_uid: &str,
+        owners: &HashSet<String>,
+    ) -> bool {
+        self.modify(
+            &dependent.def,
+            dependent.namespace.as_deref(),
+            &dependent.name,
+            Some(dependent_uid),
+            |object| {
+                let Some(refs) = object
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                else {
+                    return false;
+                };
+                let before = refs.len();
+                refs.retain(|r| {
+                    r.get("uid")
+                        .and_then(Value::as_str)
+                        .is_none_or(|u| !owners.contains(u))
+                });
+                refs.len() != before
+            },
+        )
+        .await
     }
 
     async fn remove_finalizer(
@@ -647,28 +654,13 @@ impl Collector {
     /// A namespaced owner absent from its dependent's namespace but present (same uid) in
     /// another: the reference is invalid — treated as absent, and reported.
     async fn check_other_namespaces(&self, uid: &str, dependent: &Dependent, owner: &Owner) {
-        let Some(namespace) = &dependent.namespace else {
-            return;
+        let elsewhere = {
+            let g = self.graph();
+            match (g.namespaces.get(&owner.uid), &dependent.namespace) {
+                (Some(found), Some(ns)) => **found != **ns,
+                _ => false,
+            }
         };
-        let Some(def) = self.owner_def(owner).filter(|d| d.namespaced) else {
-            return;
-        };
-        let Ok(fields) =
-            plinth_core::selector::FieldSelector::parse(&format!("metadata.name={}", owner.name))
-        else {
-            return;
-        };
-        let options = ListOptions {
-            fields,
-            ..ListOptions::default()
-        };
-        let Ok(list) = self.registry.list(&def, None, &options).await else {
-            return;
-        };
-        let elsewhere = list["items"].as_array().into_iter().flatten().any(|o| {
-            plinth_core::meta::meta_str(o, "uid") == Some(owner.uid.as_str())
-                && plinth_core::meta::namespace(o) != Some(namespace.as_str())
-        });
         if elsewhere {
             self.report_invalid_namespace(uid, dependent, owner).await;
         }

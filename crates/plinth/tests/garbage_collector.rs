@@ -15,16 +15,11 @@ use common::{Backend, Plinth};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 
 async fn client(plinth: &Plinth) -> Client {
-    let kubeconfig = Kubeconfig::read_from(&plinth.kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    plinth.kube_client().await
 }
 
 fn config_map(name: &str, group: &str, owner: Option<&ConfigMap>, block: bool) -> ConfigMap {

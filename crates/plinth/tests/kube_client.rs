@@ -12,19 +12,14 @@ use common::{Backend, Plinth};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
-use kube::{Client, Config};
 use serde_json::json;
 
 async fn client(plinth: &Plinth) -> Client {
-    let kubeconfig = Kubeconfig::read_from(&plinth.kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
+    plinth.kube_client().await
 }
 
 fn config_map(name: &str, labels: &[(&str, &str)]) -> ConfigMap {

@@ -12,19 +12,13 @@ use common::{Backend, Plinth};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 
 const WATCHERS: usize = 100;
 const WRITES: usize = 1_200;
 
 async fn api() -> (Plinth, Api<ConfigMap>, String) {
     let plinth = Plinth::start(Backend::Embedded);
-    let kubeconfig = Kubeconfig::read_from(&plinth.kubeconfig).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(Client::try_from(config).unwrap(), "default");
+    let api: Api<ConfigMap> = Api::namespaced(plinth.kube_client().await, "default");
     // A resourceVersion from the watch cache itself (`resourceVersion=0`), so that the watches
     // below resume inside its window.
     let start = api

@@ -106,6 +106,17 @@ impl Plinth {
         self.launch();
     }
 
+    /// A `kube` client for this server, from its kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
     /// SIGKILLs the server and, while it is down, deletes `key` (a storage key such as
     /// `/configmaps/default/x`) straight from its storage; then starts it again.
     pub fn delete_while_down(&mut self, key: &str) {
