@@ -165,6 +165,9 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             ));
         }
         let mut seen = std::collections::BTreeSet::new();
+        let shared_schema = versions
+            .iter()
+            .all(|v| v.get("schema") == versions[0].get("schema"));
         for (i, version) in versions.iter().enumerate() {
             let name = text(version, "/name");
             let path = format!("spec.versions[{i}]");
@@ -184,12 +187,17 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                 )),
                 Some(schema) => {
                     if let Err(e) = plinth_schema::Schema::compile(schema) {
-                        let field = format!("{path}.schema.{}", e.path);
-                        causes.push(Cause::invalid(
-                            field,
-                            &Value::String(String::new()),
-                            &e.reason,
-                        ));
+                        // kube-apiserver reports a schema all versions share under
+                        // spec.validation (its internal form hoists it there).
+                        let prefix = if shared_schema {
+                            "spec.validation".to_owned()
+                        } else {
+                            format!("{path}.schema")
+                        };
+                        let cause = e.cause(&prefix);
+                        if !causes.contains(&cause) {
+                            causes.push(cause);
+                        }
                     }
                 }
             }

@@ -739,7 +739,7 @@ impl Registry {
             Kind::Crd => causes.extend(crate::crd::validate_crd(object, old)),
             Kind::Custom => {
                 if let Some(structural) = &def.structural {
-                    causes.extend(structural.validate(object));
+                    causes.extend(structural.validate_update(object, old));
                 }
             }
             Kind::ConfigMap | Kind::Secret => {

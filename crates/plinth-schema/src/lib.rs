@@ -10,9 +10,11 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod cel;
 mod format;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use plinth_core::Cause;
 use plinth_core::status::render_value;
@@ -119,6 +121,8 @@ struct Node {
     /// `x-kubernetes-map-type: atomic`.
     map_atomic: bool,
     default: Option<Value>,
+    /// `x-kubernetes-validations`.
+    rules: Vec<Arc<cel::Rule>>,
 }
 
 /// A schema that cannot be compiled (the CRD is refused with it).
@@ -129,6 +133,40 @@ pub struct SchemaError {
     pub path: String,
     /// What is wrong.
     pub reason: String,
+    /// Which kind of field error kube reports.
+    pub kind: SchemaErrorKind,
+}
+
+/// The field error a [`SchemaError`] becomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchemaErrorKind {
+    /// `Invalid value: "": <reason>`.
+    Invalid,
+    /// `Invalid value: <this text, as Go prints the value>: <reason>`.
+    InvalidValue(String),
+    /// `Forbidden: <reason>`.
+    Forbidden,
+    /// `Required value`.
+    Required,
+}
+
+impl SchemaError {
+    /// The cause kube-apiserver reports, under `prefix` (e.g. `spec.validation`).
+    pub fn cause(&self, prefix: &str) -> Cause {
+        let field = format!("{prefix}.{}", self.path);
+        match &self.kind {
+            SchemaErrorKind::Invalid => {
+                Cause::invalid(field, &Value::String(String::new()), &self.reason)
+            }
+            SchemaErrorKind::InvalidValue(shown) => Cause::new(
+                "FieldValueInvalid",
+                field,
+                format!("Invalid value: {shown}: {}", self.reason),
+            ),
+            SchemaErrorKind::Forbidden => Cause::forbidden(field, &self.reason),
+            SchemaErrorKind::Required => Cause::required(field, &self.reason),
+        }
+    }
 }
 
 fn number(v: &Value, key: &str) -> Option<f64> {
@@ -143,10 +181,13 @@ fn flag(v: &Value, key: &str) -> bool {
     v.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
+/// Compiles one schema node; `cardinality` is how many times it may occur in an object, when
+/// every list and map around it declares its maximum (`None` when one does not).
+fn compile_node(v: &Value, path: &str, cardinality: Option<f64>) -> Result<Node, SchemaError> {
     let fail = |reason: String| SchemaError {
         path: path.to_owned(),
         reason,
+        kind: SchemaErrorKind::Invalid,
     };
     let Some(map) = v.as_object() else {
         return Err(fail("must be an object".into()));
@@ -172,7 +213,7 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| compile_node(s, &format!("{path}.{key}[{i}]")))
+                    .map(|(i, s)| compile_node(s, &format!("{path}.{key}[{i}]"), cardinality))
                     .collect()
             })
             .unwrap_or_else(|| Ok(Vec::new()))
@@ -182,7 +223,7 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
         for (name, schema) in props {
             properties.insert(
                 name.clone(),
-                compile_node(schema, &format!("{path}.properties[{name}]"))?,
+                compile_node(schema, &format!("{path}.properties[{name}]"), cardinality)?,
             );
         }
     }
@@ -192,6 +233,9 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
         Some(schema) => Some(Box::new(Additional::Schema(Box::new(compile_node(
             schema,
             &format!("{path}.additionalProperties"),
+            cardinality
+                .zip(count(v, "maxProperties"))
+                .map(|(c, n)| c * n as f64),
         )?)))),
     };
     let list_type = match map.get("x-kubernetes-list-type").and_then(Value::as_str) {
@@ -214,7 +258,7 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
             )));
         }
     };
-    Ok(Node {
+    let mut node = Node {
         kind,
         nullable: flag(v, "nullable"),
         format: map.get("format").and_then(Value::as_str).map(str::to_owned),
@@ -248,14 +292,24 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
         properties,
         additional,
         items: match map.get("items") {
-            Some(items) => Some(Box::new(compile_node(items, &format!("{path}.items"))?)),
+            Some(items) => Some(Box::new(compile_node(
+                items,
+                &format!("{path}.items"),
+                cardinality
+                    .zip(count(v, "maxItems"))
+                    .map(|(c, n)| c * n as f64),
+            )?)),
             None => None,
         },
         all_of: sub("allOf")?,
         any_of: sub("anyOf")?,
         one_of: sub("oneOf")?,
         not: match map.get("not") {
-            Some(n) => Some(Box::new(compile_node(n, &format!("{path}.not"))?)),
+            Some(n) => Some(Box::new(compile_node(
+                n,
+                &format!("{path}.not"),
+                cardinality,
+            )?)),
             None => None,
         },
         int_or_string: flag(v, "x-kubernetes-int-or-string"),
@@ -264,7 +318,39 @@ fn compile_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
         list_type,
         map_atomic: map.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic"),
         default: map.get("default").cloned(),
-    })
+        rules: Vec::new(),
+    };
+    let runs = cardinality.unwrap_or_else(|| unbounded_cardinality(v));
+    node.rules = cel::compile_rules(map.get("x-kubernetes-validations"), &node, path, runs)?;
+    Ok(node)
+}
+
+/// How many times data of this schema can occur in one request when some list or map around it
+/// is unbounded: as many as fit, at its smallest JSON size plus a comma (kube's estimate).
+fn unbounded_cardinality(v: &Value) -> f64 {
+    3_145_728.0 / (min_json_size(v) + 1.0)
+}
+
+/// The smallest JSON a value of this schema can be (required properties included).
+fn min_json_size(v: &Value) -> f64 {
+    match v.get("type").and_then(Value::as_str) {
+        Some("boolean") => 4.0,
+        Some("number" | "integer") => 1.0,
+        Some("string") => 2.0 + count(v, "minLength").unwrap_or(0) as f64,
+        Some("object") => {
+            let required = v.get("required").and_then(Value::as_array);
+            2.0 + required
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter_map(|name| {
+                    let prop = v.pointer(&format!("/properties/{name}"))?;
+                    Some(name.len() as f64 + min_json_size(prop) + 4.0)
+                })
+                .sum::<f64>()
+        }
+        _ => 2.0,
+    }
 }
 
 /// A compiled CRD version schema.
@@ -331,7 +417,7 @@ impl Schema {
     /// A [`SchemaError`] naming the place in the schema that cannot be used.
     pub fn compile(openapi_v3_schema: &Value) -> Result<Self, SchemaError> {
         Ok(Self {
-            root: compile_node(openapi_v3_schema, "openAPIV3Schema")?,
+            root: compile_node(openapi_v3_schema, "openAPIV3Schema", Some(1.0))?,
         })
     }
 
@@ -369,6 +455,12 @@ impl Schema {
 
     /// Every cause that makes `object` invalid, with apiextensions' field paths and messages.
     pub fn validate(&self, object: &Value) -> Vec<Cause> {
+        self.validate_update(object, None)
+    }
+
+    /// Validates an update: as [`Schema::validate`], plus the transition rules
+    /// (`x-kubernetes-validations` using `oldSelf`) against the stored version `old`.
+    pub fn validate_update(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
         if let Value::Object(map) = object {
             for (key, node) in &self.root.properties {
@@ -376,8 +468,12 @@ impl Schema {
                     continue;
                 }
                 if let Some(value) = map.get(key) {
-                    validate_node(node, value, key, &mut causes);
+                    let before = old.and_then(|o| o.get(key));
+                    validate_node(node, value, before, key, &mut causes);
                 }
+            }
+            for rule in &self.root.rules {
+                rule.check(&self.root, object, old, "", &mut causes);
             }
             for required in &self.root.required {
                 if !map.contains_key(required)
@@ -472,7 +568,13 @@ fn invalid(path: &str, value: &Value, detail: String) -> Cause {
     Cause::invalid(path, value, &format!("{path} in body {detail}"))
 }
 
-fn validate_node(node: &Node, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+fn validate_node(
+    node: &Node,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    causes: &mut Vec<Cause>,
+) {
     if value.is_null() {
         if !node.nullable && node.kind.is_some() {
             causes.push(invalid(
@@ -523,12 +625,12 @@ fn validate_node(node: &Node, value: &Value, path: &str, causes: &mut Vec<Cause>
     match value {
         Value::String(s) => validate_string(node, s, value, path, causes),
         Value::Number(_) => validate_number(node, value, path, causes),
-        Value::Array(items) => validate_array(node, items, value, path, causes),
-        Value::Object(map) => validate_object(node, map, value, path, causes),
+        Value::Array(items) => validate_array(node, items, old, value, path, causes),
+        Value::Object(map) => validate_object(node, map, old, value, path, causes),
         _ => {}
     }
     for sub in &node.all_of {
-        validate_node(sub, value, path, causes);
+        validate_node(sub, value, None, path, causes);
     }
     if !node.any_of.is_empty() && !node.any_of.iter().any(|sub| passes(sub, value, path)) {
         causes.push(Cause::invalid(
@@ -560,11 +662,14 @@ fn validate_node(node: &Node, value: &Value, path: &str, causes: &mut Vec<Cause>
             &format!("{path} in body must not validate the schema (not)"),
         ));
     }
+    for rule in &node.rules {
+        rule.check(node, value, old, path, causes);
+    }
 }
 
 fn passes(node: &Node, value: &Value, path: &str) -> bool {
     let mut causes = Vec::new();
-    validate_node(node, value, path, &mut causes);
+    validate_node(node, value, None, path, &mut causes);
     causes.is_empty()
 }
 
@@ -684,6 +789,7 @@ fn validate_number(node: &Node, value: &Value, path: &str, causes: &mut Vec<Caus
 fn validate_array(
     node: &Node,
     items: &[Value],
+    old: Option<&Value>,
     value: &Value,
     path: &str,
     causes: &mut Vec<Cause>,
@@ -707,8 +813,16 @@ fn validate_array(
         ));
     }
     if let Some(sub) = &node.items {
+        // Items correlate with the old list's by key, for map lists only (as in kube).
+        let old_items = old.and_then(Value::as_array);
         for (i, item) in items.iter().enumerate() {
-            validate_node(sub, item, &format!("{path}[{i}]"), causes);
+            let before = match (&node.list_type, old_items) {
+                (Some(ListType::Map(keys)), Some(old_items)) => old_items
+                    .iter()
+                    .find(|o| keys.iter().all(|k| o.get(k) == item.get(k))),
+                _ => None,
+            };
+            validate_node(sub, item, before, &format!("{path}[{i}]"), causes);
         }
     }
     let duplicate = |i: usize, shown: &Value| {
@@ -761,6 +875,7 @@ fn validate_array(
 fn validate_object(
     node: &Node,
     map: &Map<String, Value>,
+    old: Option<&Value>,
     value: &Value,
     path: &str,
     causes: &mut Vec<Cause>,
@@ -790,11 +905,14 @@ fn validate_object(
     }
     for (key, child) in map {
         let child_path = join(path, key);
+        let before = old.and_then(|o| o.get(key));
         if let Some(sub) = node.properties.get(key) {
-            validate_node(sub, child, &child_path, causes);
+            validate_node(sub, child, before, &child_path, causes);
         } else {
             match node.additional.as_deref() {
-                Some(Additional::Schema(sub)) => validate_node(sub, child, &child_path, causes),
+                Some(Additional::Schema(sub)) => {
+                    validate_node(sub, child, before, &child_path, causes)
+                }
                 Some(Additional::Allowed(false))
                     if !node.properties.is_empty() || !node.preserve_unknown =>
                 {

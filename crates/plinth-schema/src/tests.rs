@@ -297,3 +297,204 @@ fn every_shared_crd_schema_compiles() {
     }
     assert!(compiled >= 11, "compiled {compiled} schemas");
 }
+
+/// CEL rules (`x-kubernetes-validations`): messages, reasons, field paths, transition rules,
+/// the Kubernetes string/list extensions, compile errors and the cost budget.
+#[test]
+fn cel_rule_table() {
+    let rules = |rules: Value| {
+        json!({"type": "object",
+               "properties": {"replicas": {"type": "integer"}, "max": {"type": "integer"},
+                              "name": {"type": "string", "maxLength": 64},
+                              "tags": {"type": "array", "maxItems": 10,
+                                       "items": {"type": "string", "maxLength": 32}}},
+               "x-kubernetes-validations": rules})
+    };
+    let cases: Vec<Case> = vec![
+        (
+            rules(json!([{"rule": "self.replicas <= self.max"}])),
+            json!({"replicas": 1, "max": 3}),
+            json!({"replicas": 5, "max": 3}),
+            one(
+                "spec",
+                "FieldValueInvalid",
+                "Invalid value: \"object\": failed rule: self.replicas <= self.max",
+            ),
+        ),
+        (
+            rules(
+                json!([{"rule": "self.replicas <= self.max", "message": "replicas must not exceed max"}]),
+            ),
+            json!({"replicas": 3, "max": 3}),
+            json!({"replicas": 4, "max": 3}),
+            one(
+                "spec",
+                "FieldValueInvalid",
+                "Invalid value: \"object\": replicas must not exceed max",
+            ),
+        ),
+        (
+            rules(json!([{"rule": "self.replicas <= self.max",
+                          "messageExpression": "'replicas ' + string(self.replicas) + ' above ' + string(self.max)",
+                          "reason": "FieldValueForbidden", "fieldPath": ".replicas"}])),
+            json!({"replicas": 3, "max": 3}),
+            json!({"replicas": 9, "max": 3}),
+            one(
+                "spec.replicas",
+                "FieldValueForbidden",
+                "Forbidden: replicas 9 above 3",
+            ),
+        ),
+        (
+            rules(
+                json!([{"rule": "self.name.lowerAscii().startsWith('web-') && self.tags.all(t, t.matches('^[a-z]+$'))"}]),
+            ),
+            json!({"name": "WEB-1", "tags": ["a", "b"]}),
+            json!({"name": "WEB-1", "tags": ["a", "B"]}),
+            one(
+                "spec",
+                "FieldValueInvalid",
+                "Invalid value: \"object\": failed rule: self.name.lowerAscii().startsWith('web-') && self.tags.all(t, t.matches('^[a-z]+$'))",
+            ),
+        ),
+        (
+            rules(
+                json!([{"rule": "has(self.name) || self.replicas == 0", "reason": "FieldValueRequired", "message": "name is needed", "fieldPath": ".name"}]),
+            ),
+            json!({"replicas": 0}),
+            json!({"replicas": 2}),
+            one(
+                "spec.name",
+                "FieldValueRequired",
+                "Required value: name is needed",
+            ),
+        ),
+        (
+            rules(json!([{"rule": "self.tags.size() == 0 || self.tags[0] != ''"}])),
+            json!({"tags": ["x"]}),
+            json!({"tags": [""]}),
+            one(
+                "spec",
+                "FieldValueInvalid",
+                "Invalid value: \"object\": failed rule: self.tags.size() == 0 || self.tags[0] != ''",
+            ),
+        ),
+        (
+            rules(json!([{"rule": "self.missing > 1"}])),
+            json!({}),
+            json!({}),
+            // A runtime error is reported for every object; the valid instance is the same one.
+            Vec::new(),
+        ),
+    ];
+    for (i, (spec_schema, good, bad, expected)) in cases.into_iter().enumerate() {
+        let s = schema(spec_schema);
+        if expected.is_empty() {
+            let found = causes(&s, good);
+            assert_eq!(found.len(), 1, "case {i}: {found:?}");
+            assert!(
+                found[0].2.contains("evaluating rule: self.missing > 1"),
+                "case {i}: {found:?}"
+            );
+            continue;
+        }
+        assert_eq!(causes(&s, good), Vec::new(), "case {i}: the valid instance");
+        assert_eq!(causes(&s, bad), expected, "case {i}");
+    }
+}
+
+#[test]
+fn cel_transition_rules_compare_with_the_stored_object() {
+    let s = schema(json!({"type": "object",
+        "properties": {"mode": {"type": "string", "maxLength": 16,
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "mode is immutable"}]},
+            "items": {"type": "array", "maxItems": 8, "x-kubernetes-list-type": "map",
+                      "x-kubernetes-list-map-keys": ["name"],
+                      "items": {"type": "object", "properties": {
+                          "name": {"type": "string", "maxLength": 16},
+                          "size": {"type": "integer",
+                                   "x-kubernetes-validations": [{"rule": "self >= oldSelf", "message": "may only grow"}]}}}}},
+        "x-kubernetes-validations": [{"rule": "!oldSelf.hasValue() || !has(oldSelf.value().mode) || has(self.mode)",
+                                      "optionalOldSelf": true, "message": "mode may not be removed"}]}));
+    let old = json!({"spec": {"mode": "fast", "items": [{"name": "a", "size": 2}]}});
+    // Creates run no transition rule.
+    assert!(s.validate(&json!({"spec": {"mode": "slow"}})).is_empty());
+    let found = |new: Value| -> Vec<String> {
+        s.validate_update(&new, Some(&old))
+            .into_iter()
+            .map(|c| c.line())
+            .collect()
+    };
+    assert!(found(old.clone()).is_empty());
+    assert_eq!(
+        found(json!({"spec": {"mode": "slow", "items": [{"name": "a", "size": 2}]}})),
+        ["spec.mode: Invalid value: \"string\": mode is immutable"]
+    );
+    // Items correlate by key: a new item has no old self; a shrunk one fails.
+    assert_eq!(
+        found(
+            json!({"spec": {"mode": "fast", "items": [{"name": "b", "size": 1}, {"name": "a", "size": 1}]}})
+        ),
+        ["spec.items[1].size: Invalid value: \"integer\": may only grow"]
+    );
+    assert_eq!(
+        found(json!({"spec": {"items": [{"name": "a", "size": 2}]}})),
+        ["spec: Invalid value: \"object\": mode may not be removed"]
+    );
+}
+
+#[test]
+fn cel_rules_that_cannot_compile_or_cost_too_much_are_refused() {
+    let compile = |spec: Value| {
+        Schema::compile(&json!({"type": "object", "properties": {"spec": spec}})).map(drop)
+    };
+    let error =
+        compile(json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.a +"}]}))
+            .unwrap_err();
+    assert_eq!(
+        error.path,
+        "openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+    );
+    assert!(
+        error
+            .reason
+            .starts_with("compilation failed: ERROR: <input>:1:9: Syntax error"),
+        "{}",
+        error.reason
+    );
+    let cause = error.cause("spec.validation");
+    assert!(
+        cause.message.starts_with(
+            "Invalid value: apiextensions.ValidationRule{Rule:\"self.a +\", Message:\"\""
+        ),
+        "{}",
+        cause.message
+    );
+    let error = compile(
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "size(nope) > 0"}]}),
+    )
+    .unwrap_err();
+    assert!(
+        error.reason.contains("undeclared reference to 'nope'"),
+        "{}",
+        error.reason
+    );
+    let error = compile(json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.a == 1", "optionalOldSelf": true}]})).unwrap_err();
+    assert_eq!(
+        error.reason,
+        "may not be set if oldSelf is not used in rule"
+    );
+    // An unbounded list of unbounded strings, each matched against a regex: far too costly.
+    let costly = json!({"type": "object", "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+                        "x-kubernetes-validations": [{"rule": "self.names.all(n, n.matches('^[a-z]+$'))"}]});
+    let error = compile(costly).unwrap_err();
+    assert_eq!(
+        error.cause("spec.validation").line(),
+        "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    );
+    // The same rule with declared bounds fits.
+    let bounded = json!({"type": "object", "properties": {"names": {"type": "array", "maxItems": 100,
+                             "items": {"type": "string", "maxLength": 64}}},
+                         "x-kubernetes-validations": [{"rule": "self.names.all(n, n.matches('^[a-z]+$'))"}]});
+    assert!(compile(bounded).is_ok());
+}

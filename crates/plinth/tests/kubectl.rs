@@ -34,6 +34,7 @@ on_both_backends! {
     server_side_apply_merges_custom_resource_lists;
     client_side_apply_is_three_way;
     dry_runs_store_nothing;
+    cel_rules_validate_custom_resources;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1755,4 +1756,108 @@ fn dry_runs_store_nothing(p: &mut Plinth) {
         r#"{"metadata":{"labels":{"bad key!":"x"}}}"#,
     ]);
     assert!(invalid.contains("is invalid"), "{invalid}");
+}
+
+const CEL_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: scalers.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: scalers, singular: scaler, kind: Scaler}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: self.minReplicas <= self.maxReplicas
+              message: minReplicas must not exceed maxReplicas
+            - rule: self.tier == oldSelf.tier
+              message: tier is immutable
+              fieldPath: .tier
+            properties:
+              minReplicas: {type: integer, default: 1}
+              maxReplicas: {type: integer}
+              tier:
+                type: string
+                enum: [gold, silver]
+              owners:
+                type: array
+                maxItems: 8
+                items: {type: string, maxLength: 63}
+                x-kubernetes-validations:
+                - rule: self.all(o, o.matches('^[a-z]+$'))
+                  messageExpression: "'owners must be lowercase words, got ' + self.join(', ')"
+                  reason: FieldValueForbidden
+"#;
+
+/// `x-kubernetes-validations` end to end: rules with messages, defaults feeding rules, a
+/// transition rule on update, a messageExpression, and a CRD whose rule does not compile.
+fn cel_rules_validate_custom_resources(p: &mut Plinth) {
+    install_crd(p, CEL_CRD, "scalers.example.com", "scalers");
+    let scaler = |spec: &str| {
+        format!("apiVersion: example.com/v1\nkind: Scaler\nmetadata: {{name: s1}}\nspec: {spec}\n")
+    };
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        &scaler("{maxReplicas: 3, tier: gold, owners: [ann]}"),
+    );
+    // The default minReplicas (1) takes part in the rule.
+    let refused = p.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &scaler("{maxReplicas: 0, tier: gold}"),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(r#"The Scaler "s1" is invalid: spec: Invalid value: "object": minReplicas must not exceed maxReplicas"#),
+        "{stderr}"
+    );
+    let refused = p.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &scaler("{maxReplicas: 3, tier: silver}"),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(r#"spec.tier: Invalid value: "object": tier is immutable"#),
+        "{stderr}"
+    );
+    let refused = p.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &scaler("{maxReplicas: 3, tier: gold, owners: [ann, Bob]}"),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("spec.owners: Forbidden: owners must be lowercase words, got ann, Bob"),
+        "{stderr}"
+    );
+    let stored = p.json(&["get", "scaler", "s1"]);
+    assert_eq!(
+        stored["spec"]["maxReplicas"], 3,
+        "refused writes change nothing: {stored}"
+    );
+
+    let broken = CEL_CRD
+        .replace("scalers.example.com", "brokens.example.com")
+        .replace(
+            "plural: scalers, singular: scaler, kind: Scaler",
+            "plural: brokens, singular: broken, kind: Broken",
+        )
+        .replace(
+            "self.minReplicas <= self.maxReplicas",
+            "self.minReplicas <=",
+        );
+    let refused = p.kubectl_stdin(&["apply", "-f", "-"], &broken);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: apiextensions.ValidationRule{Rule:\"self.minReplicas <=\"")
+            && stderr.contains("compilation failed: ERROR: <input>:1:20: Syntax error"),
+        "{stderr}"
+    );
 }

@@ -1,0 +1,511 @@
+//! `x-kubernetes-validations`: CEL rules on schema nodes, compiled once with the schema (on the
+//! `cel` crate, with its string, list and math extensions, as Kubernetes enables cel-go's), a
+//! static cost estimate that refuses rules too expensive for the declared sizes, and evaluation
+//! with `self` (and `oldSelf` for transition rules) with apiextensions-apiserver's messages.
+
+use std::sync::{Arc, OnceLock};
+
+use cel::common::ast::Expr;
+use cel::common::types::CelOptional;
+use cel::objects::Key;
+use cel::{Context, Env, Program};
+use plinth_core::Cause;
+use serde_json::Value;
+
+use crate::{Additional, Node, SchemaError, SchemaErrorKind, Type};
+
+/// The largest estimated cost of one rule, counting how often it may run (kube's
+/// `StaticEstimatedCostLimit`).
+const RULE_COST_LIMIT: f64 = 10_000_000.0;
+/// The request size bound kube assumes for unbounded lists, maps and strings.
+const MAX_REQUEST_BYTES: f64 = 3_145_728.0;
+
+fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib();
+        // The extensions Kubernetes enables: strings, lists, math (their declarations cannot
+        // clash with the standard library's, so a failure here is a bug in the crate).
+        for extension in [
+            cel::extensions::strings as fn(&mut Env) -> Result<(), cel::DeclarationError>,
+            cel::extensions::lists,
+            cel::extensions::math,
+        ] {
+            if let Err(e) = env.add_extension(extension) {
+                tracing_free_warn(&format!("CEL extension unavailable: {e}"));
+            }
+        }
+        Arc::new(env)
+    })
+    .clone()
+}
+
+/// This crate logs nothing; an extension that fails to load only loses its functions.
+fn tracing_free_warn(_message: &str) {}
+
+/// One compiled `x-kubernetes-validations` entry.
+pub(crate) struct Rule {
+    source: String,
+    program: Program,
+    message: Option<String>,
+    message_expression: Option<Program>,
+    reason: Option<String>,
+    field_path: Option<String>,
+    optional_old_self: bool,
+    transition: bool,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule").field("rule", &self.source).finish()
+    }
+}
+
+/// How Go prints the rule in a CRD error (`apiextensions.ValidationRule{...}`).
+fn go_rule(v: &Value) -> String {
+    let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let reason = match v.get("reason").and_then(Value::as_str) {
+        Some(r) => format!("\"{r}\""),
+        None => "(*apiextensions.FieldValueErrorReason)(nil)".into(),
+    };
+    let optional = match v.get("optionalOldSelf").and_then(Value::as_bool) {
+        Some(b) => format!("{b}"),
+        None => "(*bool)(nil)".into(),
+    };
+    format!(
+        "apiextensions.ValidationRule{{Rule:{:?}, Message:{:?}, MessageExpression:{:?}, Reason:{reason}, FieldPath:{:?}, OptionalOldSelf:{optional}}}",
+        text("rule"),
+        text("message"),
+        text("messageExpression"),
+        text("fieldPath")
+    )
+}
+
+/// Names an expression may use besides `self`/`oldSelf`: its comprehension variables.
+fn bound_names(expr: &Expr, out: &mut Vec<String>) {
+    match expr {
+        Expr::Comprehension(c) => {
+            out.push(c.iter_var.clone());
+            out.extend(c.iter_var2.clone());
+            out.push(c.accu_var.clone());
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                bound_names(&e.expr, out);
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                bound_names(&target.expr, out);
+            }
+            for arg in &call.args {
+                bound_names(&arg.expr, out);
+            }
+        }
+        Expr::Select(select) => bound_names(&select.operand.expr, out),
+        Expr::List(list) => {
+            for e in &list.elements {
+                bound_names(&e.expr, out);
+            }
+        }
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let cel::common::ast::EntryExpr::MapEntry(e) = &entry.expr {
+                    bound_names(&e.key.expr, out);
+                    bound_names(&e.value.expr, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Compiles `source`, refusing references other than `self`, `oldSelf` and comprehension
+/// variables (as cel-go's checker does).
+fn compile(source: &str) -> Result<Program, String> {
+    let program = env()
+        .compile(source)
+        .map_err(|e| format!("compilation failed: {e}"))?;
+    let mut bound = Vec::new();
+    bound_names(&program.expression().expr, &mut bound);
+    let references = program.references();
+    if let Some(unknown) = references
+        .variables()
+        .into_iter()
+        .find(|v| !matches!(*v, "self" | "oldSelf") && !bound.iter().any(|b| b == v))
+    {
+        return Err(format!(
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
+        ));
+    }
+    Ok(program)
+}
+
+/// Compiles a node's `x-kubernetes-validations`, checking each rule's estimated cost against
+/// the budget given how many times it may run (`cardinality`).
+pub(crate) fn compile_rules(
+    rules: Option<&Value>,
+    node: &Node,
+    path: &str,
+    cardinality: f64,
+) -> Result<Vec<Arc<Rule>>, SchemaError> {
+    let Some(rules) = rules.and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    let mut compiled = Vec::new();
+    for (i, v) in rules.iter().enumerate() {
+        let at = format!("{path}.x-kubernetes-validations[{i}]");
+        let invalid = |field: &str, reason: String| SchemaError {
+            path: format!("{at}.{field}"),
+            reason,
+            kind: SchemaErrorKind::InvalidValue(go_rule(v)),
+        };
+        let source = v.get("rule").and_then(Value::as_str).unwrap_or("").trim();
+        if source.is_empty() {
+            return Err(SchemaError {
+                path: format!("{at}.rule"),
+                reason: String::new(),
+                kind: SchemaErrorKind::Required,
+            });
+        }
+        let program = compile(source).map_err(|e| invalid("rule", e))?;
+        let message_expression = match v.get("messageExpression").and_then(Value::as_str) {
+            Some(m) if !m.trim().is_empty() => {
+                Some(compile(m).map_err(|e| invalid("messageExpression", e))?)
+            }
+            _ => None,
+        };
+        let transition = program.references().has_variable("oldSelf");
+        let optional_old_self = v.get("optionalOldSelf").and_then(Value::as_bool) == Some(true);
+        if optional_old_self && !transition {
+            return Err(SchemaError {
+                path: format!("{at}.optionalOldSelf"),
+                reason: "may not be set if oldSelf is not used in rule".into(),
+                kind: SchemaErrorKind::Forbidden,
+            });
+        }
+        let cost = estimate(&program.expression().expr, node, &[]) * cardinality;
+        if cost > RULE_COST_LIMIT {
+            return Err(SchemaError {
+                path: format!("{at}.rule"),
+                reason: cost_message(cost),
+                kind: SchemaErrorKind::Forbidden,
+            });
+        }
+        compiled.push(Arc::new(Rule {
+            source: source.to_owned(),
+            program,
+            message: v
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+            message_expression,
+            reason: v.get("reason").and_then(Value::as_str).map(str::to_owned),
+            field_path: v
+                .get("fieldPath")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned),
+            optional_old_self,
+            transition,
+        }));
+    }
+    Ok(compiled)
+}
+
+fn cost_message(cost: f64) -> String {
+    let factor = cost / RULE_COST_LIMIT;
+    let factor = if factor > 100.0 {
+        "more than 100x".to_owned()
+    } else if factor < 1.5 {
+        format!("{factor:.6}x")
+    } else {
+        format!("{factor:.1}x")
+    };
+    format!(
+        "estimated rule cost exceeds budget by factor of {factor} (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)"
+    )
+}
+
+/// How many items a list, map or string at `node` may hold: its declared maximum, else what
+/// fits in a request (as kube estimates).
+fn size_bound(node: Option<&Node>) -> f64 {
+    let Some(node) = node else {
+        return MAX_REQUEST_BYTES;
+    };
+    match node.kind {
+        Some(Type::String) => node.max_length.map_or(MAX_REQUEST_BYTES, |n| n as f64),
+        Some(Type::Array) => node.max_items.map_or_else(
+            || MAX_REQUEST_BYTES / (min_size(node.items.as_deref()) + 1.0),
+            |n| n as f64,
+        ),
+        Some(Type::Object) => node.max_properties.map_or_else(
+            || {
+                let value = match node.additional.as_deref() {
+                    Some(Additional::Schema(s)) => min_size(Some(s)),
+                    _ => 1.0,
+                };
+                MAX_REQUEST_BYTES / (value + 4.0)
+            },
+            |n| n as f64,
+        ),
+        _ => 1.0,
+    }
+}
+
+/// The smallest serialized size of a value of `node` (kube's estimate of unbounded lists).
+fn min_size(node: Option<&Node>) -> f64 {
+    match node.and_then(|n| n.kind) {
+        Some(Type::String | Type::Object | Type::Array) => 2.0,
+        Some(Type::Boolean) => 4.0,
+        _ => 1.0,
+    }
+}
+
+/// The schema node an expression denotes, if it is a path from `self` or a comprehension
+/// variable (`vars`: name → the node it ranges over).
+fn node_of<'a>(
+    expr: &Expr,
+    root: &'a Node,
+    vars: &[(String, Option<&'a Node>)],
+) -> Option<&'a Node> {
+    match expr {
+        Expr::Ident(name) if name == "self" || name == "oldSelf" => Some(root),
+        Expr::Ident(name) => vars.iter().rev().find(|(v, _)| v == name)?.1,
+        Expr::Select(select) => {
+            let parent = node_of(&select.operand.expr, root, vars)?;
+            parent
+                .properties
+                .get(&select.field)
+                .or(match parent.additional.as_deref() {
+                    Some(Additional::Schema(s)) => Some(s),
+                    _ => None,
+                })
+        }
+        _ => None,
+    }
+}
+
+/// The elements a collection node iterates over.
+fn element_of(node: Option<&Node>) -> Option<&Node> {
+    let node = node?;
+    match node.kind {
+        Some(Type::Array) => node.items.as_deref(),
+        Some(Type::Object) => match node.additional.as_deref() {
+            Some(Additional::Schema(s)) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A rough static cost of one evaluation, in the spirit of cel-go's estimator: one per node,
+/// comprehensions times the size of what they range over, string scans by the string's length.
+fn estimate<'a>(expr: &Expr, root: &'a Node, vars: &[(String, Option<&'a Node>)]) -> f64 {
+    match expr {
+        Expr::Comprehension(c) => {
+            let range = node_of(&c.iter_range.expr, root, vars);
+            let size = size_bound(range);
+            let mut inner = vars.to_vec();
+            inner.push((c.iter_var.clone(), element_of(range)));
+            let body = estimate(&c.loop_cond.expr, root, &inner)
+                + estimate(&c.loop_step.expr, root, &inner);
+            estimate(&c.iter_range.expr, root, vars)
+                + estimate(&c.accu_init.expr, root, vars)
+                + size * body
+                + estimate(&c.result.expr, root, &inner)
+        }
+        Expr::Call(call) => {
+            let args: f64 = call
+                .args
+                .iter()
+                .map(|a| estimate(&a.expr, root, vars))
+                .sum();
+            let target = call
+                .target
+                .as_ref()
+                .map_or(0.0, |t| estimate(&t.expr, root, vars));
+            let length = |e: &cel::IdedExpr| string_length(&e.expr, root, vars);
+            let scanned = match call.func_name.as_str() {
+                // Comparisons stop at the shorter operand (a literal keeps them cheap).
+                "_==_" | "_!=_" => match call.args.as_slice() {
+                    [a, b] => match (length(a), length(b)) {
+                        (Some(x), Some(y)) => x.min(y) * 0.1,
+                        (Some(x), None) | (None, Some(x)) => x * 0.1,
+                        (None, None) => 0.0,
+                    },
+                    _ => 0.0,
+                },
+                "matches" | "contains" | "startsWith" | "endsWith" | "lowerAscii"
+                | "upperAscii" | "replace" | "split" | "indexOf" | "lastIndexOf" | "trim"
+                | "substring" => call
+                    .target
+                    .as_deref()
+                    .or(call.args.first())
+                    .and_then(length)
+                    .map_or(0.0, |n| n * 0.1),
+                _ => 0.0,
+            };
+            1.0 + args + target + scanned
+        }
+        Expr::Select(select) => 1.0 + estimate(&select.operand.expr, root, vars),
+        Expr::List(list) => {
+            1.0 + list
+                .elements
+                .iter()
+                .map(|e| estimate(&e.expr, root, vars))
+                .sum::<f64>()
+        }
+        _ => 1.0,
+    }
+}
+
+/// The longest a string expression can be: a literal's length, a schema string's bound (its
+/// `maxLength`, its longest `enum` value, else what fits in a request); `None` if not a string.
+fn string_length<'a>(
+    expr: &Expr,
+    root: &'a Node,
+    vars: &[(String, Option<&'a Node>)],
+) -> Option<f64> {
+    if let Expr::Literal(cel::common::ast::LiteralValue::String(s)) = expr {
+        return Some(s.inner().len() as f64);
+    }
+    let node = node_of(expr, root, vars).filter(|n| matches!(n.kind, Some(Type::String)))?;
+    let longest_enum = node
+        .enumeration
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::len)
+        .max();
+    Some(match longest_enum {
+        Some(n) => n as f64,
+        None => size_bound(Some(node)),
+    })
+}
+
+/// JSON as CEL sees it: integers as `int`, other numbers as `double`.
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => cel::Value::Int(i),
+            None => match n.as_u64() {
+                Some(u) => cel::Value::UInt(u),
+                None => cel::Value::Float(n.as_f64().unwrap_or_default()),
+            },
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(map) => {
+            let entries: std::collections::HashMap<Key, cel::Value> = map
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            cel::Value::Map(cel::objects::Map {
+                map: Arc::new(entries),
+            })
+        }
+    }
+}
+
+/// The type kube names in a rule's error (`Invalid value: "object"`).
+fn type_name(node: &Node) -> &'static str {
+    node.kind.map_or("", Type::name)
+}
+
+impl Rule {
+    /// Evaluates the rule on `value` (and `old`, for a transition rule), adding the cause kube
+    /// gives when it fails.
+    pub(crate) fn check(
+        &self,
+        node: &Node,
+        value: &Value,
+        old: Option<&Value>,
+        path: &str,
+        causes: &mut Vec<Cause>,
+    ) {
+        if self.transition && old.is_none() && !self.optional_old_self {
+            return;
+        }
+        let boxed =
+            |v: &Value| -> Option<Box<dyn cel::common::value::Val>> { to_cel(v).try_into().ok() };
+        let mut context = Context::with_env(env());
+        if let Some(value) = boxed(value) {
+            context.add_variable_as_val("self", value);
+        }
+        if self.transition {
+            if self.optional_old_self {
+                let old = match old.and_then(boxed) {
+                    Some(old) => CelOptional::of(old),
+                    None => CelOptional::none(),
+                };
+                context.add_variable_as_val("oldSelf", Box::new(old));
+            } else if let Some(old) = old.and_then(boxed) {
+                context.add_variable_as_val("oldSelf", old);
+            }
+        }
+        let field = match &self.field_path {
+            Some(extra) => format!(
+                "{path}{}",
+                if extra.starts_with('.') || extra.starts_with('[') {
+                    extra.clone()
+                } else {
+                    format!(".{extra}")
+                }
+            ),
+            None => path.to_owned(),
+        };
+        let shown = Value::String(type_name(node).to_owned());
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => {
+                let detail = self.message(&context);
+                causes.push(match self.reason.as_deref() {
+                    Some("FieldValueForbidden") => Cause::forbidden(field, &detail),
+                    Some("FieldValueRequired") => Cause::required(field, &detail),
+                    Some("FieldValueDuplicate") => Cause::new(
+                        "FieldValueDuplicate",
+                        field,
+                        format!(
+                            "Duplicate value: {}",
+                            plinth_core::status::render_value(&shown)
+                        ),
+                    ),
+                    _ => Cause::invalid(field, &shown, &detail),
+                });
+            }
+            Ok(other) => causes.push(Cause::invalid(
+                field,
+                &shown,
+                &format!(
+                    "rule did not evaluate to a bool (got {other:?}) evaluating rule: {}",
+                    self.source
+                ),
+            )),
+            Err(e) => causes.push(Cause::invalid(
+                field,
+                &shown,
+                &format!("{e} evaluating rule: {}", self.source),
+            )),
+        }
+    }
+
+    fn message(&self, context: &Context) -> String {
+        if let Some(expression) = &self.message_expression
+            && let Ok(cel::Value::String(text)) = expression.execute(context)
+            && !text.trim().is_empty()
+        {
+            return text.to_string();
+        }
+        match &self.message {
+            Some(m) => m.clone(),
+            None => format!("failed rule: {}", self.source),
+        }
+    }
+}
