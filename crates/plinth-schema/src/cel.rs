@@ -488,11 +488,18 @@ impl Rule {
                     self.source
                 ),
             )),
-            Err(e) => causes.push(Cause::invalid(
-                field,
-                &shown,
-                &format!("{e} evaluating rule: {}", self.source),
-            )),
+            Err(e) => {
+                // cel-go's wording for the common runtime errors.
+                let error = match &e {
+                    cel::ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
+                    other => other.to_string(),
+                };
+                causes.push(Cause::invalid(
+                    field,
+                    &shown,
+                    &format!("{error} evaluating rule: {}", self.source),
+                ));
+            }
         }
     }
 
