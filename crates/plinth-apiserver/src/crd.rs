@@ -186,14 +186,20 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                     "schemas are required",
                 )),
                 Some(schema) => {
-                    if let Err(e) = plinth_schema::Schema::compile(schema) {
-                        // kube-apiserver reports a schema all versions share under
-                        // spec.validation (its internal form hoists it there).
-                        let prefix = if shared_schema {
-                            "spec.validation".to_owned()
-                        } else {
-                            format!("{path}.schema")
-                        };
+                    // kube-apiserver reports a schema all versions share under spec.validation
+                    // (its internal form hoists it there).
+                    let prefix = if shared_schema {
+                        "spec.validation".to_owned()
+                    } else {
+                        format!("{path}.schema")
+                    };
+                    let mut errors = plinth_schema::structural_errors(schema);
+                    if errors.is_empty()
+                        && let Err(e) = plinth_schema::Schema::compile(schema)
+                    {
+                        errors.push(e);
+                    }
+                    for e in errors {
                         let cause = e.cause(&prefix);
                         if !causes.contains(&cause) {
                             causes.push(cause);
@@ -416,6 +422,29 @@ pub fn desired_status(crd: &Value, now: &str) -> Value {
         "InitialNamesAccepted",
         "the initial names have been accepted",
     );
+    // A stored CRD whose schema is not structural (one written before these rules, or through
+    // storage directly) says so, as kube-apiserver does.
+    let violations: Vec<String> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, v.pointer("/schema/openAPIV3Schema")?)))
+        .flat_map(|(i, schema)| {
+            plinth_schema::structural_errors(schema)
+                .into_iter()
+                .map(move |e| e.cause(&format!("spec.versions[{i}].schema")).line())
+        })
+        .collect();
+    let non_structural = match violations.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        many => Some(format!("[{}]", many.join(", "))),
+    };
+    if let Some(message) = &non_structural {
+        set("NonStructuralSchema", "True", "Violations", message);
+    }
     if crd
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
@@ -426,6 +455,9 @@ pub fn desired_status(crd: &Value, now: &str) -> Value {
             "InstanceDeletionInProgress",
             "CustomResource deletion is in progress",
         );
+    }
+    if non_structural.is_none() {
+        conditions.retain(|c| c["type"] != "NonStructuralSchema");
     }
     status["conditions"] = Value::Array(conditions);
     status["acceptedNames"] = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));

@@ -12,6 +12,9 @@
 
 mod cel;
 mod format;
+mod structural;
+
+pub use structural::structural_errors;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -148,6 +151,8 @@ pub enum SchemaErrorKind {
     Forbidden,
     /// `Required value`.
     Required,
+    /// `Unsupported value: "<reason>": supported values: ...` (the reason is the value).
+    NotSupported(Vec<String>),
 }
 
 impl SchemaError {
@@ -165,6 +170,19 @@ impl SchemaError {
             ),
             SchemaErrorKind::Forbidden => Cause::forbidden(field, &self.reason),
             SchemaErrorKind::Required => Cause::required(field, &self.reason),
+            SchemaErrorKind::NotSupported(supported) => Cause::new(
+                "FieldValueNotSupported",
+                field,
+                format!(
+                    "Unsupported value: {:?}: supported values: {}",
+                    self.reason,
+                    supported
+                        .iter()
+                        .map(|s| format!("{s:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
         }
     }
 }

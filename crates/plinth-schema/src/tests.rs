@@ -288,6 +288,12 @@ fn every_shared_crd_schema_compiles() {
                 .flatten()
             {
                 if let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
+                    let structural = crate::structural_errors(schema);
+                    assert!(
+                        structural.is_empty(),
+                        "{}: {structural:?}",
+                        entry.path().display()
+                    );
                     Schema::compile(schema)
                         .unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
                     compiled += 1;
@@ -497,4 +503,54 @@ fn cel_rules_that_cannot_compile_or_cost_too_much_are_refused() {
                              "items": {"type": "string", "maxLength": 64}}},
                          "x-kubernetes-validations": [{"rule": "self.names.all(n, n.matches('^[a-z]+$'))"}]});
     assert!(compile(bounded).is_ok());
+}
+
+/// CRD-level rules: a schema must be structural and its extensions consistent; every
+/// violation is reported with kube's path and wording.
+#[test]
+fn structural_rules_report_every_violation() {
+    let errors = crate::structural_errors(&json!({
+        "type": "object",
+        "properties": {
+            "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
+            "spec": {"type": "object",
+                     "properties": {
+                         "untyped": {"description": "no type"},
+                         "list": {"type": "array"},
+                         "both": {"type": "object", "properties": {"a": {"type": "string"}},
+                                  "additionalProperties": {"type": "string"}},
+                         "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                                   "x-kubernetes-list-map-keys": ["port", "missing"],
+                                   "items": {"type": "object", "properties": {"port": {"type": "integer"}}}},
+                         "keyed": {"type": "array", "x-kubernetes-list-map-keys": ["name"],
+                                   "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                         "kept": {"type": "object", "x-kubernetes-preserve-unknown-fields": false},
+                         "intOrString": {"type": "string", "x-kubernetes-int-or-string": true},
+                         "embedded": {"type": "string", "x-kubernetes-embedded-resource": true}}}}
+    }));
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| e.cause("spec.validation").line())
+        .collect();
+    let expected = [
+        "spec.validation.openAPIV3Schema.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[both].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[embedded].properties: Required value: must not be empty if x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[embedded].type: Invalid value: \"string\": must be object if x-kubernetes-embedded-resource is true",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[intOrString].type: Invalid value: \"string\": must be empty if x-kubernetes-int-or-string is true",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[kept].x-kubernetes-preserve-unknown-fields: Invalid value: false: must be true or undefined",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[keyed].x-kubernetes-list-type: Required value: must be map if x-kubernetes-list-map-keys is non-empty",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[list].items: Required value: must be specified",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[ports].x-kubernetes-list-map-keys: Invalid value: []string{\"port\", \"missing\"}: entries must all be names of item properties",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[untyped].type: Required value: must not be empty for specified object fields",
+    ];
+    let mut lines = lines;
+    lines.sort();
+    assert_eq!(lines, expected);
+    assert!(
+        crate::structural_errors(&json!({"type": "object", "properties": {
+        "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}},
+        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}))
+        .is_empty()
+    );
 }

@@ -32,7 +32,8 @@ fn lines(schema: &Schema, object: &Value) -> Vec<String> {
 
 #[test]
 fn shared_crd_examples_validate_and_invalid_ones_fail_as_on_a_cluster() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shared_crd_examples.yaml");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shared_crd_examples.yaml");
     let examples: Vec<Value> =
         serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut covered = std::collections::BTreeSet::new();
@@ -41,7 +42,11 @@ fn shared_crd_examples_validate_and_invalid_ones_fail_as_on_a_cluster() {
         covered.insert(file.to_owned());
         let schema = storage_schema(file);
         for valid in example["valid"].as_array().unwrap() {
-            assert_eq!(lines(&schema, valid), Vec::<String>::new(), "{file}: a valid instance");
+            assert_eq!(
+                lines(&schema, valid),
+                Vec::<String>::new(),
+                "{file}: a valid instance"
+            );
         }
         for invalid in example["invalid"].as_array().unwrap() {
             let mut expected: Vec<String> = invalid["causes"]
@@ -51,15 +56,20 @@ fn shared_crd_examples_validate_and_invalid_ones_fail_as_on_a_cluster() {
                 .map(|c| c.as_str().unwrap().to_owned())
                 .collect();
             expected.sort();
-            assert_eq!(lines(&schema, &invalid["object"]), expected, "{file}: an invalid instance");
+            assert_eq!(
+                lines(&schema, &invalid["object"]),
+                expected,
+                "{file}: an invalid instance"
+            );
         }
     }
-    let shared: std::collections::BTreeSet<String> =
-        std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds"))
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".yaml"))
-            .collect();
+    let shared: std::collections::BTreeSet<String> = std::fs::read_dir(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds"),
+    )
+    .unwrap()
+    .filter_map(Result::ok)
+    .map(|e| e.file_name().to_string_lossy().into_owned())
+    .filter(|n| n.ends_with(".yaml"))
+    .collect();
     assert_eq!(covered, shared, "every shared CRD has examples");
 }

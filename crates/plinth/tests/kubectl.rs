@@ -35,6 +35,7 @@ on_both_backends! {
     client_side_apply_is_three_way;
     dry_runs_store_nothing;
     cel_rules_validate_custom_resources;
+    crd_schemas_must_be_structural;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1860,4 +1861,50 @@ fn cel_rules_validate_custom_resources(p: &mut Plinth) {
             && stderr.contains("compilation failed: ERROR: <input>:1:20: Syntax error"),
         "{stderr}"
     );
+}
+
+/// A CRD whose schema is not structural is refused with every violation; one already stored
+/// (written before the rules, say) is served with a `NonStructuralSchema` condition.
+fn crd_schemas_must_be_structural(p: &mut Plinth) {
+    let crd = |schema: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: loose.example.com}}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {{plural: loose, singular: loose, kind: Loose}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {schema}\n"
+        )
+    };
+    let loose = crd(
+        "{type: object, properties: {spec: {properties: {size: {type: integer}}}, list: {type: array}}}",
+    );
+    let refused = p.kubectl_stdin(&["apply", "-f", "-"], &loose);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for line in [
+        "spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
+        "spec.validation.openAPIV3Schema.properties[list].items: Required value: must be specified",
+    ] {
+        assert!(stderr.contains(line), "{line}\n{stderr}");
+    }
+    assert!(!exists(p, "crd", "loose.example.com"));
+
+    // The manifest as JSON, through kubectl itself.
+    let out = p.kubectl_stdin(
+        &["create", "--dry-run=client", "-o", "json", "-f", "-"],
+        &loose,
+    );
+    let mut stored: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    stored["metadata"]["uid"] = json!("00000000-0000-0000-0000-0000000000aa");
+    stored["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    p.put_while_down(
+        "/apiextensions.k8s.io/customresourcedefinitions/loose.example.com",
+        &stored,
+    );
+    p.eventually("the NonStructuralSchema condition", Duration::from_secs(10), || {
+        let crd = p.json(&["get", "crd", "loose.example.com"]);
+        crd["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "NonStructuralSchema"
+                && c["status"] == "True"
+                && c["reason"] == "Violations"
+                && c["message"].as_str().unwrap_or("").contains(
+                    "spec.versions[0].schema.openAPIV3Schema.properties[list].items: Required value: must be specified",
+                )
+        })
+    });
 }

@@ -120,25 +120,54 @@ impl Plinth {
     /// SIGKILLs the server and, while it is down, deletes `key` (a storage key such as
     /// `/configmaps/default/x`) straight from its storage; then starts it again.
     pub fn delete_while_down(&mut self, key: &str) {
+        self.change_while_down(key, None);
+    }
+
+    /// SIGKILLs the server and, while it is down, writes `value` under `key` straight into its
+    /// storage (as an older version of Plinth, or another writer, might have); then starts it
+    /// again.
+    pub fn put_while_down(&mut self, key: &str, value: &serde_json::Value) {
+        self.change_while_down(key, Some(value));
+    }
+
+    fn change_while_down(&mut self, key: &str, value: Option<&serde_json::Value>) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+        async fn change(
+            store: &dyn plinth_store::Store,
+            key: &str,
+            value: Option<&serde_json::Value>,
+        ) {
+            match value {
+                Some(v) => {
+                    let bytes = bytes::Bytes::from(serde_json::to_vec(v).unwrap());
+                    match store.get(key).await.unwrap() {
+                        Some(kv) => store.update(key, bytes, kv.mod_revision).await.map(drop),
+                        None => store.create(key, bytes).await.map(drop),
+                    }
+                    .unwrap();
+                }
+                None => {
+                    store.delete(key, None).await.unwrap();
+                }
+            }
+        }
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
-            use plinth_store::Store;
             match self.etcd_endpoint() {
                 Some(endpoint) => {
                     let store = plinth_store_etcd::EtcdStore::connect(&[endpoint], "/registry/")
                         .await
                         .unwrap();
-                    store.delete(key, None).await.unwrap();
+                    change(&store, key, value).await;
                 }
                 None => {
                     let store =
                         plinth_store_embedded::EmbeddedStore::open(self.dir.path().join("store"))
                             .unwrap();
-                    store.delete(key, None).await.unwrap();
+                    change(&store, key, value).await;
                     // Releases the data directory's lock before the server starts again.
                     store.close().await;
                 }
