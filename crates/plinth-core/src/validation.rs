@@ -43,6 +43,23 @@ pub fn dns1123_label(value: &str) -> Vec<String> {
     errors
 }
 
+/// Messages for a value that is not an RFC 1035 label (empty if it is one): what kinds and
+/// service names must be.
+pub fn dns1035_label(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX {
+        errors.push(format!(
+            "must be no more than {DNS1123_LABEL_MAX} characters"
+        ));
+    }
+    let b = value.as_bytes();
+    let shaped = b.first().is_some_and(u8::is_ascii_lowercase) && is_dns1123_label_shape(value);
+    if !shaped {
+        errors.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_owned());
+    }
+    errors
+}
+
 /// Messages for a value that is not an RFC 1123 subdomain (empty if it is one).
 pub fn dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errors = Vec::new();

@@ -1,5 +1,6 @@
 //! `x-kubernetes-validations`: CEL rules on schema nodes, compiled once with the schema (on the
-//! `cel` crate, with its string, list and math extensions, as Kubernetes enables cel-go's), a
+//! `cel` crate, with its string, list and math extensions, as Kubernetes enables cel-go's, and
+//! Kubernetes' regex, URL and quantity libraries from `cel_lib`), a
 //! static cost estimate that refuses rules too expensive for the declared sizes, and evaluation
 //! with `self` (and `oldSelf` for transition rules) with apiextensions-apiserver's messages.
 
@@ -20,28 +21,39 @@ const RULE_COST_LIMIT: f64 = 10_000_000.0;
 /// The request size bound kube assumes for unbounded lists, maps and strings.
 const MAX_REQUEST_BYTES: f64 = 3_145_728.0;
 
-fn env() -> Arc<Env> {
-    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+/// The environment every rule compiles and runs in, and the extensions that failed to load
+/// (none, unless the `cel` crate changes under us: a test checks).
+fn environment() -> &'static (Arc<Env>, Vec<String>) {
+    static ENV: OnceLock<(Arc<Env>, Vec<String>)> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env = Env::stdlib();
-        // The extensions Kubernetes enables: strings, lists, math (their declarations cannot
-        // clash with the standard library's, so a failure here is a bug in the crate).
-        for extension in [
-            cel::extensions::strings as fn(&mut Env) -> Result<(), cel::DeclarationError>,
-            cel::extensions::lists,
-            cel::extensions::math,
+        let mut failed = Vec::new();
+        for (name, extension) in [
+            (
+                "strings",
+                cel::extensions::strings as fn(&mut Env) -> Result<(), cel::DeclarationError>,
+            ),
+            ("lists", cel::extensions::lists),
+            ("math", cel::extensions::math),
+            ("kubernetes", crate::cel_lib::extension),
         ] {
             if let Err(e) = env.add_extension(extension) {
-                tracing_free_warn(&format!("CEL extension unavailable: {e}"));
+                failed.push(format!("{name}: {e}"));
             }
         }
-        Arc::new(env)
+        (Arc::new(env), failed)
     })
-    .clone()
 }
 
-/// This crate logs nothing; an extension that fails to load only loses its functions.
-fn tracing_free_warn(_message: &str) {}
+fn env() -> Arc<Env> {
+    environment().0.clone()
+}
+
+/// The CEL extensions that failed to load.
+#[cfg(test)]
+pub(crate) fn extension_failures() -> &'static [String] {
+    &environment().1
+}
 
 /// One compiled `x-kubernetes-validations` entry.
 pub(crate) struct Rule {

@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod cel;
+mod cel_lib;
 mod format;
 mod structural;
 
@@ -944,15 +945,81 @@ fn validate_object(
         }
     }
     if node.embedded_resource {
-        for field in ["apiVersion", "kind"] {
-            if map
-                .get(field)
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                causes.push(Cause::required(join(path, field), "must not be empty"));
+        validate_embedded_resource(map, path, causes);
+    }
+}
+
+/// An embedded object (`x-kubernetes-embedded-resource`) is held to what every object is:
+/// apiVersion and kind, and valid metadata (as apiextensions-apiserver's
+/// `validateEmbeddedResource`).
+fn validate_embedded_resource(map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
+    for field in ["apiVersion", "kind"] {
+        let at = join(path, field);
+        match map.get(field) {
+            None => causes.push(Cause::required(at, "must not be empty")),
+            Some(Value::String(s)) if s.is_empty() => {
+                causes.push(Cause::invalid(
+                    at,
+                    &Value::String(String::new()),
+                    "must not be empty",
+                ));
             }
+            Some(Value::String(s)) => {
+                if field == "apiVersion" && s.matches('/').count() > 1 {
+                    causes.push(Cause::invalid(
+                        at,
+                        &Value::String(s.clone()),
+                        &format!("unexpected GroupVersion string: {s}"),
+                    ));
+                } else if field == "kind" {
+                    let errors = plinth_core::validation::dns1035_label(&s.to_lowercase());
+                    if !errors.is_empty() {
+                        causes.push(Cause::invalid(
+                            at,
+                            &Value::String(s.clone()),
+                            &format!(
+                                "may have mixed case, but should otherwise match: {}",
+                                errors.join(",")
+                            ),
+                        ));
+                    }
+                }
+            }
+            Some(other) => causes.push(Cause::invalid(at, other, "must be a string")),
         }
+    }
+    let Some(meta) = map.get("metadata") else {
+        return;
+    };
+    let meta_path = join(path, "metadata");
+    let Some(meta) = meta.as_object() else {
+        causes.push(Cause::invalid(meta_path, meta, "must be an object"));
+        return;
+    };
+    if let Some(name) = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        for message in plinth_core::validation::path_segment_name(name) {
+            causes.push(Cause::invalid(
+                join(&meta_path, "name"),
+                &Value::String(name.to_owned()),
+                &message,
+            ));
+        }
+    }
+    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
+        causes.extend(plinth_core::validation::labels(
+            labels,
+            &join(&meta_path, "labels"),
+        ));
+    }
+    if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
+        causes.extend(plinth_core::validation::annotations(
+            annotations,
+            &join(&meta_path, "annotations"),
+        ));
     }
 }
 

@@ -554,3 +554,83 @@ fn structural_rules_report_every_violation() {
         .is_empty()
     );
 }
+
+/// Kubernetes' CEL libraries as CRDs use them.
+#[test]
+fn cel_kubernetes_libraries() {
+    assert_eq!(crate::cel::extension_failures(), &[] as &[String]);
+    let s = schema(json!({"type": "object", "properties": {
+        "endpoint": {"type": "string", "maxLength": 256,
+                     "x-kubernetes-validations": [
+                         {"rule": "isURL(self) && url(self).getScheme() in ['http', 'https']", "message": "must be an http(s) URL"},
+                         {"rule": "!isURL(self) || url(self).getHostname() != 'localhost'", "message": "must not be local"}]},
+        "memory": {"type": "string", "maxLength": 32,
+                   "x-kubernetes-validations": [
+                       {"rule": "isQuantity(self) && quantity(self).isLessThan(quantity('4Gi'))", "message": "must be a quantity below 4Gi"}]},
+        "image": {"type": "string", "maxLength": 128,
+                  "x-kubernetes-validations": [
+                      {"rule": "self.find('[0-9]+$') != '' && self.findAll('[a-z]+').size() >= 1", "message": "must end in a version"},
+                      {"rule": "self.lowerAscii() == self && self.split(':').size() == 2", "message": "must be name:tag"}]},
+        "sizes": {"type": "array", "maxItems": 16, "items": {"type": "integer"},
+                  "x-kubernetes-validations": [{"rule": "self.sort() == self && self.distinct().size() == self.size()", "message": "must be sorted and distinct"}]}}}));
+    let ok = json!({"endpoint": "https://api.example.com:8443/v1", "memory": "512Mi",
+                    "image": "redis:7", "sizes": [1, 2, 8]});
+    assert_eq!(causes(&s, ok), Vec::new());
+    let bad = json!({"endpoint": "http://localhost:80/x", "memory": "8Gi",
+                     "image": "Redis:latest", "sizes": [4, 2, 2]});
+    let messages: Vec<String> = causes(&s, bad)
+        .into_iter()
+        .map(|(f, _, m)| format!("{f}: {m}"))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "spec.endpoint: Invalid value: \"string\": must not be local",
+            "spec.image: Invalid value: \"string\": must end in a version",
+            "spec.image: Invalid value: \"string\": must be name:tag",
+            "spec.memory: Invalid value: \"string\": must be a quantity below 4Gi",
+            "spec.sizes: Invalid value: \"array\": must be sorted and distinct",
+        ]
+    );
+    let not_url = causes(&s, json!({"endpoint": "not a url"}));
+    assert_eq!(
+        not_url[0].2,
+        "Invalid value: \"string\": must be an http(s) URL"
+    );
+}
+
+/// Embedded resources (`x-kubernetes-embedded-resource`) carry a kind, an apiVersion and valid
+/// metadata.
+#[test]
+fn embedded_resources_are_validated_like_objects() {
+    let s = schema(json!({"type": "object", "properties": {"template": {
+        "type": "object", "x-kubernetes-embedded-resource": true,
+        "x-kubernetes-preserve-unknown-fields": true}}}));
+    let ok = json!({"template": {"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "x", "labels": {"app": "web"}}}});
+    assert_eq!(causes(&s, ok), Vec::new());
+    let bad = json!({"template": {"kind": "Config_Map",
+                                  "metadata": {"name": "a/b", "labels": {"bad key!": "x"}}}});
+    let lines: Vec<String> = causes(&s, bad)
+        .into_iter()
+        .map(|(f, _, m)| format!("{f}: {m}"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines.contains(&"spec.template.apiVersion: Required value: must not be empty".to_owned()),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("spec.template.kind: Invalid value: \"Config_Map\": may have mixed case, but should otherwise match: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character")), "{lines:?}");
+    assert!(
+        lines.contains(
+            &"spec.template.metadata.name: Invalid value: \"a/b\": may not contain '/'".to_owned()
+        ),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("spec.template.metadata.labels: Invalid value: \"bad key!\"")),
+        "{lines:?}"
+    );
+}
