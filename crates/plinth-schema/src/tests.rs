@@ -386,7 +386,7 @@ fn cel_rule_table() {
             ),
         ),
         (
-            rules(json!([{"rule": "self.missing > 1"}])),
+            rules(json!([{"rule": "self.name.size() > 100"}])),
             json!({}),
             json!({}),
             // A runtime error is reported for every object; the valid instance is the same one.
@@ -399,7 +399,9 @@ fn cel_rule_table() {
             let found = causes(&s, good);
             assert_eq!(found.len(), 1, "case {i}: {found:?}");
             assert!(
-                found[0].2.contains("evaluating rule: self.missing > 1"),
+                found[0]
+                    .2
+                    .contains("no such key: name evaluating rule: self.name.size() > 100"),
                 "case {i}: {found:?}"
             );
             continue;
@@ -475,6 +477,38 @@ fn cel_rules_that_cannot_compile_or_cost_too_much_are_refused() {
         ),
         "{}",
         cause.message
+    );
+    let error = compile(
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "true", "reason": "Nope"}]}),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.cause("spec.validation").line(),
+        "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].reason: Unsupported value: \"Nope\": supported values: \"FieldValueDuplicate\", \"FieldValueForbidden\", \"FieldValueInvalid\", \"FieldValueRequired\""
+    );
+    // Type errors, as cel-go's checker finds them.
+    let typed = |rule: &str| {
+        compile(
+            json!({"type": "object", "properties": {"replicas": {"type": "integer"}, "name": {"type": "string"}},
+                       "x-kubernetes-validations": [{"rule": rule}]}),
+        )
+    };
+    let error = typed("self.replicas > 'a'").unwrap_err();
+    assert_eq!(
+        error.reason,
+        "compilation failed: ERROR: <input>:1:15: found no matching overload for '_>_' applied to '(int, string)'\n | self.replicas > 'a'\n | ..............^"
+    );
+    let error = typed("self.replicsa > 1").unwrap_err();
+    assert!(
+        error
+            .reason
+            .starts_with("compilation failed: ERROR: <input>:1:5: undefined field 'replicsa'"),
+        "{}",
+        error.reason
+    );
+    assert!(
+        typed("self.replicas > 1.5 && self.name + 'x' != '' && (self.replicas + 1) % 2 == 0")
+            .is_ok()
     );
     let error = compile(
         json!({"type": "object", "x-kubernetes-validations": [{"rule": "size(nope) > 0"}]}),
