@@ -65,6 +65,9 @@ pub(crate) struct Rule {
     field_path: Option<String>,
     optional_old_self: bool,
     transition: bool,
+    /// The fields of `self`/`oldSelf` the rule reads, when it reads them only as `self.<field>`:
+    /// only those are converted for CEL (a large object's other fields are not copied).
+    fields: Option<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Rule {
@@ -233,6 +236,7 @@ pub(crate) fn compile_rules(
                 kind: SchemaErrorKind::Forbidden,
             });
         }
+        let fields = read_fields(&program, message_expression.as_ref());
         compiled.push(Arc::new(Rule {
             source: source.to_owned(),
             program,
@@ -250,6 +254,7 @@ pub(crate) fn compile_rules(
                 .map(str::to_owned),
             optional_old_self,
             transition,
+            fields,
         }));
     }
     Ok(compiled)
@@ -425,6 +430,68 @@ fn string_length<'a>(
     })
 }
 
+/// The fields of `self` and `oldSelf` that the rule (and its message expression) select, or
+/// `None` if either is used whole.
+fn read_fields(
+    program: &Program,
+    message: Option<&Program>,
+) -> Option<std::collections::BTreeSet<String>> {
+    fn walk(expr: &Expr, fields: &mut std::collections::BTreeSet<String>) -> bool {
+        match expr {
+            Expr::Select(select) => match &select.operand.expr {
+                Expr::Ident(name) if name == "self" || name == "oldSelf" => {
+                    fields.insert(select.field.clone());
+                    true
+                }
+                other => walk(other, fields),
+            },
+            Expr::Ident(name) => name != "self" && name != "oldSelf",
+            Expr::Call(call) => {
+                call.target.as_ref().is_none_or(|t| walk(&t.expr, fields))
+                    && call.args.iter().all(|a| walk(&a.expr, fields))
+            }
+            Expr::Comprehension(c) => [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .iter()
+            .all(|e| walk(&e.expr, fields)),
+            Expr::List(list) => list.elements.iter().all(|e| walk(&e.expr, fields)),
+            Expr::Map(map) => map.entries.iter().all(|entry| match &entry.expr {
+                cel::common::ast::EntryExpr::MapEntry(e) => {
+                    walk(&e.key.expr, fields) && walk(&e.value.expr, fields)
+                }
+                cel::common::ast::EntryExpr::StructField(_) => false,
+            }),
+            Expr::Literal(_) => true,
+            _ => false,
+        }
+    }
+    let mut fields = std::collections::BTreeSet::new();
+    let whole = !walk(&program.expression().expr, &mut fields)
+        || message.is_some_and(|m| !walk(&m.expression().expr, &mut fields));
+    (!whole).then_some(fields)
+}
+
+/// `value` for CEL; of an object, only `fields` when given.
+fn to_cel_fields(value: &Value, fields: Option<&std::collections::BTreeSet<String>>) -> cel::Value {
+    match (value, fields) {
+        (Value::Object(map), Some(fields)) => {
+            let entries: std::collections::HashMap<Key, cel::Value> = fields
+                .iter()
+                .filter_map(|f| Some((Key::String(Arc::new(f.clone())), to_cel(map.get(f)?))))
+                .collect();
+            cel::Value::Map(cel::objects::Map {
+                map: Arc::new(entries),
+            })
+        }
+        _ => to_cel(value),
+    }
+}
+
 /// JSON as CEL sees it: integers as `int`, other numbers as `double`.
 fn to_cel(value: &Value) -> cel::Value {
     match value {
@@ -470,8 +537,9 @@ impl Rule {
         if self.transition && old.is_none() && !self.optional_old_self {
             return;
         }
-        let boxed =
-            |v: &Value| -> Option<Box<dyn cel::common::value::Val>> { to_cel(v).try_into().ok() };
+        let boxed = |v: &Value| -> Option<Box<dyn cel::common::value::Val>> {
+            to_cel_fields(v, self.fields.as_ref()).try_into().ok()
+        };
         let mut context = Context::with_env(env());
         if let Some(value) = boxed(value) {
             context.add_variable_as_val("self", value);
