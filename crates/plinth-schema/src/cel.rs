@@ -156,11 +156,13 @@ fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
         checker.check(program.expression(), &[])?;
     }
     let references = program.references();
-    if let Some(unknown) = references
-        .variables()
-        .into_iter()
-        .find(|v| !matches!(*v, "self" | "oldSelf") && !bound.iter().any(|b| b == v))
-    {
+    if let Some(unknown) = references.variables().into_iter().find(|v| {
+        // Function namespaces (`format.dns1123Label()`, `math.abs()`) are not variables.
+        !matches!(
+            *v,
+            "self" | "oldSelf" | "format" | "lists" | "math" | "strings" | "optional" | "base64"
+        ) && !bound.iter().any(|b| b == v)
+    }) {
         return Err(format!(
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
         ));

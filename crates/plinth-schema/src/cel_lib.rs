@@ -1,16 +1,51 @@
-//! The Kubernetes CEL libraries CRDs use beyond cel's own extensions: regex (`find`,
-//! `findAll`), URLs (`isURL`, `url`, `getScheme`, `getHost`, `getHostname`, `getPort`,
-//! `getEscapedPath`, `getQuery`) and quantities (`isQuantity`, `quantity`, `compareTo`,
-//! `isLessThan`, `isGreaterThan`, `asInteger`, `asApproximateFloat`, `sign`, `isInteger`).
+//! The Kubernetes CEL libraries CRDs use beyond cel's own extensions: lists (`isSorted`, `sum`,
+//! `min`, `max`, `indexOf`, `lastIndexOf`), regex (`find`, `findAll`), URLs (`isURL`, `url`,
+//! `getScheme`, `getHost`, `getHostname`, `getPort`, `getEscapedPath`), quantities
+//! (`isQuantity`, `quantity`, `compareTo`, `isLessThan`, `isGreaterThan`, `asInteger`,
+//! `asApproximateFloat`, `sign`, `isInteger`) and formats (`format.dns1123Label()` and the
+//! others, `.validate(value)` giving `optional.none()` or the errors).
 //!
 //! URLs and quantities are carried as their (validated) strings; the member functions parse
 //! them again, which keeps them plain values for equality and printing.
 
-use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString};
-use cel::{DeclarationError, Env, ExecutionError};
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelOptional, CelString, DYN_TYPE, LIST_TYPE,
+};
+use cel::common::value::{CowVal, Val};
+use cel::{DeclarationError, Env, ExecutionError, Value};
 
 /// Registers the library on `env`.
 pub(crate) fn extension(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_member_overload("isSorted", "list.isSorted()", LIST_TYPE, vec![], is_sorted)?;
+    env.add_member_overload("sum", "list.sum()", LIST_TYPE, vec![], sum)?;
+    env.add_member_overload("min", "list.min()", LIST_TYPE, vec![], list_min)?;
+    env.add_member_overload("max", "list.max()", LIST_TYPE, vec![], list_max)?;
+    env.add_member_overload(
+        "indexOf",
+        "list.indexOf(dyn)",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        index_of,
+    )?;
+    env.add_member_overload(
+        "lastIndexOf",
+        "list.lastIndexOf(dyn)",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        last_index_of,
+    )?;
+    for (name, constructor) in FORMATS.iter().zip(FORMAT_CONSTRUCTORS) {
+        env.add_overload(
+            &format!("format.{name}"),
+            &format!("format.{name}()"),
+            vec![],
+            constructor,
+        )?;
+    }
+    cel::add_member_overload!(env, fn validate: (CelString, CelString) -> CelOptional)?;
     cel::add_member_overload!(env, fn find: (CelString, CelString) -> Result<CelString>)?;
     cel::add_member_overload!(env, fn find_all: (CelString, CelString) -> Result<CelList>)?;
     cel::add_member_overload!(env, fn find_all_n: (CelString, CelString, CelInt) -> Result<CelList>,
@@ -282,4 +317,203 @@ fn sign(this: &CelString<'_>) -> Result<CelInt, ExecutionError> {
 fn is_integer(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
     let value = quantity_value(this)?;
     Ok((value.fract() == 0.0 && value.abs() <= i64::MAX as f64).into())
+}
+
+/// The elements of a list argument.
+fn elements(list: &CowVal<'_, '_>) -> Result<Arc<Vec<Value>>, ExecutionError> {
+    match Value::try_from(list.as_ref())? {
+        Value::List(items) => Ok(items),
+        _ => Err(ExecutionError::function_error("list", "expected a list")),
+    }
+}
+
+fn owned<'b, 'v>(value: Value) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let boxed: Box<dyn Val> = value.try_into()?;
+    Ok(CowVal::Owned(boxed))
+}
+
+fn order(a: &Value, b: &Value, function: &str) -> Result<Ordering, ExecutionError> {
+    a.partial_cmp(b)
+        .ok_or_else(|| ExecutionError::function_error(function, "list elements must be comparable"))
+}
+
+fn is_sorted<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let items = elements(
+        args.first()
+            .ok_or_else(|| ExecutionError::invalid_argument_count(1, 0))?,
+    )?;
+    for pair in items.windows(2) {
+        if order(&pair[0], &pair[1], "isSorted")? == Ordering::Greater {
+            return owned(Value::Bool(false));
+        }
+    }
+    owned(Value::Bool(true))
+}
+
+fn sum<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let items = elements(
+        args.first()
+            .ok_or_else(|| ExecutionError::invalid_argument_count(1, 0))?,
+    )?;
+    let mut int = 0i64;
+    let mut double = 0f64;
+    let mut any_double = false;
+    for item in items.iter() {
+        match item {
+            Value::Int(i) => {
+                int = int
+                    .checked_add(*i)
+                    .ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?;
+            }
+            Value::UInt(u) => int = int.saturating_add(i64::try_from(*u).unwrap_or(i64::MAX)),
+            Value::Float(f) => {
+                double += f;
+                any_double = true;
+            }
+            _ => {
+                return Err(ExecutionError::function_error(
+                    "sum",
+                    "list elements must be numbers",
+                ));
+            }
+        }
+    }
+    owned(if any_double {
+        Value::Float(double + int as f64)
+    } else {
+        Value::Int(int)
+    })
+}
+
+fn extreme<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    function: &str,
+    wanted: Ordering,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let items = elements(
+        args.first()
+            .ok_or_else(|| ExecutionError::invalid_argument_count(1, 0))?,
+    )?;
+    let mut best: Option<&Value> = None;
+    for item in items.iter() {
+        best = match best {
+            Some(b) if order(item, b, function)? != wanted => Some(b),
+            _ => Some(item),
+        };
+    }
+    match best {
+        Some(b) => owned(b.clone()),
+        None => Err(ExecutionError::function_error(function, "list is empty")),
+    }
+}
+
+fn list_min<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    extreme(args, "min", Ordering::Less)
+}
+
+fn list_max<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    extreme(args, "max", Ordering::Greater)
+}
+
+fn position<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    last: bool,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [list, wanted] = <[CowVal; 2]>::try_from(args)
+        .map_err(|a: Vec<_>| ExecutionError::invalid_argument_count(2, a.len()))?;
+    let items = elements(&list)?;
+    let wanted = Value::try_from(wanted.as_ref())?;
+    let found = if last {
+        items.iter().rposition(|i| *i == wanted)
+    } else {
+        items.iter().position(|i| *i == wanted)
+    };
+    owned(Value::Int(found.map_or(-1, |i| i as i64)))
+}
+
+fn index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    position(args, false)
+}
+
+fn last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    position(args, true)
+}
+
+/// The formats of Kubernetes' `format` library, by the name its constructor has.
+const FORMATS: [&str; 9] = [
+    "dns1123Label",
+    "dns1123Subdomain",
+    "dns1035Label",
+    "qualifiedName",
+    "labelValue",
+    "uri",
+    "uuid",
+    "date",
+    "datetime",
+];
+
+macro_rules! format_constructor {
+    ($name:ident, $text:literal) => {
+        fn $name<'b, 'v>(_: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+            owned(Value::String(Arc::new($text.to_owned())))
+        }
+    };
+}
+format_constructor!(format_dns1123_label, "dns1123Label");
+format_constructor!(format_dns1123_subdomain, "dns1123Subdomain");
+format_constructor!(format_dns1035_label, "dns1035Label");
+format_constructor!(format_qualified_name, "qualifiedName");
+format_constructor!(format_label_value, "labelValue");
+format_constructor!(format_uri, "uri");
+format_constructor!(format_uuid, "uuid");
+format_constructor!(format_date, "date");
+format_constructor!(format_datetime, "datetime");
+
+const FORMAT_CONSTRUCTORS: [cel::common::functions::Function; 9] = [
+    format_dns1123_label,
+    format_dns1123_subdomain,
+    format_dns1035_label,
+    format_qualified_name,
+    format_label_value,
+    format_uri,
+    format_uuid,
+    format_date,
+    format_datetime,
+];
+
+/// `format.<name>().validate(value)`: `optional.none()` when valid, else the errors.
+fn validate(format: &CelString<'_>, value: &CelString<'_>) -> CelOptional<'static> {
+    use plinth_core::validation as v;
+    let errors: Vec<String> = match &**format {
+        "dns1123Label" => v::dns1123_label(value),
+        "dns1123Subdomain" => v::dns1123_subdomain(value),
+        "dns1035Label" => v::dns1035_label(value),
+        "qualifiedName" => v::qualified_name(value),
+        "labelValue" => v::label_value(value),
+        "uri" => (!crate::format::valid("uri", value))
+            .then(|| "invalid URI".to_owned())
+            .into_iter()
+            .collect(),
+        "uuid" => (!crate::format::valid("uuid", value))
+            .then(|| "invalid UUID".to_owned())
+            .into_iter()
+            .collect(),
+        "date" => (!crate::format::valid("date", value))
+            .then(|| "invalid date".to_owned())
+            .into_iter()
+            .collect(),
+        "datetime" => (!crate::format::valid("date-time", value))
+            .then(|| "invalid datetime".to_owned())
+            .into_iter()
+            .collect(),
+        other => vec![format!("unknown format {other}")],
+    };
+    if errors.is_empty() {
+        return CelOptional::none();
+    }
+    let list: Vec<Box<dyn Val + 'static>> = errors
+        .into_iter()
+        .map(|e| Box::new(CelString::from(e)) as Box<dyn Val>)
+        .collect();
+    CelOptional::of(Box::new(CelList::from(list)))
 }

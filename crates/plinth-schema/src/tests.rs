@@ -606,12 +606,16 @@ fn cel_kubernetes_libraries() {
                       {"rule": "self.find('[0-9]+$') != '' && self.findAll('[a-z]+').size() >= 1", "message": "must end in a version"},
                       {"rule": "self.lowerAscii() == self && self.split(':').size() == 2", "message": "must be name:tag"}]},
         "sizes": {"type": "array", "maxItems": 16, "items": {"type": "integer"},
-                  "x-kubernetes-validations": [{"rule": "self.sort() == self && self.distinct().size() == self.size()", "message": "must be sorted and distinct"}]}}}));
+                  "x-kubernetes-validations": [{"rule": "self.sort() == self && self.distinct().size() == self.size()", "message": "must be sorted and distinct"},
+                                               {"rule": "self.isSorted() && self.sum() <= 20 && (self.size() == 0 || self.max() <= 10 && self.min() >= 1) && self.indexOf(99) == -1", "message": "k8s list functions"}]},
+        "host": {"type": "string", "maxLength": 63,
+                 "x-kubernetes-validations": [{"rule": "!format.dns1123Label().validate(self).hasValue()",
+                                               "messageExpression": "format.dns1123Label().validate(self).value().join(', ')"}]}}}));
     let ok = json!({"endpoint": "https://api.example.com:8443/v1", "memory": "512Mi",
-                    "image": "redis:7", "sizes": [1, 2, 8]});
+                    "image": "redis:7", "sizes": [1, 2, 8], "host": "web-1"});
     assert_eq!(causes(&s, ok), Vec::new());
     let bad = json!({"endpoint": "http://localhost:80/x", "memory": "8Gi",
-                     "image": "Redis:latest", "sizes": [4, 2, 2]});
+                     "image": "Redis:latest", "sizes": [4, 2, 2], "host": "Web_1"});
     let messages: Vec<String> = causes(&s, bad)
         .into_iter()
         .map(|(f, _, m)| format!("{f}: {m}"))
@@ -620,10 +624,12 @@ fn cel_kubernetes_libraries() {
         messages,
         [
             "spec.endpoint: Invalid value: \"string\": must not be local",
+            "spec.host: Invalid value: \"string\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
             "spec.image: Invalid value: \"string\": must end in a version",
             "spec.image: Invalid value: \"string\": must be name:tag",
             "spec.memory: Invalid value: \"string\": must be a quantity below 4Gi",
             "spec.sizes: Invalid value: \"array\": must be sorted and distinct",
+            "spec.sizes: Invalid value: \"array\": k8s list functions",
         ]
     );
     let not_url = causes(&s, json!({"endpoint": "not a url"}));
