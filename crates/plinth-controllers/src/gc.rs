@@ -251,7 +251,27 @@ impl Collector {
                 .pointer("/metadata/annotations/k8s.io~1initial-events-end")
                 .is_some()
             {
-                self.graph().synced.insert(def.key_prefix(), true);
+                // Now that this kind's objects are known, dependents naming one of them are
+                // looked at again: an owner deleted before this watch began is seen as gone.
+                let mut g = self.graph();
+                g.synced.insert(def.key_prefix(), true);
+                let group = &def.group_version.group;
+                let recheck: Vec<String> = g
+                    .dependents
+                    .iter()
+                    .filter(|(_, d)| {
+                        d.owners.iter().any(|o| {
+                            o.kind == def.kind
+                                && GroupVersion::parse(&o.api_version)
+                                    .is_some_and(|gv| gv.group == *group)
+                        })
+                    })
+                    .map(|(uid, _)| uid.clone())
+                    .collect();
+                drop(g);
+                for uid in recheck {
+                    let _ = self.queue.send(Work::Dependent(uid));
+                }
             }
             return;
         }
