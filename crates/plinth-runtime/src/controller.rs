@@ -1,0 +1,208 @@
+//! Controllers: changes to a primary resource, to the objects it owns, and to anything mapped to
+//! it become keys on a [`WorkQueue`]; workers hand each key to a reconciler that sees only the
+//! key (level-triggered by construction) and answers done, requeue-after, or an error (retried
+//! with backoff unless terminal).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+
+use crate::informer::{Cache, Change, Informer, ObjectKey};
+use crate::workqueue::WorkQueue;
+
+/// What a reconcile asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until something changes.
+    Done,
+    /// Look again after this long (e.g. to poll something outside the cluster).
+    RequeueAfter(Duration),
+}
+
+/// A failed reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Retried with per-key exponential backoff.
+    #[error("{0}")]
+    Retry(String),
+    /// Not retried (the object cannot be reconciled as it is; a change to it will enqueue it).
+    #[error("terminal: {0}")]
+    Terminal(String),
+}
+
+/// The future a reconciler returns.
+pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
+
+/// A controller for primary resource `K`.
+pub struct Controller<K> {
+    primary: Cache<K>,
+    queue: WorkQueue<ObjectKey>,
+    feeds: Vec<tokio::task::JoinHandle<()>>,
+    workers: usize,
+}
+
+impl<K> Debug for Controller<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").finish_non_exhaustive()
+    }
+}
+
+/// Feeds keys from an informer's changes into the queue; after missed changes (the feed fell
+/// behind), everything in `resync` is queued again.
+fn feed<C, P>(
+    mut changes: broadcast::Receiver<Change<C>>,
+    queue: WorkQueue<ObjectKey>,
+    resync: Cache<P>,
+    map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    C: Send + Sync + 'static,
+    P: Resource + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(change) => {
+                    for object in change.old.iter().chain(change.new.iter()) {
+                        for key in map(object) {
+                            queue.add(key);
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for object in resync.list() {
+                        queue.add(ObjectKey::of(&*object));
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
+}
+
+impl<K> Controller<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A controller reconciling every object of `primary`'s resource.
+    pub fn new(primary: &Informer<K>) -> Self {
+        let queue = WorkQueue::new();
+        let cache = primary.cache();
+        let feeds = vec![feed(
+            primary.subscribe(),
+            queue.clone(),
+            cache.clone(),
+            |o: &K| vec![ObjectKey::of(o)],
+        )];
+        Self {
+            primary: cache,
+            queue,
+            feeds,
+            workers: 1,
+        }
+    }
+
+    /// Also reconciles the controller owner (of kind `K`) of any `C` that changes.
+    #[must_use]
+    pub fn owns<C>(mut self, owned: &Informer<C>) -> Self
+    where
+        C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let map = move |child: &C| -> Vec<ObjectKey> {
+            child
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|r| r.controller == Some(true) && r.kind == kind)
+                .map(|r| ObjectKey {
+                    namespace: child.meta().namespace.clone(),
+                    name: r.name.clone(),
+                })
+                .collect()
+        };
+        self.feeds.push(feed(
+            owned.subscribe(),
+            self.queue.clone(),
+            self.primary.clone(),
+            map,
+        ));
+        self
+    }
+
+    /// Also reconciles the keys `map` gives for any `C` that changes.
+    #[must_use]
+    pub fn watches<C>(
+        mut self,
+        other: &Informer<C>,
+        map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
+    ) -> Self
+    where
+        C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        self.feeds.push(feed(
+            other.subscribe(),
+            self.queue.clone(),
+            self.primary.clone(),
+            map,
+        ));
+        self
+    }
+
+    /// How many keys are reconciled at once (never the same key twice).
+    #[must_use]
+    pub fn concurrency(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// The controller's queue (for its metrics).
+    pub fn queue(&self) -> WorkQueue<ObjectKey> {
+        self.queue.clone()
+    }
+
+    /// Runs until `stop` completes, then lets reconciles in flight finish.
+    pub async fn run<F>(self, reconcile: F, stop: impl Future<Output = ()>)
+    where
+        F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync + 'static,
+    {
+        let reconcile = Arc::new(reconcile);
+        self.primary.wait_synced().await;
+        for object in self.primary.list() {
+            self.queue.add(ObjectKey::of(&*object));
+        }
+        let mut workers = Vec::new();
+        for _ in 0..self.workers {
+            let (queue, reconcile) = (self.queue.clone(), reconcile.clone());
+            workers.push(tokio::spawn(async move {
+                while let Some(key) = queue.get().await {
+                    match reconcile(key.clone()).await {
+                        Ok(Action::Done) | Err(ReconcileError::Terminal(_)) => queue.forget(&key),
+                        Ok(Action::RequeueAfter(delay)) => {
+                            queue.forget(&key);
+                            queue.add_after(key.clone(), delay);
+                        }
+                        Err(ReconcileError::Retry(_)) => queue.add_rate_limited(key.clone()),
+                    }
+                    queue.done(&key);
+                }
+            }));
+        }
+        stop.await;
+        for feed in &self.feeds {
+            feed.abort();
+        }
+        self.queue.shut_down_with_drain().await;
+        for worker in workers {
+            let _ = worker.await;
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! Informers: one list+watch per resource type (watch-list when the server offers it, list and
+//! watch otherwise; resumed from the last resourceVersion, relisted after a 410 — the `kube`
+//! crate's watcher does the protocol), feeding a local cache of shared immutable objects with
+//! indexes, and telling subscribers what changed.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+
+/// An object's namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The namespace (none for cluster-scoped objects).
+    pub namespace: Option<String>,
+    /// The name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of `object`.
+    pub fn of<K: Resource>(object: &K) -> Self {
+        Self {
+            namespace: object.meta().namespace.clone(),
+            name: object.meta().name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// A function giving the index values of an object.
+pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// A change seen by an informer: `old` → `new` (`new` is `None` for a deletion).
+#[derive(Debug)]
+pub struct Change<K> {
+    /// The object before.
+    pub old: Option<Arc<K>>,
+    /// The object after.
+    pub new: Option<Arc<K>>,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        Self {
+            old: self.old.clone(),
+            new: self.new.clone(),
+        }
+    }
+}
+
+struct CacheState<K> {
+    objects: HashMap<ObjectKey, Arc<K>>,
+    indexers: Vec<(String, IndexFn<K>)>,
+    indexes: HashMap<String, HashMap<String, HashSet<ObjectKey>>>,
+}
+
+impl<K> CacheState<K> {
+    fn unindex(&mut self, key: &ObjectKey, object: &K) {
+        for (name, index) in &self.indexers {
+            for value in index(object) {
+                if let Some(keys) = self.indexes.get_mut(name).and_then(|i| i.get_mut(&value)) {
+                    keys.remove(key);
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, key: ObjectKey, object: Arc<K>) -> Option<Arc<K>> {
+        let old = self.objects.insert(key.clone(), object.clone());
+        if let Some(old) = &old {
+            self.unindex(&key, old);
+        }
+        for (name, index) in &self.indexers {
+            for value in index(&object) {
+                self.indexes
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(value)
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
+        old
+    }
+
+    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
+        let old = self.objects.remove(key)?;
+        self.unindex(key, &old);
+        Some(old)
+    }
+}
+
+/// The local cache an informer keeps; clones share it. Reads return shared objects, never
+/// copies.
+pub struct Cache<K> {
+    state: Arc<RwLock<CacheState<K>>>,
+    synced: watch::Receiver<bool>,
+}
+
+impl<K> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            synced: self.synced.clone(),
+        }
+    }
+}
+
+impl<K> Debug for Cache<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+impl<K> Cache<K> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, CacheState<K>> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// Every object.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.read().objects.values().cloned().collect()
+    }
+
+    /// The objects whose index `index` has `value` (`namespace` and `owner` — a controller
+    /// owner's uid — always exist).
+    pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<K>> {
+        let state = self.read();
+        state
+            .indexes
+            .get(index)
+            .and_then(|i| i.get(value))
+            .into_iter()
+            .flatten()
+            .filter_map(|key| state.objects.get(key).cloned())
+            .collect()
+    }
+
+    /// How many objects the cache holds.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until the first full list has been read.
+    pub async fn wait_synced(&self) {
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+}
+
+/// The uid of `object`'s controller owner, if any.
+pub fn controller_uid<K: Resource>(object: &K) -> Option<String> {
+    object
+        .meta()
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+/// One resource type's informer: its cache, and a feed of changes.
+pub struct Informer<K> {
+    cache: Cache<K>,
+    changes: broadcast::Sender<Change<K>>,
+}
+
+impl<K> Debug for Informer<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer").finish_non_exhaustive()
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Starts watching `api` with the default indexes plus `indexers`.
+    pub fn spawn(api: Api<K>, indexers: Vec<(String, IndexFn<K>)>) -> Self {
+        let mut all: Vec<(String, IndexFn<K>)> = vec![
+            (
+                "namespace".into(),
+                Arc::new(|o: &K| o.meta().namespace.clone().into_iter().collect()),
+            ),
+            (
+                "owner".into(),
+                Arc::new(|o: &K| controller_uid(o).into_iter().collect()),
+            ),
+        ];
+        all.extend(indexers);
+        let (synced_tx, synced) = watch::channel(false);
+        let cache = Cache {
+            state: Arc::new(RwLock::new(CacheState {
+                objects: HashMap::new(),
+                indexers: all,
+                indexes: HashMap::new(),
+            })),
+            synced,
+        };
+        let (changes, _) = broadcast::channel(4096);
+        tokio::spawn(run(api, cache.clone(), changes.clone(), synced_tx));
+        Self { cache, changes }
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> Cache<K> {
+        self.cache.clone()
+    }
+
+    /// Changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change<K>> {
+        self.changes.subscribe()
+    }
+}
+
+async fn run<K>(
+    api: Api<K>,
+    cache: Cache<K>,
+    changes: broadcast::Sender<Change<K>>,
+    synced: watch::Sender<bool>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    // Watch-list first (one request, consistent, from the watch cache); servers that refuse it
+    // get list-then-watch.
+    let mut streaming = true;
+    loop {
+        let config = if streaming {
+            watcher::Config::default().streaming_lists()
+        } else {
+            watcher::Config::default()
+        };
+        let mut events = watcher::watcher(api.clone(), config).boxed();
+        let mut listing: Option<HashMap<ObjectKey, Arc<K>>> = None;
+        let mut ever_synced = false;
+        let mut failures = 0u32;
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    failures += 1;
+                    if streaming && !ever_synced && failures >= 3 {
+                        // The server does not do watch-list: fall back.
+                        streaming = false;
+                        break;
+                    }
+                    tracing_free(&e);
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            match event {
+                watcher::Event::Init => listing = Some(HashMap::new()),
+                watcher::Event::InitApply(object) => {
+                    if let Some(listing) = &mut listing {
+                        listing.insert(ObjectKey::of(&object), Arc::new(object));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let listed = listing.take().unwrap_or_default();
+                    let mut sent = Vec::new();
+                    {
+                        let mut state = cache.state.write().unwrap_or_else(PoisonError::into_inner);
+                        let gone: Vec<ObjectKey> = state
+                            .objects
+                            .keys()
+                            .filter(|k| !listed.contains_key(*k))
+                            .cloned()
+                            .collect();
+                        for key in gone {
+                            let old = state.remove(&key);
+                            sent.push(Change { old, new: None });
+                        }
+                        for (key, object) in listed {
+                            let unchanged = state
+                                .objects
+                                .get(&key)
+                                .is_some_and(|o| o.resource_version() == object.resource_version());
+                            if unchanged {
+                                continue;
+                            }
+                            let old = state.put(key, object.clone());
+                            sent.push(Change {
+                                old,
+                                new: Some(object),
+                            });
+                        }
+                    }
+                    ever_synced = true;
+                    synced.send_replace(true);
+                    for change in sent {
+                        let _ = changes.send(change);
+                    }
+                }
+                watcher::Event::Apply(object) => {
+                    let object = Arc::new(object);
+                    let old = cache
+                        .state
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .put(ObjectKey::of(&*object), object.clone());
+                    let _ = changes.send(Change {
+                        old,
+                        new: Some(object),
+                    });
+                }
+                watcher::Event::Delete(object) => {
+                    let old = cache
+                        .state
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&ObjectKey::of(&object));
+                    let _ = changes.send(Change {
+                        old: old.or_else(|| Some(Arc::new(object))),
+                        new: None,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Watch errors are retried by the watcher itself; this crate does not log.
+fn tracing_free(_error: &watcher::Error) {}

@@ -1,0 +1,143 @@
+//! A controller on plinth-runtime against an in-process Plinth: it keeps a copy of each
+//! `src-*` ConfigMap, owned by it, and repairs the copy when someone deletes or edits it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use plinth_runtime::{Action, Controller, Informer, ObjectKey, ReconcileError};
+use plinth_testenv::TestEnv;
+use serde_json::json;
+
+async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn data(api: &Api<ConfigMap>, name: &str) -> Option<BTreeMap<String, String>> {
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|cm| cm.data.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_keeps_owned_copies_in_step() {
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let cache = informer.cache();
+    let controller = Controller::new(&informer).owns(&informer).concurrency(2);
+    let queue = controller.queue();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let reconcile = {
+        let (api, cache) = (api.clone(), cache.clone());
+        move |key: ObjectKey| {
+            let (api, cache) = (api.clone(), cache.clone());
+            Box::pin(async move {
+                if !key.name.starts_with("src-") {
+                    return Ok(Action::Done);
+                }
+                // Read from the cache; write to the server.
+                let Some(source) = cache.get(&key) else {
+                    return Ok(Action::Done);
+                };
+                let copy = json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{}-copy", key.name),
+                                 "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                     "name": key.name, "uid": source.metadata.uid,
+                                     "controller": true, "blockOwnerDeletion": true}]},
+                    "data": source.data.clone().unwrap_or_default(),
+                });
+                api.patch(
+                    &format!("{}-copy", key.name),
+                    &PatchParams::apply("copier").force(),
+                    &Patch::Apply(copy),
+                )
+                .await
+                .map_err(|e| ReconcileError::Retry(e.to_string()))?;
+                Ok(Action::Done)
+            }) as plinth_runtime::ReconcileFuture
+        }
+    };
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+
+    let mut source = ConfigMap::default();
+    source.metadata.name = Some("src-a".into());
+    source.data = Some(BTreeMap::from([("k".into(), "v1".into())]));
+    api.create(&PostParams::default(), &source).await.unwrap();
+    let want = |v: &str| Some(BTreeMap::from([("k".to_owned(), v.to_owned())]));
+    eventually("the copy", || async {
+        data(&api, "src-a-copy").await == want("v1")
+    })
+    .await;
+
+    // Deleted: it comes back. Edited: it is restored.
+    api.delete("src-a-copy", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the copy to come back", || async {
+        data(&api, "src-a-copy").await == want("v1")
+    })
+    .await;
+    api.patch(
+        "src-a-copy",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "tampered"}})),
+    )
+    .await
+    .unwrap();
+    eventually("the copy to be restored", || async {
+        data(&api, "src-a-copy").await == want("v1")
+    })
+    .await;
+    // The source changes: the copy follows.
+    api.patch(
+        "src-a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v2"}})),
+    )
+    .await
+    .unwrap();
+    eventually("the copy to follow", || async {
+        data(&api, "src-a-copy").await == want("v2")
+    })
+    .await;
+    // Cache reads share objects; the owner index finds the copy.
+    let uid = cache
+        .get(&ObjectKey {
+            namespace: Some("default".into()),
+            name: "src-a".into(),
+        })
+        .unwrap()
+        .metadata
+        .uid
+        .clone()
+        .unwrap();
+    let owned = cache.by_index("owner", &uid);
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].metadata.name.as_deref(), Some("src-a-copy"));
+    // The source goes: the garbage collector takes the copy.
+    api.delete("src-a", &DeleteParams::default()).await.unwrap();
+    eventually("the copy to be collected", || async {
+        data(&api, "src-a-copy").await.is_none()
+    })
+    .await;
+
+    assert!(queue.metrics().adds > 0);
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+    env.stop().await;
+}
