@@ -16,8 +16,10 @@
 
 pub mod controller;
 pub mod informer;
+pub mod leader;
 pub mod workqueue;
 
 pub use controller::{Action, Controller, ReconcileError, ReconcileFuture};
 pub use informer::{Cache, Change, Informer, ObjectKey};
+pub use leader::{LeaderElector, Leadership, Timings};
 pub use workqueue::{RateLimiter, WorkQueue};

@@ -1,0 +1,230 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules and timings
+//! (lease 15 s, renew deadline 10 s, retry 2 s): a candidate takes the lease when it is free or
+//! expired, the leader renews it, loses leadership when it cannot renew within the deadline,
+//! and releases it on a clean stop so that a standby takes over at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+/// Lease timings.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    /// How long a lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the leader renews.
+    pub retry_period: Duration,
+}
+
+impl Default for Timings {
+    /// client-go's: 15 s, 10 s, 2 s.
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A candidate for the lease `namespace/name`.
+#[derive(Clone)]
+pub struct LeaderElector {
+    leases: Api<Lease>,
+    name: String,
+    identity: String,
+    timings: Timings,
+    leading: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Attempt {
+    Acquired,
+    HeldByOther,
+    Failed,
+}
+
+fn now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+impl LeaderElector {
+    /// A candidate named `identity` for the Lease `namespace/name`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str, identity: &str) -> Self {
+        Self {
+            leases: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timings: Timings::default(),
+            leading: watch::Sender::new(false),
+        }
+    }
+
+    /// Other timings (tests use short ones).
+    #[must_use]
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// Whether this candidate leads now.
+    pub fn is_leader(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Follows leadership changes.
+    pub fn watch_leadership(&self) -> watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    /// One try to acquire or renew the lease.
+    async fn try_acquire_or_renew(&self) -> Attempt {
+        let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.timings.lease_duration.as_secs().max(1) as i32),
+            acquire_time: acquired.or_else(|| Some(now())),
+            renew_time: Some(now()),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        };
+        let current = match self.leases.get_opt(&self.name).await {
+            Ok(current) => current,
+            Err(_) => return Attempt::Failed,
+        };
+        let Some(mut lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec(0, None)),
+            };
+            return match self.leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => Attempt::Acquired,
+                Err(kube::Error::Api(e)) if e.code == 409 => Attempt::HeldByOther,
+                Err(_) => Attempt::Failed,
+            };
+        };
+        let old = lease.spec.clone().unwrap_or_default();
+        let holder = old.holder_identity.clone().unwrap_or_default();
+        let transitions = old.lease_transitions.unwrap_or(0);
+        if holder == self.identity {
+            lease.spec = Some(spec(transitions, old.acquire_time.clone()));
+        } else {
+            let duration =
+                Duration::from_secs(old.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+            let renewed = old.renew_time.as_ref().map(|t| t.0);
+            let expired = match renewed {
+                Some(at) => {
+                    let age = Timestamp::now().duration_since(at);
+                    age.as_secs_f64() > duration.as_secs_f64()
+                }
+                None => true,
+            };
+            if !holder.is_empty() && !expired {
+                return Attempt::HeldByOther;
+            }
+            lease.spec = Some(spec(transitions + 1, None));
+        }
+        match self
+            .leases
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Attempt::Acquired,
+            Err(kube::Error::Api(e)) if e.code == 409 => Attempt::HeldByOther,
+            Err(_) => Attempt::Failed,
+        }
+    }
+
+    /// Empties the lease's holder so that a standby takes over at once (client-go's
+    /// `ReleaseOnCancel`).
+    async fn release(&self) {
+        let Ok(Some(mut lease)) = self.leases.get_opt(&self.name).await else {
+            return;
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now());
+        lease.spec = Some(spec);
+        let _ = self
+            .leases
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await;
+    }
+
+    /// Campaigns until leading, then runs `lead` while renewing. Returns when `stop` completes
+    /// (releasing the lease) or when leadership is lost (`lead` is then dropped).
+    pub async fn run<L, S>(&self, lead: L, stop: S) -> Leadership
+    where
+        L: Future<Output = ()>,
+        S: Future<Output = ()>,
+    {
+        tokio::pin!(stop);
+        // Campaign.
+        loop {
+            if let Attempt::Acquired = self.try_acquire_or_renew().await {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.timings.retry_period) => {}
+                () = &mut stop => return Leadership::NeverLed,
+            }
+        }
+        self.leading.send_replace(true);
+        tokio::pin!(lead);
+        let mut last_renewal = tokio::time::Instant::now();
+        let outcome = loop {
+            tokio::select! {
+                () = &mut stop => break Leadership::Released,
+                () = &mut lead => break Leadership::Released,
+                () = tokio::time::sleep(self.timings.retry_period) => {
+                    match self.try_acquire_or_renew().await {
+                        Attempt::Acquired => last_renewal = tokio::time::Instant::now(),
+                        Attempt::HeldByOther => break Leadership::Lost,
+                        Attempt::Failed => {
+                            if last_renewal.elapsed() > self.timings.renew_deadline {
+                                break Leadership::Lost;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        self.leading.send_replace(false);
+        if matches!(outcome, Leadership::Released) {
+            self.release().await;
+        }
+        outcome
+    }
+}
+
+/// How a [`LeaderElector::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    /// Stopped before it ever led.
+    NeverLed,
+    /// Led, then stopped cleanly and released the lease.
+    Released,
+    /// Led, then could not renew (another candidate holds the lease).
+    Lost,
+}
