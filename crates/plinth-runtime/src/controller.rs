@@ -41,6 +41,8 @@ pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileE
 
 /// A controller for primary resource `K`.
 pub struct Controller<K> {
+    name: String,
+    metrics: Option<crate::metrics::Metrics>,
     primary: Cache<K>,
     queue: WorkQueue<ObjectKey>,
     feeds: Vec<tokio::task::JoinHandle<()>>,
@@ -91,7 +93,10 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// A controller reconciling every object of `primary`'s resource.
-    pub fn new(primary: &Informer<K>) -> Self {
+    pub fn new(primary: &Informer<K>) -> Self
+    where
+        K::DynamicType: Default,
+    {
         let queue = WorkQueue::new();
         let cache = primary.cache();
         let feeds = vec![feed(
@@ -101,11 +106,23 @@ where
             |o: &K| vec![ObjectKey::of(o)],
         )];
         Self {
+            name: K::kind(&K::DynamicType::default()).to_lowercase(),
+            metrics: None,
             primary: cache,
             queue,
             feeds,
             workers: 1,
         }
+    }
+
+    /// Names the controller and reports its reconciles and queue in `metrics` (the name is the
+    /// `controller` label; by default, the primary kind in lower case).
+    #[must_use]
+    pub fn metrics(mut self, name: &str, metrics: &crate::metrics::Metrics) -> Self {
+        name.clone_into(&mut self.name);
+        metrics.register_queue(name, self.queue.clone());
+        self.metrics = Some(metrics.clone());
+        self
     }
 
     /// Also reconciles the controller owner (of kind `K`) of any `C` that changes.
@@ -175,6 +192,7 @@ where
         F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync + 'static,
     {
         let reconcile = Arc::new(reconcile);
+        let (name, metrics) = (self.name.clone(), self.metrics.clone());
         self.primary.wait_synced().await;
         for object in self.primary.list() {
             self.queue.add(ObjectKey::of(&*object));
@@ -182,15 +200,32 @@ where
         let mut workers = Vec::new();
         for _ in 0..self.workers {
             let (queue, reconcile) = (self.queue.clone(), reconcile.clone());
+            let (name, metrics) = (name.clone(), metrics.clone());
             workers.push(tokio::spawn(async move {
+                use crate::metrics::Outcome;
                 while let Some(key) = queue.get().await {
-                    match reconcile(key.clone()).await {
-                        Ok(Action::Done) | Err(ReconcileError::Terminal(_)) => queue.forget(&key),
+                    let started = tokio::time::Instant::now();
+                    let outcome = match reconcile(key.clone()).await {
+                        Ok(Action::Done) => {
+                            queue.forget(&key);
+                            Outcome::Success
+                        }
+                        Err(ReconcileError::Terminal(_)) => {
+                            queue.forget(&key);
+                            Outcome::Error
+                        }
                         Ok(Action::RequeueAfter(delay)) => {
                             queue.forget(&key);
                             queue.add_after(key.clone(), delay);
+                            Outcome::RequeueAfter
                         }
-                        Err(ReconcileError::Retry(_)) => queue.add_rate_limited(key.clone()),
+                        Err(ReconcileError::Retry(_)) => {
+                            queue.add_rate_limited(key.clone());
+                            Outcome::Error
+                        }
+                    };
+                    if let Some(metrics) = &metrics {
+                        metrics.reconciled(&name, outcome, started.elapsed());
                     }
                     queue.done(&key);
                 }

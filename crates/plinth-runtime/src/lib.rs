@@ -7,8 +7,12 @@
 //! - [`controller`]: primary, owned and mapped resources feed a queue; workers call a
 //!   reconciler that takes only a key.
 //!
-//! Still to come (issue #6): the manager with leader election, metrics and health endpoints,
-//! and the split client.
+//! - [`leader`]: Lease leader election with client-go's timings.
+//! - [`manager`]: runs controllers (some only while leading), serves `/metrics` with
+//!   controller-runtime's metric names and the health probes, stops gracefully.
+//!
+//! Still to come (issue #6): helpers (finalizers, conditions, events), the split client with
+//! conflict retries, and the example operator.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -17,9 +21,13 @@
 pub mod controller;
 pub mod informer;
 pub mod leader;
+pub mod manager;
+pub mod metrics;
 pub mod workqueue;
 
 pub use controller::{Action, Controller, ReconcileError, ReconcileFuture};
 pub use informer::{Cache, Change, Informer, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
+pub use manager::{Manager, ManagerError, Shutdown};
+pub use metrics::Metrics;
 pub use workqueue::{RateLimiter, WorkQueue};

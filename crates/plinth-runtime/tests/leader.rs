@@ -81,3 +81,95 @@ async fn one_leader_clean_handover_and_takeover_after_expiry() {
     run_c.abort();
     env.stop().await;
 }
+
+/// The manager: leader-only controllers run under the lease; `/metrics` carries
+/// controller-runtime's metric names; the probes answer; a stop releases the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use plinth_runtime::{Action, Controller, Informer, Manager};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    let env = TestEnv::start().await.unwrap();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let elector =
+        LeaderElector::new(env.client(), "default", "manager-test", "m1").with_timings(timings());
+    let mut manager = Manager::new().leader_election("manager-test", elector.clone());
+    let metrics_addr = manager
+        .bind_metrics(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let health_addr = manager
+        .bind_health_probes(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let controller = Controller::new(&informer).metrics("configmap", &manager.metrics());
+    let manager = manager.add(true, move |shutdown| {
+        controller.run(
+            |_key| Box::pin(async { Ok(Action::Done) }) as plinth_runtime::ReconcileFuture,
+            shutdown.wait(),
+        )
+    });
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(manager.run(async {
+        let _ = stop_rx.await;
+    }));
+    until("leadership", Duration::from_secs(5), || elector.is_leader()).await;
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("counted".into());
+    api.create(&kube::api::PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = get(metrics_addr, "/metrics").await;
+        if text.contains(
+            "controller_runtime_reconcile_total{controller=\"configmap\",result=\"success\"}",
+        ) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no reconcile counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for name in [
+        "controller_runtime_reconcile_errors_total{controller=\"configmap\"} 0",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"configmap\",le=\"+Inf\"}",
+        "workqueue_depth{controller=\"configmap\",name=\"configmap\"}",
+        "workqueue_adds_total{controller=\"configmap\",name=\"configmap\"}",
+        "workqueue_retries_total{controller=\"configmap\",name=\"configmap\"} 0",
+        "workqueue_queue_duration_seconds_count{controller=\"configmap\",name=\"configmap\"}",
+        "workqueue_work_duration_seconds_count{controller=\"configmap\",name=\"configmap\"}",
+        "leader_election_master_status{name=\"manager-test\"} 1",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(
+        get(health_addr, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200 OK")
+    );
+    assert!(
+        get(health_addr, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200 OK")
+    );
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(env.client(), "default");
+    let lease = leases.get("manager-test").await.unwrap().spec.unwrap();
+    assert_eq!(lease.holder_identity, None, "released on stop");
+    env.stop().await;
+}

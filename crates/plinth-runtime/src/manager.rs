@@ -1,0 +1,224 @@
+//! The manager: runs controllers on shared informers, some only while this process holds the
+//! leader lease; serves `/metrics`, `/healthz` and `/readyz`; stops gracefully (work in flight
+//! finishes, the lease is released so a standby takes over at once).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::leader::{LeaderElector, Leadership};
+use crate::metrics::Metrics;
+
+/// A signal that the manager is stopping; runnables finish their work and return.
+#[derive(Clone, Debug)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Completes when the manager stops.
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|s| *s).await;
+    }
+}
+
+type Runnable = Box<dyn FnOnce(Shutdown) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// Why a manager stopped other than by being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// Another process took the lease: this one must stop (controller-runtime exits).
+    #[error("leader election lost")]
+    LostLeadership,
+    /// An address could not be bound.
+    #[error("bind {what} on {addr}: {source}")]
+    Bind {
+        /// Metrics or health probes.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs controllers; see the module docs.
+#[derive(Default)]
+pub struct Manager {
+    metrics: Metrics,
+    elector: Option<(String, LeaderElector)>,
+    leaders: Vec<Runnable>,
+    everywhere: Vec<Runnable>,
+    metrics_listener: Option<TcpListener>,
+    health_listener: Option<TcpListener>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// A manager without leader election or endpoints.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The metrics its controllers report to.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
+    /// Runs the leader-only runnables only while `elector` holds the lease `lease`.
+    #[must_use]
+    pub fn leader_election(mut self, lease: &str, elector: LeaderElector) -> Self {
+        self.elector = Some((lease.to_owned(), elector));
+        self
+    }
+
+    /// Serves `/metrics` on `addr` (port 0: any); returns the bound address.
+    ///
+    /// # Errors
+    /// If it cannot be bound.
+    pub async fn bind_metrics(&mut self, addr: SocketAddr) -> Result<SocketAddr, ManagerError> {
+        let listener = bind("metrics", addr).await?;
+        let local = listener.local_addr().unwrap_or(addr);
+        self.metrics_listener = Some(listener);
+        Ok(local)
+    }
+
+    /// Serves `/healthz` and `/readyz` on `addr` (port 0: any); returns the bound address.
+    ///
+    /// # Errors
+    /// If it cannot be bound.
+    pub async fn bind_health_probes(
+        &mut self,
+        addr: SocketAddr,
+    ) -> Result<SocketAddr, ManagerError> {
+        let listener = bind("health probes", addr).await?;
+        let local = listener.local_addr().unwrap_or(addr);
+        self.health_listener = Some(listener);
+        Ok(local)
+    }
+
+    /// Adds a runnable (a controller's `run`) that needs leadership when `leader_only`.
+    #[must_use]
+    pub fn add<F, Fut>(mut self, leader_only: bool, run: F) -> Self
+    where
+        F: FnOnce(Shutdown) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let runnable: Runnable = Box::new(move |shutdown| Box::pin(run(shutdown)));
+        if leader_only {
+            self.leaders.push(runnable);
+        } else {
+            self.everywhere.push(runnable);
+        }
+        self
+    }
+
+    /// Runs until `stop` completes; then every runnable finishes and the lease is released.
+    ///
+    /// # Errors
+    /// [`ManagerError::LostLeadership`] if another process took the lease.
+    pub async fn run(self, stop: impl Future<Output = ()>) -> Result<(), ManagerError> {
+        let (ready_tx, ready) = watch::channel(false);
+        let mut servers = Vec::new();
+        if let Some(listener) = self.metrics_listener {
+            servers.push(tokio::spawn(crate::metrics::serve(
+                listener,
+                self.metrics.clone(),
+                ready.clone(),
+            )));
+        }
+        if let Some(listener) = self.health_listener {
+            servers.push(tokio::spawn(crate::metrics::serve(
+                listener,
+                self.metrics.clone(),
+                ready.clone(),
+            )));
+        }
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shutdown = Shutdown(shutdown_rx);
+        let everywhere: Vec<_> = self
+            .everywhere
+            .into_iter()
+            .map(|run| tokio::spawn(run(shutdown.clone())))
+            .collect();
+        ready_tx.send_replace(true);
+        let leaders = self.leaders;
+        let leader_part = {
+            let shutdown = shutdown.clone();
+            async move {
+                let tasks: Vec<_> = leaders
+                    .into_iter()
+                    .map(|run| tokio::spawn(run(shutdown.clone())))
+                    .collect();
+                for task in tasks {
+                    let _ = task.await;
+                }
+            }
+        };
+        let outcome = match self.elector {
+            None => {
+                let running = tokio::spawn(leader_part);
+                stop.await;
+                shutdown_tx.send_replace(true);
+                let _ = running.await;
+                Ok(())
+            }
+            Some((lease, elector)) => {
+                let metrics = self.metrics.clone();
+                metrics.set_leader(&lease, false);
+                let mut leading = elector.watch_leadership();
+                let reporter = tokio::spawn(async move {
+                    while leading.changed().await.is_ok() {
+                        metrics.set_leader(&lease, *leading.borrow());
+                    }
+                });
+                // The leader part ends when the shutdown signal is given, after its work in
+                // flight; until then the elector renews, and the lease is released only after.
+                // A stop before leadership ends the campaign.
+                let mut stopping = shutdown.0.clone();
+                let candidate = elector.clone();
+                let elected = elector.run(leader_part, async move {
+                    let _ = stopping.wait_for(|s| *s).await;
+                    if candidate.is_leader() {
+                        std::future::pending::<()>().await;
+                    }
+                });
+                tokio::pin!(elected);
+                tokio::pin!(stop);
+                let result = tokio::select! {
+                    result = &mut elected => result,
+                    () = &mut stop => {
+                        shutdown_tx.send_replace(true);
+                        elected.await
+                    }
+                };
+                reporter.abort();
+                match result {
+                    Leadership::Lost => Err(ManagerError::LostLeadership),
+                    Leadership::NeverLed | Leadership::Released => Ok(()),
+                }
+            }
+        };
+        shutdown_tx.send_replace(true);
+        for task in everywhere {
+            let _ = task.await;
+        }
+        for server in servers {
+            server.abort();
+        }
+        outcome
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ManagerError> {
+    crate::metrics::bind(addr)
+        .await
+        .map_err(|source| ManagerError::Bind { what, addr, source })
+}

@@ -1,0 +1,272 @@
+//! Prometheus metrics with controller-runtime's names, and the small HTTP server a manager
+//! exposes them on (`/metrics`), with its health probes (`/healthz`, `/readyz`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::informer::ObjectKey;
+use crate::workqueue::WorkQueue;
+
+/// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`.
+const BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// (controller, result) → count.
+    reconciles: BTreeMap<(String, &'static str), u64>,
+    errors: BTreeMap<String, u64>,
+    reconcile_time: BTreeMap<String, Histogram>,
+    work_time: BTreeMap<String, (f64, u64)>,
+    queues: BTreeMap<String, WorkQueue<ObjectKey>>,
+    leader: Option<(String, bool)>,
+}
+
+/// A manager's metrics; clones share them.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// How a reconcile ended, as controller-runtime labels it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `success`.
+    Success,
+    /// `requeue_after`.
+    RequeueAfter,
+    /// `error`.
+    Error,
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reports `queue` as controller `name`'s work queue.
+    pub fn register_queue(&self, name: &str, queue: WorkQueue<ObjectKey>) {
+        self.lock().queues.insert(name.to_owned(), queue);
+    }
+
+    /// Records one reconcile of controller `name`.
+    pub fn reconciled(&self, name: &str, outcome: Outcome, took: Duration) {
+        let mut state = self.lock();
+        let result = match outcome {
+            Outcome::Success => "success",
+            Outcome::RequeueAfter => "requeue_after",
+            Outcome::Error => "error",
+        };
+        *state
+            .reconciles
+            .entry((name.to_owned(), result))
+            .or_default() += 1;
+        if outcome == Outcome::Error {
+            *state.errors.entry(name.to_owned()).or_default() += 1;
+        }
+        let seconds = took.as_secs_f64();
+        state
+            .reconcile_time
+            .entry(name.to_owned())
+            .or_default()
+            .observe(seconds);
+        let work = state.work_time.entry(name.to_owned()).or_default();
+        work.0 += seconds;
+        work.1 += 1;
+    }
+
+    /// Records whether this process leads (`leader_election_master_status`).
+    pub fn set_leader(&self, lease: &str, leading: bool) {
+        self.lock().leader = Some((lease.to_owned(), leading));
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let state = self.lock();
+        let mut out = String::new();
+        out.push_str("# HELP controller_runtime_reconcile_total Total number of reconciliations per controller\n# TYPE controller_runtime_reconcile_total counter\n");
+        for ((controller, result), n) in &state.reconciles {
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"{result}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors per controller\n# TYPE controller_runtime_reconcile_errors_total counter\n");
+        for controller in state.queues.keys() {
+            let n = state.errors.get(controller).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_errors_total{{controller=\"{controller}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation per controller\n# TYPE controller_runtime_reconcile_time_seconds histogram\n");
+        for (controller, h) in &state.reconcile_time {
+            for (bound, n) in BUCKETS.iter().zip(h.counts) {
+                let _ = writeln!(
+                    out,
+                    "controller_runtime_reconcile_time_seconds_bucket{{controller=\"{controller}\",le=\"{bound}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_time_seconds_bucket{{controller=\"{controller}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_time_seconds_sum{{controller=\"{controller}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_time_seconds_count{{controller=\"{controller}\"}} {}",
+                h.count
+            );
+        }
+        let queues: Vec<(String, crate::workqueue::Metrics)> = state
+            .queues
+            .iter()
+            .map(|(name, queue)| (name.clone(), queue.metrics()))
+            .collect();
+        for (metric, kind, help) in [
+            ("workqueue_depth", "gauge", "Current depth of workqueue"),
+            (
+                "workqueue_adds_total",
+                "counter",
+                "Total number of adds handled by workqueue",
+            ),
+            (
+                "workqueue_retries_total",
+                "counter",
+                "Total number of retries handled by workqueue",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for (name, m) in &queues {
+                let value = match metric {
+                    "workqueue_depth" => m.depth as u64,
+                    "workqueue_adds_total" => m.adds,
+                    _ => m.retries,
+                };
+                let _ = writeln!(
+                    out,
+                    "{metric}{{controller=\"{name}\",name=\"{name}\"}} {value}"
+                );
+            }
+        }
+        out.push_str("# HELP workqueue_queue_duration_seconds How long in seconds an item stays in workqueue before being requested\n# TYPE workqueue_queue_duration_seconds summary\n");
+        for (name, m) in &queues {
+            let _ = writeln!(
+                out,
+                "workqueue_queue_duration_seconds_sum{{controller=\"{name}\",name=\"{name}\"}} {}",
+                m.queue_seconds.0
+            );
+            let _ = writeln!(
+                out,
+                "workqueue_queue_duration_seconds_count{{controller=\"{name}\",name=\"{name}\"}} {}",
+                m.queue_seconds.1
+            );
+        }
+        out.push_str("# HELP workqueue_work_duration_seconds How long in seconds processing an item from workqueue takes\n# TYPE workqueue_work_duration_seconds summary\n");
+        for (name, (sum, count)) in &state.work_time {
+            let _ = writeln!(
+                out,
+                "workqueue_work_duration_seconds_sum{{controller=\"{name}\",name=\"{name}\"}} {sum}"
+            );
+            let _ = writeln!(
+                out,
+                "workqueue_work_duration_seconds_count{{controller=\"{name}\",name=\"{name}\"}} {count}"
+            );
+        }
+        if let Some((lease, leading)) = &state.leader {
+            out.push_str("# HELP leader_election_master_status Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master.\n# TYPE leader_election_master_status gauge\n");
+            let _ = writeln!(
+                out,
+                "leader_election_master_status{{name=\"{lease}\"}} {}",
+                u8::from(*leading)
+            );
+        }
+        out
+    }
+}
+
+/// Serves `/metrics` (from `metrics`), `/healthz` and `/readyz` on `listener` until the task is
+/// dropped. `ready` says whether `/readyz` answers 200.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    ready: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&request);
+            let path = line.split_whitespace().nth(1).unwrap_or("/");
+            let (status, body, kind) = match path {
+                "/metrics" => ("200 OK", metrics.render(), "text/plain; version=0.0.4"),
+                "/healthz" | "/livez" => ("200 OK", "ok".to_owned(), "text/plain"),
+                "/readyz" if *ready.borrow() => ("200 OK", "ok".to_owned(), "text/plain"),
+                "/readyz" => (
+                    "503 Service Unavailable",
+                    "not ready".to_owned(),
+                    "text/plain",
+                ),
+                _ => ("404 Not Found", "not found".to_owned(), "text/plain"),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+/// Binds `addr` for [`serve`].
+///
+/// # Errors
+/// If the address cannot be bound.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
