@@ -133,6 +133,7 @@ where
         K::DynamicType: Default,
     {
         let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let primary = self.primary.clone();
         let map = move |child: &C| -> Vec<ObjectKey> {
             child
                 .meta()
@@ -140,9 +141,22 @@ where
                 .iter()
                 .flatten()
                 .filter(|r| r.controller == Some(true) && r.kind == kind)
-                .map(|r| ObjectKey {
-                    namespace: child.meta().namespace.clone(),
-                    name: r.name.clone(),
+                .map(|r| {
+                    // A namespaced owner is in its dependent's namespace; a cluster-scoped one
+                    // (as the cache knows it) in none.
+                    let namespaced = ObjectKey {
+                        namespace: child.meta().namespace.clone(),
+                        name: r.name.clone(),
+                    };
+                    let cluster = ObjectKey {
+                        namespace: None,
+                        name: r.name.clone(),
+                    };
+                    if primary.get(&namespaced).is_none() && primary.get(&cluster).is_some() {
+                        cluster
+                    } else {
+                        namespaced
+                    }
                 })
                 .collect()
         };

@@ -19,6 +19,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod controller;
+pub mod helpers;
 pub mod informer;
 pub mod leader;
 pub mod manager;

@@ -1,0 +1,220 @@
+//! What every reconciler needs: finalizers, owner references, status conditions, events.
+
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::controller::ReconcileError;
+
+fn retry(e: kube::Error) -> ReconcileError {
+    ReconcileError::Retry(e.to_string())
+}
+
+/// Sets `object`'s finalizers to `finalizers`, at its resourceVersion (a conflict is retried
+/// by the caller's backoff).
+async fn write_finalizers<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizers: Vec<String>,
+) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}});
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map(drop)
+    .map_err(retry)
+}
+
+/// Adds `finalizer` to `object` if it lacks it; returns whether it wrote.
+///
+/// # Errors
+/// A retryable error if the write fails (a conflict included).
+pub async fn ensure_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+) -> Result<bool, ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if object.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(false);
+    }
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(finalizer.to_owned());
+    write_finalizers(api, object, finalizers).await?;
+    Ok(true)
+}
+
+/// Removes `finalizer` from `object` (idempotent).
+///
+/// # Errors
+/// A retryable error if the write fails.
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if !object.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let finalizers = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    write_finalizers(api, object, finalizers).await
+}
+
+/// An owner reference to `owner` marking it the controller (and blocking its foreground
+/// deletion until the dependent is gone).
+pub fn controller_reference<K>(owner: &K) -> Option<OwnerReference>
+where
+    K: Resource,
+    K::DynamicType: Default,
+{
+    let mut reference = owner.controller_owner_ref(&K::DynamicType::default())?;
+    reference.block_owner_deletion = Some(true);
+    Some(reference)
+}
+
+/// A status condition (metav1.Condition's fields).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `Ready`, `Progressing`...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// When `status` last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// A CamelCase reason.
+    pub reason: String,
+    /// A human-readable message.
+    pub message: String,
+    /// The generation it was set for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Sets condition `type_` in `conditions`, keeping its transition time when its status is
+/// unchanged.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" };
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            if existing.status != status {
+                existing.last_transition_time = now;
+            }
+            existing.status = status.to_owned();
+            reason.clone_into(&mut existing.reason);
+            message.clone_into(&mut existing.message);
+            existing.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            last_transition_time: now,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            observed_generation: generation,
+        }),
+    }
+}
+
+/// Records events (`events.k8s.io/v1`) about objects.
+#[derive(Clone)]
+pub struct EventRecorder {
+    client: kube::Client,
+    controller: String,
+    instance: String,
+}
+
+impl Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventRecorder {
+    /// A recorder reporting as `controller` (e.g. `platform.plinth.dev/tenant-operator`) from
+    /// `instance` (the pod or host name).
+    pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
+        Self {
+            client,
+            controller: controller.to_owned(),
+            instance: instance.to_owned(),
+        }
+    }
+
+    /// Publishes a `Normal` (or, when `warning`, `Warning`) event about `object`. Events go to
+    /// the object's namespace (`default` for cluster-scoped objects).
+    ///
+    /// # Errors
+    /// If the event cannot be created.
+    pub async fn publish<K>(
+        &self,
+        object: &K,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), kube::Error>
+    where
+        K: Resource,
+        K::DynamicType: Default,
+    {
+        let reference = object.object_ref(&K::DynamicType::default());
+        let namespace = object
+            .meta()
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{}.", object.meta().name.clone().unwrap_or_default())},
+            "eventTime": MicroTime(Timestamp::now()),
+            "reportingController": self.controller,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note,
+            "type": if warning { "Warning" } else { "Normal" },
+            "regarding": reference,
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &namespace);
+        events
+            .create(&PostParams::default(), &event)
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,373 @@
+//! The tenant operator end to end on an in-process Plinth: it creates and repairs a tenant's
+//! objects, reports status, archives deleted tenants; and, as processes, exactly one of two
+//! `--leader-elect` instances works, a standby takes over after a SIGKILL within the lease
+//! duration and at once after a SIGTERM; its metrics are served.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use plinth_runtime::{ObjectKey, ReconcileFuture};
+use plinth_testenv::TestEnv;
+use serde_json::json;
+use tenant_operator::{Tenant, TenantSpec};
+
+async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn tenant(name: &str, tier: &str) -> Tenant {
+    Tenant::new(
+        name,
+        TenantSpec {
+            owners: vec!["ann".into()],
+            config: BTreeMap::from([("tier".into(), tier.into())]),
+        },
+    )
+}
+
+async fn config(client: &kube::Client, tenant: &str) -> Option<BTreeMap<String, String>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("tenant-{tenant}"));
+    api.get_opt("tenant-config")
+        .await
+        .ok()
+        .flatten()
+        .map(|c| c.data.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_creates_repairs_reports_and_archives() {
+    let env = TestEnv::start().await.unwrap();
+    env.install_crd(&tenant_operator::crd()).await.unwrap();
+    let client = env.client();
+    let archive = tempfile_dir();
+    let (controller, tenants) = tenant_operator::controller(&client, None);
+    let context = Arc::new(tenant_operator::Context {
+        client: client.clone(),
+        tenants,
+        archive_dir: archive.clone(),
+        recorder: plinth_runtime::helpers::EventRecorder::new(
+            client.clone(),
+            "platform.plinth.dev/tenant-operator",
+            "test",
+        ),
+    });
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(
+        move |key: ObjectKey| -> ReconcileFuture {
+            Box::pin(tenant_operator::reconcile(key, context.clone()))
+        },
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    tenants
+        .create(&PostParams::default(), &tenant("acme", "gold"))
+        .await
+        .unwrap();
+    let gold = Some(BTreeMap::from([("tier".to_owned(), "gold".to_owned())]));
+    eventually("the tenant's objects", Duration::from_secs(15), || async {
+        config(&client, "acme").await == gold
+    })
+    .await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "tenant-acme");
+    let admin = accounts.get("tenant-admin").await.unwrap();
+    assert_eq!(admin.metadata.owner_references.unwrap()[0].kind, "Tenant");
+    eventually("the status", Duration::from_secs(15), || async {
+        let status = tenants
+            .get("acme")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        status.phase.as_deref() == Some("Active")
+            && status.namespace.as_deref() == Some("tenant-acme")
+            && status.observed_generation == Some(1)
+            && status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+    .await;
+
+    // Deleted: it comes back. Edited: it is restored.
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), "tenant-acme");
+    configs
+        .delete("tenant-config", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the ConfigMap to come back",
+        Duration::from_secs(15),
+        || async { config(&client, "acme").await == gold },
+    )
+    .await;
+    configs
+        .patch(
+            "tenant-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"tier": "free"}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the ConfigMap to be restored",
+        Duration::from_secs(15),
+        || async { config(&client, "acme").await == gold },
+    )
+    .await;
+    // A spec change flows to the ConfigMap and to observedGeneration.
+    tenants
+        .patch(
+            "acme",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"tier": "silver"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the new config", Duration::from_secs(15), || async {
+        config(&client, "acme").await
+            == Some(BTreeMap::from([("tier".to_owned(), "silver".to_owned())]))
+            && tenants
+                .get("acme")
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default()
+                .observed_generation
+                == Some(2)
+    })
+    .await;
+
+    // Deleted: archived by the finalizer, its namespace collected.
+    tenants
+        .delete("acme", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the tenant to go", Duration::from_secs(15), || async {
+        tenants.get_opt("acme").await.unwrap().is_none()
+    })
+    .await;
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(archive.join("acme.json")).unwrap()).unwrap();
+    assert_eq!(record["spec"]["config"]["tier"], "silver");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    eventually(
+        "the namespace to be collected",
+        Duration::from_secs(20),
+        || async {
+            match namespaces.get_opt("tenant-acme").await.unwrap() {
+                None => true,
+                Some(ns) => ns.metadata.deletion_timestamp.is_some(),
+            }
+        },
+    )
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap();
+    env.stop().await;
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tenant-archive-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+struct Operator {
+    child: Child,
+    metrics: u16,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_operator(env: &TestEnv, archive: &std::path::Path) -> Operator {
+    let (metrics, health) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+        .args(["run", "--leader-elect"])
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .arg("--archive-dir")
+        .arg(archive)
+        .env("KUBECONFIG", env.kubeconfig())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Operator { child, metrics }
+}
+
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let _ = stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    text
+}
+
+async fn leading(operator: &Operator) -> bool {
+    scrape(operator.metrics)
+        .await
+        .contains("leader_election_master_status{name=\"tenant-operator\"} 1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
+    let env = TestEnv::start().await.unwrap();
+    env.install_crd(&tenant_operator::crd()).await.unwrap();
+    let archive = tempfile_dir();
+    let first = start_operator(&env, &archive);
+    eventually(
+        "the first operator to lead",
+        Duration::from_secs(20),
+        || leading(&first),
+    )
+    .await;
+    let second = start_operator(&env, &archive);
+    eventually(
+        "the second operator to serve metrics",
+        Duration::from_secs(20),
+        || async {
+            scrape(second.metrics)
+                .await
+                .contains("leader_election_master_status")
+        },
+    )
+    .await;
+    assert!(!leading(&second).await, "exactly one leader");
+
+    // Only the leader reconciles.
+    let client = env.client();
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    tenants
+        .create(&PostParams::default(), &tenant("one", "gold"))
+        .await
+        .unwrap();
+    eventually(
+        "the leader to reconcile",
+        Duration::from_secs(20),
+        || async { config(&client, "one").await.is_some() },
+    )
+    .await;
+    let reconciled = |text: &str| {
+        text.contains(
+            "controller_runtime_reconcile_total{controller=\"tenant\",result=\"success\"}",
+        )
+    };
+    assert!(reconciled(&scrape(first.metrics).await));
+    assert!(
+        !reconciled(&scrape(second.metrics).await),
+        "the standby reconciles nothing"
+    );
+
+    // SIGKILL the leader: the standby takes over within the lease duration (15 s).
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let killed = Instant::now();
+    eventually("the standby to lead", Duration::from_secs(25), || {
+        leading(&second)
+    })
+    .await;
+    let takeover = killed.elapsed();
+    assert!(
+        takeover <= Duration::from_secs(19),
+        "takeover after {takeover:?}"
+    );
+    tenants
+        .create(&PostParams::default(), &tenant("two", "gold"))
+        .await
+        .unwrap();
+    eventually(
+        "the new leader to reconcile",
+        Duration::from_secs(20),
+        || async { config(&client, "two").await.is_some() },
+    )
+    .await;
+
+    // SIGTERM the leader: it releases the lease, so a new standby leads at once.
+    let third = start_operator(&env, &archive);
+    eventually(
+        "the third operator to start",
+        Duration::from_secs(20),
+        || async {
+            scrape(third.metrics)
+                .await
+                .contains("leader_election_master_status")
+        },
+    )
+    .await;
+    let mut second = second;
+    Command::new("kill")
+        .args(["-TERM", &second.child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = second.child.wait().unwrap();
+    assert!(status.success(), "SIGTERM exits cleanly: {status}");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let lease = leases.get("tenant-operator").await.unwrap().spec.unwrap();
+    assert!(
+        lease.holder_identity.is_none()
+            || lease.holder_identity.as_deref()
+                != Some(&format!("tenant-operator-{}", second.child.id())),
+        "released: {lease:?}"
+    );
+    let terminated = Instant::now();
+    eventually(
+        "the third operator to lead",
+        Duration::from_secs(10),
+        || leading(&third),
+    )
+    .await;
+    assert!(
+        terminated.elapsed() < Duration::from_secs(5),
+        "handover took {:?}",
+        terminated.elapsed()
+    );
+    drop(third);
+    env.stop().await;
+}
