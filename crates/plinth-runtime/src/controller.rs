@@ -36,6 +36,38 @@ pub enum ReconcileError {
     Terminal(String),
 }
 
+/// Which changes of the primary resource are worth a reconcile (controller-runtime's
+/// predicates). Creations and deletions always are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Predicate {
+    /// Every change (the default).
+    Any,
+    /// Only when `metadata.generation` changed (spec changes; not status-only writes).
+    GenerationChanged,
+    /// Only when labels changed.
+    LabelsChanged,
+    /// Only when annotations changed.
+    AnnotationsChanged,
+    /// Only when the resourceVersion changed (drops resync duplicates).
+    ResourceVersionChanged,
+}
+
+impl Predicate {
+    fn passes<K: Resource>(self, change: &Change<K>) -> bool {
+        let (Some(old), Some(new)) = (&change.old, &change.new) else {
+            return true;
+        };
+        let (old, new) = (old.meta(), new.meta());
+        match self {
+            Self::Any => true,
+            Self::GenerationChanged => old.generation != new.generation,
+            Self::LabelsChanged => old.labels != new.labels,
+            Self::AnnotationsChanged => old.annotations != new.annotations,
+            Self::ResourceVersionChanged => old.resource_version != new.resource_version,
+        }
+    }
+}
+
 /// The future a reconciler returns.
 pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
 
@@ -47,6 +79,7 @@ pub struct Controller<K> {
     queue: WorkQueue<ObjectKey>,
     feeds: Vec<tokio::task::JoinHandle<()>>,
     workers: usize,
+    resync: Option<Duration>,
 }
 
 impl<K> Debug for Controller<K> {
@@ -58,9 +91,23 @@ impl<K> Debug for Controller<K> {
 /// Feeds keys from an informer's changes into the queue; after missed changes (the feed fell
 /// behind), everything in `resync` is queued again.
 fn feed<C, P>(
+    changes: broadcast::Receiver<Change<C>>,
+    queue: WorkQueue<ObjectKey>,
+    resync: Cache<P>,
+    map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    C: Send + Sync + 'static,
+    P: Resource + Send + Sync + 'static,
+{
+    feed_filtered(changes, queue, resync, |_| true, map)
+}
+
+fn feed_filtered<C, P>(
     mut changes: broadcast::Receiver<Change<C>>,
     queue: WorkQueue<ObjectKey>,
     resync: Cache<P>,
+    keep: impl Fn(&Change<C>) -> bool + Send + 'static,
     map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -71,6 +118,9 @@ where
         loop {
             match changes.recv().await {
                 Ok(change) => {
+                    if !keep(&change) {
+                        continue;
+                    }
                     for object in change.old.iter().chain(change.new.iter()) {
                         for key in map(object) {
                             queue.add(key);
@@ -112,7 +162,37 @@ where
             queue,
             feeds,
             workers: 1,
+            resync: None,
         }
+    }
+
+    /// Reconciles a primary object only for changes that pass `predicate` (replacing the
+    /// default: every change).
+    #[must_use]
+    pub fn with_predicate(mut self, primary: &Informer<K>, predicate: Predicate) -> Self {
+        if let Some(first) = self.feeds.first() {
+            first.abort();
+        }
+        let feed = feed_filtered(
+            primary.subscribe(),
+            self.queue.clone(),
+            self.primary.clone(),
+            move |change: &Change<K>| predicate.passes(change),
+            |o: &K| vec![ObjectKey::of(o)],
+        );
+        if self.feeds.is_empty() {
+            self.feeds.push(feed);
+        } else {
+            self.feeds[0] = feed;
+        }
+        self
+    }
+
+    /// Reconciles every primary object again every `period` (a periodic resync).
+    #[must_use]
+    pub fn resync_every(mut self, period: Duration) -> Self {
+        self.resync = Some(period);
+        self
     }
 
     /// Names the controller and reports its reconciles and queue in `metrics` (the name is the
@@ -245,7 +325,23 @@ where
                 }
             }));
         }
+        let resync = self.resync.map(|period| {
+            let (queue, primary) = (self.queue.clone(), self.primary.clone());
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(period);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    for object in primary.list() {
+                        queue.add(ObjectKey::of(&*object));
+                    }
+                }
+            })
+        });
         stop.await;
+        if let Some(resync) = resync {
+            resync.abort();
+        }
         for feed in &self.feeds {
             feed.abort();
         }

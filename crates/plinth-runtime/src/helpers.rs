@@ -218,3 +218,25 @@ impl EventRecorder {
             .map(drop)
     }
 }
+
+/// Runs `write` again while it fails with 409 Conflict (at most `attempts` times): for a write
+/// computed from a fresh read each time (client-go's `RetryOnConflict`).
+///
+/// # Errors
+/// The last error, or any error other than a conflict.
+pub async fn retry_on_conflict<T, F, Fut>(attempts: usize, mut write: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match write().await {
+            Err(kube::Error::Api(e)) if e.code == 409 && tries < attempts.max(1) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * tries as u64)).await;
+            }
+            other => return other,
+        }
+    }
+}

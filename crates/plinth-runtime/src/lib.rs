@@ -26,7 +26,7 @@ pub mod manager;
 pub mod metrics;
 pub mod workqueue;
 
-pub use controller::{Action, Controller, ReconcileError, ReconcileFuture};
+pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture};
 pub use informer::{Cache, Change, Informer, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
 pub use manager::{Manager, ManagerError, Shutdown};

@@ -141,3 +141,113 @@ async fn a_controller_keeps_owned_copies_in_step() {
     running.await.unwrap();
     env.stop().await;
 }
+
+/// Predicates filter primary changes; a periodic resync reconciles everything again; conflict
+/// retries re-read and re-apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predicates_resync_and_conflict_retries() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use plinth_runtime::Predicate;
+    use plinth_runtime::helpers::retry_on_conflict;
+
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let count = |counter: Arc<AtomicUsize>| {
+        move |_key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(Action::Done) })
+        }
+    };
+    let labelled = Arc::new(AtomicUsize::new(0));
+    let resynced = Arc::new(AtomicUsize::new(0));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let by_labels = Controller::new(&informer).with_predicate(&informer, Predicate::LabelsChanged);
+    let by_resync = Controller::new(&informer)
+        .with_predicate(&informer, Predicate::LabelsChanged)
+        .resync_every(Duration::from_millis(200));
+    let a = tokio::spawn(by_labels.run(count(labelled.clone()), wait(stop_rx.clone())));
+    let b = tokio::spawn(by_resync.run(count(resynced.clone()), wait(stop_rx.clone())));
+
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("watched".into());
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    eventually("the creation to be reconciled", || async {
+        labelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        labelled.load(Ordering::SeqCst),
+        1,
+        "a data change does not pass LabelsChanged"
+    );
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("the label change to be reconciled", || async {
+        labelled.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    eventually("periodic resyncs", || async {
+        resynced.load(Ordering::SeqCst) >= 4
+    })
+    .await;
+
+    // A write from a stale read conflicts once; the retry reads again and succeeds.
+    let stale = api.get("watched").await.unwrap();
+    api.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "newer"}})),
+    )
+    .await
+    .unwrap();
+    let attempts = AtomicUsize::new(0);
+    let written = retry_on_conflict(5, || {
+        let first = attempts.fetch_add(1, Ordering::SeqCst) == 0;
+        let (api, stale) = (api.clone(), stale.clone());
+        async move {
+            let mut current = if first {
+                stale
+            } else {
+                api.get("watched").await?
+            };
+            current
+                .data
+                .get_or_insert_with(Default::default)
+                .insert("retried".into(), "yes".into());
+            api.replace("watched", &PostParams::default(), &current)
+                .await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        written.data.unwrap()["k"],
+        "newer",
+        "the retry kept the other writer's change"
+    );
+
+    stop.send(true).unwrap();
+    a.await.unwrap();
+    b.await.unwrap();
+    env.stop().await;
+}
