@@ -25,6 +25,8 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::json;
 
+mod reconcile;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "plinth-bench",
@@ -58,6 +60,19 @@ enum Command {
         /// Namespace to work in.
         #[arg(long, default_value = "default")]
         namespace: String,
+    },
+    /// Reconcile throughput, latency (create → status written) and cache memory per object, on
+    /// plinth-runtime or kube-runtime (run once per runtime: memory is this process's).
+    Reconcile {
+        /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// `plinth` or `kube`.
+        #[arg(long, default_value = "plinth")]
+        runtime: String,
+        /// How many objects.
+        #[arg(long, default_value_t = 1000)]
+        objects: usize,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -477,6 +492,14 @@ async fn main() -> std::process::ExitCode {
             namespace,
         } => load(kubeconfig, seconds, list_objects, watchers, pid, namespace).await,
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Reconcile {
+            kubeconfig,
+            runtime,
+            objects,
+        } => match client(kubeconfig).await {
+            Ok(client) => reconcile::run(client, &runtime, objects).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
