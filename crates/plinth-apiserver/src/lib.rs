@@ -28,7 +28,9 @@ pub mod table;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use server::{RunningServer, SYSTEM_NAMESPACES, ServerConfig, StorageConfig, start};
+pub use server::{
+    RunningServer, SYSTEM_NAMESPACES, ServerConfig, StorageConfig, start, start_with_store,
+};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

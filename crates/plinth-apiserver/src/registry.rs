@@ -1708,8 +1708,22 @@ impl Registry {
                     .boxed()
             }
             Err(from) => {
-                self.watch_storage(def.clone(), prefix, from, options.clone())
-                    .await?
+                match self
+                    .watch_storage(def.clone(), prefix, from, options.clone())
+                    .await
+                {
+                    Ok(events) => events,
+                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
+                    // one event is the 410 — which is what clients relist on.
+                    Err(e) if e.reason == StatusReason::Expired => {
+                        futures::stream::iter([WatchEvent {
+                            kind: "ERROR",
+                            object: e.to_status(),
+                        }])
+                        .boxed()
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
         if send_initial_events {

@@ -142,6 +142,22 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
         source: e,
     })?;
     let store = open_store(&config).await?;
+    start_with_store(config, store).await
+}
+
+/// Starts a server on a store that is already open (`config.storage` is then ignored): for an
+/// in-process server that outlives restarts of its HTTP side, as a test server does.
+///
+/// # Errors
+/// A [`ServeError`] naming the step that failed: credentials, binding the address.
+pub async fn start_with_store(
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+) -> Result<RunningServer, ServeError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| ServeError::DataDir {
+        path: config.data_dir.clone(),
+        source: e,
+    })?;
     let registry = Registry {
         caches: Arc::new(crate::cache::Caches::new(
             store.clone(),

@@ -43,6 +43,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The storage could not be changed while the server was down.
+    #[error("change the storage: {0}")]
+    Storage(String),
     /// A CRD was not established in time.
     #[error("the CRD {0} was not established within 10 s")]
     NotEstablished(String),
@@ -51,6 +54,7 @@ pub enum Error {
 /// A running in-process API server; dropping it stops the server.
 pub struct TestEnv {
     server: Option<plinth_apiserver::RunningServer>,
+    store: std::sync::Arc<dyn plinth_store::Store>,
     client: kube::Client,
     // Kept for the server's lifetime; removed on drop.
     _dir: tempfile::TempDir,
@@ -76,12 +80,17 @@ impl TestEnv {
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
         };
-        let server = plinth_apiserver::start(config)
+        let store: std::sync::Arc<dyn plinth_store::Store> = std::sync::Arc::new(
+            plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
+                .map_err(|e| Error::Storage(e.to_string()))?,
+        );
+        let server = plinth_apiserver::start_with_store(config, store.clone())
             .await
             .map_err(Error::Start)?;
         plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
         let client = client_for(&server.kubeconfig).await?;
         Ok(Self {
+            store,
             server: Some(server),
             client,
             _dir: dir,
@@ -129,6 +138,44 @@ impl TestEnv {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Err(Error::NotEstablished(name))
+    }
+
+    /// Stops the server, writes `objects` (storage key → object) straight into its storage and
+    /// compacts away all history, then starts it again on the same address: clients' watches
+    /// end, and resuming them from any earlier resourceVersion gets 410 Gone — what a client's
+    /// relist logic must survive.
+    ///
+    /// # Errors
+    /// If the storage cannot be opened or written, or the server cannot start again.
+    pub async fn restart_with_compaction(
+        &mut self,
+        objects: &[(&str, serde_json::Value)],
+    ) -> Result<(), Error> {
+        let Some(server) = self.server.take() else {
+            return Ok(());
+        };
+        let addr = server.local_addr;
+        server.shutdown().await;
+        let storage = |e: plinth_store::StoreError| Error::Storage(e.to_string());
+        for (key, object) in objects {
+            let value = bytes::Bytes::from(object.to_string());
+            self.store.create(key, value).await.map_err(storage)?;
+        }
+        let revision = self.store.current_revision().await.map_err(storage)?;
+        self.store.compact(revision).await.map_err(storage)?;
+        let config = plinth_apiserver::ServerConfig {
+            data_dir: self._dir.path().to_owned(),
+            listen: addr,
+            storage: plinth_apiserver::StorageConfig::Embedded,
+            compaction_interval: Duration::from_secs(300),
+            bookmark_interval: Duration::from_secs(60),
+        };
+        let server = plinth_apiserver::start_with_store(config, self.store.clone())
+            .await
+            .map_err(Error::Start)?;
+        plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
+        self.server = Some(server);
+        Ok(())
     }
 
     /// Stops the server: in-flight requests finish, watches end.
