@@ -371,3 +371,121 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     drop(third);
     env.stop().await;
 }
+
+/// The `plinth` binary next to this package's, built if a lone `cargo test -p tenant-operator`
+/// did not build it.
+fn plinth_binary() -> std::path::PathBuf {
+    let binary =
+        std::path::Path::new(env!("CARGO_BIN_EXE_tenant-operator")).with_file_name("plinth");
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "plinth", "--bin", "plinth"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building plinth");
+    }
+    binary
+}
+
+/// The operator as a process against `plinth serve` as a process: the CRD it prints installs,
+/// a tenant gets its objects and status, and its deletion is archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_process_against_plinth_serve() {
+    use std::io::BufRead;
+
+    let dir = tempfile_dir();
+    let mut server = Command::new(plinth_binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("plinth"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let kubeconfig = std::path::PathBuf::from(line.trim());
+    let settings = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(settings).unwrap();
+
+    // `tenant-operator crd` is what users apply.
+    let crd = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+        .arg("crd")
+        .output()
+        .unwrap();
+    assert!(crd.status.success());
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_norway::from_slice(&crd.stdout).unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+
+    let archive = dir.join("archive");
+    let (metrics, health) = (free_port(), free_port());
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+        .arg("run")
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .arg("--archive-dir")
+        .arg(&archive)
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let tenants: Api<Tenant> = Api::all(client.clone());
+    let mut created = false;
+    for _ in 0..100 {
+        if tenants
+            .create(&PostParams::default(), &tenant("proc", "gold"))
+            .await
+            .is_ok()
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(created, "the Tenant endpoint is served");
+    eventually(
+        "the tenant's objects and status",
+        Duration::from_secs(20),
+        || async {
+            config(&client, "proc").await.is_some()
+                && tenants
+                    .get("proc")
+                    .await
+                    .unwrap()
+                    .status
+                    .unwrap_or_default()
+                    .phase
+                    .as_deref()
+                    == Some("Active")
+        },
+    )
+    .await;
+    tenants
+        .delete("proc", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the archive record", Duration::from_secs(20), || async {
+        archive.join("proc.json").exists()
+    })
+    .await;
+    Command::new("kill")
+        .args(["-TERM", &operator.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(operator.wait().unwrap().success());
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
+}
