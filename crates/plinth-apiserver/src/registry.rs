@@ -321,15 +321,21 @@ impl Registry {
         key: &str,
         name: &str,
     ) -> Result<(), ApiError> {
-        match self
+        if self.exists(def, key, name).await? {
+            Ok(())
+        } else {
+            Err(ApiError::not_found(&def.group_resource(), name))
+        }
+    }
+
+    /// Whether the object stored under `key` exists.
+    async fn exists(&self, def: &ResourceDef, key: &str, name: &str) -> Result<bool, ApiError> {
+        Ok(self
             .store
             .get(key)
             .await
             .map_err(|e| store_error(def, name, e))?
-        {
-            Some(_) => Ok(()),
-            None => Err(ApiError::not_found(&def.group_resource(), name)),
-        }
+            .is_some())
     }
 
     /// The namespace must exist and not be terminating, for creating in it.
@@ -1032,12 +1038,7 @@ impl Registry {
             claim_namespace(meta, ns)?;
         }
         let key = def.key(namespace, name);
-        let exists = self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| store_error(def, name, e))?
-            .is_some();
+        let exists = self.exists(def, &key, name).await?;
         if !exists {
             if def.allow_create_on_update && !status {
                 if let Some(meta) = metadata_mut(&mut object) {
@@ -1338,12 +1339,7 @@ impl Registry {
         };
         let shape = FieldShape(def);
         let key = def.key(namespace, name);
-        let exists = self
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| store_error(def, name, e))?
-            .is_some();
+        let exists = self.exists(def, &key, name).await?;
         if !exists {
             if status {
                 return Err(ApiError::not_found(&def.group_resource(), name));
