@@ -716,3 +716,75 @@ fn delete_options_are_validated() {
         || http.get(&format!("{CM}/kept")).code == 404,
     );
 }
+
+#[test]
+fn apply_patches_refuse_bad_input_and_change_nothing() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let apply = |query: &str, body: &str| {
+        http.request(
+            "PATCH",
+            &format!("{CM}/applied{query}"),
+            "application/apply-patch+yaml",
+            Some(body.as_bytes()),
+            true,
+        )
+    };
+    let good = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata: {a: b}\n";
+    let body = status(&apply("", good), 422, "Invalid");
+    assert_eq!(
+        body["message"],
+        r#"PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch"#
+    );
+    let long = "m".repeat(129);
+    status(
+        &apply(&format!("?fieldManager={long}"), good),
+        422,
+        "Invalid",
+    );
+    status(
+        &apply("?fieldManager=t", "apiVersion: [unclosed\n"),
+        400,
+        "BadRequest",
+    );
+    status(
+        &apply(
+            "?fieldManager=t",
+            "kind: ConfigMap\nmetadata: {name: applied}\n",
+        ),
+        400,
+        "BadRequest",
+    );
+    status(
+        &apply(
+            "?fieldManager=t",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied, managedFields: [{manager: x}]}\n",
+        ),
+        400,
+        "BadRequest",
+    );
+    status(
+        &apply(
+            "?fieldManager=t",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\n",
+        ),
+        400,
+        "BadRequest",
+    );
+    status(&http.get(&format!("{CM}/applied")), 404, "NotFound");
+    // `force` belongs to apply patches only.
+    assert_eq!(apply("?fieldManager=t", good).code, 201);
+    let merge = http.request(
+        "PATCH",
+        &format!("{CM}/applied?force=true"),
+        "application/merge-patch+json",
+        Some(br#"{"data":{"a":"c"}}"#),
+        true,
+    );
+    let body = status(&merge, 422, "Invalid");
+    assert_eq!(
+        body["message"],
+        r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
+    );
+    assert_eq!(http.get(&format!("{CM}/applied")).json()["data"]["a"], "b");
+}
