@@ -140,7 +140,14 @@ async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, c
     let mut updated = crd.clone();
     updated["status"] = status;
     match registry
-        .update(def, None, name, updated, true, &WriteOptions::default())
+        .update(
+            def,
+            None,
+            name,
+            updated,
+            true,
+            &WriteOptions::internal("kube-apiserver"),
+        )
         .await
     {
         Ok(_) => {}
@@ -200,7 +207,14 @@ async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
         body: patch.as_bytes(),
     };
     if let Err(e) = registry
-        .patch(&crd_def, None, name, body, false, &WriteOptions::default())
+        .patch(
+            &crd_def,
+            None,
+            name,
+            body,
+            false,
+            &WriteOptions::internal("kube-apiserver"),
+        )
         .await
         && e.reason != StatusReason::NotFound
     {

@@ -76,6 +76,15 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
+    /// Options for the server's own controllers, whose writes are recorded in managedFields
+    /// under `manager` (as kube-controller-manager's and kube-apiserver's are under theirs).
+    pub fn internal(manager: &str) -> Self {
+        Self {
+            default_manager: manager.to_owned(),
+            ..Self::default()
+        }
+    }
+
     /// The manager an ordinary write is recorded under.
     fn manager(&self, def: &ResourceDef, subresource: &str) -> plinth_core::managed::Manager {
         let name = match &self.field_manager {

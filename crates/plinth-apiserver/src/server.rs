@@ -121,7 +121,12 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
     for name in SYSTEM_NAMESPACES {
         let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         match registry
-            .create(&namespaces, None, object, &WriteOptions::default())
+            .create(
+                &namespaces,
+                None,
+                object,
+                &WriteOptions::internal("kube-apiserver"),
+            )
             .await
         {
             Ok(_) => tracing::info!(namespace = name, "created"),

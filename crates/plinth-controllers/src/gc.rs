@@ -655,7 +655,7 @@ impl Collector {
                     name,
                     object,
                     false,
-                    &WriteOptions::default(),
+                    &WriteOptions::internal("kube-controller-manager"),
                 )
                 .await;
             match written {
@@ -724,7 +724,7 @@ impl Collector {
                 &events,
                 Some(dependent.namespace.as_deref().unwrap_or("default")),
                 event,
-                &WriteOptions::default(),
+                &WriteOptions::internal("kube-controller-manager"),
             )
             .await
         {

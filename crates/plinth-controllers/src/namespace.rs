@@ -76,7 +76,12 @@ async fn ensure_default_service_account(registry: &Registry, namespace: &str) {
     }
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}});
     match registry
-        .create(&def, Some(namespace), sa, &WriteOptions::default())
+        .create(
+            &def,
+            Some(namespace),
+            sa,
+            &WriteOptions::internal("kube-controller-manager"),
+        )
         .await
     {
         Ok(_) => {}
@@ -260,7 +265,14 @@ async fn finalize(registry: &Registry, namespace: &str) {
         body: patch.as_bytes(),
     };
     if let Err(e) = registry
-        .patch(&def, None, namespace, body, false, &WriteOptions::default())
+        .patch(
+            &def,
+            None,
+            namespace,
+            body,
+            false,
+            &WriteOptions::internal("kube-controller-manager"),
+        )
         .await
         && e.reason != StatusReason::NotFound
     {
@@ -302,7 +314,14 @@ async fn report(
             .collect();
         ns["status"]["conditions"] = json!(conditions);
         match registry
-            .update(def, None, namespace, ns, true, &WriteOptions::default())
+            .update(
+                def,
+                None,
+                namespace,
+                ns,
+                true,
+                &WriteOptions::internal("kube-controller-manager"),
+            )
             .await
         {
             Err(e) if e.reason == StatusReason::Conflict => continue,
