@@ -7,17 +7,18 @@
 //! - [`controller`]: primary, owned and mapped resources feed a queue; workers call a
 //!   reconciler that takes only a key.
 //!
+//! - [`client`]: the split client — reads from the cache, writes to the server.
 //! - [`leader`]: Lease leader election with client-go's timings.
 //! - [`manager`]: runs controllers (some only while leading), serves `/metrics` with
 //!   controller-runtime's metric names and the health probes, stops gracefully.
 //!
-//! Still to come (issue #6): helpers (finalizers, conditions, events), the split client with
-//! conflict retries, and the example operator.
+//! - [`helpers`]: finalizers, controller references, conditions, events, conflict retries.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod client;
 pub mod controller;
 pub mod helpers;
 pub mod informer;
@@ -26,6 +27,7 @@ pub mod manager;
 pub mod metrics;
 pub mod workqueue;
 
+pub use client::SplitClient;
 pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture};
 pub use informer::{Cache, Change, Informer, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};

@@ -53,6 +53,11 @@ pub struct Manager {
     everywhere: Vec<Runnable>,
     metrics_listener: Option<TcpListener>,
     health_listener: Option<TcpListener>,
+    /// One informer per resource type (and namespace), shared by every controller.
+    informers: std::collections::HashMap<
+        (std::any::TypeId, Option<String>),
+        Box<dyn std::any::Any + Send>,
+    >,
 }
 
 impl std::fmt::Debug for Manager {
@@ -65,6 +70,36 @@ impl Manager {
     /// A manager without leader election or endpoints.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The informer of `K` objects in `namespace` (all namespaces: `None`), started on first use
+    /// with the Api `api` makes, and shared by every controller that asks: one watch per
+    /// resource type.
+    pub fn informer<K>(
+        &mut self,
+        namespace: Option<&str>,
+        api: impl FnOnce() -> kube::Api<K>,
+    ) -> std::sync::Arc<crate::informer::Informer<K>>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let key = (std::any::TypeId::of::<K>(), namespace.map(str::to_owned));
+        if let Some(existing) = self
+            .informers
+            .get(&key)
+            .and_then(|b| b.downcast_ref::<std::sync::Arc<crate::informer::Informer<K>>>())
+        {
+            return existing.clone();
+        }
+        let informer = std::sync::Arc::new(crate::informer::Informer::spawn(api(), Vec::new()));
+        self.informers.insert(key, Box::new(informer.clone()));
+        informer
     }
 
     /// The metrics its controllers report to.

@@ -39,16 +39,17 @@ async fn a_controller_keeps_owned_copies_in_step() {
     let controller = Controller::new(&informer).owns(&informer).concurrency(2);
     let queue = controller.queue();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // Reads from the cache, writes to the server.
+    let client = plinth_runtime::SplitClient::new(cache.clone(), api.clone());
     let reconcile = {
-        let (api, cache) = (api.clone(), cache.clone());
+        let client = client.clone();
         move |key: ObjectKey| {
-            let (api, cache) = (api.clone(), cache.clone());
+            let client = client.clone();
             Box::pin(async move {
                 if !key.name.starts_with("src-") {
                     return Ok(Action::Done);
                 }
-                // Read from the cache; write to the server.
-                let Some(source) = cache.get(&key) else {
+                let Some(source) = client.get(&key) else {
                     return Ok(Action::Done);
                 };
                 let copy = json!({
@@ -59,13 +60,10 @@ async fn a_controller_keeps_owned_copies_in_step() {
                                      "controller": true, "blockOwnerDeletion": true}]},
                     "data": source.data.clone().unwrap_or_default(),
                 });
-                api.patch(
-                    &format!("{}-copy", key.name),
-                    &PatchParams::apply("copier").force(),
-                    &Patch::Apply(copy),
-                )
-                .await
-                .map_err(|e| ReconcileError::Retry(e.to_string()))?;
+                client
+                    .apply(&format!("{}-copy", key.name), "copier", &copy)
+                    .await
+                    .map_err(|e| ReconcileError::Retry(e.to_string()))?;
                 Ok(Action::Done)
             }) as plinth_runtime::ReconcileFuture
         }

@@ -87,7 +87,7 @@ async fn one_leader_clean_handover_and_takeover_after_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use plinth_runtime::{Action, Controller, Informer, Manager};
+    use plinth_runtime::{Action, Controller, Manager};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -103,10 +103,15 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
 
     let env = TestEnv::start().await.unwrap();
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
-    let informer = Informer::spawn(api.clone(), Vec::new());
     let elector =
         LeaderElector::new(env.client(), "default", "manager-test", "m1").with_timings(timings());
     let mut manager = Manager::new().leader_election("manager-test", elector.clone());
+    // One informer per resource type, however many controllers ask.
+    let informer = manager.informer(Some("default"), || api.clone());
+    let again = manager.informer(Some("default"), || -> kube::Api<ConfigMap> {
+        panic!("a second informer was started")
+    });
+    assert!(std::sync::Arc::ptr_eq(&informer, &again));
     let metrics_addr = manager
         .bind_metrics(([127, 0, 0, 1], 0).into())
         .await

@@ -1843,6 +1843,11 @@ fn cel_rules_validate_custom_resources(p: &mut Plinth) {
         stored["spec"]["maxReplicas"], 3,
         "refused writes change nothing: {stored}"
     );
+    let explained = p.kubectl(&["explain", "scalers.spec.owners"]);
+    assert!(
+        explained.contains("owners") && explained.contains("<[]string>"),
+        "{explained}"
+    );
 
     let broken = CEL_CRD
         .replace("scalers.example.com", "brokens.example.com")
