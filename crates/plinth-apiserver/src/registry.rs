@@ -576,9 +576,27 @@ impl Registry {
             true
         } else if options.limit > 0 || exact {
             false
-        } else if rv.is_empty() {
-            let reached = self.caches.consistent(&cacher).await;
-            reached.map_err(|e| store_error(def, "", e))?.is_some()
+        } else {
+            self.cache_caught_up(def, &cacher, rv).await?
+        };
+        if !reached {
+            return Ok(None);
+        }
+        self.caches.count_list(&def.key_prefix(), true);
+        Ok(Some(self.list_cached(def, &cacher, prefix, options)))
+    }
+
+    /// Whether `cacher` has caught up with resourceVersion `rv` — the store's current revision
+    /// when `rv` is empty (a consistent read) — within the freshness wait. A revision the store
+    /// has not reached yet is `false`: storage answers it with the right error.
+    async fn cache_caught_up(
+        &self,
+        def: &ResourceDef,
+        cacher: &crate::cache::Cacher,
+        rv: &str,
+    ) -> Result<bool, ApiError> {
+        let reached = if rv.is_empty() {
+            self.caches.consistent(cacher).await
         } else {
             let wanted = parse_rv(rv)?;
             let current = self
@@ -587,18 +605,11 @@ impl Registry {
                 .await
                 .map_err(|e| store_error(def, "", e))?;
             if wanted > current {
-                // Storage answers with the right error.
-                false
-            } else {
-                let reached = self.caches.reach(&cacher, wanted).await;
-                reached.map_err(|e| store_error(def, "", e))?.is_some()
+                return Ok(false);
             }
+            self.caches.reach(cacher, wanted).await
         };
-        if !reached {
-            return Ok(None);
-        }
-        self.caches.count_list(&def.key_prefix(), true);
-        Ok(Some(self.list_cached(def, &cacher, prefix, options)))
+        Ok(reached.map_err(|e| store_error(def, "", e))?.is_some())
     }
 
     /// A list of the cache's current objects under `prefix`.
@@ -1603,20 +1614,8 @@ impl Registry {
         // with sendInitialEvents one not older than the resourceVersion given.
         let from_cache = if rv == "0" {
             true
-        } else if rv.is_empty() {
-            let reached = self.caches.consistent(&cacher).await;
-            reached.map_err(|e| store_error(&def, "", e))?.is_some()
-        } else if send_initial_events {
-            let wanted = parse_rv(&rv)?;
-            let current = self
-                .store
-                .current_revision()
-                .await
-                .map_err(|e| store_error(&def, "", e))?;
-            wanted <= current && {
-                let reached = self.caches.reach(&cacher, wanted).await;
-                reached.map_err(|e| store_error(&def, "", e))?.is_some()
-            }
+        } else if rv.is_empty() || send_initial_events {
+            self.cache_caught_up(&def, &cacher, &rv).await?
         } else {
             false
         };
