@@ -11,7 +11,7 @@ use plinth_core::StatusReason;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
+use crate::registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 use crate::resources::ResourceDef;
 
 /// Starts the loops; they end when `stopping` becomes true.
@@ -43,7 +43,7 @@ pub(crate) async fn register_existing_crds(registry: &Registry, served: &ServedC
 }
 
 fn register(registry: &Registry, served: &ServedCrds, name: &str, crd: &Value) {
-    let defs = crate::crd::served_defs(crd);
+    let defs = crate::types::apiextensions::served_defs(crd);
     let keys: Vec<(String, String, String)> = defs
         .iter()
         .map(|d| {
@@ -132,8 +132,10 @@ async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: Serve
 }
 
 async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, crd: &Value) {
-    let status =
-        crate::crd::desired_status(crd, &plinth_core::meta::format_time(crate::registry::now()));
+    let status = crate::types::apiextensions::desired_status(
+        crd,
+        &plinth_core::meta::format_time(crate::registry::now()),
+    );
     if crd.get("status") == Some(&status) {
         return;
     }
@@ -145,7 +147,7 @@ async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, c
             None,
             name,
             updated,
-            true,
+            Part::Status,
             &WriteOptions::internal("kube-apiserver"),
         )
         .await
@@ -158,7 +160,10 @@ async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, c
 
 /// Deletes every custom resource of a deleted CRD, then releases its cleanup finalizer.
 async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
-    if let Some(def) = crate::crd::served_defs(crd).into_iter().next() {
+    if let Some(def) = crate::types::apiextensions::served_defs(crd)
+        .into_iter()
+        .next()
+    {
         loop {
             let mut remaining = 0usize;
             match registry.list(&def, None, &ListOptions::default()).await {
@@ -170,7 +175,7 @@ async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
                             .delete(&def, ns.as_deref(), &item_name, &DeleteOptions::default())
                             .await
                         {
-                            Ok((_, true)) => {}
+                            Ok(deleted) if deleted.gone => {}
                             Err(e) if e.reason == StatusReason::NotFound => {}
                             _ => remaining += 1,
                         }
@@ -199,20 +204,16 @@ async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
     };
     let kept: Vec<String> = plinth_core::meta::finalizers(&current)
         .into_iter()
-        .filter(|f| f != crate::crd::CLEANUP_FINALIZER)
+        .filter(|f| f != crate::types::apiextensions::CLEANUP_FINALIZER)
         .collect();
-    let patch = json!({"metadata": {"finalizers": kept}}).to_string();
-    let body = crate::registry::PatchBody {
-        content_type: "application/merge-patch+json",
-        body: patch.as_bytes(),
-    };
+    let patch = Patch::merge(json!({"metadata": {"finalizers": kept}}));
     if let Err(e) = registry
         .patch(
             &crd_def,
             None,
             name,
-            body,
-            false,
+            patch,
+            Part::Main,
             &WriteOptions::internal("kube-apiserver"),
         )
         .await

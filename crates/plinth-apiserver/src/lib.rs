@@ -1,10 +1,13 @@
 //! Plinth's Kubernetes-compatible API server: HTTP over rustls with bearer-token
-//! authentication, discovery, and one generic registry that serves every resource over
-//! [`plinth_store::Store`], driven by per-resource definitions.
+//! authentication, discovery, and one generic registry that serves every resource over an
+//! `Arc<dyn` [`plinth_store::Store`]`>` — which backend is the caller's choice; this crate
+//! depends on none.
 //!
-//! Requests flow `http` (routing, negotiation, errors → `Status`) → `registry` (decode,
-//! prepare, validate, store) → the store. Storage errors become API errors in
-//! `registry::store_error`; API errors become responses in `http` — each in one place.
+//! Requests flow `http` (routing, negotiation, query and body decoding, errors → `Status`) →
+//! `registry` (the order of steps, optimistic concurrency) calling the resource's
+//! [`strategy`] (one module per type under [`types`]) → the store. Storage errors become API
+//! errors in `registry::store_error`; API errors become responses in `http` — each in one
+//! place.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,7 +15,6 @@
 
 pub mod cache;
 mod controllers;
-pub mod crd;
 pub mod discovery;
 mod http;
 pub mod metrics;
@@ -23,14 +25,14 @@ pub mod registry;
 pub mod resources;
 pub mod schema;
 mod server;
+pub mod strategy;
 pub mod table;
+pub mod types;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use server::{
-    RunningServer, SYSTEM_NAMESPACES, ServerConfig, StorageConfig, start, start_with_store,
-};
+pub use server::{RunningServer, SYSTEM_NAMESPACES, ServerConfig, create_private_dir, start};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

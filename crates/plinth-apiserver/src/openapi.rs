@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn every_group_version_has_a_document_with_patch_and_field_validation() {
-        let resources = Resources::builtin();
+        let resources = Resources::with(crate::types::builtin());
         let root = root(&resources);
         let paths = root["paths"].as_object().unwrap();
         assert!(paths.contains_key("api/v1") && paths.contains_key("apis/coordination.k8s.io/v1"));

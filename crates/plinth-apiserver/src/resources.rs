@@ -8,7 +8,8 @@ use plinth_core::meta::{at_path, human_duration, parse_time};
 use plinth_core::{Cause, GroupResource, GroupVersion};
 use serde_json::{Value, json};
 
-use crate::schema::{self, Schema};
+use crate::schema::Schema;
+use crate::strategy::{Plain, Strategy};
 
 /// Computes a table cell from an object and the current Unix time.
 pub type CellFn = Arc<dyn Fn(&Value, i64) -> Value + Send + Sync>;
@@ -60,23 +61,6 @@ pub struct Scale {
     pub label_selector: Option<Vec<String>>,
 }
 
-/// Extra per-type behaviour the generic registry calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// No special behaviour.
-    Plain,
-    /// CustomResourceDefinitions: names defaulted, validated, held by the cleanup finalizer.
-    Crd,
-    /// Custom resources: with a status subresource, status is dropped on create.
-    Custom,
-    /// Namespaces: `spec.finalizers` defaults to `kubernetes`, `status.phase` to `Active`.
-    Namespace,
-    /// Secrets: `type` defaults to `Opaque` and is immutable; `stringData` is merged into `data`.
-    Secret,
-    /// ConfigMaps and Secrets with `immutable: true` refuse data changes.
-    ConfigMap,
-}
-
 /// One served resource.
 #[derive(Clone, Debug)]
 pub struct ResourceDef {
@@ -110,8 +94,8 @@ pub struct ResourceDef {
     pub age_column: bool,
     /// The type's schema, for type checks and unknown-field detection.
     pub schema: Arc<Schema>,
-    /// Special behaviour.
-    pub behaviour: Kind,
+    /// The type's behaviour.
+    pub strategy: Arc<dyn Strategy>,
     /// Whether an immediate DELETE answers with the deleted object (custom resources) rather
     /// than a `Status` (built-in types).
     pub delete_returns_object: bool,
@@ -119,19 +103,95 @@ pub struct ResourceDef {
     pub scale: Option<Scale>,
     /// The resource's CRD is being deleted: no new objects.
     pub terminating: bool,
-    /// events.k8s.io/v1 Events: the same objects as core/v1 Events, stored in the core form and
-    /// converted on the way in and out.
-    pub events_k8s_io: bool,
+    /// The storage key prefix, when the objects are another resource's seen in another form
+    /// (events.k8s.io/v1 Events are core/v1 Events: stored under `/events/`, converted by the
+    /// strategy on the way in and out).
+    pub stored_as: Option<String>,
     /// The OpenAPI v3 schema to publish, when it is not derived from `schema` (a CRD version's
     /// `openAPIV3Schema`).
     pub openapi: Option<Arc<serde_json::Value>>,
-    /// A custom resource's structural schema, compiled once per CRD version.
-    pub structural: Option<Arc<plinth_schema::Schema>>,
     /// The `Warning` sent with every request to a deprecated version.
     pub deprecation: Option<String>,
 }
 
 impl ResourceDef {
+    /// A namespaced resource with no behaviour of its own, to be refined with the methods
+    /// below: `ResourceDef::new("", "v1", "ConfigMap", "configmaps").short_names(&["cm"])`.
+    pub fn new(group: &str, version: &str, kind: &str, plural: &str) -> Self {
+        Self {
+            group_version: GroupVersion::new(group, version),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            namespaced: true,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            name_rule: NameRule::Subdomain,
+            status_subresource: false,
+            generation: false,
+            allow_create_on_update: false,
+            selectable_fields: Vec::new(),
+            columns: Vec::new(),
+            age_column: true,
+            schema: Arc::new(Schema::Any),
+            strategy: Arc::new(Plain),
+            delete_returns_object: false,
+            scale: None,
+            terminating: false,
+            stored_as: None,
+            openapi: None,
+            deprecation: None,
+        }
+    }
+
+    /// Cluster-scoped.
+    pub fn cluster_scoped(mut self) -> Self {
+        self.namespaced = false;
+        self
+    }
+
+    /// With these short names.
+    pub fn short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Names follow `rule`.
+    pub fn name_rule(mut self, rule: NameRule) -> Self {
+        self.name_rule = rule;
+        self
+    }
+
+    /// With a `/status` subresource (the main resource then cannot change the status).
+    pub fn with_status(mut self) -> Self {
+        self.status_subresource = true;
+        self
+    }
+
+    /// These fields (beyond `metadata.name`/`metadata.namespace`) work in field selectors.
+    pub fn selectable(mut self, fields: &[&str]) -> Self {
+        self.selectable_fields = fields.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Table columns after `Name`.
+    pub fn columns(mut self, columns: Vec<Column>) -> Self {
+        self.columns = columns;
+        self
+    }
+
+    /// The type's shape.
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = Arc::new(schema);
+        self
+    }
+
+    /// The type's behaviour.
+    pub fn strategy(mut self, strategy: impl Strategy + 'static) -> Self {
+        self.strategy = Arc::new(strategy);
+        self
+    }
+
     /// The group and resource, as errors name them.
     pub fn group_resource(&self) -> GroupResource {
         GroupResource::new(&self.group_version.group, &self.plural)
@@ -144,8 +204,8 @@ impl ResourceDef {
 
     /// The storage key prefix of all objects (`/configmaps/`, `/coordination.k8s.io/leases/`).
     pub fn key_prefix(&self) -> String {
-        if self.events_k8s_io {
-            return "/events/".to_owned();
+        if let Some(prefix) = &self.stored_as {
+            return prefix.clone();
         }
         if self.group_version.group.is_empty() {
             format!("/{}/", self.plural)
@@ -211,10 +271,10 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// The built-in resources.
-    pub fn builtin() -> Self {
+    /// A set serving `defs`.
+    pub fn with(defs: impl IntoIterator<Item = ResourceDef>) -> Self {
         let resources = Self::default();
-        for def in builtin_defs() {
+        for def in defs {
             resources.add(def);
         }
         resources
@@ -260,7 +320,7 @@ impl Resources {
                 d.group_version.group == group
                     && d.group_version.version == version
                     && d.kind == kind
-                    && !d.events_k8s_io
+                    && d.stored_as.is_none()
             })
             .cloned()
     }
@@ -281,7 +341,8 @@ impl Resources {
     }
 }
 
-fn column(
+/// A column filled by `cell`.
+pub fn column(
     name: &str,
     kind: &str,
     description: &str,
@@ -298,7 +359,8 @@ fn column(
     }
 }
 
-fn path_cell(path: &'static str) -> impl Fn(&Value, i64) -> Value + Send + Sync {
+/// A cell showing the scalar at `path` (`<none>` when absent).
+pub fn path_cell(path: &'static str) -> impl Fn(&Value, i64) -> Value + Send + Sync {
     move |object, _| match at_path(object, path) {
         Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => v.clone(),
         _ => Value::String("<none>".into()),
@@ -316,7 +378,8 @@ pub fn age_cell(object: &Value, path: &str, now: i64) -> Value {
     }
 }
 
-fn count(object: &Value, fields: &[&str]) -> Value {
+/// A cell counting the entries of the maps or lists at `fields`.
+pub fn count(object: &Value, fields: &[&str]) -> Value {
     let n: usize = fields
         .iter()
         .filter_map(|f| object.get(*f))
@@ -327,281 +390,6 @@ fn count(object: &Value, fields: &[&str]) -> Value {
         })
         .sum();
     json!(n)
-}
-
-struct Builtin {
-    group: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    short_names: &'static [&'static str],
-    name_rule: NameRule,
-    status: bool,
-    behaviour: Kind,
-    selectable: &'static [&'static str],
-    columns: Vec<Column>,
-    schema: Schema,
-}
-
-impl Builtin {
-    fn def(self) -> ResourceDef {
-        ResourceDef {
-            group_version: GroupVersion::new(self.group, "v1"),
-            kind: self.kind.into(),
-            plural: self.plural.into(),
-            singular: self.kind.to_lowercase(),
-            namespaced: self.namespaced,
-            short_names: self.short_names.iter().map(|s| s.to_string()).collect(),
-            categories: Vec::new(),
-            name_rule: self.name_rule,
-            status_subresource: self.status,
-            generation: false,
-            allow_create_on_update: false,
-            selectable_fields: self.selectable.iter().map(|s| s.to_string()).collect(),
-            columns: self.columns,
-            schema: Arc::new(self.schema),
-            age_column: self.kind != "Event",
-            behaviour: self.behaviour,
-            delete_returns_object: false,
-            scale: None,
-            terminating: false,
-            events_k8s_io: self.group == "events.k8s.io",
-            openapi: None,
-            structural: None,
-            deprecation: None,
-        }
-    }
-}
-
-fn event_columns() -> Vec<Column> {
-    let last_seen = |o: &Value, now: i64| {
-        for path in [
-            "lastTimestamp",
-            "deprecatedLastTimestamp",
-            "series.lastObservedTime",
-            "eventTime",
-            "metadata.creationTimestamp",
-        ] {
-            if at_path(o, path)
-                .and_then(Value::as_str)
-                .is_some_and(|s| !s.is_empty())
-            {
-                return age_cell(o, path, now);
-            }
-        }
-        json!("<unknown>")
-    };
-    let object = |o: &Value, _: i64| {
-        let reference = o.get("involvedObject").or_else(|| o.get("regarding"));
-        let kind = reference
-            .and_then(|r| r.get("kind"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let name = reference
-            .and_then(|r| r.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        json!(format!("{}/{name}", kind.to_lowercase()))
-    };
-    let message = |o: &Value, _: i64| {
-        o.get("message")
-            .or_else(|| o.get("note"))
-            .cloned()
-            .unwrap_or(json!(""))
-    };
-    vec![
-        column(
-            "Last Seen",
-            "string",
-            "Time since the event was last seen",
-            0,
-            last_seen,
-        ),
-        column(
-            "Type",
-            "string",
-            "The type of the event",
-            0,
-            path_cell("type"),
-        ),
-        column(
-            "Reason",
-            "string",
-            "Why the event happened",
-            0,
-            path_cell("reason"),
-        ),
-        column(
-            "Object",
-            "string",
-            "The object the event is about",
-            0,
-            object,
-        ),
-        column(
-            "Message",
-            "string",
-            "A human-readable description",
-            0,
-            message,
-        ),
-    ]
-}
-
-fn builtin_defs() -> Vec<ResourceDef> {
-    let event_schema = schema::core_event();
-    vec![
-        Builtin {
-            group: "",
-            kind: "Namespace",
-            plural: "namespaces",
-            namespaced: false,
-            short_names: &["ns"],
-            name_rule: NameRule::Label,
-            status: true,
-            behaviour: Kind::Namespace,
-            selectable: &["status.phase"],
-            columns: vec![column(
-                "Status",
-                "string",
-                "The phase of the namespace",
-                0,
-                path_cell("status.phase"),
-            )],
-            schema: schema::namespace(),
-        }
-        .def(),
-        Builtin {
-            group: "",
-            kind: "ConfigMap",
-            plural: "configmaps",
-            namespaced: true,
-            short_names: &["cm"],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::ConfigMap,
-            selectable: &[],
-            columns: vec![column("Data", "integer", "Number of keys", 0, |o, _| {
-                count(o, &["data", "binaryData"])
-            })],
-            schema: schema::config_map(),
-        }
-        .def(),
-        Builtin {
-            group: "",
-            kind: "Secret",
-            plural: "secrets",
-            namespaced: true,
-            short_names: &[],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::Secret,
-            selectable: &["type"],
-            columns: vec![
-                column(
-                    "Type",
-                    "string",
-                    "The type of the secret",
-                    0,
-                    path_cell("type"),
-                ),
-                column("Data", "integer", "Number of keys", 0, |o, _| {
-                    count(o, &["data"])
-                }),
-            ],
-            schema: schema::secret(),
-        }
-        .def(),
-        Builtin {
-            group: "",
-            kind: "ServiceAccount",
-            plural: "serviceaccounts",
-            namespaced: true,
-            short_names: &["sa"],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::Plain,
-            selectable: &[],
-            columns: vec![column(
-                "Secrets",
-                "integer",
-                "Number of secrets",
-                0,
-                |o, _| count(o, &["secrets"]),
-            )],
-            schema: schema::service_account(),
-        }
-        .def(),
-        Builtin {
-            group: "",
-            kind: "Event",
-            plural: "events",
-            namespaced: true,
-            short_names: &["ev"],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::Plain,
-            selectable: &[
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-                "involvedObject.fieldPath",
-                "reason",
-                "reportingComponent",
-                "source",
-                "type",
-            ],
-            columns: event_columns(),
-            schema: event_schema,
-        }
-        .def(),
-        Builtin {
-            group: "events.k8s.io",
-            kind: "Event",
-            plural: "events",
-            namespaced: true,
-            short_names: &["ev"],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::Plain,
-            selectable: &[],
-            columns: event_columns(),
-            schema: schema::events_event(),
-        }
-        .def(),
-        Builtin {
-            group: "coordination.k8s.io",
-            kind: "Lease",
-            plural: "leases",
-            namespaced: true,
-            short_names: &[],
-            name_rule: NameRule::Subdomain,
-            status: false,
-            behaviour: Kind::Plain,
-            selectable: &[],
-            columns: vec![column(
-                "Holder",
-                "string",
-                "The holder of the lease",
-                0,
-                path_cell("spec.holderIdentity"),
-            )],
-            schema: schema::lease(),
-        }
-        .def(),
-        crate::crd::crd_resource(),
-    ]
-    .into_iter()
-    .map(|mut def| {
-        if def.group_version.group.is_empty() && def.kind == "Event" {
-            def.allow_create_on_update = true;
-        }
-        def
-    })
-    .collect()
 }
 
 /// Causes for an invalid `metadata.name` under `rule`.

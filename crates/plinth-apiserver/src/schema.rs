@@ -170,15 +170,18 @@ pub fn prune(value: &mut Value, schema: &Schema) {
     }
 }
 
-fn obj(fields: Vec<(&'static str, Schema)>) -> Schema {
+/// A struct with exactly these fields.
+pub(crate) fn obj(fields: Vec<(&'static str, Schema)>) -> Schema {
     Schema::Object(fields)
 }
 
-fn strings() -> Schema {
+/// `map[string]string`.
+pub(crate) fn strings() -> Schema {
     Schema::Map(Box::new(Schema::String))
 }
 
-fn array(of: Schema) -> Schema {
+/// `[]T`.
+pub(crate) fn array(of: Schema) -> Schema {
     Schema::Array(Box::new(of))
 }
 
@@ -193,7 +196,8 @@ fn owner_reference() -> Schema {
     ])
 }
 
-fn object_meta() -> Schema {
+/// `metav1.ObjectMeta`.
+pub(crate) fn object_meta() -> Schema {
     obj(vec![
         ("name", Schema::String),
         ("generateName", Schema::String),
@@ -213,7 +217,8 @@ fn object_meta() -> Schema {
     ])
 }
 
-fn object_reference() -> Schema {
+/// `corev1.ObjectReference`.
+pub(crate) fn object_reference() -> Schema {
     obj(vec![
         ("kind", Schema::String),
         ("namespace", Schema::String),
@@ -225,7 +230,8 @@ fn object_reference() -> Schema {
     ])
 }
 
-fn top(mut fields: Vec<(&'static str, Schema)>) -> Schema {
+/// A top-level type: `apiVersion`, `kind`, `metadata`, then `fields`.
+pub(crate) fn top(mut fields: Vec<(&'static str, Schema)>) -> Schema {
     fields.splice(
         0..0,
         [
@@ -237,141 +243,12 @@ fn top(mut fields: Vec<(&'static str, Schema)>) -> Schema {
     obj(fields)
 }
 
-/// core/v1 Namespace.
-pub fn namespace() -> Schema {
-    let condition = obj(vec![
-        ("type", Schema::String),
-        ("status", Schema::String),
-        ("lastTransitionTime", Schema::String),
-        ("reason", Schema::String),
-        ("message", Schema::String),
-    ]);
-    top(vec![
-        ("spec", obj(vec![("finalizers", array(Schema::String))])),
-        (
-            "status",
-            obj(vec![
-                ("phase", Schema::String),
-                ("conditions", array(condition)),
-            ]),
-        ),
-    ])
-}
-
-/// core/v1 ConfigMap.
-pub fn config_map() -> Schema {
-    top(vec![
-        ("data", strings()),
-        ("binaryData", Schema::Map(Box::new(Schema::Bytes))),
-        ("immutable", Schema::Bool),
-    ])
-}
-
-/// core/v1 Secret.
-pub fn secret() -> Schema {
-    top(vec![
-        ("data", Schema::Map(Box::new(Schema::Bytes))),
-        ("stringData", strings()),
-        ("type", Schema::String),
-        ("immutable", Schema::Bool),
-    ])
-}
-
-/// core/v1 ServiceAccount.
-pub fn service_account() -> Schema {
-    top(vec![
-        ("secrets", array(object_reference())),
-        (
-            "imagePullSecrets",
-            array(obj(vec![("name", Schema::String)])),
-        ),
-        ("automountServiceAccountToken", Schema::Bool),
-    ])
-}
-
-/// core/v1 Event.
-pub fn core_event() -> Schema {
-    top(vec![
-        ("involvedObject", object_reference()),
-        ("reason", Schema::String),
-        ("message", Schema::String),
-        (
-            "source",
-            obj(vec![
-                ("component", Schema::String),
-                ("host", Schema::String),
-            ]),
-        ),
-        ("firstTimestamp", Schema::String),
-        ("lastTimestamp", Schema::String),
-        ("count", Schema::Int),
-        ("type", Schema::String),
-        ("eventTime", Schema::String),
-        (
-            "series",
-            obj(vec![
-                ("count", Schema::Int),
-                ("lastObservedTime", Schema::String),
-            ]),
-        ),
-        ("action", Schema::String),
-        ("related", object_reference()),
-        ("reportingComponent", Schema::String),
-        ("reportingInstance", Schema::String),
-    ])
-}
-
-/// events.k8s.io/v1 Event.
-pub fn events_event() -> Schema {
-    top(vec![
-        ("eventTime", Schema::String),
-        (
-            "series",
-            obj(vec![
-                ("count", Schema::Int),
-                ("lastObservedTime", Schema::String),
-            ]),
-        ),
-        ("reportingController", Schema::String),
-        ("reportingInstance", Schema::String),
-        ("action", Schema::String),
-        ("reason", Schema::String),
-        ("regarding", object_reference()),
-        ("related", object_reference()),
-        ("note", Schema::String),
-        ("type", Schema::String),
-        (
-            "deprecatedSource",
-            obj(vec![
-                ("component", Schema::String),
-                ("host", Schema::String),
-            ]),
-        ),
-        ("deprecatedFirstTimestamp", Schema::String),
-        ("deprecatedLastTimestamp", Schema::String),
-        ("deprecatedCount", Schema::Int),
-    ])
-}
-
-/// coordination.k8s.io/v1 Lease.
-pub fn lease() -> Schema {
-    top(vec![(
-        "spec",
-        obj(vec![
-            ("holderIdentity", Schema::String),
-            ("leaseDurationSeconds", Schema::Int),
-            ("acquireTime", Schema::String),
-            ("renewTime", Schema::String),
-            ("leaseTransitions", Schema::Int),
-            ("strategy", Schema::String),
-            ("preferredHolder", Schema::String),
-        ]),
-    )])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::coordination::lease::schema as lease;
+    use crate::types::core::configmap::schema as config_map;
+    use crate::types::core::secret::schema as secret;
     use serde_json::json;
 
     #[test]

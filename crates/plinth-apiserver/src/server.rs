@@ -10,8 +10,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use plinth_store::Store;
-use plinth_store_embedded::EmbeddedStore;
-use plinth_store_etcd::EtcdStore;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -21,29 +19,13 @@ use crate::registry::{Registry, WriteOptions};
 use crate::resources::Resources;
 use crate::{ServeError, controllers, pki};
 
-/// Where objects are stored.
-#[derive(Clone, Debug)]
-pub enum StorageConfig {
-    /// The embedded store in `<data dir>/store`.
-    Embedded,
-    /// An etcd cluster.
-    Etcd {
-        /// Client URLs.
-        endpoints: Vec<String>,
-        /// Key prefix.
-        prefix: String,
-    },
-}
-
 /// How to run the server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Credentials, kubeconfig and (embedded) storage live here.
+    /// Credentials and the kubeconfig live here (created 0700; files 0600).
     pub data_dir: PathBuf,
     /// Address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// Where objects are stored.
-    pub storage: StorageConfig,
     /// How often history is compacted: each time, everything older than the revision seen at
     /// the previous tick goes (kube-apiserver's `--etcd-compaction-interval`, default 5 min).
     pub compaction_interval: Duration,
@@ -94,22 +76,6 @@ impl RunningServer {
     }
 }
 
-async fn open_store(config: &ServerConfig) -> Result<Arc<dyn Store>, ServeError> {
-    match &config.storage {
-        StorageConfig::Embedded => {
-            let store = EmbeddedStore::open(config.data_dir.join("store"))
-                .map_err(|e| ServeError::Storage(Box::new(e)))?;
-            Ok(Arc::new(store))
-        }
-        StorageConfig::Etcd { endpoints, prefix } => {
-            let store = EtcdStore::connect(endpoints, prefix)
-                .await
-                .map_err(|e| ServeError::Storage(Box::new(e)))?;
-            Ok(Arc::new(store))
-        }
-    }
-}
-
 /// The namespaces every cluster has.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -137,39 +103,24 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// Starts a server; returns once it accepts connections.
+/// Starts a server over `store` (which backend is the caller's choice: `plinth serve` and
+/// `plinth-testenv` open one); returns once it accepts connections.
 ///
 /// # Errors
-/// A [`ServeError`] naming the step that failed: storage, credentials, binding the address.
-pub async fn start(config: ServerConfig) -> Result<RunningServer, ServeError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| ServeError::DataDir {
-        path: config.data_dir.clone(),
-        source: e,
-    })?;
-    let store = open_store(&config).await?;
-    start_with_store(config, store).await
-}
-
-/// Starts a server on a store that is already open (`config.storage` is then ignored): for an
-/// in-process server that outlives restarts of its HTTP side, as a test server does.
-///
-/// # Errors
-/// A [`ServeError`] naming the step that failed: credentials, binding the address.
-pub async fn start_with_store(
+/// A [`ServeError`] naming the step that failed: the data directory, credentials, binding the
+/// address.
+pub async fn start(
     config: ServerConfig,
     store: Arc<dyn Store>,
 ) -> Result<RunningServer, ServeError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| ServeError::DataDir {
-        path: config.data_dir.clone(),
-        source: e,
-    })?;
+    create_private_dir(&config.data_dir)?;
     let registry = Registry {
         caches: Arc::new(crate::cache::Caches::new(
             store.clone(),
             config.bookmark_interval,
         )),
         store,
-        resources: Arc::new(Resources::builtin()),
+        resources: Arc::new(Resources::with(crate::types::builtin())),
     };
     bootstrap(&registry).await?;
     let served = controllers::ServedCrds::default();
@@ -302,4 +253,21 @@ async fn serve(
     {
         tracing::warn!("connections still open 30 s after shutdown began; closing");
     }
+}
+
+/// Creates `dir` (and its parents) readable by the owner only, as the data directory holds
+/// credentials (and, with embedded storage, every object).
+///
+/// # Errors
+/// [`ServeError::DataDir`] naming the directory.
+pub fn create_private_dir(dir: &std::path::Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| ServeError::DataDir {
+            path: dir.to_owned(),
+            source: e,
+        })
 }

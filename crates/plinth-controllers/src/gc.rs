@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use plinth_apiserver::registry::{
-    DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, ListOptions, Propagation, Registry,
-    WriteOptions,
+    DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, Part, Propagation, Registry,
+    WatchOptions, WriteOptions,
 };
 use plinth_apiserver::resources::ResourceDef;
 use plinth_core::{ApiError, GroupVersion, StatusReason};
@@ -189,7 +189,7 @@ impl Collector {
         loop {
             for def in self.registry.resources.all() {
                 // All versions of a resource share one storage: watch it once.
-                if def.events_k8s_io || !watched.insert(def.key_prefix()) {
+                if def.stored_as.is_some() || !watched.insert(def.key_prefix()) {
                     continue;
                 }
                 self.graph().synced.insert(def.key_prefix(), false);
@@ -221,7 +221,15 @@ impl Collector {
             }
             let events = match self
                 .registry
-                .watch(def.clone(), None, ListOptions::default(), true, true)
+                .watch(
+                    def.clone(),
+                    None,
+                    WatchOptions {
+                        send_initial_events: true,
+                        bookmarks: true,
+                        ..WatchOptions::default()
+                    },
+                )
                 .await
             {
                 Ok(events) => events,
@@ -654,7 +662,7 @@ impl Collector {
                     namespace,
                     name,
                     object,
-                    false,
+                    Part::Main,
                     &WriteOptions::internal("kube-controller-manager"),
                 )
                 .await;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{DeleteOptions, ListOptions, PatchBody, Registry, WriteOptions};
+use plinth_apiserver::registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 use plinth_core::StatusReason;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -214,10 +214,10 @@ async fn delete_content(registry: &Registry, namespace: &str) -> Progress {
                 .delete(&def, Some(namespace), name, &DeleteOptions::default())
                 .await
             {
-                Ok((_, true)) => {}
-                Ok((left, false)) => {
+                Ok(deleted) if deleted.gone => {}
+                Ok(deleted) => {
                     *progress.remaining.entry(resource.clone()).or_default() += 1;
-                    for finalizer in plinth_core::meta::finalizers(&left) {
+                    for finalizer in plinth_core::meta::finalizers(&deleted.object) {
                         *progress.finalizers.entry(finalizer).or_default() += 1;
                     }
                 }
@@ -259,18 +259,14 @@ async fn finalize(registry: &Registry, namespace: &str) {
         .and_then(Value::as_array)
         .map(|f| f.iter().filter(|v| *v != "kubernetes").cloned().collect())
         .unwrap_or_default();
-    let patch = json!({"spec": {"finalizers": kept}}).to_string();
-    let body = PatchBody {
-        content_type: "application/merge-patch+json",
-        body: patch.as_bytes(),
-    };
+    let patch = Patch::merge(json!({"spec": {"finalizers": kept}}));
     if let Err(e) = registry
         .patch(
             &def,
             None,
             namespace,
-            body,
-            false,
+            patch,
+            Part::Main,
             &WriteOptions::internal("kube-controller-manager"),
         )
         .await
@@ -319,7 +315,7 @@ async fn report(
                 None,
                 namespace,
                 ns,
-                true,
+                Part::Status,
                 &WriteOptions::internal("kube-controller-manager"),
             )
             .await

@@ -35,6 +35,7 @@ mod layout;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -175,7 +176,13 @@ impl EmbeddedStore {
                 "EmbeddedStore::open must be called inside a tokio runtime",
             )
         })?;
-        std::fs::create_dir_all(&dir)
+        // The store holds Secrets: a directory it creates is the owner's alone (0700), and so
+        // is every file in it (0600; SQLite gives its WAL and shared-memory files the mode of
+        // the database file).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
             .map_err(|e| bad_dir(&dir, format!("cannot create it: {e}")))?;
         let lock_path = dir.join(LOCK_FILE);
         let lock = OpenOptions::new()
@@ -183,6 +190,7 @@ impl EmbeddedStore {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(&lock_path)
             .map_err(|e| {
                 bad_dir(
@@ -333,6 +341,12 @@ fn create_if_new(dir: &Path) -> StoreResult<PathBuf> {
     for leftover in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(dir.join(format!("{DB_FILE}.new{leftover}")));
     }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .map_err(|e| bad_dir(&temp, format!("cannot create the store file: {e}")))?;
     layout::create(&temp)
         .map_err(|e| bad_dir(&temp, format!("cannot create the store file: {e}")))?;
     std::fs::rename(&temp, &path)

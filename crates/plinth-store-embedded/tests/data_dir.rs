@@ -135,3 +135,26 @@ async fn a_database_of_another_program_is_refused() {
     assert_eq!(x, 1, "the other program's data is intact");
     assert_eq!(before.len(), std::fs::read(&path).unwrap().len());
 }
+
+#[tokio::test]
+async fn the_directory_and_every_file_in_it_are_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("data").join("store");
+    let store = EmbeddedStore::open(&dir).unwrap();
+    store
+        .create("/secret", Bytes::from_static(b"s3cr3t"))
+        .await
+        .unwrap();
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+        files += 1;
+    }
+    assert!(files >= 3, "the lock, the database and its WAL are there");
+    store.close().await;
+}

@@ -39,18 +39,29 @@ impl EtcdProcess {
     /// # Errors
     /// A backend error if the binary is missing or etcd does not become ready within 20 s.
     pub async fn start() -> StoreResult<Self> {
-        let data = tempfile::Builder::new()
-            .prefix("plinth-etcd-")
-            .tempdir()
-            .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
-        let mut process = Self {
-            child: None,
-            data,
-            client_port: free_port()?,
-            peer_port: free_port()?,
-        };
-        process.launch().await?;
-        Ok(process)
+        // A port picked free can be taken by another test before etcd binds it: then try
+        // again on fresh ports, in a fresh directory.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let data = tempfile::Builder::new()
+                .prefix("plinth-etcd-")
+                .tempdir()
+                .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+            let mut process = Self {
+                child: None,
+                data,
+                client_port: free_port()?,
+                peer_port: free_port()?,
+            };
+            match process.launch().await {
+                Ok(()) => return Ok(process),
+                Err(e) if attempt < 5 && e.to_string().contains("address already in use") => {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The client URL, `http://127.0.0.1:PORT`.

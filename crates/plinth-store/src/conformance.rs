@@ -43,6 +43,7 @@ macro_rules! conformance_tests {
             compaction_keeps_current_state,
             oversized_value_is_refused,
             progress_reports_quiet_and_busy_watches,
+            guaranteed_delete_sees_the_latest_value,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {
@@ -317,6 +318,65 @@ pub async fn concurrent_writers_lose_no_update(store: Arc<dyn Store>) {
     assert!(matches!(
         guaranteed_update::<_, _, StoreError>(&*store, "/no-counter", |_| Ok(Update::Unchanged))
             .await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+/// A delete decided in the guaranteed-update loop happens only at the revision it decided on:
+/// writers racing it make it decide again on their value, and it deletes exactly once.
+pub async fn guaranteed_delete_sees_the_latest_value(store: Arc<dyn Store>) {
+    store.create("/countdown", b("0")).await.unwrap();
+    let writers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let written =
+                        guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |kv| {
+                            let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
+                            Ok(Update::Write(b((n + 1).to_string())))
+                        })
+                        .await;
+                    if matches!(written, Err(StoreError::NotFound { .. })) {
+                        return;
+                    }
+                    written.unwrap();
+                }
+            })
+        })
+        .collect();
+    // Deletes once the counter reaches 40; before that it leaves the key alone.
+    let deleted = loop {
+        let mut seen = 0;
+        let outcome = guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |kv| {
+            seen = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
+            Ok(if seen >= 40 {
+                Update::Delete
+            } else {
+                Update::Unchanged
+            })
+        })
+        .await
+        .unwrap();
+        if seen >= 40 {
+            break outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let value: u64 = std::str::from_utf8(&deleted.value)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        value >= 40,
+        "the delete decided on the value it deleted ({value})"
+    );
+    assert!(store.get("/countdown").await.unwrap().is_none());
+    assert!(matches!(
+        guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |_| Ok(Update::Delete)).await,
         Err(StoreError::NotFound { .. })
     ));
 }

@@ -11,6 +11,8 @@ pub enum Update {
     Write(Bytes),
     /// Leave the key as it is.
     Unchanged,
+    /// Delete the key (at the revision read: a concurrent change retries with it).
+    Delete,
 }
 
 /// Reads `key`, lets `decide` compute its new value from the current one, and writes it with a
@@ -18,7 +20,8 @@ pub enum Update {
 /// as kube-apiserver's `GuaranteedUpdate` does. `decide` may run several times; it must be a pure
 /// function of its input.
 ///
-/// Returns the key as written (or as found, for [`Update::Unchanged`]).
+/// Returns the key as written (as found, for [`Update::Unchanged`]; as it was before it went,
+/// for [`Update::Delete`]).
 ///
 /// # Errors
 /// `E::from(StoreError::NotFound)` if the key does not exist; `decide`'s own error, unchanged;
@@ -36,6 +39,16 @@ where
         let value = match decide(&current)? {
             Update::Unchanged => return Ok(current),
             Update::Write(value) => value,
+            Update::Delete => match store.delete(key, Some(current.mod_revision)).await {
+                Ok((_, deleted)) => return Ok(deleted),
+                Err(StoreError::Conflict { .. }) => {
+                    current = store.get(key).await?.ok_or_else(|| StoreError::NotFound {
+                        key: key.to_owned(),
+                    })?;
+                    continue;
+                }
+                Err(other) => return Err(other.into()),
+            },
         };
         match store.update(key, value.clone(), current.mod_revision).await {
             Ok(revision) => {

@@ -76,7 +76,6 @@ impl TestEnv {
         let config = plinth_apiserver::ServerConfig {
             data_dir: dir.path().to_owned(),
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            storage: plinth_apiserver::StorageConfig::Embedded,
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
         };
@@ -84,7 +83,7 @@ impl TestEnv {
             plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
                 .map_err(|e| Error::Storage(e.to_string()))?,
         );
-        let server = plinth_apiserver::start_with_store(config, store.clone())
+        let server = plinth_apiserver::start(config, store.clone())
             .await
             .map_err(Error::Start)?;
         plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
@@ -166,11 +165,10 @@ impl TestEnv {
         let config = plinth_apiserver::ServerConfig {
             data_dir: self._dir.path().to_owned(),
             listen: addr,
-            storage: plinth_apiserver::StorageConfig::Embedded,
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
         };
-        let server = plinth_apiserver::start_with_store(config, self.store.clone())
+        let server = plinth_apiserver::start(config, self.store.clone())
             .await
             .map_err(Error::Start)?;
         plinth_controllers::spawn_all(server.registry.clone(), server.stopping());

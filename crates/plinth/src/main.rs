@@ -5,9 +5,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use plinth_apiserver::{ServerConfig, StorageConfig};
+use plinth_apiserver::ServerConfig;
+use plinth_store::Store;
 
 /// Plinth: the Kubernetes extension model, whole, in Rust.
 #[derive(Parser, Debug)]
@@ -103,9 +105,9 @@ fn main() -> ExitCode {
                 subscriber.init();
             }
             let storage = if etcd_servers.is_empty() {
-                StorageConfig::Embedded
+                Storage::Embedded
             } else {
-                StorageConfig::Etcd {
+                Storage::Etcd {
                     endpoints: etcd_servers,
                     prefix: etcd_prefix,
                 }
@@ -113,7 +115,6 @@ fn main() -> ExitCode {
             let config = ServerConfig {
                 data_dir: data_dir.unwrap_or_else(default_data_dir),
                 listen,
-                storage,
                 compaction_interval,
                 bookmark_interval: watch_bookmark_interval,
             };
@@ -127,13 +128,50 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            runtime.block_on(serve(config))
+            runtime.block_on(serve(config, storage))
         }
     }
 }
 
-async fn serve(config: ServerConfig) -> ExitCode {
-    let server = match plinth_apiserver::start(config).await {
+/// Where objects are stored: the binary picks the backend; the API server only sees a
+/// `dyn Store`.
+enum Storage {
+    /// The embedded store in `<data dir>/store`.
+    Embedded,
+    /// An etcd cluster.
+    Etcd {
+        /// Client URLs.
+        endpoints: Vec<String>,
+        /// Key prefix.
+        prefix: String,
+    },
+}
+
+async fn open_store(
+    config: &ServerConfig,
+    storage: Storage,
+) -> Result<Arc<dyn Store>, plinth_apiserver::ServeError> {
+    plinth_apiserver::create_private_dir(&config.data_dir)?;
+    let store: Arc<dyn Store> = match storage {
+        Storage::Embedded => Arc::new(
+            plinth_store_embedded::EmbeddedStore::open(config.data_dir.join("store"))
+                .map_err(|e| plinth_apiserver::ServeError::Storage(Box::new(e)))?,
+        ),
+        Storage::Etcd { endpoints, prefix } => Arc::new(
+            plinth_store_etcd::EtcdStore::connect(&endpoints, &prefix)
+                .await
+                .map_err(|e| plinth_apiserver::ServeError::Storage(Box::new(e)))?,
+        ),
+    };
+    Ok(store)
+}
+
+async fn serve(config: ServerConfig, storage: Storage) -> ExitCode {
+    let started = match open_store(&config, storage).await {
+        Ok(store) => plinth_apiserver::start(config, store).await,
+        Err(e) => Err(e),
+    };
+    let server = match started {
         Ok(server) => server,
         Err(e) => {
             eprintln!("plinth: {e}");

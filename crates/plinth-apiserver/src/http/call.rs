@@ -1,0 +1,313 @@
+//! One request on a resource: the verb, the typed options from [`Query`], the decoded body —
+//! handed to the registry — and the answer in the negotiated format.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use plinth_core::{ApiError, StatusReason};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::body::{decode_body, decode_patch};
+use super::negotiate::{Format, partial, respond};
+use super::query::Query;
+use crate::registry::{Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
+use crate::resources::ResourceDef;
+use crate::table::{self, IncludeObject};
+
+/// One request on a resource.
+pub(super) struct Call<'a> {
+    pub(super) state: &'a AppState,
+    pub(super) def: Arc<ResourceDef>,
+    pub(super) namespace: Option<String>,
+    pub(super) name: Option<String>,
+    pub(super) subresource: Option<String>,
+    pub(super) format: Format,
+    pub(super) query: Query,
+    pub(super) headers: &'a HeaderMap,
+}
+
+impl Call<'_> {
+    /// The request's write options; the field manager defaults to the client's User-Agent up
+    /// to its first `/`, as kube-apiserver does.
+    fn write_options(&self) -> Result<WriteOptions, ApiError> {
+        let mut options = self.query.write_options()?;
+        let agent = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        options.default_manager = agent
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(128)
+            .collect();
+        Ok(options)
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.state.registry
+    }
+
+    /// The namespace of the request: required for namespaced objects, none for cluster-scoped.
+    fn namespace(&self) -> Result<Option<&str>, ApiError> {
+        match (&self.namespace, self.def.namespaced) {
+            (Some(_), false) => Err(ApiError::new(
+                StatusReason::NotFound,
+                "the server could not find the requested resource",
+            )),
+            (ns, _) => Ok(ns.as_deref()),
+        }
+    }
+
+    /// JSON or YAML as asked, for answers that are not the resource (Status, Scale).
+    fn plain_format(&self) -> Format {
+        if self.format == Format::Yaml {
+            Format::Yaml
+        } else {
+            Format::Json
+        }
+    }
+
+    fn object_response(&self, code: StatusCode, object: &Value, warnings: &[String]) -> Response {
+        match self.format {
+            Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
+            Format::Table => respond(
+                code,
+                &table::of_object(
+                    &self.def,
+                    object,
+                    IncludeObject::parse(self.query.get("includeObject")),
+                    true,
+                ),
+                Format::Json,
+                warnings,
+            ),
+            format => respond(code, object, format, warnings),
+        }
+    }
+
+    /// Serves the request.
+    pub(super) async fn run(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
+        let part = match self.subresource.as_deref() {
+            None => Part::Main,
+            Some("status") if self.def.status_subresource => Part::Status,
+            Some("scale") if self.def.scale.is_some() => return self.scale(method, body).await,
+            Some(_) => {
+                return Err(ApiError::new(
+                    StatusReason::NotFound,
+                    "the server could not find the requested resource",
+                ));
+            }
+        };
+        let namespace = self.namespace()?.map(str::to_owned);
+        let ns = namespace.as_deref();
+        let registry = self.registry();
+        match (method.clone(), self.name.clone()) {
+            (Method::GET, Some(name)) => {
+                if let Some(rv) = self
+                    .query
+                    .get("resourceVersion")
+                    .filter(|rv| !rv.is_empty())
+                {
+                    crate::registry::parse_rv(rv)?;
+                }
+                let object = registry.get(&self.def, ns, &name).await?;
+                Ok(self.object_response(StatusCode::OK, &object, &[]))
+            }
+            (Method::GET, None) if self.query.flag("watch") => self.watch(namespace).await,
+            (Method::GET, None) => {
+                let options = self.query.list_options()?;
+                let list = registry.list(&self.def, ns, &options).await?;
+                Ok(self.list_response(&list))
+            }
+            (Method::POST, None) => {
+                let options = self.write_options()?;
+                let object = decode_body(self.headers, &body)?;
+                let written = registry
+                    .create(
+                        &self.def,
+                        ns.or(Some("default")).filter(|_| self.def.namespaced),
+                        object,
+                        &options,
+                    )
+                    .await?;
+                Ok(self.object_response(StatusCode::CREATED, &written.object, &written.warnings))
+            }
+            (Method::PUT, Some(name)) => {
+                let options = self.write_options()?;
+                let object = decode_body(self.headers, &body)?;
+                let written = registry
+                    .update(&self.def, ns, &name, object, part, &options)
+                    .await?;
+                Ok(self.written_response(&written))
+            }
+            (Method::PATCH, Some(name)) => {
+                let options = self.write_options()?;
+                let patch = decode_patch(self.headers, &body)?;
+                let written = registry
+                    .patch(&self.def, ns, &name, patch, part, &options)
+                    .await?;
+                Ok(self.written_response(&written))
+            }
+            (Method::DELETE, Some(name)) => {
+                let options = self.delete_options(&body)?;
+                let deleted = registry.delete(&self.def, ns, &name, &options).await?;
+                if deleted.gone && !self.def.delete_returns_object {
+                    let uid = plinth_core::meta::meta_str(&deleted.object, "uid").unwrap_or("");
+                    let mut details = json!({"name": name, "kind": self.def.plural, "uid": uid});
+                    if !self.def.group_version.group.is_empty() {
+                        details["group"] = json!(self.def.group_version.group);
+                    }
+                    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
+                    return Ok(respond(StatusCode::OK, &status, self.plain_format(), &[]));
+                }
+                Ok(self.object_response(StatusCode::OK, &deleted.object, &[]))
+            }
+            (Method::DELETE, None) => {
+                let options = self.delete_options(&body)?;
+                let list_options = self.query.list_options()?;
+                let list = registry.list(&self.def, ns, &list_options).await?;
+                for item in list["items"].as_array().cloned().unwrap_or_default() {
+                    let item_ns = plinth_core::meta::namespace(&item).map(str::to_owned);
+                    let item_name = plinth_core::meta::name(&item).unwrap_or("").to_owned();
+                    match registry
+                        .delete(&self.def, item_ns.as_deref(), &item_name, &options)
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(e) if e.reason == StatusReason::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+                Ok(respond(StatusCode::OK, &status, Format::Json, &[]))
+            }
+            _ => Err(ApiError::method_not_allowed()),
+        }
+    }
+
+    /// 201 for a write that created, 200 otherwise.
+    fn written_response(&self, written: &crate::registry::Written) -> Response {
+        let code = if written.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        self.object_response(code, &written.object, &written.warnings)
+    }
+
+    /// A list in the negotiated format.
+    fn list_response(&self, list: &Value) -> Response {
+        match self.format {
+            Format::Table => respond(
+                StatusCode::OK,
+                &table::of_list(
+                    &self.def,
+                    list,
+                    IncludeObject::parse(self.query.get("includeObject")),
+                ),
+                Format::Json,
+                &[],
+            ),
+            Format::Metadata => {
+                let items: Vec<Value> = list["items"]
+                    .as_array()
+                    .map(|i| i.iter().map(partial).collect())
+                    .unwrap_or_default();
+                let metadata_list = json!({
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": list["metadata"],
+                    "items": items,
+                });
+                respond(StatusCode::OK, &metadata_list, Format::Json, &[])
+            }
+            format => respond(StatusCode::OK, list, format, &[]),
+        }
+    }
+
+    /// `/scale`: GET, PUT and PATCH of the autoscaling/v1 Scale.
+    async fn scale(&self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
+        let name = self.name.clone().ok_or_else(ApiError::method_not_allowed)?;
+        let ns = self.namespace()?;
+        let registry = self.registry();
+        let change = match *method {
+            Method::GET => {
+                let scale = registry.get_scale(&self.def, ns, &name).await?;
+                return Ok(respond(StatusCode::OK, &scale, self.plain_format(), &[]));
+            }
+            Method::PUT => ScaleWrite::Replace(decode_body(self.headers, &body)?),
+            Method::PATCH => ScaleWrite::Patch(decode_patch(self.headers, &body)?),
+            _ => return Err(ApiError::method_not_allowed()),
+        };
+        let options = self.write_options()?;
+        let scale = registry
+            .write_scale(&self.def, ns, &name, change, &options)
+            .await?;
+        Ok(respond(StatusCode::OK, &scale, self.plain_format(), &[]))
+    }
+
+    /// The delete options from the query and the `DeleteOptions` body, if any.
+    fn delete_options(&self, body: &Bytes) -> Result<crate::registry::DeleteOptions, ApiError> {
+        let parsed = if body.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            Some(decode_body(self.headers, body)?)
+        };
+        self.query.delete_options(parsed.as_ref())
+    }
+
+    async fn watch(&self, namespace: Option<String>) -> Result<Response, ApiError> {
+        let options = self.query.watch_options()?;
+        let timeout = options.timeout.unwrap_or_else(default_watch_timeout);
+        let events = self
+            .registry()
+            .watch(self.def.clone(), namespace, options)
+            .await?;
+        let mut shutdown = self.state.shutdown.clone();
+        let stop = async move {
+            tokio::select! {
+                () = tokio::time::sleep(timeout) => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => {}
+            }
+        };
+        let (def, table, metadata_only) = (
+            self.def.clone(),
+            self.format == Format::Table,
+            self.format == Format::Metadata,
+        );
+        let include = IncludeObject::parse(self.query.get("includeObject"));
+        let mut first = true;
+        let body = events.take_until(Box::pin(stop)).map(move |event| {
+            let object = if table && matches!(event.kind, "ADDED" | "MODIFIED" | "DELETED") {
+                let headers = std::mem::replace(&mut first, false);
+                table::of_object(&def, &event.object, include, headers)
+            } else if metadata_only && event.kind != "ERROR" {
+                partial(&event.object)
+            } else {
+                event.object
+            };
+            let mut line = serde_json::to_vec(&json!({"type": event.kind, "object": object}))
+                .unwrap_or_default();
+            line.push(b'\n');
+            Ok::<_, std::convert::Infallible>(Bytes::from(line))
+        });
+        let mut response = Response::new(Body::from_stream(body));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
+        Ok(response)
+    }
+}

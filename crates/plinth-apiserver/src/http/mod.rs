@@ -1,0 +1,412 @@
+//! HTTP: the URL space of kube-apiserver, authentication, content negotiation, and the one
+//! place where an [`ApiError`] becomes a `Status` response.
+//!
+//! Rooms: this file (routing, authentication, the error response), `negotiate` (formats),
+//! `query` (every query parameter, parsed once into typed options), `body` (reading and
+//! decoding bodies and patches), `call` (one request on a resource → the registry).
+
+mod body;
+mod call;
+mod negotiate;
+mod query;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use plinth_core::{ApiError, StatusReason};
+use serde_json::Value;
+
+use crate::discovery;
+use crate::registry::Registry;
+use body::{content_type, read_body};
+use call::Call;
+use negotiate::{Format, negotiate, respond};
+use query::Query;
+
+/// What every request handler shares.
+pub(crate) struct AppState {
+    /// The registry.
+    pub(crate) registry: Registry,
+    /// The admin bearer token.
+    pub(crate) token: String,
+    /// `host:port` clients reach the server at.
+    pub(crate) server_address: String,
+    /// Becomes `true` when the server is shutting down; open watches end.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Request metrics.
+    pub(crate) metrics: crate::metrics::Metrics,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("server_address", &self.server_address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The router: every request goes through [`dispatch`].
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new().fallback(dispatch).with_state(state)
+}
+
+/// An [`ApiError`] as a response: the one place errors become `Status` bodies.
+struct ErrorResponse(ApiError);
+
+impl IntoResponse for ErrorResponse {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.0.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if code.is_server_error() {
+            tracing::error!(code = code.as_u16(), message = %self.0.message, "request failed");
+        }
+        let body = serde_json::to_vec(&self.0.to_status()).unwrap_or_default();
+        let mut response =
+            (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if let Some(after) = self.0.details.retry_after_seconds
+            && let Ok(value) = HeaderValue::from_str(&after.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Version,
+    Health,
+    Metrics,
+    Api,
+    Apis,
+    Group(String),
+    ResourceList {
+        group: String,
+        version: String,
+    },
+    OpenApiV3(Option<String>),
+    OpenApiV2,
+    Resource {
+        group: String,
+        version: String,
+        namespace: Option<String>,
+        resource: String,
+        name: Option<String>,
+        subresource: Option<String>,
+    },
+    NotFound,
+}
+
+fn parse_target(path: &str) -> Target {
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["version"] => return Target::Version,
+        ["metrics"] => return Target::Metrics,
+        ["healthz" | "livez" | "readyz", ..] => return Target::Health,
+        ["api"] => return Target::Api,
+        ["openapi", "v3"] => return Target::OpenApiV3(None),
+        ["openapi", "v3", rest @ ..] => return Target::OpenApiV3(Some(rest.join("/"))),
+        ["openapi", "v2"] => return Target::OpenApiV2,
+        ["apis"] => return Target::Apis,
+        ["apis", group] => return Target::Group((*group).to_owned()),
+        ["api", version] => {
+            return Target::ResourceList {
+                group: String::new(),
+                version: (*version).to_owned(),
+            };
+        }
+        ["apis", group, version] => {
+            return Target::ResourceList {
+                group: (*group).to_owned(),
+                version: (*version).to_owned(),
+            };
+        }
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Target::NotFound,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..]
+            if !tail.is_empty() && !matches!(tail[0], "status" | "finalize") =>
+        {
+            (Some((*ns).to_owned()), tail)
+        }
+        other => (None, other),
+    };
+    let resource = |resource: &str, name: Option<&str>, sub: Option<&str>| Target::Resource {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        namespace: namespace.clone(),
+        resource: resource.to_owned(),
+        name: name.map(str::to_owned),
+        subresource: sub.map(str::to_owned),
+    };
+    match rest {
+        [res] => resource(res, None, None),
+        [res, name] => resource(res, Some(name), None),
+        [res, name, sub] => resource(res, Some(name), Some(sub)),
+        _ => Target::NotFound,
+    }
+}
+
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|token| constant_time_eq(token.trim().as_bytes(), state.token.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Every request.
+async fn dispatch(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = std::time::Instant::now();
+    let target = parse_target(uri.path());
+    let labels = request_labels(&target, &method, &uri, &headers);
+    // The body is read (or, past the limit, drained) before anything else, so that no answer
+    // leaves a request half-read.
+    let result = match read_body(body).await {
+        Ok(bytes) => handle(&state, &method, &uri, &headers, bytes, target).await,
+        Err(error) => Err(error),
+    };
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => ErrorResponse(error).into_response(),
+    };
+    state
+        .metrics
+        .record(labels, response.status().as_u16(), started.elapsed());
+    tracing::debug!(method = %method, path = %uri.path(), code = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
+    response
+}
+
+/// The metric labels of a request, as kube-apiserver's RequestInfo derives them.
+fn request_labels(
+    target: &Target,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> crate::metrics::RequestLabels {
+    let mut labels = crate::metrics::RequestLabels {
+        verb: method.as_str().to_owned(),
+        ..Default::default()
+    };
+    if let Target::Resource {
+        group,
+        version,
+        namespace,
+        resource,
+        name,
+        subresource,
+    } = target
+    {
+        let watch = Query::parse(uri).flag("watch");
+        labels.verb = match (method.as_str(), name.is_some()) {
+            ("GET", false) if watch => "WATCH",
+            ("GET", false) => "LIST",
+            ("DELETE", false) => "DELETECOLLECTION",
+            ("PATCH", _) if content_type(headers) == "application/apply-patch+yaml" => "APPLY",
+            (other, _) => other,
+        }
+        .to_owned();
+        labels.group = group.clone();
+        labels.version = version.clone();
+        labels.resource = resource.clone();
+        labels.subresource = subresource.clone().unwrap_or_default();
+        labels.scope = if name.is_some() {
+            "resource"
+        } else if namespace.is_some() {
+            "namespace"
+        } else {
+            "cluster"
+        }
+        .to_owned();
+    }
+    labels
+}
+
+async fn handle(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    target: Target,
+) -> Result<Response, ApiError> {
+    if target == Target::Health {
+        return Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "ok",
+        )
+            .into_response());
+    }
+    if target == Target::Version {
+        return Ok(respond(
+            StatusCode::OK,
+            &discovery::version(),
+            Format::Json,
+            &[],
+        ));
+    }
+    if !authorized(state, headers) {
+        return Err(ApiError::unauthorized());
+    }
+    if target == Target::Metrics {
+        let mut text = state.metrics.render();
+        text.push_str(&state.registry.caches.render_metrics());
+        return Ok((
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response());
+    }
+    let resources = &state.registry.resources;
+    let format = negotiate(headers)?;
+    let get_only = |value: Option<Value>| -> Result<Response, ApiError> {
+        if method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        let value = value.ok_or_else(|| {
+            ApiError::new(
+                StatusReason::NotFound,
+                "the server could not find the requested resource",
+            )
+        })?;
+        let format = if format == Format::Table {
+            Format::Json
+        } else {
+            format
+        };
+        Ok(respond(StatusCode::OK, &value, format, &[]))
+    };
+    match target {
+        Target::Api => match format {
+            Format::Aggregated(v) => get_only(Some(discovery::aggregated(resources, true, v))),
+            _ => get_only(Some(discovery::core_versions(&state.server_address))),
+        },
+        Target::Apis => match format {
+            Format::Aggregated(v) => get_only(Some(discovery::aggregated(resources, false, v))),
+            _ => get_only(Some(discovery::groups(resources))),
+        },
+        Target::Group(group) => get_only(discovery::group(resources, &group)),
+        Target::OpenApiV3(None) => get_only(Some(crate::openapi::root(resources))),
+        Target::OpenApiV3(Some(path)) => get_only(crate::openapi::document(resources, &path)),
+        // The protobuf form kubectl asks for first is not served; JSON is.
+        Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
+            get_only(Some(crate::openapi::swagger(resources)))
+        }
+        Target::OpenApiV2 => Err(ApiError::new(
+            StatusReason::NotAcceptable,
+            "/openapi/v2 is served as application/json",
+        )),
+        Target::ResourceList { group, version } => {
+            get_only(discovery::resource_list(resources, &group, &version))
+        }
+        Target::Resource {
+            group,
+            version,
+            namespace,
+            resource,
+            name,
+            subresource,
+        } => {
+            let def = resources.get(&group, &version, &resource).ok_or_else(|| {
+                ApiError::new(
+                    StatusReason::NotFound,
+                    "the server could not find the requested resource",
+                )
+            })?;
+            let deprecation = def.deprecation.clone();
+            let call = Call {
+                state,
+                def,
+                namespace,
+                name,
+                subresource,
+                format,
+                query: Query::parse(uri),
+                headers,
+            };
+            let mut response = call.run(method, body).await;
+            // Every answer from a deprecated version carries its warning.
+            if let (Some(warning), Ok(r)) = (deprecation, &mut response) {
+                let text = format!(
+                    "299 - {}",
+                    serde_json::to_string(&warning).unwrap_or_default()
+                );
+                if let Ok(value) = HeaderValue::from_str(&text) {
+                    r.headers_mut().append(header::WARNING, value);
+                }
+            }
+            response
+        }
+        Target::NotFound => Err(ApiError::new(
+            StatusReason::NotFound,
+            "the server could not find the requested resource",
+        )),
+        Target::Health | Target::Version | Target::Metrics => Err(ApiError::method_not_allowed()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_follow_kube_apiserver_paths() {
+        assert_eq!(parse_target("/api"), Target::Api);
+        assert_eq!(
+            parse_target("/apis/coordination.k8s.io"),
+            Target::Group("coordination.k8s.io".into())
+        );
+        let cm = parse_target("/api/v1/namespaces/default/configmaps/a");
+        assert_eq!(
+            cm,
+            Target::Resource {
+                group: "".into(),
+                version: "v1".into(),
+                namespace: Some("default".into()),
+                resource: "configmaps".into(),
+                name: Some("a".into()),
+                subresource: None
+            }
+        );
+        let ns_status = parse_target("/api/v1/namespaces/default/status");
+        assert!(
+            matches!(ns_status, Target::Resource { ref resource, ref name, ref subresource, .. }
+            if resource == "namespaces" && name.as_deref() == Some("default") && subresource.as_deref() == Some("status"))
+        );
+        let ns = parse_target("/api/v1/namespaces/default");
+        assert!(
+            matches!(ns, Target::Resource { ref resource, namespace: None, .. } if resource == "namespaces")
+        );
+        let leases = parse_target("/apis/coordination.k8s.io/v1/namespaces/x/leases");
+        assert!(
+            matches!(leases, Target::Resource { ref group, name: None, .. } if group == "coordination.k8s.io")
+        );
+        assert_eq!(parse_target("/nothing/here"), Target::NotFound);
+    }
+}

@@ -1,0 +1,166 @@
+//! Deletion: preconditions, the garbage collector's finalizers by propagation policy, marking
+//! objects that wait for finalizers, and the final delete — all one guaranteed update.
+
+use plinth_core::ApiError;
+use plinth_core::meta::{finalizers, format_time, metadata_mut};
+use plinth_store::{Update, guaranteed_update};
+use serde_json::{Value, json};
+
+use super::codec::{decode_view, encode_view, rv_of, store_error};
+use super::write::{UpdateError, is_deleting};
+use super::{DeleteOptions, Propagation, Registry, now};
+use crate::resources::ResourceDef;
+
+/// The finalizer that keeps an owner until its dependents are orphaned.
+pub const FINALIZER_ORPHAN: &str = "orphan";
+/// The finalizer that keeps an owner until its blocking dependents are deleted.
+pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+/// What a delete did.
+#[derive(Debug)]
+pub struct Deleted {
+    /// The object as deleted, or as marked for deletion.
+    pub object: Value,
+    /// Whether it is gone (else it waits for finalizers).
+    pub gone: bool,
+}
+
+impl Registry {
+    /// Deletes an object, or marks it deleted while finalizers remain.
+    ///
+    /// # Errors
+    /// 404 if absent; 409 if a precondition fails.
+    pub async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        let key = def.key(namespace, name);
+        let mut outcome: Option<Deleted> = None;
+        let written = guaranteed_update::<_, _, UpdateError>(&*self.store, &key, |kv| {
+            let current = decode_view(def, kv)?;
+            check_preconditions(options, def, name, &current)?;
+            let had = finalizers(&current);
+            let wanted = deletion_finalizers(&had, options.propagation);
+            if wanted.is_empty() && !def.strategy.deletion_pending(&current) {
+                outcome = Some(Deleted {
+                    object: current,
+                    gone: true,
+                });
+                return Ok(if options.dry_run {
+                    Update::Unchanged
+                } else {
+                    Update::Delete
+                });
+            }
+            let same = had.len() == wanted.len() && wanted.iter().all(|f| had.contains(f));
+            if is_deleting(&current) && same {
+                outcome = Some(Deleted {
+                    object: current,
+                    gone: false,
+                });
+                return Ok(Update::Unchanged);
+            }
+            let mut marked = current.clone();
+            if let Some(meta) = metadata_mut(&mut marked) {
+                if !same {
+                    meta.insert("finalizers".into(), json!(wanted));
+                }
+                if !meta.contains_key("deletionTimestamp") {
+                    meta.insert("deletionTimestamp".into(), json!(format_time(now())));
+                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                }
+            }
+            def.strategy.mark_deleting(&mut marked);
+            let encoded = encode_view(def, &marked)?;
+            outcome = Some(Deleted {
+                object: marked,
+                gone: false,
+            });
+            Ok(if options.dry_run {
+                Update::Unchanged
+            } else {
+                Update::Write(encoded)
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            UpdateError::Api(api) => api,
+            UpdateError::Store(store) => store_error(def, name, store),
+        })?;
+        let mut outcome = outcome.ok_or_else(|| ApiError::internal("delete decided nothing"))?;
+        if !outcome.gone
+            && !options.dry_run
+            && let Some(meta) = metadata_mut(&mut outcome.object)
+        {
+            meta.insert(
+                "resourceVersion".into(),
+                json!(written.mod_revision.to_string()),
+            );
+        }
+        Ok(outcome)
+    }
+}
+
+/// The finalizers an object gets when deleted with `propagation` (kube-apiserver's
+/// `deletionFinalizersForGarbageCollection`): the garbage collector's two finalizers are
+/// dropped, and the one the policy asks for added.
+fn deletion_finalizers(current: &[String], propagation: Option<Propagation>) -> Vec<String> {
+    let propagation = propagation.unwrap_or_else(|| {
+        if current.iter().any(|f| f == FINALIZER_ORPHAN) {
+            Propagation::Orphan
+        } else if current.iter().any(|f| f == FINALIZER_FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        }
+    });
+    let mut finalizers: Vec<String> = current
+        .iter()
+        .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
+        .cloned()
+        .collect();
+    match propagation {
+        Propagation::Orphan => finalizers.push(FINALIZER_ORPHAN.to_owned()),
+        Propagation::Foreground => finalizers.push(FINALIZER_FOREGROUND.to_owned()),
+        Propagation::Background => {}
+    }
+    finalizers
+}
+
+/// The delete's preconditions against the stored object.
+fn check_preconditions(
+    options: &DeleteOptions,
+    def: &ResourceDef,
+    name: &str,
+    current: &Value,
+) -> Result<(), ApiError> {
+    let resource = def.group_resource();
+    if let Some(uid) = &options.uid {
+        let actual = plinth_core::meta::meta_str(current, "uid").unwrap_or("");
+        if uid != actual {
+            return Err(ApiError::conflict(
+                &resource,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = &options.resource_version {
+        let actual = rv_of(current).unwrap_or("");
+        if rv != actual {
+            return Err(ApiError::conflict(
+                &resource,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

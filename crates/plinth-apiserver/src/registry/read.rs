@@ -1,0 +1,258 @@
+//! Reads: one object, and lists — from the watch cache when kube-apiserver 1.32 would serve
+//! them from its cache, else from storage, consistent at one revision and paginated.
+
+use plinth_core::ApiError;
+use plinth_core::meta::labels;
+use plinth_core::selector::FieldSelector;
+use plinth_store::{RangeRequest, StoreError};
+use serde_json::{Value, json};
+
+use super::codec::{decode_continue, decode_view, encode_continue, parse_rv, store_error, view};
+use super::{ListOptions, Registry, ResourceVersionMatch};
+use crate::resources::ResourceDef;
+
+impl Registry {
+    /// Reads one object.
+    ///
+    /// # Errors
+    /// 404 if absent.
+    pub async fn get(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = def.key(namespace, name);
+        match self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+        {
+            Some(kv) => decode_view(def, &kv),
+            None => Err(ApiError::not_found(&def.group_resource(), name)),
+        }
+    }
+
+    /// The store's current revision.
+    async fn current_revision(
+        &self,
+        def: &ResourceDef,
+    ) -> Result<plinth_store::Revision, ApiError> {
+        self.store
+            .current_revision()
+            .await
+            .map_err(|e| store_error(def, "", e))
+    }
+
+    /// Whether `object` matches the options' selectors.
+    pub(super) fn selected(def: &ResourceDef, object: &Value, options: &ListOptions) -> bool {
+        (options.labels.is_empty() || options.labels.matches(&labels(object)))
+            && options
+                .fields
+                .matches(|field| def.field_value(object, field))
+    }
+
+    /// Checks a field selector against what the resource supports.
+    ///
+    /// # Errors
+    /// 400 naming the first unsupported field.
+    pub fn check_field_selector(def: &ResourceDef, fields: &FieldSelector) -> Result<(), ApiError> {
+        let Some(term) = fields.terms.iter().find(|t| !def.is_selectable(&t.field)) else {
+            return Ok(());
+        };
+        // Types with field selectors of their own answer as their conversion function does;
+        // the others with the scheme's default.
+        let message = if def.selectable_fields.is_empty() {
+            format!(
+                "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                term.field
+            )
+        } else {
+            format!("field label not supported: {}", term.field)
+        };
+        Err(ApiError::bad_request(message))
+    }
+
+    /// Lists objects, paginated and filtered, consistent at one revision.
+    ///
+    /// # Errors
+    /// 410 for a continue token or exact resourceVersion older than history; 400 for bad options.
+    pub async fn list(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        Self::check_field_selector(def, &options.fields)?;
+        let prefix = def.list_prefix(namespace);
+        if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
+            return Ok(list);
+        }
+        self.caches.count_list(&def.key_prefix(), false);
+        let (mut revision, mut start) = match &options.continue_token {
+            Some(token) if !token.is_empty() => {
+                let (rev, start) = decode_continue(token)?;
+                (Some(rev), Some(format!("{prefix}{start}\0")))
+            }
+            _ => (None, None),
+        };
+        if revision.is_none() {
+            revision = self.list_revision(def, options).await?;
+        }
+        let mut items = Vec::new();
+        let mut next: Option<String> = None;
+        let limit = options.limit;
+        loop {
+            let mut request = RangeRequest::prefix(prefix.clone());
+            request.start = start.clone();
+            request.revision = revision;
+            if limit > 0 {
+                request.limit = Some((limit - items.len()).max(1));
+            }
+            let page = self.store.range(request).await.map_err(|e| match e {
+                StoreError::Compacted { .. } if options.continue_token.is_some() => ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ),
+                other => store_error(def, "", other),
+            })?;
+            revision = Some(page.revision);
+            let last_key = page.kvs.last().map(|kv| kv.key.clone());
+            for kv in &page.kvs {
+                let object = decode_view(def, kv)?;
+                if Self::selected(def, &object, options) {
+                    items.push(object);
+                }
+            }
+            match last_key {
+                Some(last) if page.more => {
+                    if limit > 0 && items.len() >= limit {
+                        next = Some(last.trim_start_matches(prefix.as_str()).to_owned());
+                        break;
+                    }
+                    start = Some(format!("{last}\0"));
+                }
+                _ => break,
+            }
+        }
+        let revision = revision.unwrap_or_default();
+        let mut list_meta = json!({"resourceVersion": revision.to_string()});
+        if let Some(start) = next {
+            list_meta["continue"] = json!(encode_continue(revision, &start));
+        }
+        Ok(json!({
+            "kind": def.list_kind(),
+            "apiVersion": def.group_version.api_version(),
+            "metadata": list_meta,
+            "items": items,
+        }))
+    }
+
+    /// The revision a storage list reads at: the exact one asked for, else the current one
+    /// (after checking that a `NotOlderThan` revision is not in the future).
+    async fn list_revision(
+        &self,
+        def: &ResourceDef,
+        options: &ListOptions,
+    ) -> Result<Option<plinth_store::Revision>, ApiError> {
+        let rv = options.resource_version.as_deref().unwrap_or("");
+        match options.resource_version_match {
+            Some(ResourceVersionMatch::Exact) => Ok(Some(parse_rv(rv)?).filter(|r| *r > 0)),
+            Some(ResourceVersionMatch::NotOlderThan) | None if !rv.is_empty() && rv != "0" => {
+                let wanted = parse_rv(rv)?;
+                let current = self.current_revision(def).await?;
+                if wanted > current {
+                    return Err(store_error(
+                        def,
+                        "",
+                        StoreError::FutureRevision {
+                            requested: wanted,
+                            current,
+                        },
+                    ));
+                }
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Serves a list from the watch cache when kube-apiserver 1.32 would: `resourceVersion=0`
+    /// (any state, which may be stale; the limit is ignored), and — without a limit or continue
+    /// token — consistent reads (resourceVersion unset: the cache first catches up with the
+    /// store's current revision) and `NotOlderThan` reads. `None`: read storage instead (a
+    /// paginated or `Exact` list, or a cache that did not catch up in time).
+    async fn try_list_cached(
+        &self,
+        def: &ResourceDef,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Result<Option<Value>, ApiError> {
+        if options
+            .continue_token
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+        {
+            return Ok(None);
+        }
+        let rv = options.resource_version.as_deref().unwrap_or("");
+        let exact = options.resource_version_match == Some(ResourceVersionMatch::Exact);
+        let cacher = self.caches.get(&def.key_prefix());
+        let reached = if rv == "0" {
+            cacher.wait_for(1).await?;
+            true
+        } else if options.limit > 0 || exact {
+            false
+        } else {
+            self.cache_caught_up(def, &cacher, rv).await?
+        };
+        if !reached {
+            return Ok(None);
+        }
+        self.caches.count_list(&def.key_prefix(), true);
+        Ok(Some(Self::list_cached(def, &cacher, prefix, options)))
+    }
+
+    /// Whether `cacher` has caught up with resourceVersion `rv` — the store's current revision
+    /// when `rv` is empty (a consistent read) — within the freshness wait. A revision the store
+    /// has not reached yet is `false`: storage answers it with the right error.
+    pub(super) async fn cache_caught_up(
+        &self,
+        def: &ResourceDef,
+        cacher: &crate::cache::Cacher,
+        rv: &str,
+    ) -> Result<bool, ApiError> {
+        let reached = if rv.is_empty() {
+            self.caches.consistent(cacher).await
+        } else {
+            if parse_rv(rv)? > self.current_revision(def).await? {
+                return Ok(false);
+            }
+            let wanted = parse_rv(rv)?;
+            self.caches.reach(cacher, wanted).await
+        };
+        Ok(reached.map_err(|e| store_error(def, "", e))?.is_some())
+    }
+
+    /// A list of the cache's current objects under `prefix`.
+    fn list_cached(
+        def: &ResourceDef,
+        cacher: &crate::cache::Cacher,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Value {
+        let (objects, revision) = cacher.snapshot(prefix);
+        let items: Vec<Value> = objects
+            .iter()
+            .filter_map(crate::cache::Stored::decode)
+            .map(|o| view(def, o))
+            .filter(|o| Self::selected(def, o, options))
+            .collect();
+        json!({
+            "kind": def.list_kind(),
+            "apiVersion": def.group_version.api_version(),
+            "metadata": {"resourceVersion": revision.to_string()},
+            "items": items,
+        })
+    }
+}

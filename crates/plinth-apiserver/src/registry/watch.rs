@@ -1,0 +1,344 @@
+//! Watches: served from the watch cache (a consistent or "any" snapshot, then its changes),
+//! from storage for a resourceVersion older than the cache's window, with selectors applied
+//! per watcher and bookmarks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_core::meta::metadata_mut;
+use plinth_core::{ApiError, StatusReason};
+use plinth_store::{EventKind, KeyValue, RangeRequest, Revision, StoreError};
+use serde_json::{Value, json};
+
+use super::codec::{decode_view, parse_rv, store_error, view};
+use super::{ListOptions, Registry, WatchOptions};
+use crate::resources::ResourceDef;
+
+/// One watch event, ready to be serialised (`{"type": ..., "object": ...}`).
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
+    pub kind: &'static str,
+    /// The object (a `Status` for `ERROR`).
+    pub object: Value,
+}
+
+/// How long a watch lasts when the client gives no `timeoutSeconds` (kube-apiserver picks
+/// 30–60 minutes at random).
+pub fn default_watch_timeout() -> Duration {
+    let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 1800 / 255;
+    Duration::from_secs(1800 + jitter)
+}
+
+impl Registry {
+    /// For a control loop: a watch of every object of a v1 resource, from a fresh list, that ends when the server stops;
+    /// retried after a failure. `None` once the server is stopping or the resource is gone.
+    pub async fn watch_until_stopped(
+        &self,
+        (group, plural): (&str, &str),
+        stopping: &tokio::sync::watch::Receiver<bool>,
+        who: &str,
+    ) -> Option<(
+        Arc<ResourceDef>,
+        futures::stream::BoxStream<'static, WatchEvent>,
+    )> {
+        loop {
+            if *stopping.borrow() {
+                return None;
+            }
+            let def = self.resources.get(group, "v1", plural)?;
+            match self.watch(def.clone(), None, WatchOptions::default()).await {
+                Ok(events) => {
+                    let mut stop = stopping.clone();
+                    let events = events.take_until(Box::pin(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    }));
+                    return Some((def, events.boxed()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "{who}: watch failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Watches objects: the events after `options.resource_version`, or — when it is unset or
+    /// `0`, or `send_initial_events` — the current objects as ADDED first. Served from the watch
+    /// cache; a resourceVersion older than the cache's window is served from storage if the
+    /// store still has it.
+    ///
+    /// # Errors
+    /// 410 if the resourceVersion is older than history.
+    pub async fn watch(
+        &self,
+        def: Arc<ResourceDef>,
+        namespace: Option<String>,
+        options: WatchOptions,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        let WatchOptions {
+            list: options,
+            send_initial_events,
+            bookmarks,
+            ..
+        } = options;
+        Self::check_field_selector(&def, &options.fields)?;
+        let rv = options.resource_version.clone().unwrap_or_default();
+        let prefix = def.list_prefix(namespace.as_deref());
+        let cacher = self.caches.get(&def.key_prefix());
+        cacher.wait_for(1).await?;
+        let options = Arc::new(options);
+        let selected = {
+            let (def, options) = (def.clone(), options.clone());
+            move |object: &Value| Self::selected(&def, object, &options)
+        };
+        // The initial state comes from the cache's own snapshot when it may: "any" state
+        // (resourceVersion 0), a consistent one once the cache has caught up with the store, or
+        // with sendInitialEvents one not older than the resourceVersion given.
+        let from_cache = if rv == "0" {
+            true
+        } else if rv.is_empty() || send_initial_events {
+            self.cache_caught_up(&def, &cacher, &rv).await?
+        } else {
+            false
+        };
+        let (mut initial, subscription, snapshot) = if from_cache {
+            let subscription = cacher.subscribe(&prefix, None)?;
+            let initial: Vec<WatchEvent> = subscription
+                .initial
+                .iter()
+                .filter_map(crate::cache::Stored::decode)
+                .map(|o| view(&def, o))
+                .filter(|o| selected(o))
+                .map(|object| WatchEvent {
+                    kind: "ADDED",
+                    object,
+                })
+                .collect();
+            let snapshot = subscription.revision;
+            (initial, Ok(subscription), snapshot)
+        } else if rv.is_empty() || send_initial_events {
+            // A consistent snapshot from storage (the cache is behind), then the cache's
+            // changes after it.
+            let mut list_options = (*options).clone();
+            list_options.limit = 0;
+            list_options.continue_token = None;
+            if !send_initial_events {
+                list_options.resource_version = None;
+            }
+            let list = self.list(&def, namespace.as_deref(), &list_options).await?;
+            let revision = list
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(parse_rv)
+                .transpose()?
+                .unwrap_or(0);
+            let initial: Vec<WatchEvent> = list["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|object| WatchEvent {
+                    kind: "ADDED",
+                    object,
+                })
+                .collect();
+            (
+                initial,
+                cacher
+                    .subscribe(&prefix, Some(revision))
+                    .map_err(|_| revision),
+                revision,
+            )
+        } else {
+            let from = parse_rv(&rv)?;
+            (
+                Vec::new(),
+                cacher.subscribe(&prefix, Some(from)).map_err(|_| from),
+                from,
+            )
+        };
+        let live: futures::stream::BoxStream<'static, WatchEvent> = match subscription {
+            Ok(subscription) => {
+                // Only changes after the snapshot (or the resumed revision) are sent.
+                let after = snapshot;
+                let (def, options) = (def.clone(), options.clone());
+                let replay = futures::stream::iter(subscription.replay);
+                let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
+                replay
+                    .map(crate::cache::Live::Event)
+                    .chain(live)
+                    .filter_map(move |item| {
+                        let out = match item {
+                            crate::cache::Live::Event(event) => (event.revision > after
+                                && event.key.starts_with(&prefix))
+                            .then(|| {
+                                translate(
+                                    &def,
+                                    &options,
+                                    event.kind,
+                                    &event.object,
+                                    event.prev.as_deref(),
+                                )
+                            })
+                            .flatten(),
+                            crate::cache::Live::Bookmark(revision) => (bookmarks
+                                && revision >= after)
+                                .then(|| bookmark(&def, revision, false)),
+                        };
+                        futures::future::ready(out)
+                    })
+                    .boxed()
+            }
+            Err(from) => {
+                match self
+                    .watch_storage(def.clone(), prefix, from, options.clone())
+                    .await
+                {
+                    Ok(events) => events,
+                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
+                    // one event is the 410 — which is what clients relist on.
+                    Err(e) if e.reason == StatusReason::Expired => {
+                        futures::stream::iter([WatchEvent {
+                            kind: "ERROR",
+                            object: e.to_status(),
+                        }])
+                        .boxed()
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        if send_initial_events {
+            initial.push(bookmark(&def, snapshot, true));
+        }
+        Ok(futures::stream::iter(initial).chain(live).boxed())
+    }
+
+    /// A watch served straight from storage, from revision `from + 1`.
+    async fn watch_storage(
+        &self,
+        def: Arc<ResourceDef>,
+        prefix: String,
+        from: Revision,
+        options: Arc<ListOptions>,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        // A resourceVersion older than history is answered at once with 410.
+        let probe = RangeRequest::prefix(prefix.clone())
+            .limit(1)
+            .at_revision(from);
+        match self.store.range(probe).await {
+            Err(StoreError::Compacted {
+                requested,
+                compacted,
+            }) => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {requested} ({})",
+                    compacted.unwrap_or_default()
+                )));
+            }
+            Err(StoreError::FutureRevision { .. }) | Ok(_) => {}
+            Err(e) => return Err(store_error(&def, "", e)),
+        }
+        let stream = self
+            .store
+            .watch(&prefix, from + 1)
+            .await
+            .map_err(|e| store_error(&def, "", e))?;
+        let events = stream.filter_map(move |item| {
+            let (def, options) = (def.clone(), options.clone());
+            async move {
+                match item {
+                    Ok(event) => translate_stored(&def, &options, event),
+                    Err(error) => Some(WatchEvent {
+                        kind: "ERROR",
+                        object: store_error(&def, "", error).to_status(),
+                    }),
+                }
+            }
+        });
+        Ok(ends_after_error(events).boxed())
+    }
+}
+
+/// Ends a stream right after its first ERROR event.
+fn ends_after_error(
+    stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
+) -> impl futures::Stream<Item = WatchEvent> + Send + 'static {
+    let mut done = false;
+    stream.take_while(move |event| {
+        let go_on = !done;
+        done |= event.kind == "ERROR";
+        futures::future::ready(go_on)
+    })
+}
+
+/// A BOOKMARK event at `revision`.
+pub fn bookmark(def: &ResourceDef, revision: Revision, initial_events_end: bool) -> WatchEvent {
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    WatchEvent {
+        kind: "BOOKMARK",
+        object: json!({"kind": def.kind, "apiVersion": def.group_version.api_version(), "metadata": metadata}),
+    }
+}
+
+/// A change as the API's watch event, honouring selectors: an object that stops matching is
+/// DELETED for this watcher, one that starts matching is ADDED.
+fn translate(
+    def: &ResourceDef,
+    options: &ListOptions,
+    kind: EventKind,
+    object: &Value,
+    prev: Option<&Value>,
+) -> Option<WatchEvent> {
+    let typed = |v: &Value| view(def, v.clone());
+    let prev = prev.map(typed);
+    let prev_selected = prev
+        .as_ref()
+        .is_some_and(|p| Registry::selected(def, p, options));
+    match kind {
+        EventKind::Progress => None,
+        EventKind::Delete => prev_selected.then(|| WatchEvent {
+            kind: "DELETED",
+            object: typed(object),
+        }),
+        EventKind::Put => {
+            let selected = Registry::selected(def, object, options);
+            let kind = match (prev_selected, selected) {
+                (true, true) => "MODIFIED",
+                (false, true) => "ADDED",
+                (true, false) => "DELETED",
+                (false, false) => return None,
+            };
+            Some(WatchEvent {
+                kind,
+                object: typed(object),
+            })
+        }
+    }
+}
+
+/// A storage event as the API's watch event (the path for watches older than the cache).
+fn translate_stored(
+    def: &ResourceDef,
+    options: &ListOptions,
+    event: plinth_store::WatchEvent,
+) -> Option<WatchEvent> {
+    let revision = event.revision();
+    let decode_at = |kv: &KeyValue| -> Option<Value> {
+        let mut object = decode_view(def, kv).ok()?;
+        metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
+        Some(object)
+    };
+    let prev = event.prev.as_ref().and_then(decode_at);
+    let object = match event.kind {
+        EventKind::Put => decode_at(&event.kv)?,
+        EventKind::Delete => prev.clone()?,
+        EventKind::Progress => return None,
+    };
+    translate(def, options, event.kind, &object, prev.as_ref())
+}

@@ -1,0 +1,3 @@
+//! The `events.k8s.io` API group.
+
+pub mod event;
