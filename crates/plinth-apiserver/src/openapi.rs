@@ -36,34 +36,108 @@ fn by_group_version(resources: &Resources) -> BTreeMap<(String, String), Vec<Arc
     out
 }
 
-/// `/openapi/v3`: where each group-version's document is.
-pub fn root(resources: &Resources) -> Value {
-    let mut paths = Map::new();
-    for ((group, version), defs) in by_group_version(resources) {
-        let document = group_version(&group, &version, &defs);
-        let mut hasher = DefaultHasher::new();
-        document.to_string().hash(&mut hasher);
-        let path = gv_path(&group, &version);
-        paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", hasher.finish())}));
-    }
-    json!({"paths": paths})
+/// Every OpenAPI document of one state of the served resources.
+#[derive(Debug)]
+pub struct Documents {
+    /// `/openapi/v3`.
+    pub root: Value,
+    /// `/openapi/v3/<path>` by path.
+    pub by_path: BTreeMap<String, Arc<Value>>,
+    /// `/openapi/v2`, made when first asked for.
+    swagger: std::sync::OnceLock<Value>,
 }
 
-/// `/openapi/v3/<path>`, if `path` names a served group-version.
-pub fn document(resources: &Resources, path: &str) -> Option<Value> {
-    by_group_version(resources)
-        .into_iter()
-        .find(|((g, v), _)| gv_path(g, v) == path)
-        .map(|((g, v), defs)| group_version(&g, &v, &defs))
+impl Documents {
+    /// The documents of what `resources` serves, reusing the group-version documents in
+    /// `built` whose resources have not changed.
+    fn build(resources: &Resources, built: &mut BTreeMap<String, Built>) -> Self {
+        let mut paths = Map::new();
+        let mut by_path = BTreeMap::new();
+        let mut kept = BTreeMap::new();
+        for ((group, version), defs) in by_group_version(resources) {
+            let path = gv_path(&group, &version);
+            let identity: Vec<usize> = defs.iter().map(|d| Arc::as_ptr(d) as usize).collect();
+            let entry = match built.remove(&path) {
+                Some(entry) if entry.identity == identity => entry,
+                _ => {
+                    let document = group_version(&group, &version, &defs);
+                    let mut hasher = DefaultHasher::new();
+                    document.to_string().hash(&mut hasher);
+                    Built {
+                        identity,
+                        document: Arc::new(document),
+                        hash: hasher.finish(),
+                    }
+                }
+            };
+            paths.insert(path.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", entry.hash)}));
+            by_path.insert(path.clone(), entry.document.clone());
+            kept.insert(path, entry);
+        }
+        *built = kept;
+        Self {
+            root: json!({"paths": paths}),
+            by_path,
+            swagger: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `/openapi/v2`.
+    pub fn swagger(&self) -> &Value {
+        self.swagger
+            .get_or_init(|| swagger(self.by_path.values().map(|d| &**d)))
+    }
+}
+
+/// The documents, built once per state of the served resources (kube-apiserver also serves
+/// them from a cache: building them is the expensive part of a request for them).
+#[derive(Debug, Default)]
+pub struct Cache {
+    current: std::sync::Mutex<Current>,
+}
+
+/// The documents of the last state seen, and how each group-version's was made.
+#[derive(Debug, Default)]
+struct Current {
+    generation: Option<u64>,
+    documents: Option<Arc<Documents>>,
+    built: BTreeMap<String, Built>,
+}
+
+/// A group-version's document, and the resource definitions it was made from.
+#[derive(Debug)]
+struct Built {
+    identity: Vec<usize>,
+    document: Arc<Value>,
+    hash: u64,
+}
+
+impl Cache {
+    /// The documents for what `resources` serves now.
+    pub fn documents(&self, resources: &Resources) -> Arc<Documents> {
+        let generation = resources.generation();
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.generation == Some(generation)
+            && let Some(documents) = &current.documents
+        {
+            return documents.clone();
+        }
+        let documents = Arc::new(Documents::build(resources, &mut current.built));
+        current.generation = Some(generation);
+        current.documents = Some(documents.clone());
+        documents
+    }
 }
 
 /// `/openapi/v2`: one Swagger 2.0 document for everything served, made from the v3 documents
 /// (schemas under `definitions`, references and responses rewritten).
-pub fn swagger(resources: &Resources) -> Value {
+fn swagger<'a>(documents: impl Iterator<Item = &'a Value>) -> Value {
     let mut paths = Map::new();
     let mut definitions = Map::new();
-    for ((group, version), defs) in by_group_version(resources) {
-        let document = group_version(&group, &version, &defs);
+    for document in documents {
         if let Some(schemas) = document
             .pointer("/components/schemas")
             .and_then(Value::as_object)
@@ -276,10 +350,15 @@ mod tests {
     #[test]
     fn every_group_version_has_a_document_with_patch_and_field_validation() {
         let resources = Resources::with(crate::types::builtin());
-        let root = root(&resources);
-        let paths = root["paths"].as_object().unwrap();
+        let cache = Cache::default();
+        let docs = cache.documents(&resources);
+        assert!(
+            Arc::ptr_eq(&docs, &cache.documents(&resources)),
+            "built once"
+        );
+        let paths = docs.root["paths"].as_object().unwrap();
         assert!(paths.contains_key("api/v1") && paths.contains_key("apis/coordination.k8s.io/v1"));
-        let core = document(&resources, "api/v1").unwrap();
+        let core = &docs.by_path["api/v1"];
         let patch = &core["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
         assert_eq!(
             patch["x-kubernetes-group-version-kind"]["kind"],
@@ -296,8 +375,8 @@ mod tests {
             core["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"]["properties"]["data"]["type"],
             "object"
         );
-        assert!(document(&resources, "apis/nothing/v1").is_none());
-        let v2 = swagger(&resources);
+        assert!(!docs.by_path.contains_key("apis/nothing/v1"));
+        let v2 = docs.swagger();
         assert_eq!(v2["swagger"], "2.0");
         assert_eq!(
             v2["definitions"]["io.k8s.api.core.v1.ConfigMap"]["x-kubernetes-group-version-kind"][0]
@@ -316,5 +395,10 @@ mod tests {
                 .iter()
                 .any(|p| p["in"] == "body")
         );
+        // A change to what is served makes new documents.
+        resources.remove("coordination.k8s.io", "v1", "leases");
+        let after = cache.documents(&resources);
+        assert!(!Arc::ptr_eq(&docs, &after));
+        assert!(!after.by_path.contains_key("apis/coordination.k8s.io/v1"));
     }
 }

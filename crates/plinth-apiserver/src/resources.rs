@@ -268,6 +268,8 @@ impl ResourceDef {
 #[derive(Debug, Default)]
 pub struct Resources {
     by_gvr: RwLock<BTreeMap<(String, String, String), Arc<ResourceDef>>>,
+    /// Bumped by every change, so that what is derived from the set (OpenAPI) can be cached.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Resources {
@@ -291,6 +293,17 @@ impl Resources {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, Arc::new(def));
+        self.bump();
+    }
+
+    fn bump(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A number that changes whenever the set of served resources does.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stops serving `plural` in `group`/`version`.
@@ -299,6 +312,7 @@ impl Resources {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&(group.to_owned(), version.to_owned(), plural.to_owned()));
+        self.bump();
     }
 
     /// The resource `plural` in `group`/`version`.

@@ -147,6 +147,7 @@ pub async fn start(
         server_address: url.trim_start_matches("https://").to_owned(),
         shutdown: stopping.clone(),
         metrics: crate::metrics::Metrics::default(),
+        openapi: crate::openapi::Cache::default(),
     });
     tokio::spawn(compactor(
         registry.clone(),

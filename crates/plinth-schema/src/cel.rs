@@ -139,6 +139,200 @@ fn bound_names(expr: &Expr, out: &mut Vec<String>) {
     }
 }
 
+/// The functions kube's CEL environment for CRD validation declares: cel-go's standard
+/// library, its strings, lists, math, optional and encoders extensions, and Kubernetes' list,
+/// regex, URL, quantity, IP, CIDR, semver and format libraries. A rule calling anything else is
+/// refused when the CRD is written, as cel-go's checker refuses it.
+const KNOWN_FUNCTIONS: &[&str] = &[
+    // Standard library.
+    "size",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "type",
+    "dyn",
+    "duration",
+    "timestamp",
+    "matches",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "getDate",
+    "getDayOfMonth",
+    "getDayOfWeek",
+    "getDayOfYear",
+    "getFullYear",
+    "getHours",
+    "getMilliseconds",
+    "getMinutes",
+    "getMonth",
+    "getSeconds",
+    "has",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    // Optional values.
+    "optional.of",
+    "optional.none",
+    "optional.ofNonZeroValue",
+    "hasValue",
+    "value",
+    "orValue",
+    "or",
+    // Strings.
+    "charAt",
+    "indexOf",
+    "lastIndexOf",
+    "lowerAscii",
+    "upperAscii",
+    "replace",
+    "split",
+    "substring",
+    "trim",
+    "join",
+    "format",
+    "reverse",
+    "strings.quote",
+    // Lists (cel-go's and Kubernetes').
+    "isSorted",
+    "sum",
+    "min",
+    "max",
+    "slice",
+    "flatten",
+    "sort",
+    "sortBy",
+    "distinct",
+    "lists.range",
+    // Math.
+    "math.greatest",
+    "math.least",
+    "math.ceil",
+    "math.floor",
+    "math.round",
+    "math.trunc",
+    "math.abs",
+    "math.sign",
+    "math.isNaN",
+    "math.isInf",
+    "math.isFinite",
+    "math.bitAnd",
+    "math.bitOr",
+    "math.bitXor",
+    "math.bitNot",
+    "math.bitShiftLeft",
+    "math.bitShiftRight",
+    "math.sqrt",
+    // Encoders.
+    "base64.encode",
+    "base64.decode",
+    // Regex, URLs, quantities.
+    "find",
+    "findAll",
+    "isURL",
+    "url",
+    "getScheme",
+    "getHost",
+    "getHostname",
+    "getPort",
+    "getEscapedPath",
+    "getQuery",
+    "isQuantity",
+    "quantity",
+    "compareTo",
+    "isLessThan",
+    "isGreaterThan",
+    "asInteger",
+    "asApproximateFloat",
+    "sign",
+    "isInteger",
+    "add",
+    "sub",
+    // IPs and CIDRs.
+    "isIP",
+    "ip",
+    "ip.isCanonical",
+    "family",
+    "isUnspecified",
+    "isLoopback",
+    "isLinkLocalMulticast",
+    "isLinkLocalUnicast",
+    "isGlobalUnicast",
+    "isCIDR",
+    "cidr",
+    "containsIP",
+    "containsCIDR",
+    "masked",
+    "prefixLength",
+    // Semantic versions.
+    "isSemver",
+    "semver",
+    "major",
+    "minor",
+    "patch",
+    // Formats.
+    "validate",
+    "format.dns1123Label",
+    "format.dns1123Subdomain",
+    "format.dns1035Label",
+    "format.qualifiedName",
+    "format.dns1123LabelPrefix",
+    "format.dns1123SubdomainPrefix",
+    "format.dns1035LabelPrefix",
+    "format.labelValue",
+    "format.uri",
+    "format.uuid",
+    "format.byte",
+    "format.date",
+    "format.datetime",
+    "format.named",
+    // The same called through their namespace (`format.uri()` is a member call on `format`).
+    "of",
+    "none",
+    "ofNonZeroValue",
+    "quote",
+    "range",
+    "greatest",
+    "least",
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "abs",
+    "isNaN",
+    "isInf",
+    "isFinite",
+    "bitAnd",
+    "bitOr",
+    "bitXor",
+    "bitNot",
+    "bitShiftLeft",
+    "bitShiftRight",
+    "sqrt",
+    "encode",
+    "decode",
+    "isCanonical",
+    "dns1123Label",
+    "dns1123Subdomain",
+    "dns1035Label",
+    "qualifiedName",
+    "dns1123LabelPrefix",
+    "dns1123SubdomainPrefix",
+    "dns1035LabelPrefix",
+    "labelValue",
+    "uri",
+    "uuid",
+    "byte",
+    "date",
+    "datetime",
+    "named",
+];
+
 /// Compiles `source`, refusing references other than `self`, `oldSelf` and comprehension
 /// variables (as cel-go's checker does).
 fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
@@ -156,11 +350,28 @@ fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
         checker.check(program.expression(), &[])?;
     }
     let references = program.references();
+    if let Some(unknown) = references
+        .functions()
+        .into_iter()
+        .find(|f| !f.starts_with(['_', '@', '!', '-']) && !KNOWN_FUNCTIONS.contains(f))
+    {
+        return Err(format!(
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
+        ));
+    }
     if let Some(unknown) = references.variables().into_iter().find(|v| {
         // Function namespaces (`format.dns1123Label()`, `math.abs()`) are not variables.
         !matches!(
             *v,
-            "self" | "oldSelf" | "format" | "lists" | "math" | "strings" | "optional" | "base64"
+            "self"
+                | "oldSelf"
+                | "format"
+                | "lists"
+                | "math"
+                | "strings"
+                | "optional"
+                | "base64"
+                | "ip"
         ) && !bound.iter().any(|b| b == v)
     }) {
         return Err(format!(
@@ -302,11 +513,24 @@ fn size_bound(node: Option<&Node>) -> f64 {
     }
 }
 
-/// The smallest serialized size of a value of `node` (kube's estimate of unbounded lists).
+/// The smallest serialized size of a value of `node` (kube's `estimateMinSizeJSON`, which
+/// bounds unbounded lists and maps): an object counts its required fields without a default.
 fn min_size(node: Option<&Node>) -> f64 {
-    match node.and_then(|n| n.kind) {
-        Some(Type::String | Type::Object | Type::Array) => 2.0,
+    let Some(node) = node else {
+        return 1.0;
+    };
+    match node.kind {
+        Some(Type::String | Type::Array) => 2.0,
         Some(Type::Boolean) => 4.0,
+        Some(Type::Object) => {
+            2.0 + node
+                .required
+                .iter()
+                .filter_map(|name| Some((name, node.properties.get(name)?)))
+                .filter(|(_, prop)| prop.default.is_none())
+                .map(|(name, prop)| name.len() as f64 + min_size(Some(prop)) + 4.0)
+                .sum::<f64>()
+        }
         _ => 1.0,
     }
 }
@@ -321,15 +545,14 @@ fn node_of<'a>(
     match expr {
         Expr::Ident(name) if name == "self" || name == "oldSelf" => Some(root),
         Expr::Ident(name) => vars.iter().rev().find(|(v, _)| v == name)?.1,
+        // `has(x.f)` is a bool, whatever `f` is.
+        Expr::Select(select) if select.test => None,
         Expr::Select(select) => {
             let parent = node_of(&select.operand.expr, root, vars)?;
-            parent
-                .properties
-                .get(&select.field)
-                .or(match parent.additional.as_deref() {
-                    Some(Additional::Schema(s)) => Some(s),
-                    _ => None,
-                })
+            property(parent, &select.field).or(match parent.additional.as_deref() {
+                Some(Additional::Schema(s)) => Some(s),
+                _ => None,
+            })
         }
         _ => None,
     }
@@ -354,7 +577,7 @@ fn estimate<'a>(expr: &Expr, root: &'a Node, vars: &[(String, Option<&'a Node>)]
     match expr {
         Expr::Comprehension(c) => {
             let range = node_of(&c.iter_range.expr, root, vars);
-            let size = size_bound(range);
+            let size = range_size(&c.iter_range.expr, root, vars);
             let mut inner = vars.to_vec();
             inner.push((c.iter_var.clone(), element_of(range)));
             let body = estimate(&c.loop_cond.expr, root, &inner)
@@ -406,6 +629,16 @@ fn estimate<'a>(expr: &Expr, root: &'a Node, vars: &[(String, Option<&'a Node>)]
                 .sum::<f64>()
         }
         _ => 1.0,
+    }
+}
+
+/// How many elements a comprehension's range may have: a list literal's count, a schema
+/// collection's bound, a filtered or mapped range's own range, else what fits in a request.
+fn range_size<'a>(expr: &Expr, root: &'a Node, vars: &[(String, Option<&'a Node>)]) -> f64 {
+    match expr {
+        Expr::List(list) => list.elements.len() as f64,
+        Expr::Comprehension(c) => range_size(&c.iter_range.expr, root, vars),
+        other => size_bound(node_of(other, root, vars)),
     }
 }
 
@@ -478,24 +711,38 @@ fn read_fields(
     (!whole).then_some(fields)
 }
 
-/// `value` for CEL; of an object, only `fields` when given.
-fn to_cel_fields(value: &Value, fields: Option<&std::collections::BTreeSet<String>>) -> cel::Value {
+/// `value` for CEL as `node` describes it; of an object, only `fields` (escaped names) when
+/// given.
+fn to_cel_fields(
+    value: &Value,
+    node: &Node,
+    fields: Option<&std::collections::BTreeSet<String>>,
+) -> cel::Value {
     match (value, fields) {
-        (Value::Object(map), Some(fields)) => {
+        (Value::Object(map), Some(fields)) if !node.properties.is_empty() => {
             let entries: std::collections::HashMap<Key, cel::Value> = fields
                 .iter()
-                .filter_map(|f| Some((Key::String(Arc::new(f.clone())), to_cel(map.get(f)?))))
+                .filter_map(|f| {
+                    let name = unescape(f);
+                    let child = map.get(&name)?;
+                    Some((
+                        Key::String(Arc::new(f.clone())),
+                        to_cel(child, node.properties.get(&name)),
+                    ))
+                })
                 .collect();
             cel::Value::Map(cel::objects::Map {
                 map: Arc::new(entries),
             })
         }
-        _ => to_cel(value),
+        _ => to_cel(value, Some(node)),
     }
 }
 
-/// JSON as CEL sees it: integers as `int`, other numbers as `double`.
-fn to_cel(value: &Value) -> cel::Value {
+/// JSON as CEL sees it: integers as `int`, other numbers as `double`; the fields of an object
+/// with declared properties under their escaped names (kube's property-name escaping: a field
+/// CEL cannot name is left out), a map's keys as they are.
+fn to_cel(value: &Value, node: Option<&Node>) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
@@ -507,17 +754,130 @@ fn to_cel(value: &Value) -> cel::Value {
             },
         },
         Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Array(items) => {
+            let item = node.and_then(|n| n.items.as_deref());
+            cel::Value::List(Arc::new(items.iter().map(|v| to_cel(v, item)).collect()))
+        }
         Value::Object(map) => {
-            let entries: std::collections::HashMap<Key, cel::Value> = map
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
-                .collect();
+            let entries: std::collections::HashMap<Key, cel::Value> = match node {
+                Some(node) if !node.properties.is_empty() => map
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        let child = node.properties.get(k).or(match node.additional.as_deref() {
+                            Some(Additional::Schema(s)) => Some(&**s),
+                            _ => None,
+                        });
+                        Some((Key::String(Arc::new(escape(k)?)), to_cel(v, child)))
+                    })
+                    .collect(),
+                _ => {
+                    let child = node.and_then(|n| match n.additional.as_deref() {
+                        Some(Additional::Schema(s)) => Some(&**s),
+                        _ => None,
+                    });
+                    map.iter()
+                        .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v, child)))
+                        .collect()
+                }
+            };
             cel::Value::Map(cel::objects::Map {
                 map: Arc::new(entries),
             })
         }
     }
+}
+
+/// CEL's reserved words, which a property name is escaped from as `__{word}__`.
+const RESERVED: [&str; 21] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
+/// The name a property has in CEL (apiextensions' escaping: `__` → `__underscores__`, `.` →
+/// `__dot__`, `-` → `__dash__`, `/` → `__slash__`, a reserved word `w` → `__w__`), or `None` if
+/// CEL cannot name it.
+pub(crate) fn escape(name: &str) -> Option<String> {
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    if RESERVED.contains(&name) {
+        return Some(format!("__{name}__"));
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '_' if chars.peek() == Some(&'_') => {
+                chars.next();
+                out.push_str("__underscores__");
+            }
+            '.' => out.push_str("__dot__"),
+            '-' => out.push_str("__dash__"),
+            '/' => out.push_str("__slash__"),
+            c if c.is_ascii_alphanumeric() || c == '_' => out.push(c),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The property name an escaped CEL name stands for.
+pub(crate) fn unescape(escaped: &str) -> String {
+    if let Some(inner) = escaped
+        .strip_prefix("__")
+        .and_then(|r| r.strip_suffix("__"))
+        && RESERVED.contains(&inner)
+    {
+        return inner.to_owned();
+    }
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    'outer: while !rest.is_empty() {
+        for (token, plain) in [
+            ("__underscores__", "__"),
+            ("__dot__", "."),
+            ("__dash__", "-"),
+            ("__slash__", "/"),
+        ] {
+            if let Some(after) = rest.strip_prefix(token) {
+                out.push_str(plain);
+                rest = after;
+                continue 'outer;
+            }
+        }
+        let mut chars = rest.chars();
+        if let Some(c) = chars.next() {
+            out.push(c);
+        }
+        rest = chars.as_str();
+    }
+    out
+}
+
+/// The property of `node` that CEL names `field`.
+fn property<'a>(node: &'a Node, field: &str) -> Option<&'a Node> {
+    node.properties
+        .get(&unescape(field))
+        .filter(|_| escape(&unescape(field)).as_deref() == Some(field))
 }
 
 /// The type kube names in a rule's error (`Invalid value: "object"`).
@@ -540,7 +900,7 @@ impl Rule {
             return;
         }
         let boxed = |v: &Value| -> Option<Box<dyn cel::common::value::Val>> {
-            to_cel_fields(v, self.fields.as_ref()).try_into().ok()
+            to_cel_fields(v, node, self.fields.as_ref()).try_into().ok()
         };
         let mut context = Context::with_env(env());
         if let Some(value) = boxed(value) {
@@ -725,7 +1085,7 @@ impl<'a> Checker<'a> {
                     && parent.additional.is_none()
                     && !parent.embedded_resource
                     && !parent.properties.is_empty()
-                    && !parent.properties.contains_key(&select.field)
+                    && property(parent, &select.field).is_none()
                 {
                     return Err(self.error(expr.id, &format!("undefined field '{}'", select.field)));
                 }

@@ -5,7 +5,9 @@
 //! `asApproximateFloat`, `sign`, `isInteger`) and formats (`format.dns1123Label()` and the
 //! others, `.validate(value)` giving `optional.none()` or the errors).
 //!
-//! URLs and quantities are carried as their (validated) strings; the member functions parse
+//! IP addresses and CIDRs (`isIP`, `ip`, `cidr`, `containsIP` and the rest) likewise.
+//!
+//! URLs, quantities, IPs and CIDRs are carried as their (validated) strings; the member functions parse
 //! them again, which keeps them plain values for equality and printing.
 
 use std::cmp::Ordering;
@@ -66,7 +68,195 @@ pub(crate) fn extension(env: &mut Env) -> Result<(), DeclarationError> {
     cel::add_member_overload!(env, fn as_approximate_float: (CelString) -> Result<CelDouble>)?;
     cel::add_member_overload!(env, fn sign: (CelString) -> Result<CelInt>)?;
     cel::add_member_overload!(env, fn is_integer: (CelString) -> Result<CelBool>)?;
+    ip_library(env)
+}
+
+/// Kubernetes' IP and CIDR libraries (`isIP`, `ip`, `ip.isCanonical`, `family`,
+/// `isUnspecified`, `isLoopback`, `isLinkLocalMulticast`, `isLinkLocalUnicast`,
+/// `isGlobalUnicast`; `isCIDR`, `cidr`, `containsIP`, `containsCIDR`, `ip`, `masked`,
+/// `prefixLength`), addresses and prefixes carried as their strings.
+fn ip_library(env: &mut Env) -> Result<(), DeclarationError> {
+    cel::add_overload!(env, fn is_ip: (CelString) -> CelBool, name = "isIP")?;
+    cel::add_overload!(env, fn ip: (CelString) -> Result<CelString>)?;
+    cel::add_overload!(env, fn is_canonical: (CelString) -> Result<CelBool>,
+        name = "ip.isCanonical")?;
+    cel::add_member_overload!(env, fn family: (CelString) -> Result<CelInt>)?;
+    cel::add_member_overload!(env, fn is_unspecified: (CelString) -> Result<CelBool>)?;
+    cel::add_member_overload!(env, fn is_loopback: (CelString) -> Result<CelBool>)?;
+    cel::add_member_overload!(env, fn is_link_local_multicast: (CelString) -> Result<CelBool>)?;
+    cel::add_member_overload!(env, fn is_link_local_unicast: (CelString) -> Result<CelBool>)?;
+    cel::add_member_overload!(env, fn is_global_unicast: (CelString) -> Result<CelBool>)?;
+    cel::add_overload!(env, fn is_cidr: (CelString) -> CelBool, name = "isCIDR")?;
+    cel::add_overload!(env, fn cidr: (CelString) -> Result<CelString>)?;
+    cel::add_member_overload!(env, fn contains_ip: (CelString, CelString) -> Result<CelBool>,
+        name = "containsIP")?;
+    cel::add_member_overload!(env, fn contains_cidr: (CelString, CelString) -> Result<CelBool>,
+        name = "containsCIDR")?;
+    cel::add_member_overload!(env, fn cidr_ip: (CelString) -> Result<CelString>, name = "ip")?;
+    cel::add_member_overload!(env, fn masked: (CelString) -> Result<CelString>)?;
+    cel::add_member_overload!(env, fn prefix_length: (CelString) -> Result<CelInt>)?;
     Ok(())
+}
+
+/// An IP address as kube's library accepts it: no zone, no IPv4-mapped IPv6 form.
+fn parse_ip(text: &str) -> Option<std::net::IpAddr> {
+    let ip: std::net::IpAddr = text.parse().ok()?;
+    match ip {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => None,
+        ip => Some(ip),
+    }
+}
+
+fn ip_error(text: &str) -> ExecutionError {
+    ExecutionError::function_error(
+        "ip",
+        format!(
+            "IP Address {text:?} parse error during conversion from string: ParseAddr({text:?}): unable to parse IP"
+        ),
+    )
+}
+
+fn the_ip(text: &str) -> Result<std::net::IpAddr, ExecutionError> {
+    parse_ip(text).ok_or_else(|| ip_error(text))
+}
+
+fn is_ip(text: &CelString<'_>) -> CelBool {
+    parse_ip(text).is_some().into()
+}
+
+fn ip(text: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
+    the_ip(text)?;
+    Ok(text.to_string().into())
+}
+
+fn is_canonical(text: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok((the_ip(text)?.to_string() == **text).into())
+}
+
+fn family(this: &CelString<'_>) -> Result<CelInt, ExecutionError> {
+    Ok(CelInt::from(if the_ip(this)?.is_ipv4() { 4 } else { 6 }))
+}
+
+fn is_unspecified(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok(the_ip(this)?.is_unspecified().into())
+}
+
+fn is_loopback(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok(the_ip(this)?.is_loopback().into())
+}
+
+fn is_link_local_multicast(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok(match the_ip(this)? {
+        std::net::IpAddr::V4(v4) => v4.octets()[..3] == [224, 0, 0],
+        std::net::IpAddr::V6(v6) => v6.segments()[0] & 0xff0f == 0xff02,
+    }
+    .into())
+}
+
+fn link_local_unicast(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+fn is_link_local_unicast(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    Ok(link_local_unicast(the_ip(this)?).into())
+}
+
+/// Go's `IsGlobalUnicast`: not unspecified, loopback, multicast, link-local or broadcast.
+fn is_global_unicast(this: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    let ip = the_ip(this)?;
+    let broadcast = matches!(ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+    Ok((!ip.is_unspecified()
+        && !ip.is_loopback()
+        && !ip.is_multicast()
+        && !link_local_unicast(ip)
+        && !broadcast)
+        .into())
+}
+
+/// A CIDR as kube's library accepts it: an address (as [`parse_ip`]) and a prefix length.
+fn parse_cidr(text: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (address, length) = text.split_once('/')?;
+    let ip = parse_ip(address)?;
+    if length.is_empty() || length.starts_with('+') || (length.len() > 1 && length.starts_with('0'))
+    {
+        return None;
+    }
+    let length: u8 = length.parse().ok()?;
+    let bits = if ip.is_ipv4() { 32 } else { 128 };
+    (length <= bits).then_some((ip, length))
+}
+
+fn the_cidr(text: &str) -> Result<(std::net::IpAddr, u8), ExecutionError> {
+    parse_cidr(text).ok_or_else(|| {
+        ExecutionError::function_error(
+            "cidr",
+            format!("network address parse error during conversion from string: netip.ParsePrefix({text:?}): bad prefix"),
+        )
+    })
+}
+
+/// The address's bits with all but the first `length` cleared.
+fn mask(ip: std::net::IpAddr, length: u8) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let kept = if length == 0 {
+                0
+            } else {
+                bits & (u32::MAX << (32 - u32::from(length)))
+            };
+            std::net::IpAddr::V4(kept.into())
+        }
+        std::net::IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let kept = if length == 0 {
+                0
+            } else {
+                bits & (u128::MAX << (128 - u32::from(length)))
+            };
+            std::net::IpAddr::V6(kept.into())
+        }
+    }
+}
+
+fn is_cidr(text: &CelString<'_>) -> CelBool {
+    parse_cidr(text).is_some().into()
+}
+
+fn cidr(text: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
+    the_cidr(text)?;
+    Ok(text.to_string().into())
+}
+
+fn contains_ip(this: &CelString<'_>, other: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    let (network, length) = the_cidr(this)?;
+    let ip = the_ip(other)?;
+    Ok((ip.is_ipv4() == network.is_ipv4() && mask(ip, length) == mask(network, length)).into())
+}
+
+fn contains_cidr(this: &CelString<'_>, other: &CelString<'_>) -> Result<CelBool, ExecutionError> {
+    let (network, length) = the_cidr(this)?;
+    let (inner, inner_length) = the_cidr(other)?;
+    Ok((inner.is_ipv4() == network.is_ipv4()
+        && inner_length >= length
+        && mask(inner, length) == mask(network, length))
+    .into())
+}
+
+fn cidr_ip(this: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
+    Ok(the_cidr(this)?.0.to_string().into())
+}
+
+fn masked(this: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {
+    let (ip, length) = the_cidr(this)?;
+    Ok(format!("{}/{length}", mask(ip, length)).into())
+}
+
+fn prefix_length(this: &CelString<'_>) -> Result<CelInt, ExecutionError> {
+    Ok(CelInt::from(i64::from(the_cidr(this)?.1)))
 }
 
 fn regex(function: &str, pattern: &str) -> Result<regex::Regex, ExecutionError> {

@@ -10,7 +10,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-mod cel;
+pub(crate) mod cel;
 mod cel_lib;
 mod format;
 mod structural;
@@ -376,6 +376,43 @@ fn min_json_size(v: &Value) -> f64 {
 #[derive(Clone, Debug)]
 pub struct Schema {
     root: Node,
+    /// Whether any node has `x-kubernetes-validations` (then kube runs its CEL validator).
+    has_rules: bool,
+}
+
+/// What validation found: schema errors, and the CEL rules' (kept apart, as kube evaluates
+/// the rules only when the schema errors do not block them).
+#[derive(Default)]
+struct Found {
+    schema: Vec<Cause>,
+    rules: Vec<Cause>,
+}
+
+impl Found {
+    fn push(&mut self, cause: Cause) {
+        self.schema.push(cause);
+    }
+}
+
+/// Schema errors after which kube does not evaluate CEL rules (apiextensions'
+/// `hasBlockingErr`): the object does not have the shape the rules were written for.
+fn blocking(cause: &Cause) -> bool {
+    matches!(
+        cause.reason.as_str(),
+        "FieldValueNotSupported"
+            | "FieldValueRequired"
+            | "FieldValueTooLong"
+            | "FieldValueTooMany"
+            | "FieldValueTypeInvalid"
+    )
+}
+
+/// Whether `node` or anything below it has CEL rules.
+fn any_rules(node: &Node) -> bool {
+    !node.rules.is_empty()
+        || node.properties.values().any(any_rules)
+        || node.items.as_deref().is_some_and(any_rules)
+        || matches!(node.additional.as_deref(), Some(Additional::Schema(sub)) if any_rules(sub))
 }
 
 fn join(path: &str, field: &str) -> String {
@@ -435,8 +472,10 @@ impl Schema {
     /// # Errors
     /// A [`SchemaError`] naming the place in the schema that cannot be used.
     pub fn compile(openapi_v3_schema: &Value) -> Result<Self, SchemaError> {
+        let root = compile_node(openapi_v3_schema, "openAPIV3Schema", Some(1.0))?;
         Ok(Self {
-            root: compile_node(openapi_v3_schema, "openAPIV3Schema", Some(1.0))?,
+            has_rules: any_rules(&root),
+            root,
         })
     }
 
@@ -480,7 +519,7 @@ impl Schema {
     /// Validates an update: as [`Schema::validate`], plus the transition rules
     /// (`x-kubernetes-validations` using `oldSelf`) against the stored version `old`.
     pub fn validate_update(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
-        let mut causes = Vec::new();
+        let mut causes = Found::default();
         if let Value::Object(map) = object {
             for (key, node) in &self.root.properties {
                 if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
@@ -492,7 +531,7 @@ impl Schema {
                 }
             }
             for rule in &self.root.rules {
-                rule.check(&self.root, object, old, "", &mut causes);
+                rule.check(&self.root, object, old, "", &mut causes.rules);
             }
             for required in &self.root.required {
                 if !map.contains_key(required)
@@ -502,7 +541,21 @@ impl Schema {
                 }
             }
         }
-        causes
+        let Found {
+            schema: mut all,
+            rules,
+        } = causes;
+        if self.has_rules && all.iter().any(blocking) {
+            // kube's message, on a nil field path.
+            all.push(Cause::invalid(
+                "<nil>",
+                &Value::String("null".into()),
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        } else {
+            all.extend(rules);
+        }
+        all
     }
 }
 
@@ -587,16 +640,17 @@ fn invalid(path: &str, value: &Value, detail: String) -> Cause {
     Cause::invalid(path, value, &format!("{path} in body {detail}"))
 }
 
-fn validate_node(
-    node: &Node,
-    value: &Value,
-    old: Option<&Value>,
-    path: &str,
-    causes: &mut Vec<Cause>,
-) {
+/// A value of the wrong type: kube's `field.TypeInvalid` (worded as an invalid value).
+fn type_invalid(path: &str, value: &Value, detail: String) -> Cause {
+    let mut cause = invalid(path, value, detail);
+    cause.reason = "FieldValueTypeInvalid".into();
+    cause
+}
+
+fn validate_node(node: &Node, value: &Value, old: Option<&Value>, path: &str, causes: &mut Found) {
     if value.is_null() {
         if !node.nullable && node.kind.is_some() {
-            causes.push(invalid(
+            causes.push(type_invalid(
                 path,
                 value,
                 format!(
@@ -609,20 +663,22 @@ fn validate_node(
     }
     if node.int_or_string {
         if !(value.is_string() || Type::Integer.matches(value)) {
-            causes.push(Cause::invalid(
+            let mut cause = Cause::invalid(
                 path,
                 value,
                 &format!(
                     "{path} in body must be of type integer-or-string: {}",
                     json_type(value)
                 ),
-            ));
+            );
+            cause.reason = "FieldValueTypeInvalid".into();
+            causes.push(cause);
             return;
         }
     } else if let Some(kind) = node.kind
         && !kind.matches(value)
     {
-        causes.push(invalid(
+        causes.push(type_invalid(
             path,
             value,
             format!("must be of type {}: \"{}\"", kind.name(), json_type(value)),
@@ -642,8 +698,8 @@ fn validate_node(
         ));
     }
     match value {
-        Value::String(s) => validate_string(node, s, value, path, causes),
-        Value::Number(_) => validate_number(node, value, path, causes),
+        Value::String(s) => validate_string(node, s, value, path, &mut causes.schema),
+        Value::Number(_) => validate_number(node, value, path, &mut causes.schema),
         Value::Array(items) => validate_array(node, items, old, value, path, causes),
         Value::Object(map) => validate_object(node, map, old, value, path, causes),
         _ => {}
@@ -682,14 +738,14 @@ fn validate_node(
         ));
     }
     for rule in &node.rules {
-        rule.check(node, value, old, path, causes);
+        rule.check(node, value, old, path, &mut causes.rules);
     }
 }
 
 fn passes(node: &Node, value: &Value, path: &str) -> bool {
-    let mut causes = Vec::new();
+    let mut causes = Found::default();
     validate_node(node, value, None, path, &mut causes);
-    causes.is_empty()
+    causes.schema.is_empty() && causes.rules.is_empty()
 }
 
 fn json_type(value: &Value) -> &'static str {
@@ -732,7 +788,7 @@ fn validate_string(node: &Node, s: &str, value: &Value, path: &str, causes: &mut
     if let Some(format) = &node.format
         && !format::valid(format, s)
     {
-        causes.push(invalid(
+        causes.push(type_invalid(
             path,
             value,
             format!("must be of type {format}: {}", render_value(value)),
@@ -796,7 +852,7 @@ fn validate_number(node: &Node, value: &Value, path: &str, causes: &mut Vec<Caus
             _ => true,
         };
         if !fits {
-            causes.push(invalid(
+            causes.push(type_invalid(
                 path,
                 value,
                 format!("must be of type {format}: {}", render_value(value)),
@@ -811,7 +867,7 @@ fn validate_array(
     old: Option<&Value>,
     value: &Value,
     path: &str,
-    causes: &mut Vec<Cause>,
+    causes: &mut Found,
 ) {
     if let Some(min) = node.min_items
         && items.len() < min
@@ -897,7 +953,7 @@ fn validate_object(
     old: Option<&Value>,
     value: &Value,
     path: &str,
-    causes: &mut Vec<Cause>,
+    causes: &mut Found,
 ) {
     if let Some(min) = node.min_properties
         && map.len() < min
@@ -945,7 +1001,7 @@ fn validate_object(
         }
     }
     if node.embedded_resource {
-        validate_embedded_resource(map, path, causes);
+        validate_embedded_resource(map, path, &mut causes.schema);
     }
 }
 

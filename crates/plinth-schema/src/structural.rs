@@ -90,7 +90,8 @@ fn check(node: &Value, path: &str, level: Level, errors: &mut Vec<SchemaError>) 
                 "must be object if x-kubernetes-embedded-resource is true",
             ));
         }
-    } else if kind.is_empty() && !embedded && !int_or_string {
+    } else if kind.is_empty() && !int_or_string && preserve != Some(true) {
+        // A node that preserves unknown fields, or is int-or-string, may leave its type open.
         let detail = match level {
             Level::Root => "must not be empty at the root",
             Level::Item => "must not be empty for specified array items",
@@ -98,11 +99,19 @@ fn check(node: &Value, path: &str, level: Level, errors: &mut Vec<SchemaError>) 
         };
         errors.push(error(at("type"), SchemaErrorKind::Required, detail));
     }
-    if int_or_string && !kind.is_empty() {
+    // (An int-or-string node may still declare a type: kube's structural rules do not forbid it.)
+    if int_or_string && preserve == Some(true) {
         errors.push(invalid(
-            at("type"),
-            &Value::String(kind.to_owned()),
-            "must be empty if x-kubernetes-int-or-string is true",
+            at("x-kubernetes-preserve-unknown-fields"),
+            &Value::Bool(true),
+            "must be false if x-kubernetes-int-or-string is true",
+        ));
+    }
+    if int_or_string && embedded {
+        errors.push(invalid(
+            at("x-kubernetes-embedded-resource"),
+            &Value::Bool(true),
+            "must be false if x-kubernetes-int-or-string is true",
         ));
     }
     if embedded && map.contains_key("additionalProperties") {

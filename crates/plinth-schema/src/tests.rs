@@ -45,7 +45,7 @@ fn keyword_table() {
             json!({"replicas": "three"}),
             one(
                 "spec.replicas",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: \"three\": spec.replicas in body must be of type integer: \"string\"",
             ),
         ),
@@ -152,7 +152,7 @@ fn keyword_table() {
             json!({"port": true}),
             one(
                 "spec.port",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: true: spec.port in body must be of type integer-or-string: boolean",
             ),
         ),
@@ -162,7 +162,7 @@ fn keyword_table() {
             json!({"at": "yesterday"}),
             one(
                 "spec.at",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: \"yesterday\": spec.at in body must be of type date-time: \"yesterday\"",
             ),
         ),
@@ -172,7 +172,7 @@ fn keyword_table() {
             json!({"ip": "10.0.0.256"}),
             one(
                 "spec.ip",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: \"10.0.0.256\": spec.ip in body must be of type ipv4: \"10.0.0.256\"",
             ),
         ),
@@ -182,7 +182,7 @@ fn keyword_table() {
             json!({"labels": {"a": 1}}),
             one(
                 "spec.labels.a",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: 1: spec.labels.a in body must be of type string: \"integer\"",
             ),
         ),
@@ -202,7 +202,7 @@ fn keyword_table() {
             json!({"count": 3_000_000_000_u64}),
             one(
                 "spec.count",
-                "FieldValueInvalid",
+                "FieldValueTypeInvalid",
                 "Invalid value: 3000000000: spec.count in body must be of type int32: 3000000000",
             ),
         ),
@@ -559,7 +559,8 @@ fn structural_rules_report_every_violation() {
                          "keyed": {"type": "array", "x-kubernetes-list-map-keys": ["name"],
                                    "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
                          "kept": {"type": "object", "x-kubernetes-preserve-unknown-fields": false},
-                         "intOrString": {"type": "string", "x-kubernetes-int-or-string": true},
+                         "intOrString": {"x-kubernetes-int-or-string": true, "x-kubernetes-preserve-unknown-fields": true},
+                         "typedIntOrString": {"type": "string", "x-kubernetes-int-or-string": true},
                          "embedded": {"type": "string", "x-kubernetes-embedded-resource": true}}}}
     }));
     let lines: Vec<String> = errors
@@ -571,7 +572,7 @@ fn structural_rules_report_every_violation() {
         "spec.validation.openAPIV3Schema.properties[spec].properties[both].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive",
         "spec.validation.openAPIV3Schema.properties[spec].properties[embedded].properties: Required value: must not be empty if x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields",
         "spec.validation.openAPIV3Schema.properties[spec].properties[embedded].type: Invalid value: \"string\": must be object if x-kubernetes-embedded-resource is true",
-        "spec.validation.openAPIV3Schema.properties[spec].properties[intOrString].type: Invalid value: \"string\": must be empty if x-kubernetes-int-or-string is true",
+        "spec.validation.openAPIV3Schema.properties[spec].properties[intOrString].x-kubernetes-preserve-unknown-fields: Invalid value: true: must be false if x-kubernetes-int-or-string is true",
         "spec.validation.openAPIV3Schema.properties[spec].properties[kept].x-kubernetes-preserve-unknown-fields: Invalid value: false: must be true or undefined",
         "spec.validation.openAPIV3Schema.properties[spec].properties[keyed].x-kubernetes-list-type: Required value: must be map if x-kubernetes-list-map-keys is non-empty",
         "spec.validation.openAPIV3Schema.properties[spec].properties[list].items: Required value: must be specified",
@@ -672,5 +673,184 @@ fn embedded_resources_are_validated_like_objects() {
             .iter()
             .any(|l| l.starts_with("spec.template.metadata.labels: Invalid value: \"bad key!\"")),
         "{lines:?}"
+    );
+}
+
+#[test]
+fn property_names_are_escaped_for_cel_as_kube_escapes_them() {
+    use crate::cel::{escape, unescape};
+    for (name, escaped) in [
+        ("namespace", Some("__namespace__")),
+        ("if", Some("__if__")),
+        ("foo-bar", Some("foo__dash__bar")),
+        ("a.b/c", Some("a__dot__b__slash__c")),
+        ("x__y", Some("x__underscores__y")),
+        ("_x", Some("_x")),
+        ("plain", Some("plain")),
+        ("1st", None),
+        ("a b", None),
+        ("", None),
+    ] {
+        assert_eq!(escape(name).as_deref(), escaped, "{name}");
+        if let Some(escaped) = escaped {
+            assert_eq!(unescape(escaped), name);
+        }
+    }
+    let schema = Schema::compile(&json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "properties": {"namespace": {"type": "string"}, "max-size": {"type": "integer"},
+                       "labels": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.__namespace__) || self.__namespace__ != 'kube-system'", "message": "not kube-system"},
+            {"rule": "!has(self.max__dash__size) || self.max__dash__size <= 10", "message": "at most 10"},
+            {"rule": "!has(self.labels) || !('app-name' in self.labels) || self.labels['app-name'] != ''", "message": "map keys are not escaped"}
+        ]}}}))
+    .unwrap();
+    let messages = |spec: Value| -> Vec<String> {
+        schema
+            .validate(&json!({"spec": spec}))
+            .into_iter()
+            .map(|c| c.message)
+            .collect()
+    };
+    assert!(
+        messages(json!({"namespace": "apps", "max-size": 3, "labels": {"app-name": "x"}}))
+            .is_empty()
+    );
+    assert_eq!(
+        messages(json!({"namespace": "kube-system", "max-size": 11, "labels": {"app-name": ""}})),
+        [
+            "Invalid value: \"object\": not kube-system",
+            "Invalid value: \"object\": at most 10",
+            "Invalid value: \"object\": map keys are not escaped"
+        ]
+    );
+    // The unescaped name is not a field.
+    let refused = Schema::compile(&json!({"type": "object", "properties": {"spec": {
+        "type": "object", "properties": {"max-size": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.maxsize > 0"}]}}}));
+    assert!(
+        refused
+            .unwrap_err()
+            .reason
+            .contains("undefined field 'maxsize'")
+    );
+}
+
+#[test]
+fn preserving_and_int_or_string_nodes_need_no_type() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "anything": {"x-kubernetes-preserve-unknown-fields": true},
+        "list": {"type": "array", "items": {"x-kubernetes-preserve-unknown-fields": true}},
+        "port": {"x-kubernetes-int-or-string": true},
+        "untyped": {"description": "no type, nothing preserved"}}}}});
+    let found: Vec<String> = crate::structural_errors(&schema)
+        .iter()
+        .map(|e| e.cause("spec.validation").line())
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "spec.validation.openAPIV3Schema.properties[spec].properties[untyped].type: Required value: must not be empty for specified object fields"
+        ]
+    );
+}
+
+#[test]
+fn has_tests_are_booleans_not_strings_in_the_cost_estimate() {
+    // kube accepts this over a 50-item list; costing `has(x.a)` as an unbounded string did not.
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "items": {"type": "array", "maxItems": 50, "items": {"type": "object", "properties": {
+            "a": {"type": "string"}, "b": {"type": "string"}}}}},
+        "x-kubernetes-validations": [{"rule": "self.items.all(x, has(x.a) == has(x.b))"},
+                                     {"rule": "[has(self.items), true].filter(x, x).size() >= 1"}]}}});
+    let compiled = Schema::compile(&schema).unwrap();
+    assert!(
+        compiled
+            .validate(&json!({"spec": {"items": [{"a": "1", "b": "2"}]}}))
+            .is_empty()
+    );
+    assert_eq!(
+        compiled.validate(&json!({"spec": {"items": [{"a": "1"}]}}))[0].message,
+        "Invalid value: \"object\": failed rule: self.items.all(x, has(x.a) == has(x.b))"
+    );
+}
+
+#[test]
+fn durations_timestamps_ips_and_cidrs_work_and_unknown_functions_are_refused() {
+    let rules = |rule: &str| {
+        Schema::compile(
+            &json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"t": {"type": "string"}, "d": {"type": "string"}, "ip": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": rule}]}}}),
+        )
+    };
+    for (rule, spec, ok) in [
+        (
+            "duration(self.d) <= duration('1h')",
+            json!({"d": "30m"}),
+            true,
+        ),
+        (
+            "duration(self.d) <= duration('1h')",
+            json!({"d": "2h"}),
+            false,
+        ),
+        (
+            "timestamp(self.t) > timestamp('2020-01-01T00:00:00Z')",
+            json!({"t": "2024-01-01T00:00:00Z"}),
+            true,
+        ),
+        (
+            "timestamp(self.t) > timestamp('2020-01-01T00:00:00Z')",
+            json!({"t": "2019-01-01T00:00:00Z"}),
+            false,
+        ),
+        (
+            "isIP(self.ip) && ip(self.ip).family() == 4",
+            json!({"ip": "10.0.0.1"}),
+            true,
+        ),
+        ("isIP(self.ip)", json!({"ip": "10.0.0.300"}), false),
+        (
+            "cidr('10.0.0.0/8').containsIP(self.ip)",
+            json!({"ip": "10.1.2.3"}),
+            true,
+        ),
+        (
+            "cidr('10.0.0.0/8').containsIP(self.ip)",
+            json!({"ip": "11.1.2.3"}),
+            false,
+        ),
+        (
+            "isCIDR(self.ip) && cidr(self.ip).prefixLength() == 24 && cidr(self.ip).masked() == '192.168.1.0/24'",
+            json!({"ip": "192.168.1.7/24"}),
+            true,
+        ),
+        (
+            "!ip(self.ip).isLoopback() && ip(self.ip).isGlobalUnicast()",
+            json!({"ip": "2001:db8::1"}),
+            true,
+        ),
+        (
+            "ip.isCanonical(self.ip)",
+            json!({"ip": "2001:db8:0:0:0:0:0:1"}),
+            false,
+        ),
+    ] {
+        let schema = rules(rule).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        assert_eq!(
+            schema.validate(&json!({"spec": spec})).is_empty(),
+            ok,
+            "{rule} on {spec}"
+        );
+    }
+    let refused = rules("isFancy(self.ip)").unwrap_err();
+    assert!(
+        refused
+            .reason
+            .contains("undeclared reference to 'isFancy' (in container '')"),
+        "{}",
+        refused.reason
     );
 }

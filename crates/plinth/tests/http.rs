@@ -786,3 +786,259 @@ fn apply_patches_refuse_bad_input_and_change_nothing() {
     );
     assert_eq!(http.get(&format!("{CM}/applied")).json()["data"]["a"], "b");
 }
+
+/// A request with a bad query: method, path, query, body, content type, the expected code, and
+/// what the message must name.
+type BadQuery<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<&'a [u8]>,
+    &'a str,
+    u16,
+    &'a str,
+);
+
+/// Every query parameter kube-apiserver accepts, given a value that does not parse (or options
+/// that do not go together): a 4xx `Status` naming the parameter, and the object untouched —
+/// not deleted, not changed, its resourceVersion the same.
+#[test]
+fn bad_query_parameters_are_refused_and_change_nothing() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let created = http.post(
+        CM,
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"target"},"data":{"k":"v"}}"#,
+    );
+    assert_eq!(created.code, 201, "{}", created.body);
+    let before = http.get(&format!("{CM}/target")).json();
+    let one = format!("{CM}/target");
+    let merge = br#"{"data":{"k":"changed"}}"#.as_slice();
+    let put = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}, "data": {"k": "changed"}})).unwrap();
+    let post = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fresh"}}"#.as_slice();
+    // (method, path, query, body, content type, code, the parameter the message names)
+    let cases: Vec<BadQuery> = vec![
+        (
+            "DELETE",
+            &one,
+            "gracePeriodSeconds=soon",
+            None,
+            "application/json",
+            400,
+            "gracePeriodSeconds",
+        ),
+        (
+            "DELETE",
+            &one,
+            "propagationPolicy=Sideways",
+            None,
+            "application/json",
+            422,
+            "propagationPolicy",
+        ),
+        (
+            "DELETE",
+            &one,
+            "dryRun=Maybe",
+            None,
+            "application/json",
+            400,
+            "dryRun",
+        ),
+        (
+            "DELETE",
+            CM,
+            "gracePeriodSeconds=soon",
+            None,
+            "application/json",
+            400,
+            "gracePeriodSeconds",
+        ),
+        (
+            "DELETE",
+            CM,
+            "limit=abc",
+            None,
+            "application/json",
+            400,
+            "limit",
+        ),
+        (
+            "DELETE",
+            CM,
+            "labelSelector=a+in+(",
+            None,
+            "application/json",
+            400,
+            "unable to parse requirement",
+        ),
+        (
+            "GET",
+            CM,
+            "limit=abc",
+            None,
+            "application/json",
+            400,
+            "limit",
+        ),
+        (
+            "GET",
+            CM,
+            "timeoutSeconds=x",
+            None,
+            "application/json",
+            400,
+            "timeoutSeconds",
+        ),
+        (
+            "GET",
+            CM,
+            "watch=true&timeoutSeconds=x",
+            None,
+            "application/json",
+            400,
+            "timeoutSeconds",
+        ),
+        (
+            "GET",
+            CM,
+            "resourceVersion=abc",
+            None,
+            "application/json",
+            400,
+            "resource version",
+        ),
+        (
+            "GET",
+            &one,
+            "resourceVersion=abc",
+            None,
+            "application/json",
+            400,
+            "resource version",
+        ),
+        (
+            "GET",
+            CM,
+            "resourceVersion=1&resourceVersionMatch=Sometimes",
+            None,
+            "application/json",
+            400,
+            "resourceVersionMatch",
+        ),
+        (
+            "GET",
+            CM,
+            "resourceVersionMatch=Exact",
+            None,
+            "application/json",
+            422,
+            "resourceVersionMatch",
+        ),
+        (
+            "GET",
+            CM,
+            "continue=not-a-token",
+            None,
+            "application/json",
+            400,
+            "continue",
+        ),
+        (
+            "GET",
+            CM,
+            "fieldSelector=spec.x%3D1",
+            None,
+            "application/json",
+            400,
+            "spec.x",
+        ),
+        (
+            "GET",
+            CM,
+            "watch=true&sendInitialEvents=true",
+            None,
+            "application/json",
+            422,
+            "allowWatchBookmarks",
+        ),
+        (
+            "PATCH",
+            &one,
+            "dryRun=Maybe",
+            Some(merge),
+            "application/merge-patch+json",
+            400,
+            "dryRun",
+        ),
+        (
+            "PATCH",
+            &one,
+            "fieldValidation=Loose",
+            Some(merge),
+            "application/merge-patch+json",
+            400,
+            "fieldValidation",
+        ),
+        (
+            "PATCH",
+            &one,
+            "force=true",
+            Some(merge),
+            "application/merge-patch+json",
+            422,
+            "force",
+        ),
+        (
+            "PUT",
+            &one,
+            "dryRun=Maybe",
+            Some(&put),
+            "application/json",
+            400,
+            "dryRun",
+        ),
+        (
+            "PUT",
+            &one,
+            "fieldValidation=Loose",
+            Some(&put),
+            "application/json",
+            400,
+            "fieldValidation",
+        ),
+        (
+            "POST",
+            CM,
+            "dryRun=Maybe",
+            Some(post),
+            "application/json",
+            400,
+            "dryRun",
+        ),
+        (
+            "POST",
+            CM,
+            "fieldValidation=Loose",
+            Some(post),
+            "application/json",
+            400,
+            "fieldValidation",
+        ),
+    ];
+    for (method, path, query, body, content_type, code, named) in cases {
+        let reply = http.request(method, &format!("{path}?{query}"), content_type, body, true);
+        assert_eq!(reply.code, code, "{method} ?{query}: {}", reply.body);
+        let status = reply.json();
+        assert_eq!(status["kind"], "Status", "{method} ?{query}: {status}");
+        let message = status["message"].as_str().unwrap_or("");
+        assert!(message.contains(named), "{method} ?{query}: {message}");
+    }
+    let after = http.get(&format!("{CM}/target")).json();
+    assert_eq!(after, before, "the refused requests changed nothing");
+    assert_eq!(
+        http.get(&format!("{CM}/fresh")).code,
+        404,
+        "nothing was created"
+    );
+}

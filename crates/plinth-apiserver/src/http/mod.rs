@@ -40,6 +40,8 @@ pub(crate) struct AppState {
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     /// Request metrics.
     pub(crate) metrics: crate::metrics::Metrics,
+    /// The OpenAPI documents of the current resources.
+    pub(crate) openapi: crate::openapi::Cache,
 }
 
 impl std::fmt::Debug for AppState {
@@ -285,7 +287,7 @@ async fn handle(
     }
     let resources = &state.registry.resources;
     let format = negotiate(headers)?;
-    let get_only = |value: Option<Value>| -> Result<Response, ApiError> {
+    let get_only_ref = |value: Option<&Value>| -> Result<Response, ApiError> {
         if method != Method::GET {
             return Err(ApiError::method_not_allowed());
         }
@@ -300,8 +302,9 @@ async fn handle(
         } else {
             format
         };
-        Ok(respond(StatusCode::OK, &value, format, &[]))
+        Ok(respond(StatusCode::OK, value, format, &[]))
     };
+    let get_only = |value: Option<Value>| get_only_ref(value.as_ref());
     match target {
         Target::Api => match format {
             Format::Aggregated(v) => get_only(Some(discovery::aggregated(resources, true, v))),
@@ -312,11 +315,14 @@ async fn handle(
             _ => get_only(Some(discovery::groups(resources))),
         },
         Target::Group(group) => get_only(discovery::group(resources, &group)),
-        Target::OpenApiV3(None) => get_only(Some(crate::openapi::root(resources))),
-        Target::OpenApiV3(Some(path)) => get_only(crate::openapi::document(resources, &path)),
+        Target::OpenApiV3(None) => get_only_ref(Some(&state.openapi.documents(resources).root)),
+        Target::OpenApiV3(Some(path)) => {
+            let documents = state.openapi.documents(resources);
+            get_only_ref(documents.by_path.get(&path).map(|d| &**d))
+        }
         // The protobuf form kubectl asks for first is not served; JSON is.
         Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
-            get_only(Some(crate::openapi::swagger(resources)))
+            get_only_ref(Some(state.openapi.documents(resources).swagger()))
         }
         Target::OpenApiV2 => Err(ApiError::new(
             StatusReason::NotAcceptable,
