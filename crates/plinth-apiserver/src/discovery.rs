@@ -51,11 +51,53 @@ pub fn core_versions(server_address: &str) -> Value {
     })
 }
 
+/// A Kubernetes-like version (`v2`, `v1beta3`, `v1alpha1`): its stability (GA 2, beta 1,
+/// alpha 0), major and minor numbers.
+fn kube_version(version: &str) -> Option<(u8, u64, u64)> {
+    let rest = version.strip_prefix('v')?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let (major, rest) = rest.split_at(digits);
+    if major.is_empty() || major.starts_with('0') {
+        return None;
+    }
+    let major = major.parse().ok()?;
+    if rest.is_empty() {
+        return Some((2, major, 0));
+    }
+    let (stability, minor) = if let Some(minor) = rest.strip_prefix("beta") {
+        (1, minor)
+    } else {
+        (0, rest.strip_prefix("alpha")?)
+    };
+    if minor.is_empty() || minor.starts_with('0') || !minor.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stability, major, minor.parse().ok()?))
+}
+
+/// kube's version priority (`CompareKubeAwareVersionStrings`), highest first: GA before beta
+/// before alpha, higher major then higher minor first; other versions after them, in
+/// lexicographic order (`v10, v2, v1, v11beta2, v10beta3, v3beta1, v12alpha1, v11alpha2, foo1`).
+pub fn by_priority(a: &str, b: &str) -> std::cmp::Ordering {
+    match (kube_version(a), kube_version(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+/// The versions of a group, by priority.
+fn ordered<T>(versions: &BTreeMap<String, T>) -> Vec<(&String, &T)> {
+    let mut ordered: Vec<(&String, &T)> = versions.iter().collect();
+    ordered.sort_by(|(a, _), (b, _)| by_priority(a, b));
+    ordered
+}
+
 fn group_entry(group: &str, versions: &BTreeMap<String, Vec<Arc<ResourceDef>>>) -> Value {
-    let listed: Vec<Value> = versions
-        .keys()
-        .rev()
-        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+    let listed: Vec<Value> = ordered(versions)
+        .into_iter()
+        .map(|(v, _)| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
         .collect();
     json!({
         "name": group,
@@ -141,9 +183,8 @@ pub fn aggregated(resources: &Resources, legacy: bool, api_version: &str) -> Val
         .iter()
         .filter(|(g, _)| g.is_empty() == legacy)
         .map(|(group, versions)| {
-            let versions: Vec<Value> = versions
-                .iter()
-                .rev()
+            let versions: Vec<Value> = ordered(versions)
+                .into_iter()
                 .map(|(version, defs)| {
                     let resources: Vec<Value> =
                         defs.iter().map(|def| aggregated_resource(def)).collect();
@@ -190,4 +231,25 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
         entry["subresources"] = Value::Array(subresources);
     }
     entry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_by_kubes_priority() {
+        let mut versions = vec![
+            "foo10", "v1", "v11alpha2", "v10beta3", "v2", "v3beta1", "foo1", "v12alpha1", "v10",
+            "v11beta2", "v1beta1", "v1alpha3",
+        ];
+        versions.sort_by(|a, b| by_priority(a, b));
+        assert_eq!(
+            versions,
+            [
+                "v10", "v2", "v1", "v11beta2", "v10beta3", "v3beta1", "v1beta1", "v12alpha1",
+                "v11alpha2", "v1alpha3", "foo1", "foo10"
+            ]
+        );
+    }
 }

@@ -580,7 +580,11 @@ fn prune_node(node: &Node, value: &mut Value, path: &str, pruned: &mut Vec<Strin
             let mut remove = Vec::new();
             for (key, child) in map.iter_mut() {
                 let child_path = join(path, key);
-                if let Some(sub) = node.properties.get(key) {
+                if node.embedded_resource && key == "metadata" {
+                    // An embedded object's metadata is an ObjectMeta, whatever the schema says
+                    // of it (kube coerces it through the type).
+                    prune_object_meta(child, &child_path, pruned);
+                } else if let Some(sub) = node.properties.get(key) {
                     prune_node(sub, child, &child_path, pruned);
                 } else if let Some(Additional::Schema(sub)) = additional {
                     prune_node(sub, child, &child_path, pruned);
@@ -601,6 +605,38 @@ fn prune_node(node: &Node, value: &mut Value, path: &str, pruned: &mut Vec<Strin
             }
         }
         _ => {}
+    }
+}
+
+/// The fields of `metav1.ObjectMeta`.
+const OBJECT_META_FIELDS: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Drops what `metav1.ObjectMeta` does not have from an embedded object's metadata.
+fn prune_object_meta(value: &mut Value, path: &str, pruned: &mut Vec<String>) {
+    if let Value::Object(map) = value {
+        map.retain(|key, _| {
+            let keep = OBJECT_META_FIELDS.contains(&key.as_str());
+            if !keep {
+                pruned.push(join(path, key));
+            }
+            keep
+        });
     }
 }
 

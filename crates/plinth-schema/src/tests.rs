@@ -854,3 +854,31 @@ fn durations_timestamps_ips_and_cidrs_work_and_unknown_functions_are_refused() {
         refused.reason
     );
 }
+
+#[test]
+fn an_embedded_objects_metadata_is_kept_as_object_meta() {
+    // A schema that declares `metadata: {type: object}` (as generated CRDs do) still keeps the
+    // embedded object's name and labels, and drops what ObjectMeta does not have.
+    let schema = Schema::compile(&json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"template": {"type": "object", "x-kubernetes-embedded-resource": true,
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "metadata": {"type": "object"},
+                           "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}))
+    .unwrap();
+    let mut object = json!({"spec": {"template": {"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "labels": {"app": "web"}, "bogus": 1},
+        "spec": {"containers": []}}}});
+    let pruned = schema.prune(&mut object);
+    assert_eq!(pruned, ["spec.template.metadata.bogus"]);
+    assert_eq!(
+        object["spec"]["template"]["metadata"],
+        json!({"name": "web", "labels": {"app": "web"}})
+    );
+    assert!(schema.validate(&object).is_empty());
+    object["spec"]["template"]["metadata"]["name"] = json!("a/b");
+    assert!(
+        schema.validate(&object)[0]
+            .field
+            .starts_with("spec.template.metadata.name")
+    );
+}
