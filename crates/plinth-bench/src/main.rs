@@ -6,6 +6,7 @@
 //! clients; gets/s; the latency of listing 10,000 objects; watch delivery latency p50/p99 with
 //! 100 and 1,000 watchers; and the server's resident memory when given its pid.
 //! `plinth-bench startup` measures how soon `plinth serve` answers `/readyz` after it is started.
+//! `plinth-bench gc` measures reads while the garbage collector deletes 50,000 dependents.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +26,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::json;
 
+mod gc;
 mod reconcile;
 
 #[derive(Parser, Debug)]
@@ -73,6 +75,22 @@ enum Command {
         /// How many objects.
         #[arg(long, default_value_t = 1000)]
         objects: usize,
+    },
+    /// Reads during a garbage collection: GET latency while the collector deletes the
+    /// dependents of deleted owners, and how long it takes.
+    Gc {
+        /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Owners (ConfigMaps).
+        #[arg(long, default_value_t = 10_000)]
+        owners: usize,
+        /// Dependents per owner.
+        #[arg(long, default_value_t = 5)]
+        dependents: usize,
+        /// Namespace to work in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -492,6 +510,15 @@ async fn main() -> std::process::ExitCode {
             namespace,
         } => load(kubeconfig, seconds, list_objects, watchers, pid, namespace).await,
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Gc {
+            kubeconfig,
+            owners,
+            dependents,
+            namespace,
+        } => match client(kubeconfig).await {
+            Ok(client) => gc::run(client, &namespace, owners, dependents).await,
+            Err(e) => Err(e),
+        },
         Command::Reconcile {
             kubeconfig,
             runtime,

@@ -634,49 +634,41 @@ impl Collector {
         .await
     }
 
-    /// Reads an object, changes it with `change` (which says whether it changed anything) and
-    /// writes it back at the version read, retrying on conflicts. Returns whether to try again
-    /// later (a failure other than the object being gone).
+    /// Changes an object with `change` (which says whether it changed anything) in one
+    /// guaranteed update, if it still has `uid`. Returns whether to try again later (a failure
+    /// other than the object being gone or replaced).
     async fn modify(
         &self,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
         uid: Option<&str>,
-        mut change: impl FnMut(&mut Value) -> bool,
+        change: impl Fn(&mut Value) -> bool,
     ) -> bool {
-        for _ in 0..16 {
-            let mut object = match self.registry.get(def, namespace, name).await {
-                Ok(object) => object,
-                Err(e) => return e.reason != StatusReason::NotFound,
-            };
-            if uid.is_some_and(|u| plinth_core::meta::meta_str(&object, "uid") != Some(u))
-                || !change(&mut object)
-            {
-                return false;
-            }
-            let written = self
-                .registry
-                .update(
-                    def,
-                    namespace,
-                    name,
-                    object,
-                    Part::Main,
-                    &WriteOptions::internal("kube-controller-manager"),
-                )
-                .await;
-            match written {
-                Ok(_) => return false,
-                Err(e) if e.reason == StatusReason::Conflict => continue,
-                Err(e) if e.reason == StatusReason::NotFound => return false,
-                Err(e) => {
-                    log_failure(name, &e);
-                    return true;
-                }
+        let written = self
+            .registry
+            .modify(
+                def,
+                namespace,
+                name,
+                Part::Main,
+                &WriteOptions::internal("kube-controller-manager"),
+                |object| {
+                    if uid.is_some_and(|u| plinth_core::meta::meta_str(object, "uid") != Some(u)) {
+                        return Ok(false);
+                    }
+                    Ok(change(object))
+                },
+            )
+            .await;
+        match written {
+            Ok(_) => false,
+            Err(e) if e.reason == StatusReason::NotFound => false,
+            Err(e) => {
+                log_failure(name, &e);
+                true
             }
         }
-        true
     }
 
     /// A namespaced owner absent from its dependent's namespace but present (same uid) in

@@ -285,10 +285,7 @@ async fn report(
     progress: &Progress,
 ) {
     let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
-    for _ in 0..8 {
-        let Ok(mut ns) = registry.get(def, None, namespace).await else {
-            return;
-        };
+    let conditions = |ns: &mut Value| {
         let old: Vec<Value> = ns
             .pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -308,24 +305,24 @@ async fn report(
                        "reason": reason, "message": message})
             })
             .collect();
+        let changed = ns.pointer("/status/conditions") != Some(&json!(conditions));
         ns["status"]["conditions"] = json!(conditions);
-        match registry
-            .update(
-                def,
-                None,
-                namespace,
-                ns,
-                Part::Status,
-                &WriteOptions::internal("kube-controller-manager"),
-            )
-            .await
-        {
-            Err(e) if e.reason == StatusReason::Conflict => continue,
-            Err(e) if e.reason != StatusReason::NotFound => {
-                tracing::warn!(namespace, error = %e.message, "could not report namespace deletion progress");
-                return;
-            }
-            _ => return,
+        Ok(changed)
+    };
+    match registry
+        .modify(
+            def,
+            None,
+            namespace,
+            Part::Status,
+            &WriteOptions::internal("kube-controller-manager"),
+            conditions,
+        )
+        .await
+    {
+        Err(e) if e.reason != StatusReason::NotFound => {
+            tracing::warn!(namespace, error = %e.message, "could not report namespace deletion progress");
         }
+        _ => {}
     }
 }

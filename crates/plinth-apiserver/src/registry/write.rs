@@ -145,7 +145,7 @@ impl Registry {
     }
 
     /// Server-set fields of a new object, then the type's defaults.
-    fn prepare_create(
+    pub(super) fn prepare_create(
         def: &ResourceDef,
         object: &mut Value,
         namespace: Option<&str>,
@@ -331,6 +331,41 @@ impl Registry {
             warnings,
             ..written
         })
+    }
+
+    /// Changes a stored object in place, for in-process controllers: `change` edits the
+    /// current object and says whether it changed anything (and may refuse with an error);
+    /// conflicts are retried by the store's guaranteed-update loop with the fresh object.
+    /// Returns `None` when `change` changed nothing.
+    ///
+    /// # Errors
+    /// 404 if absent; `change`'s own error; 422 if the result is invalid.
+    pub async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: impl Fn(&mut Value) -> Result<bool, ApiError>,
+    ) -> Result<Option<Written>, ApiError> {
+        let key = def.key(namespace, name);
+        let changed = std::sync::atomic::AtomicBool::new(false);
+        let written = self
+            .write_update(def, &key, name, options, Some(part), |current| {
+                let mut object = current.clone();
+                let did = change(&mut object)?;
+                changed.store(did, std::sync::atomic::Ordering::Relaxed);
+                Ok(if did {
+                    merge_for_update(def, current, object, part)
+                } else {
+                    current.clone()
+                })
+            })
+            .await?;
+        Ok(changed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some(written))
     }
 
     /// The guaranteed-update step shared by update, patch, apply and scale: `next` computes the
