@@ -55,7 +55,9 @@ pub fn core_versions(server_address: &str) -> Value {
 /// alpha 0), major and minor numbers.
 fn kube_version(version: &str) -> Option<(u8, u64, u64)> {
     let rest = version.strip_prefix('v')?;
-    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     let (major, rest) = rest.split_at(digits);
     if major.is_empty() || major.starts_with('0') {
         return None;
@@ -240,15 +242,35 @@ mod tests {
     #[test]
     fn versions_sort_by_kubes_priority() {
         let mut versions = vec![
-            "foo10", "v1", "v11alpha2", "v10beta3", "v2", "v3beta1", "foo1", "v12alpha1", "v10",
-            "v11beta2", "v1beta1", "v1alpha3",
+            "foo10",
+            "v1",
+            "v11alpha2",
+            "v10beta3",
+            "v2",
+            "v3beta1",
+            "foo1",
+            "v12alpha1",
+            "v10",
+            "v11beta2",
+            "v1beta1",
+            "v1alpha3",
         ];
         versions.sort_by(|a, b| by_priority(a, b));
         assert_eq!(
             versions,
             [
-                "v10", "v2", "v1", "v11beta2", "v10beta3", "v3beta1", "v1beta1", "v12alpha1",
-                "v11alpha2", "v1alpha3", "foo1", "foo10"
+                "v10",
+                "v2",
+                "v1",
+                "v11beta2",
+                "v10beta3",
+                "v3beta1",
+                "v1beta1",
+                "v12alpha1",
+                "v11alpha2",
+                "v1alpha3",
+                "foo1",
+                "foo10"
             ]
         );
     }

@@ -51,7 +51,10 @@ pub(crate) async fn run(
             async move {
                 let pp = PostParams::default();
                 let owner = api
-                    .create(&pp, &config_map(&format!("{tag}-o{i}"), &owners_label, None))
+                    .create(
+                        &pp,
+                        &config_map(&format!("{tag}-o{i}"), &owners_label, None),
+                    )
                     .await?;
                 for d in 0..dependents {
                     let name = format!("{tag}-d{i}-{d}");

@@ -427,6 +427,55 @@ fn check_element_types(a: &[Value], b: &[Value]) -> Result<Option<bool>, PatchEr
     Ok(objects)
 }
 
+/// What a keyed list's patch items with a `$patch` directive leave to do.
+enum Directives {
+    /// `$patch: replace`: the list is these items.
+    Replace(Vec<Value>),
+    /// The list (items deleted by `$patch: delete` gone) and the plain items to merge into it.
+    Merge(Vec<Value>, Vec<Map<String, Value>>),
+}
+
+/// Applies the items of a keyed list's patch that carry a directive: delete by merge key, or
+/// replace the whole list; the other items are returned to be merged.
+fn list_directives(
+    mut original: Vec<Value>,
+    patch: Vec<Value>,
+    merge_key: &str,
+) -> Result<Directives, PatchError> {
+    let mut plain = Vec::new();
+    let mut replace = false;
+    for item in patch {
+        let Value::Object(map) = item else {
+            continue;
+        };
+        match map.get(DIRECTIVE) {
+            None => plain.push(map),
+            Some(directive) => match directive.as_str() {
+                Some("delete") => {
+                    let Some(value) = map.get(merge_key) else {
+                        return Err(no_merge_key(&map, merge_key));
+                    };
+                    original.retain(|o| o.get(merge_key) != Some(value));
+                }
+                Some("replace") => replace = true,
+                Some("merge") => {
+                    return Err(bad("merging lists cannot yet be specified in the patch"));
+                }
+                _ => return Err(bad_patch_type(directive, &map)),
+            },
+        }
+    }
+    if replace {
+        return Ok(Directives::Replace(
+            plain
+                .into_iter()
+                .filter_map(|m| take_whole(Value::Object(m)))
+                .collect(),
+        ));
+    }
+    Ok(Directives::Merge(original, plain))
+}
+
 /// Merges a list by its strategy (or deletes from a primitive list).
 fn merge_list(
     original: Vec<Value>,
@@ -472,37 +521,10 @@ fn merge_list(
             )));
         }
     };
-    // Items carrying a directive act on the list: delete by key, or replace the whole list.
-    let mut original = original;
-    let mut plain = Vec::new();
-    let mut replace = false;
-    for item in patch {
-        let Value::Object(map) = item else {
-            continue;
-        };
-        match map.get(DIRECTIVE) {
-            None => plain.push(map),
-            Some(directive) => match directive.as_str() {
-                Some("delete") => {
-                    let Some(value) = map.get(merge_key) else {
-                        return Err(no_merge_key(&map, merge_key));
-                    };
-                    original.retain(|o| o.get(merge_key) != Some(value));
-                }
-                Some("replace") => replace = true,
-                Some("merge") => {
-                    return Err(bad("merging lists cannot yet be specified in the patch"));
-                }
-                _ => return Err(bad_patch_type(directive, &map)),
-            },
-        }
-    }
-    if replace {
-        return Ok(plain
-            .into_iter()
-            .filter_map(|m| take_whole(Value::Object(m)))
-            .collect());
-    }
+    let (mut original, plain) = match list_directives(original, patch, merge_key)? {
+        Directives::Replace(items) => return Ok(items),
+        Directives::Merge(original, plain) => (original, plain),
+    };
     let server_order = original.clone();
     let item_path = format!("{path}[]");
     let patch_order: Vec<Value> = plain.iter().cloned().map(Value::Object).collect();

@@ -78,7 +78,7 @@ impl Shape for Mixed {
     }
 
     fn map_type(&self, path: &[Element]) -> MapType {
-        if path.len() % 2 == 0 {
+        if path.len().is_multiple_of(2) {
             MapType::Struct
         } else {
             MapType::Granular

@@ -39,12 +39,20 @@ fn schema_node() -> impl Strategy<Value = Value> {
                 json!({"type": "object", "properties": props.into_iter().collect::<Map<_, _>>(),
                        "required": ["a"]})
             }),
-            inner.clone().prop_map(|items| json!({"type": "array", "items": items,
+            inner
+                .clone()
+                .prop_map(|items| json!({"type": "array", "items": items,
                 "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["a"]})),
-            inner.clone().prop_map(|v| json!({"type": "object", "additionalProperties": v})),
-            inner.clone().prop_map(|v| json!({"allOf": [v], "anyOf": [{"type": "string"}]})),
-            inner.prop_map(|v| json!({"type": "object", "x-kubernetes-embedded-resource": true,
-                "properties": {"spec": v}, "default": {}})),
+            inner
+                .clone()
+                .prop_map(|v| json!({"type": "object", "additionalProperties": v})),
+            inner
+                .clone()
+                .prop_map(|v| json!({"allOf": [v], "anyOf": [{"type": "string"}]})),
+            inner.prop_map(
+                |v| json!({"type": "object", "x-kubernetes-embedded-resource": true,
+                "properties": {"spec": v}, "default": {}})
+            ),
         ]
     })
 }
@@ -69,11 +77,37 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// CEL-ish text: tokens of the language in any order, and noise.
 fn rule() -> impl Strategy<Value = String> {
     let token = prop_oneof![
-        Just("self"), Just("oldSelf"), Just("."), Just("a"), Just("size("), Just(")"), Just("("),
-        Just("["), Just("]"), Just("=="), Just("&&"), Just("||"), Just("!"), Just("1"), Just("'x'"),
-        Just("has("), Just(".all(x,"), Just(".exists(x,"), Just("x"), Just("?"), Just(":"),
-        Just("+"), Just("<"), Just("in"), Just("duration('1s')"), Just("isIP("), Just("{"),
-        Just("}"), Just(","), Just("format.dns1123Label().validate("), Just("__a__"),
+        Just("self"),
+        Just("oldSelf"),
+        Just("."),
+        Just("a"),
+        Just("size("),
+        Just(")"),
+        Just("("),
+        Just("["),
+        Just("]"),
+        Just("=="),
+        Just("&&"),
+        Just("||"),
+        Just("!"),
+        Just("1"),
+        Just("'x'"),
+        Just("has("),
+        Just(".all(x,"),
+        Just(".exists(x,"),
+        Just("x"),
+        Just("?"),
+        Just(":"),
+        Just("+"),
+        Just("<"),
+        Just("in"),
+        Just("duration('1s')"),
+        Just("isIP("),
+        Just("{"),
+        Just("}"),
+        Just(","),
+        Just("format.dns1123Label().validate("),
+        Just("__a__"),
     ];
     prop_oneof![
         prop::collection::vec(token, 0..16).prop_map(|t| t.concat()),
@@ -82,7 +116,9 @@ fn rule() -> impl Strategy<Value = String> {
 }
 
 fn corpus_schema(file: &str) -> Schema {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crds").join(file);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/crds")
+        .join(file);
     let crd: Value = serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let version = crd["spec"]["versions"]
         .as_array()

@@ -1042,3 +1042,61 @@ fn bad_query_parameters_are_refused_and_change_nothing() {
         "nothing was created"
     );
 }
+
+/// The data directory holds credentials and (embedded) every object, Secrets included: when
+/// `plinth serve` creates it, it and every directory in it are the owner's alone (0700), and so
+/// is every file (0600).
+#[test]
+fn the_data_directory_is_the_owners_alone() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("fresh").join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    /// Stops the server by its pid, whatever the test's outcome.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let _server = Stop(child);
+    let mut kubeconfig = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut kubeconfig)
+        .unwrap();
+    let created = Command::new("kubectl")
+        .args(["create", "secret", "generic", "s", "--from-literal=k=v"])
+        .env("KUBECONFIG", kubeconfig.trim())
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let mut pending = vec![data.clone()];
+    let mut files = 0;
+    while let Some(dir) = pending.pop() {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+                files += 1;
+            }
+        }
+    }
+    assert!(
+        files >= 6,
+        "credentials, kubeconfig and the store: {files} files"
+    );
+}

@@ -768,6 +768,31 @@ fn strategic_merge_patches(p: &mut Plinth) {
         refused.contains("application/merge-patch+json"),
         "{refused}"
     );
+
+    // Client-side apply of a changed object with a keyed list: kubectl sends a three-way
+    // strategic merge patch ($setElementOrder, a $patch: delete item, the added item); an item
+    // another client added is kept, in apimachinery's order.
+    let first = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: merged}\nsecrets: [{name: a}, {name: b}]\nimagePullSecrets: [{name: x}]\n";
+    p.kubectl_with(&["apply", "-f", "-"], first);
+    p.kubectl(&[
+        "patch",
+        "serviceaccount",
+        "merged",
+        "-p",
+        r#"{"secrets":[{"name":"z"}]}"#,
+    ]);
+    let names = |p: &Plinth| -> Vec<String> {
+        p.json(&["get", "serviceaccount", "merged"])["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(p), ["z", "a", "b"]);
+    let second = "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: merged}\nsecrets: [{name: b}, {name: c}]\nimagePullSecrets: [{name: x}]\n";
+    p.kubectl_with(&["apply", "-f", "-"], second);
+    assert_eq!(names(p), ["z", "b", "c"]);
 }
 
 fn every_type_patches_explains_and_prints_wide(p: &mut Plinth) {

@@ -285,52 +285,8 @@ async fn handle(
         )
             .into_response());
     }
-    let resources = &state.registry.resources;
     let format = negotiate(headers)?;
-    let get_only_ref = |value: Option<&Value>| -> Result<Response, ApiError> {
-        if method != Method::GET {
-            return Err(ApiError::method_not_allowed());
-        }
-        let value = value.ok_or_else(|| {
-            ApiError::new(
-                StatusReason::NotFound,
-                "the server could not find the requested resource",
-            )
-        })?;
-        let format = if format == Format::Table {
-            Format::Json
-        } else {
-            format
-        };
-        Ok(respond(StatusCode::OK, value, format, &[]))
-    };
-    let get_only = |value: Option<Value>| get_only_ref(value.as_ref());
     match target {
-        Target::Api => match format {
-            Format::Aggregated(v) => get_only(Some(discovery::aggregated(resources, true, v))),
-            _ => get_only(Some(discovery::core_versions(&state.server_address))),
-        },
-        Target::Apis => match format {
-            Format::Aggregated(v) => get_only(Some(discovery::aggregated(resources, false, v))),
-            _ => get_only(Some(discovery::groups(resources))),
-        },
-        Target::Group(group) => get_only(discovery::group(resources, &group)),
-        Target::OpenApiV3(None) => get_only_ref(Some(&state.openapi.documents(resources).root)),
-        Target::OpenApiV3(Some(path)) => {
-            let documents = state.openapi.documents(resources);
-            get_only_ref(documents.by_path.get(&path).map(|d| &**d))
-        }
-        // The protobuf form kubectl asks for first is not served; JSON is.
-        Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
-            get_only_ref(Some(state.openapi.documents(resources).swagger()))
-        }
-        Target::OpenApiV2 => Err(ApiError::new(
-            StatusReason::NotAcceptable,
-            "/openapi/v2 is served as application/json",
-        )),
-        Target::ResourceList { group, version } => {
-            get_only(discovery::resource_list(resources, &group, &version))
-        }
         Target::Resource {
             group,
             version,
@@ -339,12 +295,11 @@ async fn handle(
             name,
             subresource,
         } => {
-            let def = resources.get(&group, &version, &resource).ok_or_else(|| {
-                ApiError::new(
-                    StatusReason::NotFound,
-                    "the server could not find the requested resource",
-                )
-            })?;
+            let def = state
+                .registry
+                .resources
+                .get(&group, &version, &resource)
+                .ok_or_else(not_found)?;
             let deprecation = def.deprecation.clone();
             let call = Call {
                 state,
@@ -369,10 +324,69 @@ async fn handle(
             }
             response
         }
-        Target::NotFound => Err(ApiError::new(
-            StatusReason::NotFound,
-            "the server could not find the requested resource",
+        other => document(state, method, format, other),
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(
+        StatusReason::NotFound,
+        "the server could not find the requested resource",
+    )
+}
+
+/// The read-only documents: discovery and OpenAPI.
+fn document(
+    state: &AppState,
+    method: &Method,
+    format: Format,
+    target: Target,
+) -> Result<Response, ApiError> {
+    if method != Method::GET {
+        return Err(ApiError::method_not_allowed());
+    }
+    let resources = &state.registry.resources;
+    let format = if format == Format::Table {
+        Format::Json
+    } else {
+        format
+    };
+    let answer = |value: Option<&Value>| -> Result<Response, ApiError> {
+        Ok(respond(
+            StatusCode::OK,
+            value.ok_or_else(not_found)?,
+            format,
+            &[],
+        ))
+    };
+    let owned = |value: Option<Value>| answer(value.as_ref());
+    match target {
+        Target::Api => match format {
+            Format::Aggregated(v) => owned(Some(discovery::aggregated(resources, true, v))),
+            _ => owned(Some(discovery::core_versions(&state.server_address))),
+        },
+        Target::Apis => match format {
+            Format::Aggregated(v) => owned(Some(discovery::aggregated(resources, false, v))),
+            _ => owned(Some(discovery::groups(resources))),
+        },
+        Target::Group(group) => owned(discovery::group(resources, &group)),
+        Target::ResourceList { group, version } => {
+            owned(discovery::resource_list(resources, &group, &version))
+        }
+        Target::OpenApiV3(None) => answer(Some(&state.openapi.documents(resources).root)),
+        Target::OpenApiV3(Some(path)) => {
+            let documents = state.openapi.documents(resources);
+            answer(documents.by_path.get(&path).map(|d| &**d))
+        }
+        // The protobuf form kubectl asks for first is not served; JSON is.
+        Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
+            answer(Some(state.openapi.documents(resources).swagger()))
+        }
+        Target::OpenApiV2 => Err(ApiError::new(
+            StatusReason::NotAcceptable,
+            "/openapi/v2 is served as application/json",
         )),
+        Target::NotFound | Target::Resource { .. } => Err(not_found()),
         Target::Health | Target::Version | Target::Metrics => Err(ApiError::method_not_allowed()),
     }
 }

@@ -177,6 +177,49 @@ fn check_config(config: &Value, options: &WriteOptions) -> Result<String, ApiErr
     Ok(manager)
 }
 
+/// Names the configuration after the URL (refusing another name or namespace) and keeps what
+/// the endpoint may set: the status through `/status`, the rest otherwise.
+fn claim_config(
+    def: &ResourceDef,
+    namespace: Option<&str>,
+    name: &str,
+    part: Part,
+    config: &mut Value,
+) -> Result<(), ApiError> {
+    let meta = config
+        .as_object_mut()
+        .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+    match meta.get("name").and_then(Value::as_str) {
+        Some(given) if !given.is_empty() && given != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({given}) does not match the name on the URL ({name})"
+            )));
+        }
+        _ => {
+            meta.insert("name".into(), json!(name));
+        }
+    }
+    if def.namespaced
+        && let Some(ns) = namespace
+    {
+        claim_namespace(meta, ns)?;
+    }
+    // What this endpoint may set: the status through /status, the rest otherwise.
+    if let Some(map) = config.as_object_mut() {
+        match part {
+            Part::Status => map
+                .retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")),
+            Part::Main | Part::Scale if def.status_subresource => {
+                map.remove("status");
+            }
+            Part::Main | Part::Scale => {}
+        }
+    }
+    Ok(())
+}
+
 impl Registry {
     /// Server-side apply of a configuration to an object or its status, creating the object if
     /// it does not exist.
@@ -200,38 +243,7 @@ impl Registry {
         let mut checked = config.clone();
         let warnings = Self::check_body(def, &mut checked, options)?;
         def.strategy.prune(def, &mut config);
-        let meta = config
-            .as_object_mut()
-            .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
-            .and_then(Value::as_object_mut)
-            .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
-        match meta.get("name").and_then(Value::as_str) {
-            Some(given) if !given.is_empty() && given != name => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({given}) does not match the name on the URL ({name})"
-                )));
-            }
-            _ => {
-                meta.insert("name".into(), json!(name));
-            }
-        }
-        if def.namespaced
-            && let Some(ns) = namespace
-        {
-            claim_namespace(meta, ns)?;
-        }
-        // What this endpoint may set: the status through /status, the rest otherwise.
-        if let Some(map) = config.as_object_mut() {
-            match part {
-                Part::Status => map.retain(|k, _| {
-                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
-                }),
-                Part::Main | Part::Scale if def.status_subresource => {
-                    map.remove("status");
-                }
-                Part::Main | Part::Scale => {}
-            }
-        }
+        claim_config(def, namespace, name, part, &mut config)?;
         let me = plinth_core::managed::Manager {
             name: manager,
             operation: plinth_core::managed::Operation::Apply,

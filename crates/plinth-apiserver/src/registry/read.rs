@@ -210,7 +210,14 @@ impl Registry {
             return Ok(None);
         }
         self.caches.count_list(&def.key_prefix(), true);
-        Ok(Some(Self::list_cached(def, &cacher, prefix, options)))
+        let (objects, revision) = cacher.snapshot(prefix);
+        let (def, options) = (def.clone(), options.clone());
+        // Decoding and filtering a large list is CPU work of up to hundreds of milliseconds:
+        // off the async workers, so that the requests they carry meanwhile are not held up.
+        tokio::task::spawn_blocking(move || Self::list_cached(&def, objects, revision, &options))
+            .await
+            .map(Some)
+            .map_err(|e| ApiError::internal(format!("list: {e}")))
     }
 
     /// Whether `cacher` has caught up with resourceVersion `rv` — the store's current revision
@@ -234,14 +241,13 @@ impl Registry {
         Ok(reached.map_err(|e| store_error(def, "", e))?.is_some())
     }
 
-    /// A list of the cache's current objects under `prefix`.
+    /// A list of `objects`, the cache's at `revision`.
     fn list_cached(
         def: &ResourceDef,
-        cacher: &crate::cache::Cacher,
-        prefix: &str,
+        objects: Vec<crate::cache::Stored>,
+        revision: plinth_store::Revision,
         options: &ListOptions,
     ) -> Value {
-        let (objects, revision) = cacher.snapshot(prefix);
         let items: Vec<Value> = objects
             .iter()
             .filter_map(crate::cache::Stored::decode)

@@ -84,136 +84,131 @@ impl Registry {
             ..
         } = options;
         Self::check_field_selector(&def, &options.fields)?;
-        let rv = options.resource_version.clone().unwrap_or_default();
         let prefix = def.list_prefix(namespace.as_deref());
         let cacher = self.caches.get(&def.key_prefix());
         cacher.wait_for(1).await?;
         let options = Arc::new(options);
-        let selected = {
-            let (def, options) = (def.clone(), options.clone());
-            move |object: &Value| Self::selected(&def, object, &options)
+        let start = self
+            .watch_start(
+                &def,
+                namespace.as_deref(),
+                &prefix,
+                &cacher,
+                &options,
+                send_initial_events,
+            )
+            .await?;
+        let Start {
+            mut initial,
+            subscription,
+            snapshot,
+        } = start;
+        let live = match subscription {
+            Ok(subscription) => {
+                live_events(&def, &options, prefix, subscription, snapshot, bookmarks)
+            }
+            Err(from) => match self
+                .watch_storage(def.clone(), prefix, from, options.clone())
+                .await
+            {
+                Ok(events) => events,
+                // As kube-apiserver's watch cache answers: the watch starts (200), and its one
+                // event is the 410 — which is what clients relist on.
+                Err(e) if e.reason == StatusReason::Expired => {
+                    futures::stream::iter([WatchEvent {
+                        kind: "ERROR",
+                        object: e.to_status(),
+                    }])
+                    .boxed()
+                }
+                Err(e) => return Err(e),
+            },
         };
+        if send_initial_events {
+            initial.push(bookmark(&def, snapshot, true));
+        }
+        Ok(futures::stream::iter(initial).chain(live).boxed())
+    }
+
+    /// Where a watch starts: its initial events and the cache subscription after them (or the
+    /// revision to watch storage from, when the cache no longer has it).
+    async fn watch_start(
+        &self,
+        def: &Arc<ResourceDef>,
+        namespace: Option<&str>,
+        prefix: &str,
+        cacher: &crate::cache::Cacher,
+        options: &Arc<ListOptions>,
+        send_initial_events: bool,
+    ) -> Result<Start, ApiError> {
+        let rv = options.resource_version.clone().unwrap_or_default();
         // The initial state comes from the cache's own snapshot when it may: "any" state
         // (resourceVersion 0), a consistent one once the cache has caught up with the store, or
         // with sendInitialEvents one not older than the resourceVersion given.
         let from_cache = if rv == "0" {
             true
         } else if rv.is_empty() || send_initial_events {
-            self.cache_caught_up(&def, &cacher, &rv).await?
+            self.cache_caught_up(def, cacher, &rv).await?
         } else {
             false
         };
-        let (mut initial, subscription, snapshot) = if from_cache {
-            let subscription = cacher.subscribe(&prefix, None)?;
-            let initial: Vec<WatchEvent> = subscription
-                .initial
-                .iter()
-                .filter_map(crate::cache::Stored::decode)
-                .map(|o| view(&def, o))
-                .filter(|o| selected(o))
-                .map(|object| WatchEvent {
-                    kind: "ADDED",
-                    object,
-                })
-                .collect();
+        if from_cache {
+            let mut subscription = cacher.subscribe(prefix, None)?;
+            let objects = std::mem::take(&mut subscription.initial);
+            let (def, options) = (def.clone(), options.clone());
+            // CPU work proportional to the objects: off the async workers (as a list).
+            let initial = tokio::task::spawn_blocking(move || {
+                objects
+                    .iter()
+                    .filter_map(crate::cache::Stored::decode)
+                    .map(|o| view(&def, o))
+                    .filter(|o| Self::selected(&def, o, &options))
+                    .map(added)
+                    .collect()
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("watch: {e}")))?;
             let snapshot = subscription.revision;
-            (initial, Ok(subscription), snapshot)
-        } else if rv.is_empty() || send_initial_events {
+            return Ok(Start {
+                initial,
+                subscription: Ok(subscription),
+                snapshot,
+            });
+        }
+        if rv.is_empty() || send_initial_events {
             // A consistent snapshot from storage (the cache is behind), then the cache's
             // changes after it.
-            let mut list_options = (*options).clone();
+            let mut list_options = (**options).clone();
             list_options.limit = 0;
             list_options.continue_token = None;
             if !send_initial_events {
                 list_options.resource_version = None;
             }
-            let list = self.list(&def, namespace.as_deref(), &list_options).await?;
+            let list = self.list(def, namespace, &list_options).await?;
             let revision = list
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
                 .map(parse_rv)
                 .transpose()?
                 .unwrap_or(0);
-            let initial: Vec<WatchEvent> = list["items"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|object| WatchEvent {
-                    kind: "ADDED",
-                    object,
-                })
-                .collect();
-            (
+            let initial = match list.get("items") {
+                Some(Value::Array(items)) => items.iter().cloned().map(added).collect(),
+                _ => Vec::new(),
+            };
+            return Ok(Start {
                 initial,
-                cacher
-                    .subscribe(&prefix, Some(revision))
+                subscription: cacher
+                    .subscribe(prefix, Some(revision))
                     .map_err(|_| revision),
-                revision,
-            )
-        } else {
-            let from = parse_rv(&rv)?;
-            (
-                Vec::new(),
-                cacher.subscribe(&prefix, Some(from)).map_err(|_| from),
-                from,
-            )
-        };
-        let live: futures::stream::BoxStream<'static, WatchEvent> = match subscription {
-            Ok(subscription) => {
-                // Only changes after the snapshot (or the resumed revision) are sent.
-                let after = snapshot;
-                let (def, options) = (def.clone(), options.clone());
-                let replay = futures::stream::iter(subscription.replay);
-                let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
-                replay
-                    .map(crate::cache::Live::Event)
-                    .chain(live)
-                    .filter_map(move |item| {
-                        let out = match item {
-                            crate::cache::Live::Event(event) => (event.revision > after
-                                && event.key.starts_with(&prefix))
-                            .then(|| {
-                                translate(
-                                    &def,
-                                    &options,
-                                    event.kind,
-                                    &event.object,
-                                    event.prev.as_deref(),
-                                )
-                            })
-                            .flatten(),
-                            crate::cache::Live::Bookmark(revision) => (bookmarks
-                                && revision >= after)
-                                .then(|| bookmark(&def, revision, false)),
-                        };
-                        futures::future::ready(out)
-                    })
-                    .boxed()
-            }
-            Err(from) => {
-                match self
-                    .watch_storage(def.clone(), prefix, from, options.clone())
-                    .await
-                {
-                    Ok(events) => events,
-                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
-                    // one event is the 410 — which is what clients relist on.
-                    Err(e) if e.reason == StatusReason::Expired => {
-                        futures::stream::iter([WatchEvent {
-                            kind: "ERROR",
-                            object: e.to_status(),
-                        }])
-                        .boxed()
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        };
-        if send_initial_events {
-            initial.push(bookmark(&def, snapshot, true));
+                snapshot: revision,
+            });
         }
-        Ok(futures::stream::iter(initial).chain(live).boxed())
+        let from = parse_rv(&rv)?;
+        Ok(Start {
+            initial: Vec::new(),
+            subscription: cacher.subscribe(prefix, Some(from)).map_err(|_| from),
+            snapshot: from,
+        })
     }
 
     /// A watch served straight from storage, from revision `from + 1`.
@@ -260,6 +255,63 @@ impl Registry {
         });
         Ok(ends_after_error(events).boxed())
     }
+}
+
+/// Where a watch starts.
+struct Start {
+    /// The ADDED events of the initial state.
+    initial: Vec<WatchEvent>,
+    /// The cache's events after `snapshot`, or the revision to watch storage from.
+    subscription: Result<crate::cache::Subscription, Revision>,
+    /// The revision of the initial state (or the one resumed from).
+    snapshot: Revision,
+}
+
+/// An ADDED event of `object`.
+fn added(object: Value) -> WatchEvent {
+    WatchEvent {
+        kind: "ADDED",
+        object,
+    }
+}
+
+/// The cache's events after `after` under `prefix`, as this watcher sees them (selectors,
+/// bookmarks when allowed).
+fn live_events(
+    def: &Arc<ResourceDef>,
+    options: &Arc<ListOptions>,
+    prefix: String,
+    subscription: crate::cache::Subscription,
+    after: Revision,
+    bookmarks: bool,
+) -> futures::stream::BoxStream<'static, WatchEvent> {
+    let (def, options) = (def.clone(), options.clone());
+    let replay = futures::stream::iter(subscription.replay);
+    let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
+    replay
+        .map(crate::cache::Live::Event)
+        .chain(live)
+        .filter_map(move |item| {
+            let out = match item {
+                crate::cache::Live::Event(event) => (event.revision > after
+                    && event.key.starts_with(&prefix))
+                .then(|| {
+                    translate(
+                        &def,
+                        &options,
+                        event.kind,
+                        &event.object,
+                        event.prev.as_deref(),
+                    )
+                })
+                .flatten(),
+                crate::cache::Live::Bookmark(revision) => {
+                    (bookmarks && revision >= after).then(|| bookmark(&def, revision, false))
+                }
+            };
+            futures::future::ready(out)
+        })
+        .boxed()
 }
 
 /// Ends a stream right after its first ERROR event.

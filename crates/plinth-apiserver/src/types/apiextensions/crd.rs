@@ -125,6 +125,17 @@ pub fn default_crd(crd: &mut Value) {
 /// The checks of a CRD (the names, scope and versions rules of apiextensions' validation).
 pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
+    validate_names(crd, &mut causes);
+    validate_scope(crd, &mut causes);
+    validate_versions(crd, &mut causes);
+    if let Some(old) = old {
+        validate_immutable(crd, old, &mut causes);
+    }
+    causes
+}
+
+/// `metadata.name`, `spec.group` and `spec.names`.
+fn validate_names(crd: &Value, causes: &mut Vec<Cause>) {
     let group = text(crd, "/spec/group");
     let plural = text(crd, "/spec/names/plural");
     let name = plinth_core::meta::name(crd).unwrap_or("");
@@ -165,6 +176,10 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             }
         }
     }
+}
+
+/// `spec.scope`.
+fn validate_scope(crd: &Value, causes: &mut Vec<Cause>) {
     match text(crd, "/spec/scope") {
         "Cluster" | "Namespaced" => {}
         "" => causes.push(Cause::required("spec.scope", "")),
@@ -174,6 +189,11 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""),
         )),
     }
+}
+
+/// `spec.versions`: one storage version, at least one served, names unique, schemas structural
+/// and compilable, printer columns' JSONPaths.
+fn validate_versions(crd: &Value, causes: &mut Vec<Cause>) {
     let versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
@@ -268,13 +288,16 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             ));
         }
     }
-    if let Some(old) = old {
-        if text(old, "/spec/group") != group && !text(old, "/spec/group").is_empty() {
-            causes.push(Cause::immutable("spec.group", &json!(group)));
-        }
-        if text(old, "/spec/names/plural") != plural {
-            causes.push(Cause::immutable("spec.names.plural", &json!(plural)));
-        }
+}
+
+/// What may not change: the group and the plural.
+fn validate_immutable(crd: &Value, old: &Value, causes: &mut Vec<Cause>) {
+    let group = text(crd, "/spec/group");
+    let plural = text(crd, "/spec/names/plural");
+    if text(old, "/spec/group") != group && !text(old, "/spec/group").is_empty() {
+        causes.push(Cause::immutable("spec.group", &json!(group)));
     }
-    causes
+    if text(old, "/spec/names/plural") != plural {
+        causes.push(Cause::immutable("spec.names.plural", &json!(plural)));
+    }
 }
