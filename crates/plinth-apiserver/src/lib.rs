@@ -19,6 +19,7 @@ pub mod discovery;
 mod http;
 pub mod metrics;
 pub mod openapi;
+pub mod openapi_v2_proto;
 pub mod pki;
 pub mod protobuf;
 pub mod registry;

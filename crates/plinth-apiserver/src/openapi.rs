@@ -45,6 +45,8 @@ pub struct Documents {
     pub by_path: BTreeMap<String, Arc<Value>>,
     /// `/openapi/v2`, made when first asked for.
     swagger: std::sync::OnceLock<Value>,
+    /// `/openapi/v2` in protobuf, made when first asked for.
+    swagger_protobuf: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl Documents {
@@ -79,7 +81,14 @@ impl Documents {
             root: json!({"paths": paths}),
             by_path,
             swagger: std::sync::OnceLock::new(),
+            swagger_protobuf: std::sync::OnceLock::new(),
         }
+    }
+
+    /// `/openapi/v2` in gnostic's protobuf.
+    pub fn swagger_protobuf(&self) -> &[u8] {
+        self.swagger_protobuf
+            .get_or_init(|| crate::openapi_v2_proto::encode(self.swagger()))
     }
 
     /// `/openapi/v2`.

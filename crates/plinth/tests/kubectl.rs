@@ -908,6 +908,13 @@ fn real_world_crds_install_and_explain(p: &mut Plinth) {
             explained.contains(&format!("FIELD: {field} {expected}")),
             "{resource}:\n{explained}"
         );
+        // The same from /openapi/v2, which kubectl reads in gnostic's protobuf.
+        let v2 = p.kubectl(&["explain", resource, "--output=plaintext-openapiv2"]);
+        assert!(
+            v2.contains(&format!("FIELD:    {field} {expected}"))
+                || v2.contains(&format!("RESOURCE: {field} {expected}")),
+            "{resource} (openapi v2):\n{v2}"
+        );
     }
 }
 

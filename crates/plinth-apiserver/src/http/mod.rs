@@ -286,6 +286,14 @@ async fn handle(
             .into_response());
     }
     let format = negotiate(headers)?;
+    if let Format::OpenApiV2Protobuf(media) = format
+        && target != Target::OpenApiV2
+    {
+        return Err(ApiError::new(
+            StatusReason::NotAcceptable,
+            format!("{media} is served for /openapi/v2 only"),
+        ));
+    }
     match target {
         Target::Resource {
             group,
@@ -378,14 +386,27 @@ fn document(
             let documents = state.openapi.documents(resources);
             answer(documents.by_path.get(&path).map(|d| &**d))
         }
-        // The protobuf form kubectl asks for first is not served; JSON is.
-        Target::OpenApiV2 if matches!(format, Format::Json | Format::Yaml) => {
-            answer(Some(state.openapi.documents(resources).swagger()))
-        }
-        Target::OpenApiV2 => Err(ApiError::new(
-            StatusReason::NotAcceptable,
-            "/openapi/v2 is served as application/json",
-        )),
+        Target::OpenApiV2 => match format {
+            Format::OpenApiV2Protobuf(_) => {
+                let documents = state.openapi.documents(resources);
+                let mut response =
+                    (StatusCode::OK, documents.swagger_protobuf().to_vec()).into_response();
+                // The dotted form, whichever was asked for (the `@` one is not a valid media
+                // type in a response: client-go's MIME parser refuses it).
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::openapi_v2_proto::MEDIA_TYPES[0]),
+                );
+                Ok(response)
+            }
+            Format::Json | Format::Yaml => {
+                answer(Some(state.openapi.documents(resources).swagger()))
+            }
+            _ => Err(ApiError::new(
+                StatusReason::NotAcceptable,
+                "/openapi/v2 is served as application/json and application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )),
+        },
         Target::NotFound | Target::Resource { .. } => Err(not_found()),
         Target::Health | Target::Version | Target::Metrics => Err(ApiError::method_not_allowed()),
     }

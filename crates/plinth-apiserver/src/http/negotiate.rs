@@ -15,6 +15,8 @@ pub(crate) enum Format {
     Metadata,
     /// `apidiscovery.k8s.io` aggregated discovery, v2 or v2beta1.
     Aggregated(&'static str),
+    /// `/openapi/v2` in gnostic's protobuf, under the media type asked for.
+    OpenApiV2Protobuf(&'static str),
 }
 
 /// Picks the response format from `Accept`, as kube-apiserver negotiates it.
@@ -72,7 +74,15 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
                 }
             }
             "application/yaml" => return Ok(Format::Yaml),
-            _ => continue,
+            media => {
+                if let Some(proto) = crate::openapi_v2_proto::MEDIA_TYPES
+                    .iter()
+                    .find(|m| **m == media)
+                {
+                    return Ok(Format::OpenApiV2Protobuf(proto));
+                }
+                continue;
+            }
         }
     }
     Err(ApiError::new(
@@ -101,7 +111,7 @@ pub(crate) fn respond(
             ),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
-        Format::Json | Format::Table | Format::Metadata => (
+        Format::Json | Format::Table | Format::Metadata | Format::OpenApiV2Protobuf(_) => (
             "application/json".to_owned(),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
