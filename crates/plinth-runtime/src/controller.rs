@@ -88,6 +88,58 @@ impl<K> Debug for Controller<K> {
     }
 }
 
+/// Runs one reconcile of `key`, catching a panic, and queues what comes next.
+async fn reconcile_one<F>(
+    name: &str,
+    key: &ObjectKey,
+    queue: &WorkQueue<ObjectKey>,
+    reconcile: &F,
+    metrics: Option<&crate::metrics::Metrics>,
+) -> crate::metrics::Outcome
+where
+    F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync,
+{
+    use crate::metrics::Outcome;
+    use futures::FutureExt;
+    let result = std::panic::AssertUnwindSafe(async { reconcile(key.clone()).await })
+        .catch_unwind()
+        .await;
+    match result {
+        Ok(Ok(Action::Done)) => {
+            queue.forget(key);
+            Outcome::Success
+        }
+        Ok(Ok(Action::RequeueAfter(delay))) => {
+            queue.forget(key);
+            queue.add_after(key.clone(), delay);
+            Outcome::RequeueAfter
+        }
+        Ok(Err(ReconcileError::Terminal(error))) => {
+            tracing::error!(controller = name, key = %key, %error, "Reconciler error (terminal: not retried)");
+            queue.forget(key);
+            Outcome::Error
+        }
+        Ok(Err(ReconcileError::Retry(error))) => {
+            tracing::error!(controller = name, key = %key, %error, "Reconciler error");
+            queue.add_rate_limited(key.clone());
+            Outcome::Error
+        }
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(controller = name, key = %key, panic = %message, "Observed a panic in reconciler");
+            if let Some(metrics) = metrics {
+                metrics.panicked(name);
+            }
+            queue.add_rate_limited(key.clone());
+            Outcome::Error
+        }
+    }
+}
+
 /// Feeds keys from an informer's changes into the queue; after missed changes (the feed fell
 /// behind), everything in `resync` is queued again.
 fn feed<C, P>(
@@ -213,14 +265,20 @@ where
         K::DynamicType: Default,
     {
         let kind = K::kind(&K::DynamicType::default()).into_owned();
+        let group = K::group(&K::DynamicType::default()).into_owned();
         let primary = self.primary.clone();
+        // The owner is `K` by kind and group (`apps/v1`'s group is `apps`; `v1`'s the core's).
+        let of_group =
+            move |api_version: &str| api_version.rsplit_once('/').map_or("", |(g, _)| g) == group;
         let map = move |child: &C| -> Vec<ObjectKey> {
             child
                 .meta()
                 .owner_references
                 .iter()
                 .flatten()
-                .filter(|r| r.controller == Some(true) && r.kind == kind)
+                .filter(|r| {
+                    r.controller == Some(true) && r.kind == kind && of_group(&r.api_version)
+                })
                 .map(|r| {
                     // A namespaced owner is in its dependent's namespace; a cluster-scoped one
                     // (as the cache knows it) in none.
@@ -280,14 +338,29 @@ where
         self.queue.clone()
     }
 
-    /// Runs until `stop` completes, then lets reconciles in flight finish.
+    /// Runs until `stop` completes, then lets reconciles in flight finish. `stop` is honoured
+    /// while the primary cache is still syncing too (a missing CRD, a refused list).
+    ///
+    /// A reconcile that panics is caught: its key is released and retried with backoff, the
+    /// panic counted (`controller_runtime_reconcile_panics_total`) and logged; the worker goes
+    /// on. Errors are logged with the controller and the object's key.
     pub async fn run<F>(self, reconcile: F, stop: impl Future<Output = ()>)
     where
         F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync + 'static,
     {
         let reconcile = Arc::new(reconcile);
         let (name, metrics) = (self.name.clone(), self.metrics.clone());
-        self.primary.wait_synced().await;
+        let mut stop = std::pin::pin!(stop);
+        tokio::select! {
+            () = self.primary.wait_synced() => {}
+            () = &mut stop => {
+                for feed in &self.feeds {
+                    feed.abort();
+                }
+                self.queue.shut_down();
+                return;
+            }
+        }
         for object in self.primary.list() {
             self.queue.add(ObjectKey::of(&*object));
         }
@@ -296,28 +369,10 @@ where
             let (queue, reconcile) = (self.queue.clone(), reconcile.clone());
             let (name, metrics) = (name.clone(), metrics.clone());
             workers.push(tokio::spawn(async move {
-                use crate::metrics::Outcome;
                 while let Some(key) = queue.get().await {
                     let started = tokio::time::Instant::now();
-                    let outcome = match reconcile(key.clone()).await {
-                        Ok(Action::Done) => {
-                            queue.forget(&key);
-                            Outcome::Success
-                        }
-                        Err(ReconcileError::Terminal(_)) => {
-                            queue.forget(&key);
-                            Outcome::Error
-                        }
-                        Ok(Action::RequeueAfter(delay)) => {
-                            queue.forget(&key);
-                            queue.add_after(key.clone(), delay);
-                            Outcome::RequeueAfter
-                        }
-                        Err(ReconcileError::Retry(_)) => {
-                            queue.add_rate_limited(key.clone());
-                            Outcome::Error
-                        }
-                    };
+                    let outcome =
+                        reconcile_one(&name, &key, &queue, &*reconcile, metrics.as_ref()).await;
                     if let Some(metrics) = &metrics {
                         metrics.reconciled(&name, outcome, started.elapsed());
                     }

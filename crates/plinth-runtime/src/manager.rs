@@ -53,11 +53,9 @@ pub struct Manager {
     everywhere: Vec<Runnable>,
     metrics_listener: Option<TcpListener>,
     health_listener: Option<TcpListener>,
-    /// One informer per resource type (and namespace), shared by every controller.
-    informers: std::collections::HashMap<
-        (std::any::TypeId, Option<String>),
-        Box<dyn std::any::Any + Send>,
-    >,
+    /// One informer per Rust type and resource URL (group, version, resource, namespace),
+    /// shared by every controller.
+    informers: std::collections::HashMap<(std::any::TypeId, String), Box<dyn std::any::Any + Send>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -72,12 +70,11 @@ impl Manager {
         Self::default()
     }
 
-    /// The informer of `K` objects in `namespace` (all namespaces: `None`), started on first use
-    /// with the Api `api` makes, and shared by every controller that asks: one watch per
-    /// resource type.
+    /// The informer of the objects `api` reads, started on first use and shared by every
+    /// controller that asks for the same resource (group, version, resource and namespace —
+    /// two `DynamicObject` resources are two informers): one watch per resource.
     pub fn informer<K>(
         &mut self,
-        namespace: Option<&str>,
         api: impl FnOnce() -> kube::Api<K>,
     ) -> std::sync::Arc<crate::informer::Informer<K>>
     where
@@ -89,7 +86,8 @@ impl Manager {
             + Sync
             + 'static,
     {
-        let key = (std::any::TypeId::of::<K>(), namespace.map(str::to_owned));
+        let api = api();
+        let key = (std::any::TypeId::of::<K>(), api.resource_url().to_owned());
         if let Some(existing) = self
             .informers
             .get(&key)
@@ -97,7 +95,7 @@ impl Manager {
         {
             return existing.clone();
         }
-        let informer = std::sync::Arc::new(crate::informer::Informer::spawn(api(), Vec::new()));
+        let informer = std::sync::Arc::new(crate::informer::Informer::spawn(api, Vec::new()));
         self.informers.insert(key, Box::new(informer.clone()));
         informer
     }

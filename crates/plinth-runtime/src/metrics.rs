@@ -40,6 +40,7 @@ struct State {
     /// (controller, result) → count.
     reconciles: BTreeMap<(String, &'static str), u64>,
     errors: BTreeMap<String, u64>,
+    panics: BTreeMap<String, u64>,
     reconcile_time: BTreeMap<String, Histogram>,
     work_time: BTreeMap<String, (f64, u64)>,
     queues: BTreeMap<String, WorkQueue<ObjectKey>>,
@@ -105,6 +106,12 @@ impl Metrics {
         work.1 += 1;
     }
 
+    /// Records a reconcile that panicked (`controller_runtime_reconcile_panics_total`; it also
+    /// counts as an error).
+    pub fn panicked(&self, name: &str) {
+        *self.lock().panics.entry(name.to_owned()).or_default() += 1;
+    }
+
     /// Records whether this process leads (`leader_election_master_status`).
     pub fn set_leader(&self, lease: &str, leading: bool) {
         self.lock().leader = Some((lease.to_owned(), leading));
@@ -127,6 +134,14 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "controller_runtime_reconcile_errors_total{{controller=\"{controller}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP controller_runtime_reconcile_panics_total Total number of reconciliation panics per controller\n# TYPE controller_runtime_reconcile_panics_total counter\n");
+        for controller in state.queues.keys() {
+            let n = state.panics.get(controller).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "controller_runtime_reconcile_panics_total{{controller=\"{controller}\"}} {n}"
             );
         }
         out.push_str("# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation per controller\n# TYPE controller_runtime_reconcile_time_seconds histogram\n");

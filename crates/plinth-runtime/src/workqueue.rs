@@ -102,8 +102,12 @@ struct State<K> {
     /// Keys waiting to be processed (in `queue`, or to be queued when their worker is done).
     dirty: HashSet<K>,
     processing: HashSet<K>,
-    /// Delayed adds: (when, sequence, key).
+    /// Delayed adds: (when, sequence, key). An entry whose time is not the key's in
+    /// `delayed_until` is stale (the key was asked for earlier since) and is skipped.
     delayed: BinaryHeap<Reverse<(Instant, u64, K)>>,
+    /// When each delayed key is due: the earliest time it was asked for (client-go's delaying
+    /// queue keeps one entry per key).
+    delayed_until: HashMap<K, Instant>,
     sequence: u64,
     shutting_down: bool,
     limiter: RateLimiter<K>,
@@ -177,6 +181,7 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
                 dirty: HashSet::new(),
                 processing: HashSet::new(),
                 delayed: BinaryHeap::new(),
+                delayed_until: HashMap::new(),
                 sequence: 0,
                 shutting_down: false,
                 limiter,
@@ -213,7 +218,8 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
         self.ready.notify_one();
     }
 
-    /// Queues `key` after `delay`.
+    /// Queues `key` after `delay`. A key already waiting to be queued keeps the earlier of its
+    /// two times: ten `add_after`s of one key queue it once.
     pub fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
@@ -222,11 +228,14 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
         if state.shutting_down {
             return;
         }
+        let at = Instant::now() + delay;
+        if state.delayed_until.get(&key).is_some_and(|due| *due <= at) {
+            return;
+        }
+        state.delayed_until.insert(key.clone(), at);
         state.sequence += 1;
         let sequence = state.sequence;
-        state
-            .delayed
-            .push(Reverse((Instant::now() + delay, sequence, key)));
+        state.delayed.push(Reverse((at, sequence, key)));
         drop(state);
         self.delayed_changed.notify_one();
     }
@@ -329,6 +338,7 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
         let mut state = self.lock();
         state.shutting_down = true;
         state.delayed.clear();
+        state.delayed_until.clear();
         drop(state);
         self.ready.notify_waiters();
         self.ready.notify_one();
@@ -367,7 +377,10 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
                     if *at > now {
                         break;
                     }
-                    if let Some(Reverse((_, _, key))) = state.delayed.pop() {
+                    if let Some(Reverse((at, _, key))) = state.delayed.pop()
+                        && state.delayed_until.get(&key) == Some(&at)
+                    {
+                        state.delayed_until.remove(&key);
                         due.push(key);
                     }
                 }
@@ -394,6 +407,33 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_adds_of_one_key_keep_the_earliest_time() {
+        let queue: WorkQueue<String> = WorkQueue::new();
+        for seconds in [30, 10, 20, 10, 60, 15, 40, 25, 50, 35] {
+            queue.add_after("k".to_owned(), Duration::from_secs(seconds));
+        }
+        settle().await;
+        tokio::time::advance(Duration::from_secs(9)).await;
+        settle().await;
+        assert!(queue.is_empty(), "not before the earliest time");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+        assert_eq!(queue.len(), 1);
+        let key = queue.get().await.unwrap();
+        queue.done(&key);
+        // The later requests were folded into the earliest: nothing else comes.
+        tokio::time::advance(Duration::from_secs(120)).await;
+        settle().await;
+        assert!(queue.is_empty(), "ten RequeueAfters gave one reconcile");
+        assert_eq!(queue.metrics().adds, 1);
+        // A later time after the key was delivered is a new request.
+        queue.add_after("k".to_owned(), Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        settle().await;
+        assert_eq!(queue.len(), 1);
+    }
 
     async fn settle() {
         for _ in 0..10 {

@@ -251,3 +251,176 @@ async fn predicates_resync_and_conflict_retries() {
     b.await.unwrap();
     env.stop().await;
 }
+
+/// Keys a reconciler saw, in order.
+fn recorder() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    impl Fn(&str) -> usize + Clone,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let count = {
+        let seen = seen.clone();
+        move |name: &str| seen.lock().unwrap().iter().filter(|n| *n == name).count()
+    };
+    (seen, count)
+}
+
+/// A reconciler that panics does not wedge the controller: its key is released and retried,
+/// the panic counted, other objects reconciled by the one worker, and a stop drains and returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let metrics = plinth_runtime::Metrics::default();
+    let controller = Controller::new(&informer)
+        .concurrency(1)
+        .metrics("panicky", &metrics);
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name.clone());
+            if key.name == "boom" {
+                panic!("the reconciler blew up");
+            }
+            Ok(Action::Done)
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    for name in ["boom", "fine"] {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    eventually("the other object to be reconciled", || async {
+        count("fine") >= 1
+    })
+    .await;
+    eventually("the panicking key to be retried", || async {
+        count("boom") >= 2
+    })
+    .await;
+    let text = metrics.render();
+    let panics = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("controller_runtime_reconcile_panics_total{controller=\"panicky\"} ")
+        })
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(panics >= 2, "{text}");
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    env.stop().await;
+}
+
+/// A stop is honoured while the primary cache cannot sync (its resource is not served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_cache_cannot_sync_still_stops() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<Deployment> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api, Vec::new());
+    let controller = Controller::new(&informer);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(
+        |_key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+            Box::pin(async { Ok(Action::Done) })
+        },
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!running.is_finished(), "it waits for the cache");
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops without a synced cache")
+        .unwrap();
+    env.stop().await;
+}
+
+/// `owns` follows controller references to the primary kind in the primary's group only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owns_matches_the_owners_group_as_well_as_its_kind() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = TestEnv::start().await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
+    let primary = Informer::spawn(configmaps.clone(), Vec::new());
+    let owned = Informer::spawn(secrets.clone(), Vec::new());
+    let controller = Controller::new(&primary).owns(&owned);
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name);
+            Ok(Action::Done)
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = configmaps
+        .create(&PostParams::default(), &owner)
+        .await
+        .unwrap();
+    eventually("the owner to be reconciled", || async {
+        count("owner") >= 1
+    })
+    .await;
+    let owned_by = |name: &str, api_version: &str| {
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(name.into());
+        secret.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: api_version.into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: owner.metadata.uid.clone().unwrap(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        secret
+    };
+    let before = count("owner");
+    // A ConfigMap of another group is not the primary.
+    secrets
+        .create(
+            &PostParams::default(),
+            &owned_by("other-group", "example.com/v1"),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count("owner"),
+        before,
+        "the other group's reference was ignored"
+    );
+    // The same reference in the core group is.
+    secrets
+        .create(&PostParams::default(), &owned_by("core-group", "v1"))
+        .await
+        .unwrap();
+    eventually(
+        "the owner of the core-group secret to be reconciled",
+        || async { count("owner") > before },
+    )
+    .await;
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+    env.stop().await;
+}

@@ -117,12 +117,28 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     let elector =
         LeaderElector::new(env.client(), "default", "manager-test", "m1").with_timings(timings());
     let mut manager = Manager::new().leader_election("manager-test", elector.clone());
-    // One informer per resource type, however many controllers ask.
-    let informer = manager.informer(Some("default"), || api.clone());
-    let again = manager.informer(Some("default"), || -> kube::Api<ConfigMap> {
-        panic!("a second informer was started")
-    });
+    // One informer per resource, however many controllers ask; two resources of one Rust
+    // type (DynamicObject) are two informers.
+    let informer = manager.informer(|| api.clone());
+    let again = manager.informer(|| api.clone());
     assert!(std::sync::Arc::ptr_eq(&informer, &again));
+    let dynamic = |plural: &str, kind: &str| {
+        let resource = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", kind),
+            plural,
+        );
+        kube::Api::<kube::core::DynamicObject>::namespaced_with(env.client(), "default", &resource)
+    };
+    let configmaps = manager.informer(|| dynamic("configmaps", "ConfigMap"));
+    let secrets = manager.informer(|| dynamic("secrets", "Secret"));
+    assert!(
+        !std::sync::Arc::ptr_eq(&configmaps, &secrets),
+        "Secrets are not served from the ConfigMap informer"
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        &configmaps,
+        &manager.informer(|| dynamic("configmaps", "ConfigMap"))
+    ));
     let metrics_addr = manager
         .bind_metrics(([127, 0, 0, 1], 0).into())
         .await
