@@ -101,8 +101,11 @@ where
 {
     use crate::metrics::Outcome;
     use futures::FutureExt;
+    use tracing::Instrument;
+    let span = tracing::info_span!("reconcile", controller = name, key = %key);
     let result = std::panic::AssertUnwindSafe(async { reconcile(key.clone()).await })
         .catch_unwind()
+        .instrument(span)
         .await;
     match result {
         Ok(Ok(Action::Done)) => {
@@ -249,12 +252,19 @@ where
 
     /// Names the controller and reports its reconciles and queue in `metrics` (the name is the
     /// `controller` label; by default, the primary kind in lower case).
-    #[must_use]
-    pub fn metrics(mut self, name: &str, metrics: &crate::metrics::Metrics) -> Self {
+    ///
+    /// # Errors
+    /// If another controller of that name reports to `metrics` already (controller-runtime
+    /// refuses duplicate names too).
+    pub fn metrics(
+        mut self,
+        name: &str,
+        metrics: &crate::metrics::Metrics,
+    ) -> Result<Self, crate::metrics::DuplicateController> {
+        metrics.register_queue(name, self.queue.clone())?;
         name.clone_into(&mut self.name);
-        metrics.register_queue(name, self.queue.clone());
         self.metrics = Some(metrics.clone());
-        self
+        Ok(self)
     }
 
     /// Also reconciles the controller owner (of kind `K`) of any `C` that changes.

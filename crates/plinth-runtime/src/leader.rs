@@ -1,6 +1,7 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules and timings
 //! (lease 15 s, renew deadline 10 s, retry 2 s): a candidate takes the lease when it is free or
-//! expired, the leader renews it, loses leadership when it cannot renew within the deadline,
+//! expired — judged, as client-go judges it, by how long this process has seen the record
+//! unchanged on its own clock, never by the holder's timestamps — the leader renews it, loses leadership when it cannot renew within the deadline,
 //! and releases it on a clean stop so that a standby takes over at once.
 
 use std::future::Future;
@@ -42,6 +43,18 @@ pub struct LeaderElector {
     identity: String,
     timings: Timings,
     leading: watch::Sender<bool>,
+    /// The lease record last seen, and when (on this process's clock): another holder's lease
+    /// has expired when that record has not changed for a lease duration — client-go's rule,
+    /// which never compares the holder's clock with ours.
+    observed: std::sync::Arc<std::sync::Mutex<Option<(Observed, tokio::time::Instant)>>>,
+}
+
+/// What of a lease record tells that its holder is alive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Observed {
+    holder: String,
+    renew_time: Option<String>,
+    transitions: i32,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -72,6 +85,7 @@ impl LeaderElector {
             identity: identity.to_owned(),
             timings: Timings::default(),
             leading: watch::Sender::new(false),
+            observed: std::sync::Arc::default(),
         }
     }
 
@@ -128,14 +142,7 @@ impl LeaderElector {
         } else {
             let duration =
                 Duration::from_secs(old.lease_duration_seconds.unwrap_or(0).max(0) as u64);
-            let renewed = old.renew_time.as_ref().map(|t| t.0);
-            let expired = match renewed {
-                Some(at) => {
-                    let age = Timestamp::now().duration_since(at);
-                    age.as_secs_f64() > duration.as_secs_f64()
-                }
-                None => true,
-            };
+            let expired = old.renew_time.is_none() || self.unchanged_for(&old) > duration;
             if !holder.is_empty() && !expired {
                 return Attempt::HeldByOther;
             }
@@ -150,6 +157,34 @@ impl LeaderElector {
             Err(kube::Error::Api(e)) if e.code == 409 => Attempt::HeldByOther,
             Err(_) => Attempt::Failed,
         }
+    }
+
+    /// How long the record `spec` has been seen unchanged on this process's clock (zero when
+    /// it just changed).
+    fn unchanged_for(&self, spec: &LeaseSpec) -> Duration {
+        let record = Observed {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0.to_string()),
+            transitions: spec.lease_transitions.unwrap_or(0),
+        };
+        let mut observed = self
+            .observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match observed.as_ref() {
+            Some((seen, at)) if *seen == record => at.elapsed(),
+            _ => {
+                *observed = Some((record, tokio::time::Instant::now()));
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// One try, bounded by the renew deadline (a request that hangs is a failed try).
+    async fn try_within_deadline(&self) -> Attempt {
+        tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew())
+            .await
+            .unwrap_or(Attempt::Failed)
     }
 
     /// Empties the lease's holder so that a standby takes over at once (client-go's
@@ -182,7 +217,7 @@ impl LeaderElector {
         tokio::pin!(stop);
         // Campaign.
         loop {
-            if let Attempt::Acquired = self.try_acquire_or_renew().await {
+            if let Attempt::Acquired = self.try_within_deadline().await {
                 break;
             }
             tokio::select! {
@@ -198,7 +233,7 @@ impl LeaderElector {
                 () = &mut stop => break Leadership::Released,
                 () = &mut lead => break Leadership::Released,
                 () = tokio::time::sleep(self.timings.retry_period) => {
-                    match self.try_acquire_or_renew().await {
+                    match self.try_within_deadline().await {
                         Attempt::Acquired => last_renewal = tokio::time::Instant::now(),
                         Attempt::HeldByOther => break Leadership::Lost,
                         Attempt::Failed => {

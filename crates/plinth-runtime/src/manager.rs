@@ -56,6 +56,8 @@ pub struct Manager {
     /// One informer per Rust type and resource URL (group, version, resource, namespace),
     /// shared by every controller.
     informers: std::collections::HashMap<(std::any::TypeId, String), Box<dyn std::any::Any + Send>>,
+    /// Each informer's sync, awaited before `/readyz` says ready.
+    synced: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -96,6 +98,9 @@ impl Manager {
             return existing.clone();
         }
         let informer = std::sync::Arc::new(crate::informer::Informer::spawn(api, Vec::new()));
+        let cache = informer.cache();
+        self.synced
+            .push(Box::pin(async move { cache.wait_synced().await }));
         self.informers.insert(key, Box::new(informer.clone()));
         informer
     }
@@ -181,15 +186,27 @@ impl Manager {
             .into_iter()
             .map(|run| tokio::spawn(run(shutdown.clone())))
             .collect();
-        ready_tx.send_replace(true);
+        // Ready once every informer the manager handed out has synced.
+        let syncing = tokio::spawn(async move {
+            futures::future::join_all(self.synced).await;
+            ready_tx.send_replace(true);
+        });
         let leaders = self.leaders;
+        // Abort handles of the leader tasks stay reachable outside the leading part: when
+        // leadership is lost, the tasks are stopped before `run` returns.
+        let leader_tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            std::sync::Arc::default();
         let leader_part = {
-            let shutdown = shutdown.clone();
+            let (shutdown, handles) = (shutdown.clone(), leader_tasks.clone());
             async move {
                 let tasks: Vec<_> = leaders
                     .into_iter()
                     .map(|run| tokio::spawn(run(shutdown.clone())))
                     .collect();
+                handles
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(tasks.iter().map(tokio::task::JoinHandle::abort_handle));
                 for task in tasks {
                     let _ = task.await;
                 }
@@ -234,7 +251,18 @@ impl Manager {
                 };
                 reporter.abort();
                 match result {
-                    Leadership::Lost => Err(ManagerError::LostLeadership),
+                    Leadership::Lost => {
+                        // Another process leads now: the leader-only work stops (asked to,
+                        // then cut off after the grace period) before this returns.
+                        shutdown_tx.send_replace(true);
+                        let tasks = std::mem::take(
+                            &mut *leader_tasks
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner),
+                        );
+                        stop_tasks(&tasks, LOST_LEADERSHIP_GRACE).await;
+                        Err(ManagerError::LostLeadership)
+                    }
                     Leadership::NeverLed | Leadership::Released => Ok(()),
                 }
             }
@@ -243,12 +271,31 @@ impl Manager {
         for task in everywhere {
             let _ = task.await;
         }
+        syncing.abort();
         for server in servers {
             server.abort();
         }
         outcome
     }
 }
+
+/// Waits up to `grace` for `tasks` to finish, then aborts the rest and waits for them.
+async fn stop_tasks(tasks: &[tokio::task::AbortHandle], grace: std::time::Duration) {
+    let finished = || tasks.iter().all(tokio::task::AbortHandle::is_finished);
+    let deadline = tokio::time::Instant::now() + grace;
+    while !finished() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for task in tasks {
+        task.abort();
+    }
+    while !finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// How long leader-only work may take to stop after leadership is lost.
+const LOST_LEADERSHIP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ManagerError> {
     crate::metrics::bind(addr)

@@ -11,28 +11,69 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::informer::ObjectKey;
-use crate::workqueue::WorkQueue;
+use crate::workqueue::{QUEUE_BUCKETS, WorkQueue};
 
 /// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
-#[derive(Default)]
-struct Histogram {
-    counts: [u64; BUCKETS.len()],
+/// A Prometheus histogram over `N` fixed bounds.
+struct Histogram<const N: usize> {
+    bounds: [f64; N],
+    counts: [u64; N],
     sum: f64,
     count: u64,
 }
 
-impl Histogram {
+impl<const N: usize> Histogram<N> {
+    fn new(bounds: [f64; N]) -> Self {
+        Self {
+            bounds,
+            counts: [0; N],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
     fn observe(&mut self, seconds: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
-                self.counts[i] += 1;
+        for (count, bound) in self.counts.iter_mut().zip(self.bounds) {
+            if seconds <= bound {
+                *count += 1;
             }
         }
         self.sum += seconds;
         self.count += 1;
     }
+
+    /// Writes the histogram's series (`_bucket`, `_sum`, `_count`) with `labels`.
+    fn render(&self, out: &mut String, metric: &str, labels: &str) {
+        write_histogram(
+            out,
+            metric,
+            labels,
+            &self.bounds,
+            &self.counts,
+            self.sum,
+            self.count,
+        );
+    }
+}
+
+/// Writes a histogram's series from its cumulative bucket counts.
+fn write_histogram(
+    out: &mut String,
+    metric: &str,
+    labels: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum: f64,
+    count: u64,
+) {
+    for (bound, n) in bounds.iter().zip(counts) {
+        let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"{bound}\"}} {n}");
+    }
+    let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{metric}_sum{{{labels}}} {sum}");
+    let _ = writeln!(out, "{metric}_count{{{labels}}} {count}");
 }
 
 #[derive(Default)]
@@ -41,8 +82,8 @@ struct State {
     reconciles: BTreeMap<(String, &'static str), u64>,
     errors: BTreeMap<String, u64>,
     panics: BTreeMap<String, u64>,
-    reconcile_time: BTreeMap<String, Histogram>,
-    work_time: BTreeMap<String, (f64, u64)>,
+    reconcile_time: BTreeMap<String, Histogram<{ BUCKETS.len() }>>,
+    work_time: BTreeMap<String, Histogram<{ QUEUE_BUCKETS.len() }>>,
     queues: BTreeMap<String, WorkQueue<ObjectKey>>,
     leader: Option<(String, bool)>,
 }
@@ -58,6 +99,11 @@ impl std::fmt::Debug for Metrics {
         f.debug_struct("Metrics").finish_non_exhaustive()
     }
 }
+
+/// A controller name used twice on one manager's metrics.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("controller with name {0} already exists; controller names must be unique")]
+pub struct DuplicateController(pub String);
 
 /// How a reconcile ended, as controller-runtime labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,8 +122,21 @@ impl Metrics {
     }
 
     /// Reports `queue` as controller `name`'s work queue.
-    pub fn register_queue(&self, name: &str, queue: WorkQueue<ObjectKey>) {
-        self.lock().queues.insert(name.to_owned(), queue);
+    ///
+    /// # Errors
+    /// [`DuplicateController`] if a controller of that name is registered already (its
+    /// metrics would be overwritten).
+    pub fn register_queue(
+        &self,
+        name: &str,
+        queue: WorkQueue<ObjectKey>,
+    ) -> Result<(), DuplicateController> {
+        let mut state = self.lock();
+        if state.queues.contains_key(name) {
+            return Err(DuplicateController(name.to_owned()));
+        }
+        state.queues.insert(name.to_owned(), queue);
+        Ok(())
     }
 
     /// Records one reconcile of controller `name`.
@@ -99,11 +158,13 @@ impl Metrics {
         state
             .reconcile_time
             .entry(name.to_owned())
-            .or_default()
+            .or_insert_with(|| Histogram::new(BUCKETS))
             .observe(seconds);
-        let work = state.work_time.entry(name.to_owned()).or_default();
-        work.0 += seconds;
-        work.1 += 1;
+        state
+            .work_time
+            .entry(name.to_owned())
+            .or_insert_with(|| Histogram::new(QUEUE_BUCKETS))
+            .observe(seconds);
     }
 
     /// Records a reconcile that panicked (`controller_runtime_reconcile_panics_total`; it also
@@ -146,26 +207,10 @@ impl Metrics {
         }
         out.push_str("# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation per controller\n# TYPE controller_runtime_reconcile_time_seconds histogram\n");
         for (controller, h) in &state.reconcile_time {
-            for (bound, n) in BUCKETS.iter().zip(h.counts) {
-                let _ = writeln!(
-                    out,
-                    "controller_runtime_reconcile_time_seconds_bucket{{controller=\"{controller}\",le=\"{bound}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "controller_runtime_reconcile_time_seconds_bucket{{controller=\"{controller}\",le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "controller_runtime_reconcile_time_seconds_sum{{controller=\"{controller}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "controller_runtime_reconcile_time_seconds_count{{controller=\"{controller}\"}} {}",
-                h.count
+            h.render(
+                &mut out,
+                "controller_runtime_reconcile_time_seconds",
+                &format!("controller=\"{controller}\""),
             );
         }
         let queues: Vec<(String, crate::workqueue::Metrics)> = state
@@ -199,28 +244,24 @@ impl Metrics {
                 );
             }
         }
-        out.push_str("# HELP workqueue_queue_duration_seconds How long in seconds an item stays in workqueue before being requested\n# TYPE workqueue_queue_duration_seconds summary\n");
+        out.push_str("# HELP workqueue_queue_duration_seconds How long in seconds an item stays in workqueue before being requested\n# TYPE workqueue_queue_duration_seconds histogram\n");
         for (name, m) in &queues {
-            let _ = writeln!(
-                out,
-                "workqueue_queue_duration_seconds_sum{{controller=\"{name}\",name=\"{name}\"}} {}",
-                m.queue_seconds.0
-            );
-            let _ = writeln!(
-                out,
-                "workqueue_queue_duration_seconds_count{{controller=\"{name}\",name=\"{name}\"}} {}",
-                m.queue_seconds.1
+            write_histogram(
+                &mut out,
+                "workqueue_queue_duration_seconds",
+                &format!("controller=\"{name}\",name=\"{name}\""),
+                &QUEUE_BUCKETS,
+                &m.queue_buckets,
+                m.queue_seconds.0,
+                m.queue_seconds.1,
             );
         }
-        out.push_str("# HELP workqueue_work_duration_seconds How long in seconds processing an item from workqueue takes\n# TYPE workqueue_work_duration_seconds summary\n");
-        for (name, (sum, count)) in &state.work_time {
-            let _ = writeln!(
-                out,
-                "workqueue_work_duration_seconds_sum{{controller=\"{name}\",name=\"{name}\"}} {sum}"
-            );
-            let _ = writeln!(
-                out,
-                "workqueue_work_duration_seconds_count{{controller=\"{name}\",name=\"{name}\"}} {count}"
+        out.push_str("# HELP workqueue_work_duration_seconds How long in seconds processing an item from workqueue takes\n# TYPE workqueue_work_duration_seconds histogram\n");
+        for (name, h) in &state.work_time {
+            h.render(
+                &mut out,
+                "workqueue_work_duration_seconds",
+                &format!("controller=\"{name}\",name=\"{name}\""),
             );
         }
         if let Some((lease, leading)) = &state.leader {

@@ -22,6 +22,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// The buckets of client-go's workqueue duration histograms (`ExponentialBuckets(10e-9, 10,
+/// 10)`: 10 ns to 10 s).
+pub const QUEUE_BUCKETS: [f64; 10] = [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+
 /// Per-key exponential backoff combined with an overall token bucket.
 #[derive(Debug)]
 pub struct RateLimiter<K> {
@@ -117,6 +121,8 @@ struct State<K> {
     retries: u64,
     /// Seconds keys waited, and how many.
     waited: (f64, u64),
+    /// How many waits were at most each of [`QUEUE_BUCKETS`].
+    waited_buckets: [u64; QUEUE_BUCKETS.len()],
 }
 
 /// Counters of a queue, named after client-go's workqueue metrics.
@@ -130,6 +136,8 @@ pub struct Metrics {
     pub retries: u64,
     /// `workqueue_queue_duration_seconds` sum and count.
     pub queue_seconds: (f64, u64),
+    /// `workqueue_queue_duration_seconds` cumulative bucket counts, by [`QUEUE_BUCKETS`].
+    pub queue_buckets: [u64; QUEUE_BUCKETS.len()],
     /// Keys being processed.
     pub in_flight: usize,
 }
@@ -189,6 +197,7 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
                 adds: 0,
                 retries: 0,
                 waited: (0.0, 0),
+                waited_buckets: [0; QUEUE_BUCKETS.len()],
             })),
             ready: Arc::new(Notify::new()),
             idle: Arc::new(Notify::new()),
@@ -278,6 +287,7 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
             adds: state.adds,
             retries: state.retries,
             queue_seconds: state.waited,
+            queue_buckets: state.waited_buckets,
             in_flight: state.processing.len(),
         }
     }
@@ -293,8 +303,14 @@ impl<K: Eq + Hash + Clone + Ord + Send + 'static> WorkQueue<K> {
                     state.dirty.remove(&key);
                     state.processing.insert(key.clone());
                     if let Some(at) = state.queued_at.remove(&key) {
-                        state.waited.0 += at.elapsed().as_secs_f64();
+                        let seconds = at.elapsed().as_secs_f64();
+                        state.waited.0 += seconds;
                         state.waited.1 += 1;
+                        for (count, bound) in state.waited_buckets.iter_mut().zip(QUEUE_BUCKETS) {
+                            if seconds <= bound {
+                                *count += 1;
+                            }
+                        }
                     }
                     let more = !state.queue.is_empty();
                     drop(state);

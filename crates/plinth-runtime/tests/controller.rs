@@ -275,7 +275,8 @@ async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
     let metrics = plinth_runtime::Metrics::default();
     let controller = Controller::new(&informer)
         .concurrency(1)
-        .metrics("panicky", &metrics);
+        .metrics("panicky", &metrics)
+        .unwrap();
     let (seen, count) = recorder();
     let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
         let seen = seen.clone();

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use plinth_runtime::{LeaderElector, Leadership, Timings};
+use plinth_runtime::{LeaderElector, Leadership, Manager, Timings};
 use plinth_testenv::TestEnv;
 
 fn timings() -> Timings {
@@ -98,7 +98,7 @@ async fn one_leader_clean_handover_and_takeover_after_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use plinth_runtime::{Action, Controller, Manager};
+    use plinth_runtime::{Action, Controller};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
@@ -147,7 +147,15 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
         .bind_health_probes(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
-    let controller = Controller::new(&informer).metrics("configmap", &manager.metrics());
+    let controller = Controller::new(&informer)
+        .metrics("configmap", &manager.metrics())
+        .unwrap();
+    // A second controller of that name is refused (its metrics would overwrite the first's).
+    let duplicate = Controller::new(&informer).metrics("configmap", &manager.metrics());
+    assert_eq!(
+        duplicate.unwrap_err().to_string(),
+        "controller with name configmap already exists; controller names must be unique"
+    );
     let manager = manager.add(true, move |shutdown| {
         controller.run(
             |_key| Box::pin(async { Ok(Action::Done) }) as plinth_runtime::ReconcileFuture,
@@ -183,6 +191,10 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
         "workqueue_retries_total{controller=\"configmap\",name=\"configmap\"} 0",
         "workqueue_queue_duration_seconds_count{controller=\"configmap\",name=\"configmap\"}",
         "workqueue_work_duration_seconds_count{controller=\"configmap\",name=\"configmap\"}",
+        "workqueue_work_duration_seconds_bucket{controller=\"configmap\",name=\"configmap\",le=\"+Inf\"}",
+        "workqueue_queue_duration_seconds_bucket{controller=\"configmap\",name=\"configmap\",le=\"10\"}",
+        "# TYPE workqueue_queue_duration_seconds histogram",
+        "controller_runtime_reconcile_panics_total{controller=\"configmap\"} 0",
         "leader_election_master_status{name=\"manager-test\"} 1",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
@@ -192,16 +204,180 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
             .await
             .starts_with("HTTP/1.1 200 OK")
     );
-    assert!(
-        get(health_addr, "/readyz")
-            .await
-            .starts_with("HTTP/1.1 200 OK")
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !get(health_addr, "/readyz")
+        .await
+        .starts_with("HTTP/1.1 200 OK")
+    {
+        assert!(Instant::now() < deadline, "ready once the caches synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(env.client(), "default");
     let lease = leases.get("manager-test").await.unwrap().spec.unwrap();
     assert_eq!(lease.holder_identity, None, "released on stop");
+    env.stop().await;
+}
+
+/// A lease another process renews is never taken, however old its timestamps look on this
+/// process's clock (clock skew): expiry is judged by how long the record stays unchanged here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lease_with_skewed_timestamps_is_not_stolen() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let env = TestEnv::start().await.unwrap();
+    let leases: kube::Api<Lease> = kube::Api::namespaced(env.client(), "default");
+    // The holder's clock is an hour behind ours.
+    let skewed = |n: i64| {
+        MicroTime(
+            k8s_openapi::jiff::Timestamp::now()
+                - k8s_openapi::jiff::SignedDuration::from_secs(3600 - n),
+        )
+    };
+    let mut lease = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("skewed".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("far-away".into()),
+            lease_duration_seconds: Some(2),
+            renew_time: Some(skewed(0)),
+            acquire_time: Some(skewed(0)),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    };
+    lease = leases
+        .create(&kube::api::PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let candidate =
+        LeaderElector::new(env.client(), "default", "skewed", "here").with_timings(timings());
+    let running = {
+        let candidate = candidate.clone();
+        tokio::spawn(async move {
+            candidate
+                .run(std::future::pending(), std::future::pending())
+                .await
+        })
+    };
+    // The holder keeps renewing (its renewTime moves on, an hour behind) for three lease
+    // durations: the candidate must not take over meanwhile.
+    for n in 1..=20 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !candidate.is_leader(),
+            "took a lease that was being renewed"
+        );
+        let spec = lease.spec.as_mut().unwrap();
+        spec.renew_time = Some(skewed(n));
+        lease = leases
+            .replace("skewed", &kube::api::PostParams::default(), &lease)
+            .await
+            .unwrap();
+    }
+    // The holder stops renewing: the candidate takes over once the lease has expired.
+    until("the candidate to lead", Duration::from_secs(30), || {
+        candidate.is_leader()
+    })
+    .await;
+    running.abort();
+    env.stop().await;
+}
+
+/// When another process takes the lease, the leader-only work is stopped before the manager's
+/// `run` returns `LostLeadership`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_leadership_stops_leader_work_before_run_returns() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let env = TestEnv::start().await.unwrap();
+    let elector =
+        LeaderElector::new(env.client(), "default", "stolen", "victim").with_timings(timings());
+    let stopped = Arc::new(AtomicBool::new(false));
+    let manager = Manager::new()
+        .leader_election("stolen", elector.clone())
+        .add(true, {
+            let stopped = stopped.clone();
+            move |shutdown| async move {
+                shutdown.wait().await;
+                // Some work to finish before stopping.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                stopped.store(true, Ordering::SeqCst);
+            }
+        });
+    let running = tokio::spawn(manager.run(std::future::pending()));
+    until("leadership", Duration::from_secs(10), || {
+        elector.is_leader()
+    })
+    .await;
+    // Another process takes the lease over.
+    let leases: kube::Api<Lease> = kube::Api::namespaced(env.client(), "default");
+    let mut lease = leases.get("stolen").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("thief".into());
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    leases
+        .replace("stolen", &kube::api::PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("run returns after leadership is lost")
+        .unwrap();
+    assert!(
+        matches!(result, Err(plinth_runtime::ManagerError::LostLeadership)),
+        "{result:?}"
+    );
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the leader-only work had stopped when run returned"
+    );
+    env.stop().await;
+}
+
+/// `/readyz` says ready only once the caches the manager handed out have synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_caches() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+    let env = TestEnv::start().await.unwrap();
+    let mut manager = Manager::new();
+    // Deployments are not served: this cache never syncs.
+    let _unsynced =
+        manager.informer(|| kube::Api::<Deployment>::namespaced(env.client(), "default"));
+    let health = manager
+        .bind_health_probes(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(manager.run(async {
+        let _ = stop_rx.await;
+    }));
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(get(health, "/healthz").await.starts_with("HTTP/1.1 200 OK"));
+        let ready = get(health, "/readyz").await;
+        assert!(
+            !ready.starts_with("HTTP/1.1 200 OK"),
+            "ready without a synced cache: {ready}"
+        );
+    }
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
     env.stop().await;
 }

@@ -237,7 +237,11 @@ pub fn controller(
         .owns(&accounts)
         .concurrency(4);
     if let Some(metrics) = metrics {
-        controller = controller.metrics("tenant", metrics);
+        // The operator registers one controller named `tenant` on each fresh metrics set.
+        controller = match controller.metrics("tenant", metrics) {
+            Ok(named) => named,
+            Err(duplicate) => panic!("{duplicate}"),
+        };
     }
     (controller, tenants.cache())
 }
