@@ -71,6 +71,26 @@ impl Predicate {
 /// The future a reconciler returns.
 pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
 
+/// A future that completes when a cache has synced.
+type Synced = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Tells reconcilers that their controller is stopping (a cancellation token): long work can
+/// end early; the controller still waits for reconciles in flight, up to its shutdown timeout.
+#[derive(Clone, Debug)]
+pub struct Stopping(tokio::sync::watch::Receiver<bool>);
+
+impl Stopping {
+    /// Whether the controller is stopping.
+    pub fn is_stopping(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Completes when the controller begins to stop.
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|s| *s).await;
+    }
+}
+
 /// A controller for primary resource `K`.
 pub struct Controller<K> {
     name: String,
@@ -80,6 +100,16 @@ pub struct Controller<K> {
     feeds: Vec<tokio::task::JoinHandle<()>>,
     workers: usize,
     resync: Option<Duration>,
+    /// Every cache the controller reads: the primary's, the owned and watched types'.
+    synced: Vec<Synced>,
+    sync_timeout: Duration,
+    shutdown_timeout: Duration,
+    stopping: tokio::sync::watch::Sender<bool>,
+}
+
+/// A future completing when `cache` has synced.
+fn synced<T: Send + Sync + 'static>(cache: Cache<T>) -> Synced {
+    Box::pin(async move { cache.wait_synced().await })
 }
 
 impl<K> Debug for Controller<K> {
@@ -213,11 +243,15 @@ where
         Self {
             name: K::kind(&K::DynamicType::default()).to_lowercase(),
             metrics: None,
+            synced: vec![synced(cache.clone())],
             primary: cache,
             queue,
             feeds,
             workers: 1,
             resync: None,
+            sync_timeout: Duration::from_secs(120),
+            shutdown_timeout: Duration::from_secs(30),
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -314,6 +348,7 @@ where
             self.primary.clone(),
             map,
         ));
+        self.synced.push(synced(owned.cache()));
         self
     }
 
@@ -333,6 +368,7 @@ where
             self.primary.clone(),
             map,
         ));
+        self.synced.push(synced(other.cache()));
         self
     }
 
@@ -343,33 +379,62 @@ where
         self
     }
 
+    /// How long `run` waits for its caches to sync before giving up (controller-runtime's
+    /// `CacheSyncTimeout`; default 2 minutes).
+    #[must_use]
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
+        self
+    }
+
+    /// How long a stop waits for reconciles in flight (default 30 s); then `run` returns
+    /// anyway, their tasks aborted.
+    #[must_use]
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// A token reconcilers can hold to learn that the controller is stopping.
+    pub fn stopping(&self) -> Stopping {
+        Stopping(self.stopping.subscribe())
+    }
+
     /// The controller's queue (for its metrics).
     pub fn queue(&self) -> WorkQueue<ObjectKey> {
         self.queue.clone()
     }
 
-    /// Runs until `stop` completes, then lets reconciles in flight finish. `stop` is honoured
-    /// while the primary cache is still syncing too (a missing CRD, a refused list).
+    /// Waits until every cache it reads (the primary's, the owned and watched types') has
+    /// synced — giving up after the cache-sync timeout, and honouring `stop` meanwhile (a
+    /// missing CRD, a refused list) — then runs until `stop` completes, and lets reconciles in
+    /// flight finish within the shutdown timeout ([`Stopping`] tells them).
     ///
     /// A reconcile that panics is caught: its key is released and retried with backoff, the
     /// panic counted (`controller_runtime_reconcile_panics_total`) and logged; the worker goes
     /// on. Errors are logged with the controller and the object's key.
-    pub async fn run<F>(self, reconcile: F, stop: impl Future<Output = ()>)
+    pub async fn run<F>(mut self, reconcile: F, stop: impl Future<Output = ()>)
     where
         F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync + 'static,
     {
         let reconcile = Arc::new(reconcile);
         let (name, metrics) = (self.name.clone(), self.metrics.clone());
         let mut stop = std::pin::pin!(stop);
-        tokio::select! {
-            () = self.primary.wait_synced() => {}
-            () = &mut stop => {
-                for feed in &self.feeds {
-                    feed.abort();
-                }
-                self.queue.shut_down();
-                return;
+        let synced = futures::future::join_all(std::mem::take(&mut self.synced));
+        let outcome = tokio::select! {
+            timed = tokio::time::timeout(self.sync_timeout, synced) => timed.is_ok(),
+            () = &mut stop => false,
+        };
+        if !outcome {
+            if !*self.stopping.borrow() && !self.queue.is_shutting_down() {
+                tracing::error!(controller = %name, timeout = ?self.sync_timeout, "Could not wait for caches to sync");
             }
+            self.stopping.send_replace(true);
+            for feed in &self.feeds {
+                feed.abort();
+            }
+            self.queue.shut_down();
+            return;
         }
         for object in self.primary.list() {
             self.queue.add(ObjectKey::of(&*object));
@@ -404,13 +469,21 @@ where
             })
         });
         stop.await;
+        self.stopping.send_replace(true);
         if let Some(resync) = resync {
             resync.abort();
         }
         for feed in &self.feeds {
             feed.abort();
         }
-        self.queue.shut_down_with_drain().await;
+        let drained =
+            tokio::time::timeout(self.shutdown_timeout, self.queue.shut_down_with_drain()).await;
+        if drained.is_err() {
+            tracing::error!(controller = %name, timeout = ?self.shutdown_timeout, "Reconciles still running at the shutdown timeout; stopping them");
+            for worker in &workers {
+                worker.abort();
+            }
+        }
         for worker in workers {
             let _ = worker.await;
         }

@@ -261,7 +261,10 @@ async fn run<K>(
         let mut failures = 0u32;
         while let Some(event) = events.next().await {
             let event = match event {
-                Ok(event) => event,
+                Ok(event) => {
+                    failures = 0;
+                    event
+                }
                 Err(e) => {
                     failures += 1;
                     if streaming && !ever_synced && failures >= 3 {
@@ -269,8 +272,15 @@ async fn run<K>(
                         streaming = false;
                         break;
                     }
-                    tracing_free(&e);
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    let delay = watch_backoff(failures);
+                    tracing::warn!(
+                        resource = api.resource_url(),
+                        error = %e,
+                        failures,
+                        retry_in = ?delay,
+                        "watch failed"
+                    );
+                    tokio::time::sleep(delay).await;
                     continue;
                 }
             };
@@ -345,5 +355,25 @@ async fn run<K>(
     }
 }
 
-/// Watch errors are retried by the watcher itself; this crate does not log.
-fn tracing_free(_error: &watcher::Error) {}
+/// How long to wait after the `failures`-th consecutive watch error: 200 ms doubling to 30 s
+/// (a missing resource or a refused list is retried, not hammered).
+fn watch_backoff(failures: u32) -> std::time::Duration {
+    let doubled = 200u64.saturating_mul(1u64 << failures.saturating_sub(1).min(20));
+    std::time::Duration::from_millis(doubled.min(30_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn watch_errors_back_off_exponentially_to_thirty_seconds() {
+        let delays: Vec<Duration> = (1..=10).map(watch_backoff).collect();
+        assert_eq!(delays[0], Duration::from_millis(200));
+        assert_eq!(delays[1], Duration::from_millis(400));
+        assert_eq!(delays[4], Duration::from_millis(3200));
+        assert_eq!(delays[9], Duration::from_secs(30));
+        assert_eq!(watch_backoff(u32::MAX), Duration::from_secs(30));
+    }
+}

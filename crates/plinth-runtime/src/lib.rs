@@ -28,7 +28,7 @@ pub mod metrics;
 pub mod workqueue;
 
 pub use client::SplitClient;
-pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture};
+pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture, Stopping};
 pub use informer::{Cache, Change, Informer, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
 pub use manager::{Manager, ManagerError, Shutdown};

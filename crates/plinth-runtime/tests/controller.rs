@@ -425,3 +425,99 @@ async fn owns_matches_the_owners_group_as_well_as_its_kind() {
     running.await.unwrap();
     env.stop().await;
 }
+
+/// Every cache the controller reads is awaited before it reconciles — an owned type's too —
+/// and a cache that never syncs makes `run` give up at the cache-sync timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_caches_are_awaited_and_the_wait_times_out() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = TestEnv::start().await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("present".into());
+    configmaps
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let primary = Informer::spawn(configmaps, Vec::new());
+    // Deployments are not served: their cache never syncs.
+    let owned = Informer::spawn(
+        Api::<Deployment>::namespaced(env.client(), "default"),
+        Vec::new(),
+    );
+    let controller = Controller::new(&primary)
+        .owns(&owned)
+        .cache_sync_timeout(Duration::from_secs(2));
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name);
+            Ok(Action::Done)
+        })
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        controller.run(reconcile, std::future::pending()),
+    )
+    .await
+    .expect("run gives up when a cache does not sync");
+    assert_eq!(
+        count("present"),
+        0,
+        "nothing is reconciled against an unsynced cache"
+    );
+    env.stop().await;
+}
+
+/// Reconcilers can see the controller stopping; one that does not stop is cut off at the
+/// shutdown timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_is_visible_to_reconcilers_and_shutdown_is_bounded() {
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    for name in ["polite", "stubborn"] {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let informer = Informer::spawn(api, Vec::new());
+    let controller = Controller::new(&informer)
+        .concurrency(2)
+        .shutdown_timeout(Duration::from_millis(500));
+    let stopping = controller.stopping();
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let (seen, stopping) = (seen.clone(), stopping.clone());
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name.clone());
+            if key.name == "polite" {
+                stopping.clone().wait().await;
+                assert!(stopping.is_stopping());
+                seen.lock().unwrap().push("polite-saw-stop".into());
+            } else {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Ok(Action::Done)
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    eventually("both reconciles to be running", || async {
+        count("polite") == 1 && count("stubborn") == 1
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("run returns at the shutdown timeout")
+        .unwrap();
+    assert_eq!(
+        count("polite-saw-stop"),
+        1,
+        "the polite reconcile saw the stop"
+    );
+    env.stop().await;
+}
