@@ -31,10 +31,18 @@ pub enum ReconcileError {
     /// Retried with per-key exponential backoff.
     #[error("{0}")]
     Retry(String),
+    /// A request to the API server failed: retried with backoff, the cause kept
+    /// (`reconcile(...).await?` on a `kube` call gives this).
+    #[error("{0}")]
+    Api(#[from] kube::Error),
     /// Not retried (the object cannot be reconciled as it is; a change to it will enqueue it).
     #[error("terminal: {0}")]
     Terminal(String),
 }
+
+/// Decides what follows a failed reconcile (kube-runtime's `error_policy`): by default, a
+/// rate-limited retry — `None` — unless the error is terminal.
+pub type ErrorPolicy = Arc<dyn Fn(&ObjectKey, &ReconcileError) -> Option<Action> + Send + Sync>;
 
 /// Which changes of the primary resource are worth a reconcile (controller-runtime's
 /// predicates). Creations and deletions always are.
@@ -105,6 +113,7 @@ pub struct Controller<K> {
     sync_timeout: Duration,
     shutdown_timeout: Duration,
     stopping: tokio::sync::watch::Sender<bool>,
+    error_policy: Option<ErrorPolicy>,
 }
 
 /// A future completing when `cache` has synced.
@@ -118,19 +127,31 @@ impl<K> Debug for Controller<K> {
     }
 }
 
+/// What a worker reconciles with.
+struct Worker<'a> {
+    name: &'a str,
+    queue: &'a WorkQueue<ObjectKey>,
+    metrics: Option<&'a crate::metrics::Metrics>,
+    policy: Option<&'a ErrorPolicy>,
+}
+
 /// Runs one reconcile of `key`, catching a panic, and queues what comes next.
 async fn reconcile_one<F>(
-    name: &str,
+    worker: &Worker<'_>,
     key: &ObjectKey,
-    queue: &WorkQueue<ObjectKey>,
     reconcile: &F,
-    metrics: Option<&crate::metrics::Metrics>,
 ) -> crate::metrics::Outcome
 where
     F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync,
 {
     use crate::metrics::Outcome;
     use futures::FutureExt;
+    let Worker {
+        name,
+        queue,
+        metrics,
+        policy,
+    } = *worker;
     use tracing::Instrument;
     let span = tracing::info_span!("reconcile", controller = name, key = %key);
     let result = std::panic::AssertUnwindSafe(async { reconcile(key.clone()).await })
@@ -152,9 +173,13 @@ where
             queue.forget(key);
             Outcome::Error
         }
-        Ok(Err(ReconcileError::Retry(error))) => {
+        Ok(Err(error)) => {
             tracing::error!(controller = name, key = %key, %error, "Reconciler error");
-            queue.add_rate_limited(key.clone());
+            match policy.and_then(|policy| policy(key, &error)) {
+                Some(Action::Done) => queue.forget(key),
+                Some(Action::RequeueAfter(delay)) => queue.add_after(key.clone(), delay),
+                None => queue.add_rate_limited(key.clone()),
+            }
             Outcome::Error
         }
         Err(panic) => {
@@ -252,6 +277,7 @@ where
             sync_timeout: Duration::from_secs(120),
             shutdown_timeout: Duration::from_secs(30),
             stopping: tokio::sync::watch::Sender::new(false),
+            error_policy: None,
         }
     }
 
@@ -395,6 +421,17 @@ where
         self
     }
 
+    /// What follows a failed reconcile: `policy` may answer an action (done, or requeue after
+    /// a delay of its choosing) instead of the default rate-limited retry (`None`).
+    #[must_use]
+    pub fn error_policy(
+        mut self,
+        policy: impl Fn(&ObjectKey, &ReconcileError) -> Option<Action> + Send + Sync + 'static,
+    ) -> Self {
+        self.error_policy = Some(Arc::new(policy));
+        self
+    }
+
     /// A token reconcilers can hold to learn that the controller is stopping.
     pub fn stopping(&self) -> Stopping {
         Stopping(self.stopping.subscribe())
@@ -443,11 +480,17 @@ where
         for _ in 0..self.workers {
             let (queue, reconcile) = (self.queue.clone(), reconcile.clone());
             let (name, metrics) = (name.clone(), metrics.clone());
+            let policy = self.error_policy.clone();
             workers.push(tokio::spawn(async move {
                 while let Some(key) = queue.get().await {
                     let started = tokio::time::Instant::now();
-                    let outcome =
-                        reconcile_one(&name, &key, &queue, &*reconcile, metrics.as_ref()).await;
+                    let worker = Worker {
+                        name: &name,
+                        queue: &queue,
+                        metrics: metrics.as_ref(),
+                        policy: policy.as_ref(),
+                    };
+                    let outcome = reconcile_one(&worker, &key, &*reconcile).await;
                     if let Some(metrics) = &metrics {
                         metrics.reconciled(&name, outcome, started.elapsed());
                     }

@@ -184,6 +184,89 @@ pub fn controller_uid<K: Resource>(object: &K) -> Option<String> {
         .map(|r| r.uid.clone())
 }
 
+/// A function applied to every object before it is cached (controller-runtime's transform):
+/// strip what the controller never reads, to keep the cache small.
+pub type TransformFn<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+
+/// How an informer watches and what it keeps.
+pub struct InformerOptions<K> {
+    /// Only objects with these labels (`labelSelector`).
+    pub label_selector: Option<String>,
+    /// Only objects with these fields (`fieldSelector`).
+    pub field_selector: Option<String>,
+    /// Indexes beyond `namespace` and `owner`.
+    pub indexers: Vec<(String, IndexFn<K>)>,
+    /// Applied to every object before it is cached.
+    pub transform: Option<TransformFn<K>>,
+}
+
+impl<K> Default for InformerOptions<K> {
+    fn default() -> Self {
+        Self {
+            label_selector: None,
+            field_selector: None,
+            indexers: Vec::new(),
+            transform: None,
+        }
+    }
+}
+
+impl<K> Debug for InformerOptions<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerOptions")
+            .field("label_selector", &self.label_selector)
+            .field("field_selector", &self.field_selector)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource + 'static> InformerOptions<K> {
+    /// Watches only objects matching the label selector `selector`.
+    #[must_use]
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.label_selector = Some(selector.to_owned());
+        self
+    }
+
+    /// Watches only objects matching the field selector `selector`.
+    #[must_use]
+    pub fn fields(mut self, selector: &str) -> Self {
+        self.field_selector = Some(selector.to_owned());
+        self
+    }
+
+    /// Adds the index `name`.
+    #[must_use]
+    pub fn index(
+        mut self,
+        name: &str,
+        index: impl Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.indexers.push((name.to_owned(), Arc::new(index)));
+        self
+    }
+
+    /// Applies `transform` to every object before it is cached (after the previous one).
+    #[must_use]
+    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
+        let previous = self.transform.take();
+        self.transform = Some(Arc::new(move |object: &mut K| {
+            if let Some(previous) = &previous {
+                previous(object);
+            }
+            transform(object);
+        }));
+        self
+    }
+
+    /// Drops `metadata.managedFields` from cached objects (controllers rarely read them; they
+    /// are often the larger part of an object).
+    #[must_use]
+    pub fn strip_managed_fields(self) -> Self {
+        self.transform(|object: &mut K| object.meta_mut().managed_fields = None)
+    }
+}
+
 /// One resource type's informer: its cache, and a feed of changes.
 pub struct Informer<K> {
     cache: Cache<K>,
@@ -202,6 +285,23 @@ where
 {
     /// Starts watching `api` with the default indexes plus `indexers`.
     pub fn spawn(api: Api<K>, indexers: Vec<(String, IndexFn<K>)>) -> Self {
+        Self::spawn_with(
+            api,
+            InformerOptions {
+                indexers,
+                ..InformerOptions::default()
+            },
+        )
+    }
+
+    /// Starts watching `api` as `options` say (selectors, indexes, a transform).
+    pub fn spawn_with(api: Api<K>, options: InformerOptions<K>) -> Self {
+        let InformerOptions {
+            label_selector,
+            field_selector,
+            indexers,
+            transform,
+        } = options;
         let mut all: Vec<(String, IndexFn<K>)> = vec![
             (
                 "namespace".into(),
@@ -223,7 +323,18 @@ where
             synced,
         };
         let (changes, _) = broadcast::channel(4096);
-        tokio::spawn(run(api, cache.clone(), changes.clone(), synced_tx));
+        let selectors = Selectors {
+            labels: label_selector,
+            fields: field_selector,
+            transform,
+        };
+        tokio::spawn(run(
+            api,
+            selectors,
+            cache.clone(),
+            changes.clone(),
+            synced_tx,
+        ));
         Self { cache, changes }
     }
 
@@ -238,8 +349,39 @@ where
     }
 }
 
+/// What an informer's watch selects, and how objects are transformed.
+struct Selectors<K> {
+    labels: Option<String>,
+    fields: Option<String>,
+    transform: Option<TransformFn<K>>,
+}
+
+impl<K> Selectors<K> {
+    fn config(&self, streaming: bool) -> watcher::Config {
+        let mut config = watcher::Config::default();
+        if streaming {
+            config = config.streaming_lists();
+        }
+        if let Some(labels) = &self.labels {
+            config = config.labels(labels);
+        }
+        if let Some(fields) = &self.fields {
+            config = config.fields(fields);
+        }
+        config
+    }
+
+    fn apply(&self, mut object: K) -> K {
+        if let Some(transform) = &self.transform {
+            transform(&mut object);
+        }
+        object
+    }
+}
+
 async fn run<K>(
     api: Api<K>,
+    selectors: Selectors<K>,
     cache: Cache<K>,
     changes: broadcast::Sender<Change<K>>,
     synced: watch::Sender<bool>,
@@ -250,11 +392,7 @@ async fn run<K>(
     // get list-then-watch.
     let mut streaming = true;
     loop {
-        let config = if streaming {
-            watcher::Config::default().streaming_lists()
-        } else {
-            watcher::Config::default()
-        };
+        let config = selectors.config(streaming);
         let mut events = watcher::watcher(api.clone(), config).boxed();
         let mut listing: Option<HashMap<ObjectKey, Arc<K>>> = None;
         let mut ever_synced = false;
@@ -288,6 +426,7 @@ async fn run<K>(
                 watcher::Event::Init => listing = Some(HashMap::new()),
                 watcher::Event::InitApply(object) => {
                     if let Some(listing) = &mut listing {
+                        let object = selectors.apply(object);
                         listing.insert(ObjectKey::of(&object), Arc::new(object));
                     }
                 }
@@ -328,7 +467,7 @@ async fn run<K>(
                     }
                 }
                 watcher::Event::Apply(object) => {
-                    let object = Arc::new(object);
+                    let object = Arc::new(selectors.apply(object));
                     let old = cache
                         .state
                         .write()
@@ -340,6 +479,7 @@ async fn run<K>(
                     });
                 }
                 watcher::Event::Delete(object) => {
+                    let object = selectors.apply(object);
                     let old = cache
                         .state
                         .write()

@@ -29,7 +29,7 @@ pub mod workqueue;
 
 pub use client::SplitClient;
 pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture, Stopping};
-pub use informer::{Cache, Change, Informer, ObjectKey};
+pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
 pub use manager::{Manager, ManagerError, Shutdown};
 pub use metrics::Metrics;

@@ -88,8 +88,36 @@ impl Manager {
             + Sync
             + 'static,
     {
+        self.informer_with(api, crate::informer::InformerOptions::default())
+    }
+
+    /// As [`Manager::informer`], with `options` for a new informer (selectors, indexes, a
+    /// transform). Informers are shared by resource and selectors: the options of the first
+    /// request win for indexes and transform.
+    pub fn informer_with<K>(
+        &mut self,
+        api: impl FnOnce() -> kube::Api<K>,
+        options: crate::informer::InformerOptions<K>,
+    ) -> std::sync::Arc<crate::informer::Informer<K>>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let api = api();
-        let key = (std::any::TypeId::of::<K>(), api.resource_url().to_owned());
+        let key = (
+            std::any::TypeId::of::<K>(),
+            format!(
+                "{}?labelSelector={}&fieldSelector={}",
+                api.resource_url(),
+                options.label_selector.as_deref().unwrap_or(""),
+                options.field_selector.as_deref().unwrap_or("")
+            ),
+        );
         if let Some(existing) = self
             .informers
             .get(&key)
@@ -97,7 +125,7 @@ impl Manager {
         {
             return existing.clone();
         }
-        let informer = std::sync::Arc::new(crate::informer::Informer::spawn(api, Vec::new()));
+        let informer = std::sync::Arc::new(crate::informer::Informer::spawn_with(api, options));
         let cache = informer.cache();
         self.synced
             .push(Box::pin(async move { cache.wait_synced().await }));

@@ -521,3 +521,45 @@ async fn stopping_is_visible_to_reconcilers_and_shutdown_is_bounded() {
     );
     env.stop().await;
 }
+
+/// `?` on a `kube` call gives a retried error that keeps its cause; an error policy can answer
+/// otherwise (here: a 404 is not retried, anything else is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_errors_convert_and_the_error_policy_decides() {
+    use plinth_runtime::ReconcileError;
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    for name in ["gives-up", "retries"] {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let controller = Controller::new(&informer).error_policy(|_key, error| match error {
+        ReconcileError::Api(kube::Error::Api(status)) if status.code == 404 => Some(Action::Done),
+        _ => None,
+    });
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let (seen, api) = (seen.clone(), api.clone());
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name.clone());
+            if key.name == "gives-up" {
+                api.get("not-there").await?;
+            }
+            Err(ReconcileError::Retry("try again".into()))
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    eventually("the retried key to come back", || async {
+        count("retries") >= 3
+    })
+    .await;
+    assert_eq!(count("gives-up"), 1, "the policy ended the 404's retries");
+    stop_tx.send(()).unwrap();
+    running.await.unwrap();
+    env.stop().await;
+}

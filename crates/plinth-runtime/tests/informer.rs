@@ -87,3 +87,68 @@ async fn an_informer_relists_after_410_and_resumes() {
     .await;
     env.stop().await;
 }
+
+/// An informer can watch a selection (label selector) and cache a slimmer object (a transform
+/// stripping managedFields): objects entering and leaving the selection come and go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_and_transforms_shape_the_cache() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use plinth_runtime::{InformerOptions, ObjectKey};
+    let env = plinth_testenv::TestEnv::start().await.unwrap();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+    let labelled = |name: &str, app: Option<&str>| {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.labels = app.map(|a| [("app".to_owned(), a.to_owned())].into());
+        cm
+    };
+    api.create(&PostParams::default(), &labelled("a", Some("web")))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &labelled("b", None))
+        .await
+        .unwrap();
+    let informer = plinth_runtime::Informer::spawn_with(
+        api.clone(),
+        InformerOptions::default()
+            .labels("app=web")
+            .strip_managed_fields(),
+    );
+    let cache = informer.cache();
+    cache.wait_synced().await;
+    let key = |name: &str| ObjectKey {
+        namespace: Some("default".into()),
+        name: name.into(),
+    };
+    let a = cache.get(&key("a")).expect("the selected object is cached");
+    assert!(
+        a.metadata.managed_fields.is_none(),
+        "managedFields stripped"
+    );
+    assert!(cache.get(&key("b")).is_none(), "the other is not");
+    // b enters the selection, a leaves it.
+    api.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"app": "web"}}})),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"app": null}}})),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while cache.get(&key("b")).is_none() || cache.get(&key("a")).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the selection followed the labels"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    env.stop().await;
+}
