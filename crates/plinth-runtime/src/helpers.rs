@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::controller::ReconcileError;
 
 fn retry(e: kube::Error) -> ReconcileError {
-    ReconcileError::Retry(e.to_string())
+    ReconcileError::Api(e)
 }
 
 /// Sets `object`'s finalizers to `finalizers`, at its resourceVersion (a conflict is retried
@@ -80,6 +80,51 @@ where
         .cloned()
         .collect();
     write_finalizers(api, object, finalizers).await
+}
+
+/// What a finalizer-guarded reconcile is asked to do (see [`finalizer`]).
+#[derive(Debug)]
+pub enum FinalizerEvent<K> {
+    /// The object lives (and carries the finalizer): bring the world in line with it.
+    Apply(std::sync::Arc<K>),
+    /// The object is being deleted: clean up what it owns outside the cluster; the finalizer
+    /// is removed when this succeeds.
+    Cleanup(std::sync::Arc<K>),
+}
+
+/// The whole add–run–remove flow of a finalizer (kube-runtime's `finalizer`): a live object
+/// without `name` gets it first (and is reconciled again when that write comes back); a live
+/// object with it is applied; a deleted object with it is cleaned up, then the finalizer goes;
+/// a deleted object without it is left alone.
+///
+/// # Errors
+/// The reconcile's own error, or a retryable one if a finalizer write fails.
+pub async fn finalizer<K, F, Fut>(
+    api: &Api<K>,
+    name: &str,
+    object: std::sync::Arc<K>,
+    reconcile: F,
+) -> Result<crate::controller::Action, ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    F: FnOnce(FinalizerEvent<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::controller::Action, ReconcileError>>,
+{
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let has = object.finalizers().iter().any(|f| f == name);
+    match (deleting, has) {
+        (false, false) => {
+            ensure_finalizer(api, &object, name).await?;
+            Ok(crate::controller::Action::Done)
+        }
+        (false, true) => reconcile(FinalizerEvent::Apply(object)).await,
+        (true, true) => {
+            let action = reconcile(FinalizerEvent::Cleanup(object.clone())).await?;
+            remove_finalizer(api, &object, name).await?;
+            Ok(action)
+        }
+        (true, false) => Ok(crate::controller::Action::Done),
+    }
 }
 
 /// An owner reference to `owner` marking it the controller (and blocking its foreground
