@@ -18,8 +18,10 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod builder;
 pub mod client;
 pub mod controller;
+pub mod health;
 pub mod helpers;
 pub mod informer;
 pub mod leader;
@@ -27,7 +29,8 @@ pub mod manager;
 pub mod metrics;
 pub mod workqueue;
 
-pub use client::SplitClient;
+pub use builder::ControllerBuilder;
+pub use client::{ObjectClient, SplitClient};
 pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture, Stopping};
 pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};

@@ -48,6 +48,7 @@ pub enum ManagerError {
 #[derive(Default)]
 pub struct Manager {
     metrics: Metrics,
+    checks: crate::health::Checks,
     elector: Option<(String, LeaderElector)>,
     leaders: Vec<Runnable>,
     everywhere: Vec<Runnable>,
@@ -138,6 +139,24 @@ impl Manager {
         self.metrics.clone()
     }
 
+    /// Adds a `/healthz` check (see [`crate::health`]).
+    pub fn add_health_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.checks.add_health(name, check);
+    }
+
+    /// Adds a `/readyz` check (besides the manager's own: its caches have synced).
+    pub fn add_ready_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.checks.add_ready(name, check);
+    }
+
     /// Runs the leader-only runnables only while `elector` holds the lease `lease`.
     #[must_use]
     pub fn leader_election(mut self, lease: &str, elector: LeaderElector) -> Self {
@@ -177,13 +196,22 @@ impl Manager {
         F: FnOnce(Shutdown) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        self.push(leader_only, run);
+        self
+    }
+
+    /// [`Manager::add`] through a borrow (for builders).
+    pub(crate) fn push<F, Fut>(&mut self, leader_only: bool, run: F)
+    where
+        F: FnOnce(Shutdown) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let runnable: Runnable = Box::new(move |shutdown| Box::pin(run(shutdown)));
         if leader_only {
             self.leaders.push(runnable);
         } else {
             self.everywhere.push(runnable);
         }
-        self
     }
 
     /// Runs until `stop` completes; then every runnable finishes and the lease is released.
@@ -197,6 +225,7 @@ impl Manager {
             servers.push(tokio::spawn(crate::metrics::serve(
                 listener,
                 self.metrics.clone(),
+                self.checks.clone(),
                 ready.clone(),
             )));
         }
@@ -204,6 +233,7 @@ impl Manager {
             servers.push(tokio::spawn(crate::metrics::serve(
                 listener,
                 self.metrics.clone(),
+                self.checks.clone(),
                 ready.clone(),
             )));
         }

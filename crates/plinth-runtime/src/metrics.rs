@@ -86,6 +86,47 @@ struct State {
     work_time: BTreeMap<String, Histogram<{ QUEUE_BUCKETS.len() }>>,
     queues: BTreeMap<String, WorkQueue<ObjectKey>>,
     leader: Option<(String, bool)>,
+    /// The operator's own metrics, rendered after controller-runtime's.
+    user: BTreeMap<String, UserMetric>,
+}
+
+/// A metric an operator registers: its help, type and value.
+struct UserMetric {
+    help: String,
+    kind: &'static str,
+    value: Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// A counter registered with [`Metrics::counter`]; clones share it.
+#[derive(Clone, Debug)]
+pub struct Counter(Arc<std::sync::atomic::AtomicI64>);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The count.
+    pub fn get(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A gauge registered with [`Metrics::gauge`]; clones share it.
+#[derive(Clone, Debug)]
+pub struct Gauge(Arc<std::sync::atomic::AtomicI64>);
+
+impl Gauge {
+    /// Sets the value.
+    pub fn set(&self, value: i64) {
+        self.0.store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The value.
+    pub fn get(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// A manager's metrics; clones share them.
@@ -176,6 +217,35 @@ impl Metrics {
     /// Records whether this process leads (`leader_election_master_status`).
     pub fn set_leader(&self, lease: &str, leading: bool) {
         self.lock().leader = Some((lease.to_owned(), leading));
+    }
+
+    /// Registers (or finds again) the operator's counter `name`, served on `/metrics` with the
+    /// controller metrics.
+    pub fn counter(&self, name: &str, help: &str) -> Counter {
+        Counter(self.user(name, help, "counter"))
+    }
+
+    /// Registers (or finds again) the operator's gauge `name`.
+    pub fn gauge(&self, name: &str, help: &str) -> Gauge {
+        Gauge(self.user(name, help, "gauge"))
+    }
+
+    fn user(
+        &self,
+        name: &str,
+        help: &str,
+        kind: &'static str,
+    ) -> Arc<std::sync::atomic::AtomicI64> {
+        self.lock()
+            .user
+            .entry(name.to_owned())
+            .or_insert_with(|| UserMetric {
+                help: help.to_owned(),
+                kind,
+                value: Arc::default(),
+            })
+            .value
+            .clone()
     }
 
     /// The Prometheus text exposition.
@@ -272,22 +342,32 @@ impl Metrics {
                 u8::from(*leading)
             );
         }
+        for (name, metric) in &state.user {
+            let value = metric.value.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "# HELP {name} {}\n# TYPE {name} {}\n{name} {value}",
+                metric.help, metric.kind
+            );
+        }
         out
     }
 }
 
-/// Serves `/metrics` (from `metrics`), `/healthz` and `/readyz` on `listener` until the task is
-/// dropped. `ready` says whether `/readyz` answers 200.
+/// Serves `/metrics` (from `metrics`), `/healthz` and `/readyz` (from `checks`) on `listener`
+/// until the task is dropped. `ready` says whether the manager's caches have synced.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
+    checks: crate::health::Checks,
     ready: tokio::sync::watch::Receiver<bool>,
 ) {
+    use crate::health::Probe;
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
         };
-        let (metrics, ready) = (metrics.clone(), ready.clone());
+        let (metrics, checks, ready) = (metrics.clone(), checks.clone(), ready.clone());
         tokio::spawn(async move {
             let mut request = Vec::new();
             let mut buffer = [0u8; 1024];
@@ -298,16 +378,21 @@ pub async fn serve(
                 }
             }
             let line = String::from_utf8_lossy(&request);
-            let path = line.split_whitespace().nth(1).unwrap_or("/");
+            let target = line.split_whitespace().nth(1).unwrap_or("/");
+            let path = target.split('?').next().unwrap_or(target);
+            let probe = |probe: Probe| {
+                let (code, body) = checks.answer(probe, *ready.borrow());
+                let status = if code == 200 {
+                    "200 OK"
+                } else {
+                    "500 Internal Server Error"
+                };
+                (status, body, "text/plain; charset=utf-8")
+            };
             let (status, body, kind) = match path {
                 "/metrics" => ("200 OK", metrics.render(), "text/plain; version=0.0.4"),
-                "/healthz" | "/livez" => ("200 OK", "ok".to_owned(), "text/plain"),
-                "/readyz" if *ready.borrow() => ("200 OK", "ok".to_owned(), "text/plain"),
-                "/readyz" => (
-                    "503 Service Unavailable",
-                    "not ready".to_owned(),
-                    "text/plain",
-                ),
+                "/healthz" | "/livez" => probe(Probe::Health),
+                "/readyz" => probe(Probe::Ready),
                 _ => ("404 Not Found", "not found".to_owned(), "text/plain"),
             };
             let response = format!(
