@@ -69,7 +69,7 @@ enum Command {
         /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
-        /// `plinth` or `kube`.
+        /// `plinth`, `plinth-stripped` (its cache drops managedFields) or `kube`.
         #[arg(long, default_value = "plinth")]
         runtime: String,
         /// How many objects.

@@ -82,6 +82,9 @@ fn rss_kib() -> u64 {
 
 /// Runs the benchmark for `objects` objects on `runtime` (`plinth` or `kube`).
 pub(crate) async fn run(client: Client, runtime: &str, objects: usize) -> Result<(), Error> {
+    if !["plinth", "plinth-stripped", "kube"].contains(&runtime) {
+        return Err(format!("unknown runtime {runtime:?}: plinth, plinth-stripped or kube").into());
+    }
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
     match crds
@@ -112,8 +115,15 @@ pub(crate) async fn run(client: Client, runtime: &str, objects: usize) -> Result
     let baseline = rss_kib();
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let controller = match runtime {
-        "plinth" => {
-            let informer = plinth_runtime::Informer::spawn(api.clone(), Vec::new());
+        "plinth" | "plinth-stripped" => {
+            // `plinth-stripped`: the cache drops managedFields (a transform), as an operator
+            // that never reads them should.
+            let options = if runtime == "plinth-stripped" {
+                plinth_runtime::InformerOptions::default().strip_managed_fields()
+            } else {
+                plinth_runtime::InformerOptions::default()
+            };
+            let informer = plinth_runtime::Informer::spawn_with(api.clone(), options);
             let cache = informer.cache();
             // kube-runtime reconciles without a concurrency limit by default; so many workers
             // keep this side from queueing behind a fixed pool.

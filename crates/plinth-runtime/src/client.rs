@@ -1,5 +1,22 @@
 //! The split client: reads come from an informer's cache (shared objects, no request), writes
 //! go to the API server.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), kube::Error> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use plinth_runtime::{Informer, ObjectKey, SplitClient};
+//! let api = kube::Api::<ConfigMap>::namespaced(client, "default");
+//! let informer = Informer::spawn(api.clone(), Vec::new());
+//! informer.cache().wait_synced().await;
+//! let split = SplitClient::new(informer.cache(), api);
+//! let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+//! if split.get(&key).is_none() {
+//!     let mut cm = ConfigMap::default();
+//!     cm.metadata.name = Some("settings".into());
+//!     split.create(&cm).await?; // a write: to the server
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::fmt::Debug;
 use std::sync::Arc;

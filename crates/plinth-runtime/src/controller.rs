@@ -2,6 +2,26 @@
 //! it become keys on a [`WorkQueue`]; workers hand each key to a reconciler that sees only the
 //! key (level-triggered by construction) and answers done, requeue-after, or an error (retried
 //! with backoff unless terminal).
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use plinth_runtime::{Action, Controller, Informer, ObjectKey, ReconcileFuture};
+//! let informer = Informer::spawn(kube::Api::<ConfigMap>::all(client), Vec::new());
+//! let cache = informer.cache();
+//! let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+//!     let exists = cache.get(&key).is_some();
+//!     Box::pin(async move {
+//!         tracing::info!(%key.name, exists, "reconciled");
+//!         Ok(Action::Done)
+//!     })
+//! };
+//! Controller::new(&informer)
+//!     .concurrency(2)
+//!     .run(reconcile, async { let _ = tokio::signal::ctrl_c().await; })
+//!     .await;
+//! # }
+//! ```
 
 use std::fmt::Debug;
 use std::future::Future;

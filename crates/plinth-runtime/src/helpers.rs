@@ -1,4 +1,16 @@
 //! What every reconciler needs: finalizers, owner references, status conditions, events.
+//!
+//! ```
+//! use plinth_runtime::helpers::{set_condition, Condition};
+//! let mut conditions: Vec<Condition> = Vec::new();
+//! set_condition(&mut conditions, "Ready", false, "Creating", "waiting for the namespace", Some(1));
+//! let since = conditions[0].last_transition_time.clone();
+//! // The same status again keeps the transition time; the reason and message follow.
+//! set_condition(&mut conditions, "Ready", false, "Creating", "waiting for the config", Some(2));
+//! assert_eq!(conditions.len(), 1);
+//! assert_eq!(conditions[0].last_transition_time, since);
+//! assert_eq!(conditions[0].message, "waiting for the config");
+//! ```
 
 use std::fmt::Debug;
 

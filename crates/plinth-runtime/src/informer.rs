@@ -2,6 +2,23 @@
 //! watch otherwise; resumed from the last resourceVersion, relisted after a 410 — the `kube`
 //! crate's watcher does the protocol), feeding a local cache of shared immutable objects with
 //! indexes, and telling subscribers what changed.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) {
+//! use k8s_openapi::api::core::v1::Pod;
+//! use plinth_runtime::{Informer, InformerOptions};
+//! let options = InformerOptions::default()
+//!     .labels("app=web")
+//!     .strip_managed_fields()
+//!     .index("node", |pod: &Pod| {
+//!         pod.spec.as_ref().and_then(|s| s.node_name.clone()).into_iter().collect()
+//!     });
+//! let informer = Informer::spawn_with(kube::Api::<Pod>::all(client), options);
+//! let cache = informer.cache();
+//! cache.wait_synced().await;
+//! println!("{} web pods on node-1", cache.by_index("node", "node-1").len());
+//! # }
+//! ```
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;

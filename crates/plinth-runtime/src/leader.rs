@@ -3,6 +3,20 @@
 //! expired — judged, as client-go judges it, by how long this process has seen the record
 //! unchanged on its own clock, never by the holder's timestamps — the leader renews it, loses leadership when it cannot renew within the deadline,
 //! and releases it on a clean stop so that a standby takes over at once.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) {
+//! use plinth_runtime::{LeaderElector, Leadership};
+//! let elector = LeaderElector::new(client, "default", "my-operator", "pod-a");
+//! let outcome = elector
+//!     .run(
+//!         async { /* the work only a leader does */ },
+//!         async { let _ = tokio::signal::ctrl_c().await; },
+//!     )
+//!     .await;
+//! assert!(matches!(outcome, Leadership::Released | Leadership::NeverLed | Leadership::Lost));
+//! # }
+//! ```
 
 use std::future::Future;
 use std::time::Duration;

@@ -7,12 +7,19 @@
 //! - [`controller`]: primary, owned and mapped resources feed a queue; workers call a
 //!   reconciler that takes only a key.
 //!
-//! - [`client`]: the split client — reads from the cache, writes to the server.
+//! - [`builder`]: `manager.controller(api).owns(..).watches(..).run(reconcile, context)` —
+//!   the way to write a controller; informers shared through the manager.
+//! - [`client`]: the split client — reads from the cache, writes to the server — and
+//!   [`ObjectClient`], whose writes take the namespace from the object.
 //! - [`leader`]: Lease leader election with client-go's timings.
 //! - [`manager`]: runs controllers (some only while leading), serves `/metrics` with
 //!   controller-runtime's metric names and the health probes, stops gracefully.
 //!
-//! - [`helpers`]: finalizers, controller references, conditions, events, conflict retries.
+//! - [`health`]: `/healthz` and `/readyz` checks registered on the manager.
+//! - [`helpers`]: the finalizer flow, controller references, conditions, events, conflict
+//!   retries.
+//!
+//! The crate README walks from `cargo new` to a tested operator.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -1,6 +1,19 @@
 //! The manager: runs controllers on shared informers, some only while this process holds the
 //! leader lease; serves `/metrics`, `/healthz` and `/readyz`; stops gracefully (work in flight
 //! finishes, the lease is released so a standby takes over at once).
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use plinth_runtime::{LeaderElector, Manager};
+//! let elector = LeaderElector::new(client.clone(), "default", "my-operator", "pod-a");
+//! let mut manager = Manager::new().leader_election("my-operator", elector);
+//! manager.bind_metrics(([127, 0, 0, 1], 8080).into()).await?;
+//! manager.bind_health_probes(([127, 0, 0, 1], 8081).into()).await?;
+//! manager.add_ready_check("upstream", || Ok(()));
+//! // manager.controller(api).owns(...).run(reconcile, context)?  — see `builder`.
+//! manager.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
 
 use std::future::Future;
 use std::net::SocketAddr;

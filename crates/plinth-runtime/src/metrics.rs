@@ -1,5 +1,12 @@
 //! Prometheus metrics with controller-runtime's names, and the small HTTP server a manager
 //! exposes them on (`/metrics`), with its health probes (`/healthz`, `/readyz`).
+//!
+//! ```
+//! let metrics = plinth_runtime::Metrics::default();
+//! let backups = metrics.counter("backups_total", "Backups taken");
+//! backups.inc();
+//! assert!(metrics.render().contains("# TYPE backups_total counter\nbackups_total 1"));
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -12,6 +12,20 @@
 //!   [`WorkQueue::shut_down_with_drain`] also waits for keys in flight to be done.
 //!
 //! Time is tokio's, so tests run on a paused clock.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let queue = plinth_runtime::WorkQueue::new();
+//! queue.add("a");
+//! queue.add("a"); // waiting already: one entry
+//! assert_eq!(queue.len(), 1);
+//! let key = queue.get().await.unwrap();
+//! queue.add("a"); // being processed: queued again once it is done
+//! assert_eq!(queue.len(), 0);
+//! queue.done(&key);
+//! assert_eq!(queue.len(), 1);
+//! # }
+//! ```
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};

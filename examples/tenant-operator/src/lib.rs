@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use plinth_runtime::helpers::{
-    Condition, EventRecorder, controller_reference, ensure_finalizer, remove_finalizer,
-    set_condition,
+    Condition, EventRecorder, FinalizerEvent, controller_reference, finalizer, set_condition,
 };
-use plinth_runtime::{Action, Cache, Controller, Informer, ObjectKey, ReconcileError};
+use plinth_runtime::metrics::DuplicateController;
+use plinth_runtime::{Action, InformerOptions, Manager, ReconcileError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -84,8 +84,6 @@ pub fn namespace_of(name: &str) -> String {
 pub struct Context {
     /// The client.
     pub client: kube::Client,
-    /// Tenants, from the cache.
-    pub tenants: Cache<Tenant>,
     /// Where deleted tenants are archived.
     pub archive_dir: PathBuf,
     /// Events.
@@ -108,33 +106,36 @@ where
             &Patch::Apply(object),
         )
         .await
-        .map_err(|e| ReconcileError::Retry(e.to_string()))
+        .map_err(ReconcileError::from)
     }
 }
 
-/// Reconciles one tenant (by key: level-triggered).
+/// Reconciles one tenant (level-triggered): the finalizer first, then its objects and status;
+/// a deleted tenant is archived before the finalizer goes (the garbage collector removes what
+/// it owns).
 ///
 /// # Errors
 /// A retryable error when a write fails.
-pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let Some(tenant) = ctx.tenants.get(&key) else {
-        return Ok(Action::Done);
-    };
+pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let tenants: Api<Tenant> = Api::all(ctx.client.clone());
-    let name = tenant.name_any();
-    if tenant.meta().deletion_timestamp.is_some() {
-        if tenant.finalizers().iter().any(|f| f == FINALIZER) {
-            archive(&ctx, &tenant)?;
-            remove_finalizer(&tenants, &*tenant, FINALIZER).await?;
+    let writer = tenants.clone();
+    finalizer(&tenants, FINALIZER, tenant, |event| async move {
+        match event {
+            FinalizerEvent::Apply(tenant) => provision(&tenant, &ctx, &writer).await,
+            FinalizerEvent::Cleanup(tenant) => archive(&ctx, &tenant).map(|()| Action::Done),
         }
-        // The garbage collector removes what the tenant owns.
-        return Ok(Action::Done);
-    }
-    if ensure_finalizer(&tenants, &*tenant, FINALIZER).await? {
-        // The update comes back as an event; the next pass does the rest.
-        return Ok(Action::Done);
-    }
-    let owner = controller_reference(&*tenant)
+    })
+    .await
+}
+
+/// Applies the tenant's namespace, ServiceAccount and ConfigMap, and reports its status.
+async fn provision(
+    tenant: &Tenant,
+    ctx: &Context,
+    tenants: &Api<Tenant>,
+) -> Result<Action, ReconcileError> {
+    let name = tenant.name_any();
+    let owner = controller_reference(tenant)
         .ok_or_else(|| ReconcileError::Terminal("the tenant has no uid".into()))?;
     let namespace = namespace_of(&name);
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
@@ -187,13 +188,12 @@ pub async fn reconcile(key: ObjectKey, ctx: Arc<Context>) -> Result<Action, Reco
                 "status": status,
             })),
         )
-        .await
-        .map_err(|e| ReconcileError::Retry(e.to_string()))?;
+        .await?;
     if changed {
         let _ = ctx
             .recorder
             .publish(
-                &*tenant,
+                tenant,
                 false,
                 "Reconciled",
                 "Reconcile",
@@ -222,26 +222,24 @@ fn archive(ctx: &Context, tenant: &Tenant) -> Result<(), ReconcileError> {
         .map_err(|e| ReconcileError::Retry(format!("archive: {e}")))
 }
 
-/// The informers and controller of the operator, ready to run.
-pub fn controller(
-    client: &kube::Client,
-    metrics: Option<&plinth_runtime::Metrics>,
-) -> (Controller<Tenant>, Cache<Tenant>) {
-    let tenants = Informer::spawn(Api::<Tenant>::all(client.clone()), Vec::new());
-    let namespaces = Informer::spawn(Api::<Namespace>::all(client.clone()), Vec::new());
-    let configs = Informer::spawn(Api::<ConfigMap>::all(client.clone()), Vec::new());
-    let accounts = Informer::spawn(Api::<ServiceAccount>::all(client.clone()), Vec::new());
-    let mut controller = Controller::new(&tenants)
-        .owns(&namespaces)
-        .owns(&configs)
-        .owns(&accounts)
-        .concurrency(4);
-    if let Some(metrics) = metrics {
-        // The operator registers one controller named `tenant` on each fresh metrics set.
-        controller = match controller.metrics("tenant", metrics) {
-            Ok(named) => named,
-            Err(duplicate) => panic!("{duplicate}"),
-        };
-    }
-    (controller, tenants.cache())
+/// Cache options dropping `managedFields`.
+fn lean<K: kube::Resource + 'static>() -> InformerOptions<K> {
+    InformerOptions::default().strip_managed_fields()
+}
+
+/// Registers the tenant controller on `manager`: Tenants, and the namespaces, ConfigMaps and
+/// ServiceAccounts they own — cached without `managedFields`, which the operator never reads.
+///
+/// # Errors
+/// If a `tenant` controller is registered on `manager` already.
+pub fn register(manager: &mut Manager, context: Context) -> Result<(), DuplicateController> {
+    let client = context.client.clone();
+    manager
+        .controller_with(Api::<Tenant>::all(client.clone()), lean())
+        .owns_with(Api::<Namespace>::all(client.clone()), lean())
+        .owns_with(Api::<ConfigMap>::all(client.clone()), lean())
+        .owns_with(Api::<ServiceAccount>::all(client), lean())
+        .named("tenant")
+        .concurrency(4)
+        .run(reconcile, Arc::new(context))
 }

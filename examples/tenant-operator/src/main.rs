@@ -6,10 +6,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use plinth_runtime::{LeaderElector, Manager, ObjectKey, ReconcileFuture};
+use plinth_runtime::{LeaderElector, Manager};
 
 #[derive(Parser)]
 #[command(
@@ -118,25 +117,16 @@ async fn run(options: RunOptions) -> Result<(), Box<dyn std::error::Error>> {
     manager
         .bind_health_probes(options.health_probe_bind_address)
         .await?;
-    let (controller, tenants) = tenant_operator::controller(&client, Some(&manager.metrics()));
-    let context = Arc::new(tenant_operator::Context {
+    let context = tenant_operator::Context {
         client: client.clone(),
-        tenants,
         archive_dir: options.archive_dir,
         recorder: plinth_runtime::helpers::EventRecorder::new(
             client,
             "platform.plinth.dev/tenant-operator",
             &identity,
         ),
-    });
-    let manager = manager.add(true, move |shutdown| {
-        controller.run(
-            move |key: ObjectKey| -> ReconcileFuture {
-                Box::pin(tenant_operator::reconcile(key, context.clone()))
-            },
-            shutdown.wait(),
-        )
-    });
+    };
+    tenant_operator::register(&mut manager, context)?;
     manager.run(terminated()).await?;
     Ok(())
 }

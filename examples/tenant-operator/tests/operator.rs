@@ -7,13 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use plinth_runtime::{ObjectKey, ReconcileFuture};
 use plinth_testenv::TestEnv;
 use serde_json::json;
 use tenant_operator::{Tenant, TenantSpec};
@@ -55,26 +53,21 @@ async fn the_operator_creates_repairs_reports_and_archives() {
     env.install_crd(&tenant_operator::crd()).await.unwrap();
     let client = env.client();
     let archive = tempfile_dir();
-    let (controller, tenants) = tenant_operator::controller(&client, None);
-    let context = Arc::new(tenant_operator::Context {
+    let context = tenant_operator::Context {
         client: client.clone(),
-        tenants,
         archive_dir: archive.clone(),
         recorder: plinth_runtime::helpers::EventRecorder::new(
             client.clone(),
             "platform.plinth.dev/tenant-operator",
             "test",
         ),
-    });
+    };
+    let mut manager = plinth_runtime::Manager::new();
+    tenant_operator::register(&mut manager, context).unwrap();
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(
-        move |key: ObjectKey| -> ReconcileFuture {
-            Box::pin(tenant_operator::reconcile(key, context.clone()))
-        },
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let running = tokio::spawn(manager.run(async {
+        let _ = stop_rx.await;
+    }));
     let tenants: Api<Tenant> = Api::all(client.clone());
     tenants
         .create(&PostParams::default(), &tenant("acme", "gold"))
@@ -179,7 +172,7 @@ async fn the_operator_creates_repairs_reports_and_archives() {
     )
     .await;
     stop.send(()).unwrap();
-    running.await.unwrap();
+    running.await.unwrap().unwrap();
     env.stop().await;
 }
 
