@@ -19,6 +19,10 @@
 //! println!("{} web pods on node-1", cache.by_index("node", "node-1").len());
 //! # }
 //! ```
+//!
+//! A metadata-only informer is an informer of `PartialObjectMeta<K>`: its `Api` asks the server
+//! for `meta.k8s.io/v1` `PartialObjectMetadata`, so the cache holds names, labels, owners and
+//! finalizers but not the objects' bodies.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;

@@ -152,3 +152,55 @@ async fn selectors_and_transforms_shape_the_cache() {
     }
     env.stop().await;
 }
+
+/// A metadata-only informer (`Api<PartialObjectMeta<K>>`: the server answers
+/// `PartialObjectMetadata`) caches names, labels and owners without the objects' bodies, through
+/// the initial list and the watch; the manager keeps it apart from the full informer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_informers_cache_metadata() {
+    use kube::core::PartialObjectMeta;
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut big = config_map("big");
+    big.data = Some([("payload".to_owned(), "x".repeat(64 * 1024))].into());
+    api.create(&PostParams::default(), &big).await.unwrap();
+    let mut manager = plinth_runtime::Manager::new();
+    let meta_api = || Api::<PartialObjectMeta<ConfigMap>>::namespaced(env.client(), "default");
+    let metadata = manager.informer(meta_api).cache();
+    let full = manager.informer(|| api.clone()).cache();
+    until("both caches to list the object", || {
+        metadata.get(&key("big")).is_some() && full.get(&key("big")).is_some()
+    })
+    .await;
+    let cached = metadata.get(&key("big")).unwrap();
+    assert_eq!(cached.metadata.name.as_deref(), Some("big"));
+    let as_json = serde_json::to_string(&*cached).unwrap();
+    assert!(
+        as_json.len() < 4096 && !as_json.contains("xxxx"),
+        "{as_json}"
+    );
+    assert!(full.get(&key("big")).unwrap().data.is_some());
+
+    // Watch events arrive as metadata too.
+    api.patch(
+        "big",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"tier": "gold"}}})),
+    )
+    .await
+    .unwrap();
+    let mut later = config_map("later");
+    later.metadata.labels = Some([("tier".to_owned(), "silver".to_owned())].into());
+    api.create(&PostParams::default(), &later).await.unwrap();
+    until("the label and the new object", || {
+        let label = |name: &str| {
+            metadata
+                .get(&key(name))
+                .and_then(|o| o.metadata.labels.clone())
+                .and_then(|l| l.get("tier").cloned())
+        };
+        label("big").as_deref() == Some("gold") && label("later").as_deref() == Some("silver")
+    })
+    .await;
+    env.stop().await;
+}
