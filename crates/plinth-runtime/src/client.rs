@@ -208,6 +208,15 @@ fn serialize<T: Serialize>(value: &T) -> Result<Vec<u8>, kube::Error> {
 }
 
 impl ObjectClient {
+    /// Sends a built request, answering the decoded body.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, kube::Error> {
+        let request = request.map_err(kube::Error::BuildRequest)?;
+        self.client.request(request).await
+    }
+
     /// Writes through `client`.
     pub fn new(client: kube::Client) -> Self {
         Self { client }
@@ -223,10 +232,8 @@ impl ObjectClient {
         K::DynamicType: Default,
     {
         let (request, _) = locate(object);
-        let request = request
-            .create(&PostParams::default(), serialize(object)?)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        self.send(request.create(&PostParams::default(), serialize(object)?))
+            .await
     }
 
     /// Replaces `object` (optimistic concurrency through its resourceVersion: 409 when stale).
@@ -239,10 +246,8 @@ impl ObjectClient {
         K::DynamicType: Default,
     {
         let (request, name) = locate(object);
-        let request = request
-            .replace(&name, &PostParams::default(), serialize(object)?)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        self.send(request.replace(&name, &PostParams::default(), serialize(object)?))
+            .await
     }
 
     /// Patches `object` (located by its namespace and name) with `patch`.
@@ -256,10 +261,8 @@ impl ObjectClient {
         P: Serialize + Debug,
     {
         let (request, name) = locate(object);
-        let request = request
-            .patch(&name, &PatchParams::default(), patch)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        self.send(request.patch(&name, &PatchParams::default(), patch))
+            .await
     }
 
     /// Server-side applies `object` as field manager `manager` (forcing conflicts, as
@@ -324,12 +327,11 @@ impl ObjectClient {
         }
         let params = PatchParams::apply(manager).force();
         let patch = Patch::Apply(config);
-        let request = match subresource {
+        self.send(match subresource {
             None => request.patch(&name, &params, &patch),
             Some(sub) => request.patch_subresource(sub, &name, &params, &patch),
-        }
-        .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        })
+        .await
     }
 
     /// Patches the `/status` subresource of `object`.
@@ -343,10 +345,8 @@ impl ObjectClient {
         P: Serialize + Debug,
     {
         let (request, name) = locate(object);
-        let request = request
-            .patch_subresource("status", &name, &PatchParams::default(), patch)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        self.send(request.patch_subresource("status", &name, &PatchParams::default(), patch))
+            .await
     }
 
     /// Sets `object`'s replicas through its `/scale` subresource; answers the new `Scale`.
@@ -364,10 +364,8 @@ impl ObjectClient {
     {
         let (request, name) = locate(object);
         let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
-        let request = request
-            .patch_subresource("scale", &name, &PatchParams::default(), &patch)
-            .map_err(kube::Error::BuildRequest)?;
-        self.client.request(request).await
+        self.send(request.patch_subresource("scale", &name, &PatchParams::default(), &patch))
+            .await
     }
 
     /// Deletes `object` (background propagation), only if it is still the object of that
@@ -391,6 +389,7 @@ impl ObjectClient {
         let request = request
             .delete(&name, &params)
             .map_err(kube::Error::BuildRequest)?;
+        // A delete answers the object (while finalizers hold it) or a Status.
         self.client
             .request_status::<serde_json::Value>(request)
             .await

@@ -94,13 +94,7 @@ impl Manager {
         api: impl FnOnce() -> kube::Api<K>,
     ) -> std::sync::Arc<crate::informer::Informer<K>>
     where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: crate::builder::Cached,
     {
         self.informer_with(api, crate::informer::InformerOptions::default())
     }
@@ -114,13 +108,7 @@ impl Manager {
         options: crate::informer::InformerOptions<K>,
     ) -> std::sync::Arc<crate::informer::Informer<K>>
     where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: crate::builder::Cached,
     {
         let api = api();
         let key = (
