@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, Patch};
@@ -16,6 +15,9 @@ use plinth_runtime::{Action, Manager, ObjectClient, ReconcileError};
 use plinth_testenv::TestEnv;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+mod common;
+use common::{eventually, get};
 
 /// A scalable test type.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, schemars::JsonSchema)]
@@ -140,11 +142,10 @@ async fn writes_take_the_namespace_from_the_object() {
 
     // Delete is preconditioned on the UID: a namesake created since is left alone.
     writer.delete(&created).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while team_a.get_opt("settings").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "the ConfigMap was not deleted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the ConfigMap's deletion", || async {
+        team_a.get_opt("settings").await.unwrap().is_none()
+    })
+    .await;
     writer.create(&cm).await.unwrap();
     match writer.delete(&created).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 409, "{s:?}"),
@@ -152,18 +153,6 @@ async fn writes_take_the_namespace_from_the_object() {
     }
     assert!(team_a.get_opt("settings").await.unwrap().is_some());
     env.stop().await;
-}
-
-async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
 }
 
 async fn reconcile(
@@ -220,11 +209,10 @@ async fn the_builder_registers_controllers_metrics_and_checks() {
         "metadata": {"name": "one", "namespace": "default"}}))
     .unwrap();
     ObjectClient::new(client.clone()).create(&cm).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while seen.get() < 1 || !get(health, "/readyz").await.starts_with("HTTP/1.1 200 OK") {
-        assert!(Instant::now() < deadline, "no reconcile, or never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("a reconcile, and readiness", || async {
+        seen.get() >= 1 && get(health, "/readyz").await.starts_with("HTTP/1.1 200 OK")
+    })
+    .await;
     assert!(get(health, "/healthz").await.starts_with("HTTP/1.1 200 OK"));
     healthy.store(false, Ordering::SeqCst);
     let failing = get(health, "/healthz").await;

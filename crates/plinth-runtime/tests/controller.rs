@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -12,16 +12,8 @@ use plinth_runtime::{Action, Controller, Informer, ObjectKey, ReconcileError};
 use plinth_testenv::TestEnv;
 use serde_json::json;
 
-async fn eventually<F: std::future::Future<Output = bool>>(
-    what: &str,
-    mut check: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+mod common;
+use common::eventually;
 
 async fn data(api: &Api<ConfigMap>, name: &str) -> Option<BTreeMap<String, String>> {
     api.get_opt(name)

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -19,12 +19,11 @@ fn key(name: &str) -> ObjectKey {
     }
 }
 
+mod common;
+
+/// [`common::eventually`] for a condition that needs no awaiting.
 async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(what, || std::future::ready(check())).await;
 }
 
 fn config_map(name: &str) -> ConfigMap {
@@ -142,14 +141,10 @@ async fn selectors_and_transforms_shape_the_cache() {
     )
     .await
     .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    while cache.get(&key("b")).is_none() || cache.get(&key("a")).is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the selection followed the labels"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until("the selection to follow the labels", || {
+        cache.get(&key("b")).is_some() && cache.get(&key("a")).is_none()
+    })
+    .await;
     env.stop().await;
 }
 

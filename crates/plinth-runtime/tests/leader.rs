@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use plinth_runtime::{LeaderElector, Leadership, Manager, Timings};
 use plinth_testenv::TestEnv;
 
+mod common;
+use common::{eventually, get};
+
 fn timings() -> Timings {
     Timings {
         lease_duration: Duration::from_secs(2),
@@ -99,18 +102,6 @@ async fn one_leader_clean_handover_and_takeover_after_expiry() {
 async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use plinth_runtime::{Action, Controller};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        response
-    }
 
     let env = TestEnv::start().await.unwrap();
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
@@ -172,17 +163,13 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     api.create(&kube::api::PostParams::default(), &cm)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let text = get(metrics_addr, "/metrics").await;
-        if text.contains(
+    eventually("a reconcile counted in /metrics", || async {
+        get(metrics_addr, "/metrics").await.contains(
             "controller_runtime_reconcile_total{controller=\"configmap\",result=\"success\"}",
-        ) {
-            break text;
-        }
-        assert!(Instant::now() < deadline, "no reconcile counted:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        )
+    })
+    .await;
+    let text = get(metrics_addr, "/metrics").await;
     for name in [
         "controller_runtime_reconcile_errors_total{controller=\"configmap\"} 0",
         "controller_runtime_reconcile_time_seconds_bucket{controller=\"configmap\",le=\"+Inf\"}",
@@ -204,14 +191,12 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
             .await
             .starts_with("HTTP/1.1 200 OK")
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !get(health_addr, "/readyz")
-        .await
-        .starts_with("HTTP/1.1 200 OK")
-    {
-        assert!(Instant::now() < deadline, "ready once the caches synced");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("readiness once the caches synced", || async {
+        get(health_addr, "/readyz")
+            .await
+            .starts_with("HTTP/1.1 200 OK")
+    })
+    .await;
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -344,17 +329,6 @@ async fn lost_leadership_stops_leader_work_before_run_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_the_caches() {
     use k8s_openapi::api::apps::v1::Deployment;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        response
-    }
     let env = TestEnv::start().await.unwrap();
     let mut manager = Manager::new();
     // Deployments are not served: this cache never syncs.
