@@ -23,23 +23,11 @@ fn real_world_crd_corpus_installs_explains_and_validates_through_kubectl() {
         "the corpus has {} CRDs",
         examples.len()
     );
-    for example in &examples {
-        let file = base.join("crds").join(example["crd"].as_str().unwrap());
-        let out = p.kubectl_output(&["create", "-f", file.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=60s",
-    ]);
+    let files: Vec<_> = examples
+        .iter()
+        .map(|example| base.join("crds").join(example["crd"].as_str().unwrap()))
+        .collect();
+    p.install_crds(&files, "60s");
     let installed = p.json(&["get", "crd"]);
     let items = installed["items"].as_array().unwrap();
     assert_eq!(items.len(), examples.len());

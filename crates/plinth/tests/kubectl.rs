@@ -871,24 +871,7 @@ fn real_world_crds_install_and_explain(p: &mut Plinth) {
         .collect();
     files.sort();
     assert!(files.len() >= 11, "the shared CRDs are there: {files:?}");
-    for file in &files {
-        // `create`, as these projects document: their schemas are too large for the
-        // last-applied annotation of client-side apply (on any cluster).
-        let out = p.kubectl_output(&["create", "-f", file.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    p.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=30s",
-    ]);
+    p.install_crds(&files, "30s");
     let names = p.kubectl(&["get", "crd", "-o", "name"]);
     assert_eq!(names.lines().count(), files.len(), "{names}");
     // What these projects also document: server-side apply, over the created CRDs (no

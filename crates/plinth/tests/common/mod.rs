@@ -207,6 +207,29 @@ impl Plinth {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Creates each CRD file with `kubectl create` (as large real-world CRDs are installed:
+    /// their schemas overflow client-side apply's last-applied annotation), then waits until
+    /// every CRD is Established, within `timeout` (kubectl's `--timeout`, e.g. `60s`).
+    pub fn install_crds(&self, files: &[std::path::PathBuf], timeout: &str) {
+        for file in files {
+            let out = self.kubectl_output(&["create", "-f", file.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let timeout = format!("--timeout={timeout}");
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            &timeout,
+        ]);
+    }
+
     /// Runs kubectl expecting failure; returns stderr.
     pub fn kubectl_fails(&self, args: &[&str]) -> String {
         let out = self.kubectl_output(args);
