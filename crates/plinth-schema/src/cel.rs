@@ -65,6 +65,9 @@ pub(crate) struct Rule {
     field_path: Option<String>,
     optional_old_self: bool,
     transition: bool,
+    /// The depth of the deeper of the rule's and its message expression's trees: a deep rule
+    /// is evaluated on a large stack (see `stack`).
+    depth: usize,
     /// The fields of `self`/`oldSelf` the rule reads, when it reads them only as `self.<field>`:
     /// only those are converted for CEL (a large object's other fields are not copied).
     fields: Option<std::collections::BTreeSet<String>>,
@@ -333,12 +336,104 @@ const KNOWN_FUNCTIONS: &[&str] = &[
     "named",
 ];
 
+/// The longest expression cel-go parses, in code points (its `expressionSizeCodePointLimit`).
+const MAX_SOURCE_CODE_POINTS: usize = 100_000;
+/// How deep an expression's tree may be. The parser bounds nesting (brackets, calls, ternaries)
+/// at 96 levels; a chain of binary operators or selections nests without bound, and the `cel`
+/// crate evaluates and drops a tree recursively, so trees deeper than this are refused (see
+/// `stack`). cel-go has no such limit; a rule needs a 1,000-term chain to meet it.
+pub(crate) const MAX_DEPTH: usize = 1_000;
+
+/// The children of an expression node.
+fn children(expr: &Expr) -> Vec<&Expr> {
+    match expr {
+        Expr::Comprehension(c) => vec![
+            &c.iter_range.expr,
+            &c.accu_init.expr,
+            &c.loop_cond.expr,
+            &c.loop_step.expr,
+            &c.result.expr,
+        ],
+        Expr::Call(call) => call
+            .target
+            .iter()
+            .map(|t| &t.expr)
+            .chain(call.args.iter().map(|a| &a.expr))
+            .collect(),
+        Expr::Select(select) => vec![&select.operand.expr],
+        Expr::List(list) => list.elements.iter().map(|e| &e.expr).collect(),
+        Expr::Map(map) => map
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.expr {
+                cel::common::ast::EntryExpr::MapEntry(e) => Some([&e.key.expr, &e.value.expr]),
+                cel::common::ast::EntryExpr::StructField(_) => None,
+            })
+            .flatten()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The depth of an expression's tree, counted without recursion (the tree may be deep).
+fn depth(root: &Expr) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(root, 1)];
+    while let Some((expr, level)) = pending.pop() {
+        deepest = deepest.max(level);
+        pending.extend(children(expr).into_iter().map(|c| (c, level + 1)));
+    }
+    deepest
+}
+
+/// A parse failure in cel-go's words: `ERROR: <input>:L:C: message`, then the line and a caret
+/// under the column. Formatted here rather than by the `cel` crate, whose `Display` panics on a
+/// column past 65,535 and prints its recursion error's debug form.
+fn parse_error(source: &str, e: &cel::ParseErrors) -> String {
+    const RECURSION: &str = "Recursion limit of ";
+    let mut out = String::from("compilation failed: ");
+    for (i, error) in e.errors.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let (line, column) = error.pos;
+        let message = match error.msg.find(RECURSION) {
+            Some(at) => {
+                let limit: String = error.msg[at + RECURSION.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                format!("expression recursion limit exceeded: {limit}")
+            }
+            None => error.msg.clone(),
+        };
+        out.push_str(&format!("ERROR: <input>:{line}:{column}: {message}"));
+        let text = usize::try_from(line - 1)
+            .ok()
+            .and_then(|l| source.lines().nth(l));
+        if let (Some(text), Ok(column)) = (text, usize::try_from(column - 1)) {
+            out.push_str(&format!("\n | {text}\n | {}^", ".".repeat(column)));
+        }
+    }
+    out
+}
+
 /// Compiles `source`, refusing references other than `self`, `oldSelf` and comprehension
-/// variables (as cel-go's checker does).
+/// variables (as cel-go's checker does). Runs on the large stack `Schema::compile` provides.
 fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
-    let program = env()
-        .compile(source)
-        .map_err(|e| format!("compilation failed: {e}"))?;
+    let size = source.chars().count();
+    if size > MAX_SOURCE_CODE_POINTS {
+        return Err(format!(
+            "compilation failed: expression code point size exceeds limit: size: {size}, limit {MAX_SOURCE_CODE_POINTS}"
+        ));
+    }
+    let program = env().compile(source).map_err(|e| parse_error(source, &e))?;
+    let deep = depth(&program.expression().expr);
+    if deep > MAX_DEPTH {
+        return Err(format!(
+            "compilation failed: ERROR: <input>:1:1: expression nesting exceeds the limit: depth {deep}, limit {MAX_DEPTH}"
+        ));
+    }
     let mut bound = Vec::new();
     bound_names(&program.expression().expr, &mut bound);
     if let Some(root) = node {
@@ -450,7 +545,13 @@ pub(crate) fn compile_rules(
             });
         }
         let fields = read_fields(&program, message_expression.as_ref());
+        let depth = std::iter::once(&program)
+            .chain(message_expression.as_ref())
+            .map(|p| depth(&p.expression().expr))
+            .max()
+            .unwrap_or(0);
         compiled.push(Arc::new(Rule {
+            depth,
             source: source.to_owned(),
             program,
             message: v
@@ -889,6 +990,36 @@ impl Rule {
     /// Evaluates the rule on `value` (and `old`, for a transition rule), adding the cause kube
     /// gives when it fails.
     pub(crate) fn check(
+        &self,
+        node: &Node,
+        value: &Value,
+        old: Option<&Value>,
+        path: &str,
+        causes: &mut Vec<Cause>,
+    ) {
+        if self.depth <= crate::stack::INLINE_DEPTH {
+            return self.evaluate(node, value, old, path, causes);
+        }
+        let outcome = crate::stack::on_stack(crate::stack::EVALUATE_STACK, || {
+            let mut found = Vec::new();
+            self.evaluate(node, value, old, path, &mut found);
+            found
+        });
+        match outcome {
+            Some(found) => causes.extend(found),
+            None => causes.push(Cause::invalid(
+                path,
+                &Value::String(type_name(node).to_owned()),
+                &format!(
+                    "the rule could not be evaluated: no thread could be started, evaluating rule: {}",
+                    self.source
+                ),
+            )),
+        }
+    }
+
+    /// [`Rule::check`] on the current thread's stack.
+    fn evaluate(
         &self,
         node: &Node,
         value: &Value,

@@ -13,6 +13,7 @@
 pub(crate) mod cel;
 mod cel_lib;
 mod format;
+mod stack;
 mod structural;
 
 pub use structural::structural_errors;
@@ -472,7 +473,15 @@ impl Schema {
     /// # Errors
     /// A [`SchemaError`] naming the place in the schema that cannot be used.
     pub fn compile(openapi_v3_schema: &Value) -> Result<Self, SchemaError> {
-        let root = compile_node(openapi_v3_schema, "openAPIV3Schema", Some(1.0))?;
+        // CEL parsing recurses as deep as a rule's text nests: see `stack`.
+        let root = stack::on_stack(stack::COMPILE_STACK, || {
+            compile_node(openapi_v3_schema, "openAPIV3Schema", Some(1.0))
+        })
+        .ok_or_else(|| SchemaError {
+            path: "openAPIV3Schema".into(),
+            reason: "the schema could not be compiled: no thread could be started".into(),
+            kind: SchemaErrorKind::Forbidden,
+        })??;
         Ok(Self {
             has_rules: any_rules(&root),
             root,

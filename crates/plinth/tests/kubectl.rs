@@ -1879,6 +1879,28 @@ fn cel_rules_validate_custom_resources(p: &mut Plinth) {
             && stderr.contains("compilation failed: ERROR: <input>:1:20: Syntax error"),
         "{stderr}"
     );
+    // Rules that nest deeply once overflowed the server's stack: they are refused, and the
+    // server goes on serving.
+    for (rule, error) in [
+        (
+            "((((((((((((((((",
+            "compilation failed: ERROR: <input>:1:17: Syntax error",
+        ),
+        (
+            &"[".repeat(200)[..],
+            ": expression recursion limit exceeded: 96",
+        ),
+    ] {
+        let deep = broken.replace("self.minReplicas <=", &format!("'{rule}'"));
+        let refused = p.kubectl_stdin(&["apply", "-f", "-"], &deep);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            !refused.status.success() && stderr.contains(error),
+            "{}",
+            &stderr[..stderr.len().min(600)]
+        );
+    }
+    assert_eq!(p.json(&["get", "scaler", "s1"])["spec"]["maxReplicas"], 3);
 }
 
 /// A CRD whose schema is not structural is refused with every violation; one already stored
