@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use plinth_core::ApiError;
 use plinth_core::meta::metadata_mut;
-use plinth_store::{EventKind, KeyValue, RangeRequest, Revision, Store, StoreError};
+use plinth_store::{EventKind, RangeRequest, Revision, Store, StoreError};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -31,7 +31,7 @@ const WATCHER_BUFFER: usize = 256;
 /// How long a read waits for the cache to reach a revision.
 const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
-/// One change, decoded once and shared by every watcher.
+/// One change, decoded and encoded once and shared by every watcher.
 #[derive(Debug)]
 pub struct CacheEvent {
     /// Put or delete.
@@ -41,27 +41,90 @@ pub struct CacheEvent {
     /// The object after the change (for a delete: before it), resourceVersion set to the
     /// change's revision.
     pub object: Arc<Value>,
+    /// `object` as the cache keeps it: its JSON and the labels selectors read.
+    pub stored: Stored,
     /// The object before the change.
     pub prev: Option<Arc<Value>>,
+    /// The labels of the object before the change.
+    pub prev_labels: Option<Labels>,
     /// The change's revision.
     pub revision: Revision,
 }
 
-/// An object as the cache keeps it: its stored bytes (compact; decoded when read) and the
-/// revision of its last change.
+/// An object's labels, extracted once (`None` in [`Stored`]: it has none).
+pub type Labels = Arc<BTreeMap<String, String>>;
+
+/// The `apiVersion` and `kind` an object was stored with, shared by every object of a cache
+/// that has the same pair.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TypeMeta {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+}
+
+/// An object as the cache keeps it: its JSON exactly as a list item or a watch event carries
+/// it (compact, resourceVersion in place), encoded once when the change arrives, and what
+/// label selectors read, extracted then too. A list concatenates these bytes; a watch event's
+/// bytes go to every watcher as they are.
 #[derive(Clone, Debug)]
 pub struct Stored {
-    value: bytes::Bytes,
+    wire: bytes::Bytes,
     revision: Revision,
+    labels: Option<Labels>,
+    type_meta: Arc<TypeMeta>,
 }
 
 impl Stored {
-    /// The object, its resourceVersion set; `None` if the stored bytes are not an object.
+    /// The object (resourceVersion set); `None` if the bytes are not an object.
     pub fn decode(&self) -> Option<Value> {
-        let mut object: Value = serde_json::from_slice(&self.value).ok()?;
-        metadata_mut(&mut object)?
-            .insert("resourceVersion".into(), json!(self.revision.to_string()));
-        Some(object)
+        serde_json::from_slice(&self.wire).ok()
+    }
+
+    /// The object's JSON, resourceVersion in place.
+    pub fn wire(&self) -> &bytes::Bytes {
+        &self.wire
+    }
+
+    /// The object's labels (empty when it has none).
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.labels.as_deref().unwrap_or(&NONE)
+    }
+
+    /// The `apiVersion` and `kind` it was stored with.
+    pub fn type_meta(&self) -> &TypeMeta {
+        &self.type_meta
+    }
+
+    /// The revision of its last change.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+}
+
+/// The `TypeMeta`s a cache has seen (one, but for a custom resource stored at several
+/// versions), so that objects share them.
+#[derive(Default)]
+struct TypeMetas(Mutex<Vec<Arc<TypeMeta>>>);
+
+impl TypeMetas {
+    fn intern(&self, object: &Value) -> Arc<TypeMeta> {
+        let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or("");
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = seen
+            .iter()
+            .find(|t| t.api_version == text("apiVersion") && t.kind == text("kind"))
+        {
+            return found.clone();
+        }
+        let meta = Arc::new(TypeMeta {
+            api_version: text("apiVersion").to_owned(),
+            kind: text("kind").to_owned(),
+        });
+        seen.push(meta.clone());
+        meta
     }
 }
 
@@ -100,6 +163,7 @@ impl State {
 /// The cache of one resource (one storage key prefix).
 pub struct Cacher {
     prefix: String,
+    types: TypeMetas,
     state: RwLock<State>,
     revision: watch::Sender<Revision>,
 }
@@ -112,10 +176,19 @@ impl std::fmt::Debug for Cacher {
     }
 }
 
-fn decode(kv: &KeyValue, revision: Revision) -> Option<Arc<Value>> {
-    let mut object: Value = serde_json::from_slice(&kv.value).ok()?;
+/// Decodes stored bytes, sets the resourceVersion, and encodes the result once.
+fn encode(value: &[u8], revision: Revision, types: &TypeMetas) -> Option<(Arc<Value>, Stored)> {
+    let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
-    Some(Arc::new(object))
+    let labels = plinth_core::meta::labels(&object);
+    let stored = Stored {
+        // Exactly its length (a `Vec` grown while encoding holds up to twice that).
+        wire: serde_json::to_vec(&object).ok()?.into_boxed_slice().into(),
+        revision,
+        labels: (!labels.is_empty()).then(|| Arc::new(labels)),
+        type_meta: types.intern(&object),
+    };
+    Some((Arc::new(object), stored))
 }
 
 /// What a watcher's channel carries.
@@ -259,30 +332,35 @@ impl Cacher {
             self.progress(revision);
             return;
         }
-        let prev = event.prev.as_ref().and_then(|kv| decode(kv, revision));
-        let (object, key) = match event.kind {
-            EventKind::Put => (decode(&event.kv, revision), event.kv.key.clone()),
-            EventKind::Delete | EventKind::Progress => (prev.clone(), event.kv.key.clone()),
+        let prev = event
+            .prev
+            .as_ref()
+            .and_then(|kv| encode(&kv.value, revision, &self.types));
+        let current = match event.kind {
+            EventKind::Put => encode(&event.kv.value, revision, &self.types),
+            EventKind::Delete | EventKind::Progress => prev.clone(),
         };
-        let Some(object) = object else {
+        let Some((object, stored)) = current else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
             return;
+        };
+        let key = event.kv.key.clone();
+        let (prev, prev_labels) = match prev {
+            Some((value, stored)) => (Some(value), Some(stored.labels.unwrap_or_default())),
+            None => (None, None),
         };
         let shared = Arc::new(CacheEvent {
             kind: event.kind,
             key: key.clone(),
-            object: object.clone(),
+            object,
+            stored: stored.clone(),
             prev,
+            prev_labels,
             revision,
         });
         let mut state = self.state_mut();
         match event.kind {
             EventKind::Put => {
-                // A copy of exactly its length: the buffer the value came in may be larger.
-                let stored = Stored {
-                    value: bytes::Bytes::copy_from_slice(&event.kv.value),
-                    revision,
-                };
                 state.objects.insert(key, stored);
             }
             EventKind::Delete | EventKind::Progress => {
@@ -317,19 +395,25 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Dura
                 continue;
             }
         };
-        let objects = listed
-            .kvs
-            .iter()
-            .map(|kv| {
-                let stored = Stored {
-                    value: bytes::Bytes::copy_from_slice(&kv.value),
-                    revision: kv.mod_revision,
-                };
-                (kv.key.clone(), stored)
-            })
-            .collect();
-        cacher.reset(objects, listed.revision);
-        let mut events = match store.watch(&cacher.prefix, listed.revision + 1).await {
+        // Decoding and encoding every object is CPU work: off the async workers.
+        let (revision, encoder) = (listed.revision, cacher.clone());
+        let encoded = tokio::task::spawn_blocking(move || {
+            listed
+                .kvs
+                .into_iter()
+                .filter_map(|kv| {
+                    let (_, stored) = encode(&kv.value, kv.mod_revision, &encoder.types)?;
+                    Some((kv.key, stored))
+                })
+                .collect()
+        })
+        .await;
+        let Ok(objects) = encoded else {
+            tracing::warn!(prefix = %cacher.prefix, "watch cache: encoding the list failed; retrying");
+            continue;
+        };
+        cacher.reset(objects, revision);
+        let mut events = match store.watch(&cacher.prefix, revision + 1).await {
             Ok(events) => events,
             Err(e) => {
                 tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: watch failed; relisting");
@@ -527,6 +611,7 @@ impl Caches {
         }
         let cacher = Arc::new(Cacher {
             prefix: prefix.to_owned(),
+            types: TypeMetas::default(),
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),

@@ -92,6 +92,13 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
     fn to_view(&self, object: Value) -> Value {
         object
     }
+
+    /// Whether this resource serves objects in their stored form ([`Strategy::to_view`] is
+    /// the identity): then lists and watches send the watch cache's encoded bytes as they
+    /// are. A strategy that overrides `to_view` returns `false`.
+    fn serves_stored_form(&self) -> bool {
+        true
+    }
 }
 
 /// The strategy of a type with no behaviour of its own.

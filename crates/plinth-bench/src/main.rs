@@ -7,6 +7,8 @@
 //! 100 and 1,000 watchers; and the server's resident memory when given its pid.
 //! `plinth-bench startup` measures how soon `plinth serve` answers `/readyz` after it is started.
 //! `plinth-bench gc` measures reads while the garbage collector deletes 50,000 dependents.
+//! `plinth-bench reads` measures the server time of lists (JSON, protobuf, selected,
+//! paginated) of 10,000 1-KiB ConfigMaps and the memory they take.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +29,7 @@ use kube::{Client, Config};
 use serde_json::json;
 
 mod gc;
+mod reads;
 mod reconcile;
 
 #[derive(Parser, Debug)]
@@ -91,6 +94,19 @@ enum Command {
         /// Namespace to work in.
         #[arg(long, default_value = "default")]
         namespace: String,
+    },
+    /// Server time of reads: full lists of 1-KiB ConfigMaps (JSON and protobuf, read to the
+    /// last byte, not decoded), a label-selected list, a paginated traversal, memory per object.
+    Reads {
+        /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// ConfigMaps to fill the namespace with.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// The server's process id, to report its resident memory.
+        #[arg(long)]
+        pid: Option<u32>,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -517,6 +533,14 @@ async fn main() -> std::process::ExitCode {
             namespace,
         } => match client(kubeconfig).await {
             Ok(client) => gc::run(client, &namespace, owners, dependents).await,
+            Err(e) => Err(e),
+        },
+        Command::Reads {
+            kubeconfig,
+            objects,
+            pid,
+        } => match client(kubeconfig).await {
+            Ok(client) => reads::run(client, objects, pid).await,
             Err(e) => Err(e),
         },
         Command::Reconcile {

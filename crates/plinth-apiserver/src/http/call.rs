@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::{decode_body, decode_patch};
-use super::negotiate::{Format, partial, respond};
+use super::negotiate::{Format, partial, respond, respond_bytes};
 use super::query::Query;
-use crate::registry::{Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
+use crate::registry::{Listed, Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
 use crate::resources::ResourceDef;
 use crate::table::{self, IncludeObject};
 
@@ -124,8 +124,8 @@ impl Call<'_> {
             (Method::GET, None) if self.query.flag("watch") => self.watch(namespace).await,
             (Method::GET, None) => {
                 let options = self.query.list_options()?;
-                let list = registry.list(&self.def, ns, &options).await?;
-                Ok(self.list_response(&list))
+                let list = registry.list_encoded(&self.def, ns, &options).await?;
+                Ok(self.list_response(list))
             }
             (Method::POST, None) => {
                 let options = self.write_options()?;
@@ -203,8 +203,16 @@ impl Call<'_> {
         self.object_response(code, &written.object, &written.warnings)
     }
 
-    /// A list in the negotiated format.
-    fn list_response(&self, list: &Value) -> Response {
+    /// A list in the negotiated format; JSON from the watch cache is its items' cached bytes
+    /// concatenated.
+    fn list_response(&self, list: Listed) -> Response {
+        let list = match list {
+            Listed::Encoded(encoded) if self.format == Format::Json => {
+                return respond_bytes(StatusCode::OK, encoded.to_json(), "application/json");
+            }
+            other => other.into_value(),
+        };
+        let list = &list;
         match self.format {
             Format::Table => respond(
                 StatusCode::OK,
@@ -292,12 +300,10 @@ impl Call<'_> {
             } else if metadata_only && event.kind != "ERROR" {
                 partial(&event.object)
             } else {
-                event.object
+                // Plain JSON: the cache's bytes when it encoded the object.
+                return Ok::<_, std::convert::Infallible>(event.to_json_line());
             };
-            let mut line = serde_json::to_vec(&json!({"type": event.kind, "object": object}))
-                .unwrap_or_default();
-            line.push(b'\n');
-            Ok::<_, std::convert::Infallible>(Bytes::from(line))
+            Ok(crate::registry::WatchEvent::new(event.kind, object).to_json_line())
         });
         let mut response = Response::new(Body::from_stream(body));
         response.headers_mut().insert(

@@ -91,6 +91,19 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
     ))
 }
 
+/// A body already encoded, under `content_type`.
+pub(crate) fn respond_bytes(
+    code: StatusCode,
+    body: bytes::Bytes,
+    content_type: &'static str,
+) -> Response {
+    let mut response = (code, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
 pub(crate) fn respond(
     code: StatusCode,
     body: &Value,

@@ -84,10 +84,27 @@ impl Registry {
         namespace: Option<&str>,
         options: &ListOptions,
     ) -> Result<Value, ApiError> {
+        Ok(self
+            .list_encoded(def, namespace, options)
+            .await?
+            .into_value())
+    }
+
+    /// [`Registry::list`], as the HTTP layer answers it: a list served from the watch cache
+    /// comes as the cached objects' encoded bytes, which a JSON answer concatenates.
+    ///
+    /// # Errors
+    /// As [`Registry::list`].
+    pub async fn list_encoded(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Listed, ApiError> {
         Self::check_field_selector(def, &options.fields)?;
         let prefix = def.list_prefix(namespace);
         if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
-            return Ok(list);
+            return Ok(Listed::Encoded(list));
         }
         self.caches.count_list(&def.key_prefix(), false);
         let (mut revision, mut start) = match &options.continue_token {
@@ -140,12 +157,12 @@ impl Registry {
         if let Some(start) = next {
             list_meta["continue"] = json!(encode_continue(revision, &start));
         }
-        Ok(json!({
+        Ok(Listed::Value(json!({
             "kind": def.list_kind(),
             "apiVersion": def.group_version.api_version(),
             "metadata": list_meta,
             "items": items,
-        }))
+        })))
     }
 
     /// The revision a storage list reads at: the exact one asked for, else the current one
@@ -187,7 +204,7 @@ impl Registry {
         def: &ResourceDef,
         prefix: &str,
         options: &ListOptions,
-    ) -> Result<Option<Value>, ApiError> {
+    ) -> Result<Option<EncodedList>, ApiError> {
         if options
             .continue_token
             .as_deref()
@@ -241,24 +258,120 @@ impl Registry {
         Ok(reached.map_err(|e| store_error(def, "", e))?.is_some())
     }
 
-    /// A list of `objects`, the cache's at `revision`.
+    /// A list of `objects`, the cache's at `revision`: each object's cached bytes when this
+    /// resource serves the stored form and the selectors need no decoding (no field selector:
+    /// labels were extracted when the change arrived), else the object decoded, viewed,
+    /// filtered and encoded.
     fn list_cached(
         def: &ResourceDef,
         objects: Vec<crate::cache::Stored>,
         revision: plinth_store::Revision,
         options: &ListOptions,
-    ) -> Value {
-        let items: Vec<Value> = objects
+    ) -> EncodedList {
+        let items = objects
             .iter()
-            .filter_map(crate::cache::Stored::decode)
-            .map(|o| view(def, o))
-            .filter(|o| Self::selected(def, o, options))
+            .filter_map(|stored| {
+                if Self::wire_servable(def, stored, options) {
+                    return (options.labels.is_empty() || options.labels.matches(stored.labels()))
+                        .then(|| stored.wire().clone());
+                }
+                let object = view(def, stored.decode()?);
+                Self::selected(def, &object, options)
+                    .then(|| serde_json::to_vec(&object).ok().map(bytes::Bytes::from))
+                    .flatten()
+            })
+            .collect();
+        EncodedList {
+            kind: def.list_kind(),
+            api_version: def.group_version.api_version(),
+            revision,
+            items,
+        }
+    }
+
+    /// Whether `stored` goes out as the cache encoded it: `def` serves the stored form, the
+    /// object was stored as this resource's kind and version, and no field selector needs it
+    /// decoded.
+    pub(super) fn wire_servable(
+        def: &ResourceDef,
+        stored: &crate::cache::Stored,
+        options: &ListOptions,
+    ) -> bool {
+        let meta = stored.type_meta();
+        options.fields.terms.is_empty()
+            && def.strategy.serves_stored_form()
+            && meta.kind == def.kind
+            && meta.api_version == def.group_version.api_version()
+    }
+}
+
+/// A list as the registry answers it.
+#[derive(Debug)]
+pub enum Listed {
+    /// Built as a value (a storage list).
+    Value(Value),
+    /// From the watch cache: its items already encoded.
+    Encoded(EncodedList),
+}
+
+impl Listed {
+    /// The list as a value.
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Value(list) => list,
+            Self::Encoded(list) => list.to_value(),
+        }
+    }
+}
+
+/// A list whose items are JSON bytes: its JSON is the envelope around them, concatenated.
+#[derive(Debug)]
+pub struct EncodedList {
+    /// The list's kind (`ConfigMapList`).
+    pub kind: String,
+    /// Its apiVersion.
+    pub api_version: String,
+    /// The revision it is at.
+    pub revision: plinth_store::Revision,
+    /// The items' JSON.
+    pub items: Vec<bytes::Bytes>,
+}
+
+impl EncodedList {
+    /// The list as a value (for tables, metadata lists, YAML and in-process callers).
+    pub fn to_value(&self) -> Value {
+        let items: Vec<Value> = self
+            .items
+            .iter()
+            .filter_map(|item| serde_json::from_slice(item).ok())
             .collect();
         json!({
-            "kind": def.list_kind(),
-            "apiVersion": def.group_version.api_version(),
-            "metadata": {"resourceVersion": revision.to_string()},
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "metadata": {"resourceVersion": self.revision.to_string()},
             "items": items,
         })
+    }
+
+    /// The list's JSON, byte for byte what serialising [`EncodedList::to_value`] writes.
+    pub fn to_json(&self) -> bytes::Bytes {
+        let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
+        let size: usize = self.items.iter().map(|i| i.len() + 1).sum();
+        let mut out = Vec::with_capacity(size + 128);
+        out.extend_from_slice(b"{\"apiVersion\":");
+        out.extend_from_slice(quoted(&self.api_version).as_bytes());
+        out.extend_from_slice(b",\"items\":[");
+        for (i, item) in self.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(item);
+        }
+        out.extend_from_slice(b"],\"kind\":");
+        out.extend_from_slice(quoted(&self.kind).as_bytes());
+        out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+        out.extend_from_slice(self.revision.to_string().as_bytes());
+        out.extend_from_slice(b"\"}}");
+        out.into()
     }
 }

@@ -20,8 +20,36 @@ use crate::resources::ResourceDef;
 pub struct WatchEvent {
     /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
     pub kind: &'static str,
-    /// The object (a `Status` for `ERROR`).
-    pub object: Value,
+    /// The object (a `Status` for `ERROR`), shared by every watcher that sees it unchanged.
+    pub object: Arc<Value>,
+    /// `object`'s JSON when the watch cache encoded it: the same bytes for every watcher.
+    pub encoded: Option<bytes::Bytes>,
+}
+
+impl WatchEvent {
+    /// An event of `object`, to be encoded when sent.
+    pub fn new(kind: &'static str, object: Value) -> Self {
+        Self {
+            kind,
+            object: Arc::new(object),
+            encoded: None,
+        }
+    }
+
+    /// The event's JSON line (`{"type":…,"object":…}` and a newline), from the cached bytes
+    /// when there are any.
+    pub fn to_json_line(&self) -> bytes::Bytes {
+        let mut line = Vec::new();
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(self.kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        match &self.encoded {
+            Some(bytes) => line.extend_from_slice(bytes),
+            None => line.extend_from_slice(&serde_json::to_vec(&*self.object).unwrap_or_default()),
+        }
+        line.extend_from_slice(b"}\n");
+        line.into()
+    }
 }
 
 /// How long a watch lasts when the client gives no `timeoutSeconds` (kube-apiserver picks
@@ -115,11 +143,7 @@ impl Registry {
                 // As kube-apiserver's watch cache answers: the watch starts (200), and its one
                 // event is the 410 — which is what clients relist on.
                 Err(e) if e.reason == StatusReason::Expired => {
-                    futures::stream::iter([WatchEvent {
-                        kind: "ERROR",
-                        object: e.to_status(),
-                    }])
-                    .boxed()
+                    futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
                 }
                 Err(e) => return Err(e),
             },
@@ -160,10 +184,7 @@ impl Registry {
             let initial = tokio::task::spawn_blocking(move || {
                 objects
                     .iter()
-                    .filter_map(crate::cache::Stored::decode)
-                    .map(|o| view(&def, o))
-                    .filter(|o| Self::selected(&def, o, &options))
-                    .map(added)
+                    .filter_map(|stored| initial_event(&def, &options, stored))
                     .collect()
             })
             .await
@@ -246,10 +267,10 @@ impl Registry {
             async move {
                 match item {
                     Ok(event) => translate_stored(&def, &options, event),
-                    Err(error) => Some(WatchEvent {
-                        kind: "ERROR",
-                        object: store_error(&def, "", error).to_status(),
-                    }),
+                    Err(error) => Some(WatchEvent::new(
+                        "ERROR",
+                        store_error(&def, "", error).to_status(),
+                    )),
                 }
             }
         });
@@ -269,10 +290,28 @@ struct Start {
 
 /// An ADDED event of `object`.
 fn added(object: Value) -> WatchEvent {
-    WatchEvent {
-        kind: "ADDED",
-        object,
+    WatchEvent::new("ADDED", object)
+}
+
+/// The ADDED event of a cached object for this watcher, if its selectors select it: with the
+/// cached bytes when they can go out as they are.
+fn initial_event(
+    def: &ResourceDef,
+    options: &ListOptions,
+    stored: &crate::cache::Stored,
+) -> Option<WatchEvent> {
+    let object = stored.decode()?;
+    if Registry::wire_servable(def, stored, options) {
+        return (options.labels.is_empty() || options.labels.matches(stored.labels())).then(|| {
+            WatchEvent {
+                kind: "ADDED",
+                object: Arc::new(object),
+                encoded: Some(stored.wire().clone()),
+            }
+        });
     }
+    let object = view(def, object);
+    Registry::selected(def, &object, options).then(|| added(object))
 }
 
 /// The cache's events after `after` under `prefix`, as this watcher sees them (selectors,
@@ -295,15 +334,7 @@ fn live_events(
             let out = match item {
                 crate::cache::Live::Event(event) => (event.revision > after
                     && event.key.starts_with(&prefix))
-                .then(|| {
-                    translate(
-                        &def,
-                        &options,
-                        event.kind,
-                        &event.object,
-                        event.prev.as_deref(),
-                    )
-                })
+                .then(|| translate_cached(&def, &options, &event))
                 .flatten(),
                 crate::cache::Live::Bookmark(revision) => {
                     (bookmarks && revision >= after).then(|| bookmark(&def, revision, false))
@@ -332,10 +363,49 @@ pub fn bookmark(def: &ResourceDef, revision: Revision, initial_events_end: bool)
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    WatchEvent {
-        kind: "BOOKMARK",
-        object: json!({"kind": def.kind, "apiVersion": def.group_version.api_version(), "metadata": metadata}),
+    WatchEvent::new(
+        "BOOKMARK",
+        json!({"kind": def.kind, "apiVersion": def.group_version.api_version(), "metadata": metadata}),
+    )
+}
+
+/// A cached change as this watcher's event: the shared object and its cached bytes when they
+/// can go out as they are (labels were extracted when the change arrived), else as
+/// [`translate`] makes it.
+fn translate_cached(
+    def: &ResourceDef,
+    options: &ListOptions,
+    event: &crate::cache::CacheEvent,
+) -> Option<WatchEvent> {
+    if !Registry::wire_servable(def, &event.stored, options) {
+        return translate(
+            def,
+            options,
+            event.kind,
+            &event.object,
+            event.prev.as_deref(),
+        );
     }
+    let matches = |labels: &std::collections::BTreeMap<String, String>| {
+        options.labels.is_empty() || options.labels.matches(labels)
+    };
+    let prev_selected = event.prev_labels.as_deref().is_some_and(matches);
+    let kind = match event.kind {
+        EventKind::Progress => return None,
+        EventKind::Delete if prev_selected => "DELETED",
+        EventKind::Delete => return None,
+        EventKind::Put => match (prev_selected, matches(event.stored.labels())) {
+            (true, true) => "MODIFIED",
+            (false, true) => "ADDED",
+            (true, false) => "DELETED",
+            (false, false) => return None,
+        },
+    };
+    Some(WatchEvent {
+        kind,
+        object: event.object.clone(),
+        encoded: Some(event.stored.wire().clone()),
+    })
 }
 
 /// A change as the API's watch event, honouring selectors: an object that stops matching is
@@ -354,10 +424,7 @@ fn translate(
         .is_some_and(|p| Registry::selected(def, p, options));
     match kind {
         EventKind::Progress => None,
-        EventKind::Delete => prev_selected.then(|| WatchEvent {
-            kind: "DELETED",
-            object: typed(object),
-        }),
+        EventKind::Delete => prev_selected.then(|| WatchEvent::new("DELETED", typed(object))),
         EventKind::Put => {
             let selected = Registry::selected(def, object, options);
             let kind = match (prev_selected, selected) {
@@ -366,10 +433,7 @@ fn translate(
                 (true, false) => "DELETED",
                 (false, false) => return None,
             };
-            Some(WatchEvent {
-                kind,
-                object: typed(object),
-            })
+            Some(WatchEvent::new(kind, typed(object)))
         }
     }
 }

@@ -79,4 +79,8 @@ impl Strategy for EventsV1 {
     fn to_view(&self, object: Value) -> Value {
         rename(object, false)
     }
+
+    fn serves_stored_form(&self) -> bool {
+        false
+    }
 }

@@ -1,0 +1,177 @@
+//! `plinth-bench reads`: what reads cost the server. Fills a namespace of its own with
+//! `objects` ConfigMaps of 1 KiB, then times, reading every byte of the answer but decoding
+//! none of it (as `curl -o /dev/null` does): full lists (JSON, and protobuf when the server
+//! speaks it), a label-selected list, a paginated traversal (limit 500: time per page), and
+//! the server's resident memory per object when given its pid.
+
+use std::time::{Duration, Instant};
+
+use futures::AsyncReadExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Client;
+use kube::api::{Api, PostParams};
+
+use crate::{Error, percentile, rss_mib};
+
+const NAMESPACE: &str = "plinth-bench-reads";
+
+/// One GET read to its last byte: how long it took, the bytes, and the content type.
+async fn read(client: &Client, path: &str, accept: &str) -> Result<(Duration, Vec<u8>), Error> {
+    let request = http::Request::get(path)
+        .header(http::header::ACCEPT, accept)
+        .body(Vec::new())?;
+    let started = Instant::now();
+    let mut stream = client.request_stream(request).await?;
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).await?;
+    Ok((started.elapsed(), body))
+}
+
+/// The median of `runs` reads of `path`, and the size of the answer.
+async fn median(
+    client: &Client,
+    path: &str,
+    accept: &str,
+    runs: usize,
+) -> Result<(Duration, usize), Error> {
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..runs {
+        let (took, body) = read(client, path, accept).await?;
+        times.push(took);
+        size = body.len();
+    }
+    times.sort();
+    Ok((percentile(&times, 0.5), size))
+}
+
+async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some(NAMESPACE.into());
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let payload = "r".repeat(1024);
+    let mut tasks = Vec::new();
+    for c in 0..32 {
+        let (api, payload) = (api.clone(), payload.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in (c..objects).step_by(32) {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(format!("read-{i:06}"));
+                cm.metadata.labels = Some([("parity".to_owned(), (i % 2).to_string())].into());
+                cm.data = Some([("payload".to_owned(), payload.clone())].into());
+                match api.create(&PostParams::default(), &cm).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 409 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+/// Runs the measurement and prints one table.
+///
+/// # Errors
+/// Any API failure.
+pub(crate) async fn run(client: Client, objects: usize, pid: Option<u32>) -> Result<(), Error> {
+    let before = pid.and_then(rss_mib);
+    fill(&client, objects).await?;
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let mut rows = Vec::new();
+    let json = "application/json";
+    // As client-go asks: protobuf first, JSON accepted.
+    let protobuf = "application/vnd.kubernetes.protobuf, application/json";
+    let (took, size) = median(&client, &path, json, 7).await?;
+    rows.push((
+        format!("list of {objects} ConfigMaps, JSON (median of 7)"),
+        format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
+    ));
+    let (took, body) = read(&client, &path, protobuf).await?;
+    if body.starts_with(b"k8s\0") {
+        let (took, size) = median(&client, &path, protobuf, 7).await?;
+        rows.push((
+            format!("list of {objects} ConfigMaps, protobuf (median of 7)"),
+            format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
+        ));
+    } else {
+        rows.push((
+            format!("list of {objects} ConfigMaps, protobuf asked for"),
+            format!("answered in JSON: {:.1} ms", ms(took)),
+        ));
+    }
+    let (took, size) = median(
+        &client,
+        &format!("{path}?labelSelector=parity%3D1"),
+        json,
+        7,
+    )
+    .await?;
+    rows.push((
+        format!(
+            "list of {} of them by label selector, JSON (median of 7)",
+            objects / 2
+        ),
+        format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
+    ));
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page_path = match &token {
+            Some(t) => format!("{path}?limit=500&continue={t}"),
+            None => format!("{path}?limit=500"),
+        };
+        let (took, body) = read(&client, &page_path, json).await?;
+        pages.push(took);
+        let page: serde_json::Value = serde_json::from_slice(&body)?;
+        token = page["metadata"]["continue"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
+        if token.is_none() {
+            break;
+        }
+    }
+    let count = pages.len();
+    let total: Duration = pages.iter().sum();
+    pages.sort();
+    rows.push((
+        format!("paginated traversal, limit 500 ({count} pages): per page mean / p99"),
+        format!(
+            "{:.2} ms / {:.2} ms",
+            ms(total) / count as f64,
+            ms(percentile(&pages, 0.99))
+        ),
+    ));
+    if let (Some(before), Some(after)) = (before, pid.and_then(rss_mib)) {
+        rows.push((
+            format!("server RSS growth per 1-KiB ConfigMap ({objects} written)"),
+            format!("{:.2} KiB", (after.0 - before.0) * 1024.0 / objects as f64),
+        ));
+        rows.push(("server RSS at the end".to_owned(), crate::rss_text(after)));
+    }
+    println!("| measurement | result |");
+    println!("|---|---|");
+    for (what, value) in rows {
+        println!("| {what} | {value} |");
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
