@@ -45,8 +45,8 @@ pub struct CacheEvent {
     pub stored: Stored,
     /// The object before the change.
     pub prev: Option<Arc<Value>>,
-    /// The labels of the object before the change.
-    pub prev_labels: Option<Labels>,
+    /// The object before the change as the cache kept it.
+    pub prev_stored: Option<Stored>,
     /// The change's revision.
     pub revision: Revision,
 }
@@ -191,6 +191,17 @@ fn encode(value: &[u8], revision: Revision, types: &TypeMetas) -> Option<(Arc<Va
     Some((Arc::new(object), stored))
 }
 
+/// A page of a list from the cache.
+#[derive(Debug)]
+pub struct Page {
+    /// The items' JSON.
+    pub items: Vec<bytes::Bytes>,
+    /// The revision the page shows.
+    pub revision: Revision,
+    /// The key of the last item, when objects follow it.
+    pub next: Option<String>,
+}
+
 /// What a watcher's channel carries.
 #[derive(Debug, Clone)]
 pub enum Live {
@@ -247,6 +258,79 @@ impl Cacher {
     pub fn snapshot(&self, prefix: &str) -> (Vec<Stored>, Revision) {
         let state = self.state();
         (state.objects_under(prefix), state.revision)
+    }
+
+    /// One page of the objects under `prefix` as they were at revision `at` (the cache's
+    /// current revision when `None`), after the key `after` (exclusive): up to `limit` items
+    /// that `item` turns into bytes (it filters too). The state at a past revision is the
+    /// current one with every key changed since put back as it was then — the earliest later
+    /// event's previous object, or absent — so a paginated list reads one consistent revision
+    /// without a snapshot. `None` when `at` is outside what the cache can reconstruct (older
+    /// than its history, or newer than the cache).
+    pub fn page(
+        &self,
+        prefix: &str,
+        at: Option<Revision>,
+        after: Option<&str>,
+        limit: usize,
+        item: impl Fn(&Stored) -> Option<bytes::Bytes>,
+    ) -> Option<Page> {
+        let state = self.state();
+        let at = at.unwrap_or(state.revision);
+        if at < state.oldest || at > state.revision {
+            return None;
+        }
+        let start = after.unwrap_or(prefix);
+        let in_range = |key: &str| key.starts_with(prefix) && after.is_none_or(|a| key > a);
+        // The keys changed after `at`, as they were at `at`.
+        let first_later = state.history.partition_point(|e| e.revision <= at);
+        let mut then: BTreeMap<&str, Option<&Stored>> = BTreeMap::new();
+        for event in state.history.range(first_later..) {
+            if in_range(&event.key) {
+                then.entry(event.key.as_str())
+                    .or_insert(event.prev_stored.as_ref());
+            }
+        }
+        let mut current = state
+            .objects
+            .range::<str, _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| in_range(k))
+            .map(|(k, v)| (k.as_str(), Some(v)))
+            .peekable();
+        let mut changed = then.into_iter().peekable();
+        // The two sorted sequences merged; a key in both is as it was at `at`.
+        let mut merged = std::iter::from_fn(move || match (current.peek(), changed.peek()) {
+            (Some((c, _)), Some((k, _))) if c == k => {
+                current.next();
+                changed.next()
+            }
+            (Some((c, _)), Some((k, _))) if k < c => changed.next(),
+            (Some(_), _) => current.next(),
+            (None, _) => changed.next(),
+        })
+        .filter_map(|(key, value)| value.map(|v| (key, v)));
+        let mut items = Vec::new();
+        let mut last = None;
+        for (key, stored) in merged.by_ref() {
+            if limit > 0 && items.len() >= limit {
+                // A key after the page exists: the list continues after the last item.
+                return Some(Page {
+                    items,
+                    revision: at,
+                    next: last,
+                });
+            }
+            if let Some(bytes) = item(stored) {
+                items.push(bytes);
+                last = Some(key.to_owned());
+            }
+        }
+        Some(Page {
+            items,
+            revision: at,
+            next: None,
+        })
     }
 
     /// Starts a watch: from a snapshot (`from = None`), or resuming after revision `from`.
@@ -332,21 +416,27 @@ impl Cacher {
             self.progress(revision);
             return;
         }
+        // The previous object as it was: at its own revision (pages of a list at a past
+        // revision show it so).
         let prev = event
             .prev
             .as_ref()
-            .and_then(|kv| encode(&kv.value, revision, &self.types));
+            .and_then(|kv| encode(&kv.value, kv.mod_revision, &self.types));
+        // A deleted object goes out at the deletion's revision, as kube sends it.
         let current = match event.kind {
             EventKind::Put => encode(&event.kv.value, revision, &self.types),
-            EventKind::Delete | EventKind::Progress => prev.clone(),
+            EventKind::Delete | EventKind::Progress => event
+                .prev
+                .as_ref()
+                .and_then(|kv| encode(&kv.value, revision, &self.types)),
         };
         let Some((object, stored)) = current else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
             return;
         };
         let key = event.kv.key.clone();
-        let (prev, prev_labels) = match prev {
-            Some((value, stored)) => (Some(value), Some(stored.labels.unwrap_or_default())),
+        let (prev, prev_stored) = match prev {
+            Some((value, stored)) => (Some(value), Some(stored)),
             None => (None, None),
         };
         let shared = Arc::new(CacheEvent {
@@ -355,7 +445,7 @@ impl Cacher {
             object,
             stored: stored.clone(),
             prev,
-            prev_labels,
+            prev_stored,
             revision,
         });
         let mut state = self.state_mut();

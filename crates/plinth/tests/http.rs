@@ -592,7 +592,8 @@ fn counter(text: &str, series: &str) -> u64 {
 
 /// Consistent lists (no resourceVersion) come from the watch cache once it has caught up with
 /// the store — for a resource nobody writes to as well (progress notifications) — and see every
-/// write acknowledged before them; paginated lists read storage, as in kube-apiserver 1.32.
+/// write acknowledged before them; so do paginated lists (kube-apiserver 1.32 reads storage
+/// for those; 1.34 serves them from cache snapshots).
 fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
     let http = Http::new(plinth);
     let secrets = "/api/v1/namespaces/default/secrets";
@@ -647,18 +648,19 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
         )
     };
     assert_eq!(
-        cached(&after, "/configmaps") - cached(&before, "/configmaps"),
-        20,
-        "{after}"
-    );
-    assert_eq!(
         cached(&after, "/secrets") - cached(&before, "/secrets"),
         20,
         "{after}"
     );
+    // The paginated list too: its pages come from the cache at the first page's revision.
     assert_eq!(
-        stored(&after, "/configmaps") - stored(&before, "/configmaps"),
-        1,
+        cached(&after, "/configmaps") - cached(&before, "/configmaps"),
+        21,
+        "{after}"
+    );
+    assert_eq!(
+        stored(&after, "/configmaps"),
+        stored(&before, "/configmaps"),
         "{after}"
     );
     assert_eq!(
@@ -784,9 +786,117 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
     );
 }
 
+/// A paginated list served from the watch cache shows its first page's revision on every
+/// page, whatever changes meanwhile (deletes, updates, creates, label changes): its pages put
+/// together equal storage's exact list at that revision, with and without a label selector.
+fn cached_pages_show_one_revision(plinth: &mut Plinth) {
+    let http = Http::new(plinth);
+    let cm = |name: &str, tier: &str, value: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"tier": tier}}, "data": {"v": value}})
+        .to_string()
+    };
+    for i in 0..30 {
+        let tier = if i % 3 == 0 { "a" } else { "b" };
+        assert_eq!(
+            http.post(CM, cm(&format!("k{i:02}"), tier, "old").as_bytes())
+                .code,
+            201
+        );
+    }
+    for selector in ["", "&labelSelector=tier%3Da"] {
+        let first = http.get(&format!("{CM}?limit=4{selector}"));
+        assert_eq!(
+            first.body,
+            first.json().to_string(),
+            "cached bytes, canonical"
+        );
+        let first = first.json();
+        let revision = first["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // Changes after the first page, to objects of later pages.
+        let merge = |name: &str, patch: Value| {
+            http.request(
+                "PATCH",
+                &format!("{CM}/{name}"),
+                "application/merge-patch+json",
+                Some(patch.to_string().as_bytes()),
+                true,
+            )
+        };
+        let suffix = if selector.is_empty() { "x" } else { "y" };
+        assert_eq!(
+            http.request(
+                "DELETE",
+                &format!("{CM}/k{}", 27 - selector.len() / 20),
+                "application/json",
+                None,
+                true
+            )
+            .code,
+            200
+        );
+        assert_eq!(
+            merge("k21", json!({"data": {"v": format!("new-{suffix}")}})).code,
+            200
+        );
+        assert_eq!(
+            merge("k24", json!({"metadata": {"labels": {"tier": "b"}}})).code,
+            200
+        );
+        assert_eq!(
+            merge("k25", json!({"metadata": {"labels": {"tier": "a"}}})).code,
+            200
+        );
+        assert_eq!(
+            http.post(CM, cm(&format!("k15{suffix}"), "a", "late").as_bytes())
+                .code,
+            201
+        );
+        let mut items: Vec<Value> = first["items"].as_array().unwrap().clone();
+        let mut token = first["metadata"]["continue"].as_str().map(str::to_owned);
+        let mut pages = 1;
+        while let Some(t) = token {
+            let page = http.get(&format!("{CM}?limit=4&continue={t}{selector}"));
+            assert_eq!(page.code, 200, "{}", page.body);
+            let page = page.json();
+            assert_eq!(page["metadata"]["resourceVersion"], revision.as_str());
+            items.extend(page["items"].as_array().unwrap().iter().cloned());
+            token = page["metadata"]["continue"].as_str().map(str::to_owned);
+            pages += 1;
+        }
+        assert!(pages > 1);
+        let exact = http
+            .get(&format!(
+                "{CM}?resourceVersion={revision}&resourceVersionMatch=Exact{selector}"
+            ))
+            .json();
+        let brief = |items: &[Value]| -> Vec<String> {
+            items
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {} {} {}",
+                        i["metadata"]["name"],
+                        i["data"]["v"],
+                        i["metadata"]["labels"]["tier"],
+                        i["metadata"]["resourceVersion"]
+                    )
+                })
+                .collect()
+        };
+        let exact = exact["items"].as_array().unwrap();
+        assert_eq!(brief(&items), brief(exact), "{selector}");
+        assert_eq!(&items, exact, "{selector}");
+    }
+}
+
 on_both_backends! {
     consistent_lists_from_the_watch_cache;
     cached_bytes_answer_as_storage_does;
+    cached_pages_show_one_revision;
 }
 
 #[test]

@@ -106,6 +106,9 @@ impl Registry {
         if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
             return Ok(Listed::Encoded(list));
         }
+        if let Some(page) = self.try_page_cached(def, &prefix, options).await? {
+            return Ok(Listed::Encoded(page));
+        }
         self.caches.count_list(&def.key_prefix(), false);
         let (mut revision, mut start) = match &options.continue_token {
             Some(token) if !token.is_empty() => {
@@ -237,6 +240,50 @@ impl Registry {
             .map_err(|e| ApiError::internal(format!("list: {e}")))
     }
 
+    /// Serves a page of a paginated list from the watch cache, at the revision of its first
+    /// page (the cache's, once caught up with the store), when the resource serves its stored
+    /// form and no field selector needs objects decoded. `None`: read storage instead (a
+    /// resourceVersion given, or a continue token older than the cache's history).
+    async fn try_page_cached(
+        &self,
+        def: &ResourceDef,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Result<Option<EncodedList>, ApiError> {
+        let token = options.continue_token.as_deref().filter(|t| !t.is_empty());
+        let rv = options.resource_version.as_deref().unwrap_or("");
+        if options.limit == 0
+            || !options.fields.terms.is_empty()
+            || !def.strategy.serves_stored_form()
+            || (token.is_none() && !rv.is_empty())
+        {
+            return Ok(None);
+        }
+        let cacher = self.caches.get(&def.key_prefix());
+        let (at, after) = match token {
+            Some(token) => {
+                let (revision, start) = decode_continue(token)?;
+                (Some(revision), Some(format!("{prefix}{start}")))
+            }
+            None if self.cache_caught_up(def, &cacher, "").await? => (None, None),
+            None => return Ok(None),
+        };
+        let item = |stored: &crate::cache::Stored| Self::item_bytes(def, stored, options);
+        let Some(page) = cacher.page(prefix, at, after.as_deref(), options.limit, item) else {
+            return Ok(None);
+        };
+        self.caches.count_list(&def.key_prefix(), true);
+        Ok(Some(EncodedList {
+            kind: def.list_kind(),
+            api_version: def.group_version.api_version(),
+            revision: page.revision,
+            continue_token: page
+                .next
+                .map(|last| encode_continue(page.revision, last.trim_start_matches(prefix))),
+            items: page.items,
+        }))
+    }
+
     /// Whether `cacher` has caught up with resourceVersion `rv` — the store's current revision
     /// when `rv` is empty (a consistent read) — within the freshness wait. A revision the store
     /// has not reached yet is `false`: storage answers it with the right error.
@@ -270,23 +317,31 @@ impl Registry {
     ) -> EncodedList {
         let items = objects
             .iter()
-            .filter_map(|stored| {
-                if Self::wire_servable(def, stored, options) {
-                    return (options.labels.is_empty() || options.labels.matches(stored.labels()))
-                        .then(|| stored.wire().clone());
-                }
-                let object = view(def, stored.decode()?);
-                Self::selected(def, &object, options)
-                    .then(|| serde_json::to_vec(&object).ok().map(bytes::Bytes::from))
-                    .flatten()
-            })
+            .filter_map(|stored| Self::item_bytes(def, stored, options))
             .collect();
         EncodedList {
             kind: def.list_kind(),
             api_version: def.group_version.api_version(),
             revision,
+            continue_token: None,
             items,
         }
+    }
+
+    /// A cached object as a list item's bytes, if the options' selectors select it.
+    fn item_bytes(
+        def: &ResourceDef,
+        stored: &crate::cache::Stored,
+        options: &ListOptions,
+    ) -> Option<bytes::Bytes> {
+        if Self::wire_servable(def, stored, options) {
+            return (options.labels.is_empty() || options.labels.matches(stored.labels()))
+                .then(|| stored.wire().clone());
+        }
+        let object = view(def, stored.decode()?);
+        Self::selected(def, &object, options)
+            .then(|| serde_json::to_vec(&object).ok().map(bytes::Bytes::from))
+            .flatten()
     }
 
     /// Whether `stored` goes out as the cache encoded it: `def` serves the stored form, the
@@ -333,6 +388,8 @@ pub struct EncodedList {
     pub api_version: String,
     /// The revision it is at.
     pub revision: plinth_store::Revision,
+    /// The continue token of the next page, if there is one.
+    pub continue_token: Option<String>,
     /// The items' JSON.
     pub items: Vec<bytes::Bytes>,
 }
@@ -345,10 +402,14 @@ impl EncodedList {
             .iter()
             .filter_map(|item| serde_json::from_slice(item).ok())
             .collect();
+        let mut metadata = json!({"resourceVersion": self.revision.to_string()});
+        if let Some(token) = &self.continue_token {
+            metadata["continue"] = json!(token);
+        }
         json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
-            "metadata": {"resourceVersion": self.revision.to_string()},
+            "metadata": metadata,
             "items": items,
         })
     }
@@ -369,7 +430,13 @@ impl EncodedList {
         }
         out.extend_from_slice(b"],\"kind\":");
         out.extend_from_slice(quoted(&self.kind).as_bytes());
-        out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+        out.extend_from_slice(b",\"metadata\":{");
+        if let Some(token) = &self.continue_token {
+            out.extend_from_slice(b"\"continue\":");
+            out.extend_from_slice(quoted(token).as_bytes());
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"resourceVersion\":\"");
         out.extend_from_slice(self.revision.to_string().as_bytes());
         out.extend_from_slice(b"\"}}");
         out.into()

@@ -389,7 +389,10 @@ fn translate_cached(
     let matches = |labels: &std::collections::BTreeMap<String, String>| {
         options.labels.is_empty() || options.labels.matches(labels)
     };
-    let prev_selected = event.prev_labels.as_deref().is_some_and(matches);
+    let prev_selected = event
+        .prev_stored
+        .as_ref()
+        .is_some_and(|p| matches(p.labels()));
     let kind = match event.kind {
         EventKind::Progress => return None,
         EventKind::Delete if prev_selected => "DELETED",
