@@ -65,6 +65,9 @@ enum Command {
         /// Namespace to work in.
         #[arg(long, default_value = "default")]
         namespace: String,
+        /// Writes to other objects first (history in the store), as `reads --history`.
+        #[arg(long, default_value_t = 0)]
+        history: usize,
     },
     /// Reconcile throughput, latency (create → status written) and cache memory per object, on
     /// plinth-runtime or kube-runtime (run once per runtime: memory is this process's).
@@ -104,6 +107,9 @@ enum Command {
         /// ConfigMaps to fill the namespace with.
         #[arg(long, default_value_t = 10_000)]
         objects: usize,
+        /// Writes to other objects before the reads are timed (history in the store).
+        #[arg(long, default_value_t = 0)]
+        history: usize,
         /// The server's process id, to report its resident memory.
         #[arg(long)]
         pid: Option<u32>,
@@ -268,16 +274,21 @@ async fn gets(api: &Api<DynamicObject>, duration: Duration) -> Result<f64, Error
     Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Fills its own namespace with `n` objects, then times full lists; returns the median.
-async fn list_latency(client: &Client, n: usize) -> Result<Duration, Error> {
+/// Creates namespace `name` unless it exists.
+async fn ensure_namespace(client: &Client, name: &str) -> Result<(), Error> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut ns = Namespace::default();
-    ns.metadata.name = Some("plinth-bench-list".into());
+    ns.metadata.name = Some(name.into());
     match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(e.into()),
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
     }
+}
+
+/// Fills its own namespace with `n` objects, then times full lists; returns the median.
+async fn list_latency(client: &Client, n: usize) -> Result<Duration, Error> {
+    ensure_namespace(client, "plinth-bench-list").await?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "plinth-bench-list", &resource());
     let payload = "l".repeat(1024);
@@ -358,7 +369,8 @@ async fn watch_latency(
         let mut o = object(&format!("watch-{tag}-{i}"), &now_micros().to_string());
         o.metadata.labels = Some([("bench".to_owned(), format!("watch-{}", run_id()))].into());
         api.create(&PostParams::default(), &o).await?;
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // 50 writes/s; a watcher that misses one fails the run.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut all = Vec::new();
     for task in tasks {
@@ -418,8 +430,12 @@ async fn load(
     watchers: Vec<usize>,
     pid: Option<u32>,
     namespace: String,
+    history: usize,
 ) -> Result<(), Error> {
     let client = client(kubeconfig).await?;
+    if history > 0 {
+        reads::write_history(&client, history).await?;
+    }
     install_crd(&client).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource());
     let duration = Duration::from_secs(seconds);
@@ -452,7 +468,7 @@ async fn load(
         let (p50, p99) = watch_latency(&api, n, 100).await?;
         eprintln!("watch latency, {n} watchers: p50 {p50:?} p99 {p99:?}");
         rows.push((
-            format!("watch delivery latency p50 / p99, {n} watchers"),
+            format!("watch delivery latency p50 / p99, {n} watchers, 50 writes/s, none missed"),
             format!(
                 "{:.2} ms / {:.2} ms",
                 p50.as_secs_f64() * 1e3,
@@ -524,7 +540,19 @@ async fn main() -> std::process::ExitCode {
             watchers,
             pid,
             namespace,
-        } => load(kubeconfig, seconds, list_objects, watchers, pid, namespace).await,
+            history,
+        } => {
+            load(
+                kubeconfig,
+                seconds,
+                list_objects,
+                watchers,
+                pid,
+                namespace,
+                history,
+            )
+            .await
+        }
         Command::Startup { binary, runs } => startup(binary, runs).await,
         Command::Gc {
             kubeconfig,
@@ -538,9 +566,10 @@ async fn main() -> std::process::ExitCode {
         Command::Reads {
             kubeconfig,
             objects,
+            history,
             pid,
         } => match client(kubeconfig).await {
-            Ok(client) => reads::run(client, objects, pid).await,
+            Ok(client) => reads::run(client, objects, history, pid).await,
             Err(e) => Err(e),
         },
         Command::Reconcile {

@@ -2,12 +2,13 @@
 //! `objects` ConfigMaps of 1 KiB, then times, reading every byte of the answer but decoding
 //! none of it (as `curl -o /dev/null` does): full lists (JSON, and protobuf when the server
 //! speaks it), a label-selected list, a paginated traversal (limit 500: time per page), and
-//! the server's resident memory per object when given its pid.
+//! the server's resident memory per object when given its pid; with `--history N`, after N
+//! other writes (to compare a store with history against a fresh one).
 
 use std::time::{Duration, Instant};
 
 use futures::AsyncReadExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, PostParams};
 
@@ -46,14 +47,7 @@ async fn median(
 }
 
 async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some(NAMESPACE.into());
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
+    crate::ensure_namespace(client, NAMESPACE).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let payload = "r".repeat(1024);
     let mut tasks = Vec::new();
@@ -80,13 +74,54 @@ async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// `writes` writes before the measurement, elsewhere: 1,000 ConfigMaps of 1 KiB in a
+/// namespace of their own, created and then updated in turn by 32 clients, so that the store
+/// carries that much history when the reads are timed.
+pub(crate) async fn write_history(client: &Client, writes: usize) -> Result<(), Error> {
+    const SCRATCH: &str = "plinth-bench-history";
+    crate::ensure_namespace(client, SCRATCH).await?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), SCRATCH);
+    let mut tasks = Vec::new();
+    for c in 0..32 {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (c..writes).step_by(32) {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(format!("history-{:04}", i % 1000));
+                cm.data = Some([("payload".to_owned(), format!("{i:01024}"))].into());
+                if i < 1000 {
+                    api.create(&PostParams::default(), &cm).await?;
+                } else {
+                    let name = cm.metadata.name.clone().unwrap_or_default();
+                    api.replace(&name, &PostParams::default(), &cm).await?;
+                }
+            }
+            Ok::<_, kube::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
 /// Runs the measurement and prints one table.
 ///
 /// # Errors
 /// Any API failure.
-pub(crate) async fn run(client: Client, objects: usize, pid: Option<u32>) -> Result<(), Error> {
+pub(crate) async fn run(
+    client: Client,
+    objects: usize,
+    history: usize,
+    pid: Option<u32>,
+) -> Result<(), Error> {
     let before = pid.and_then(rss_mib);
     fill(&client, objects).await?;
+    if history > 0 {
+        let started = Instant::now();
+        write_history(&client, history).await?;
+        eprintln!("{history} writes of history in {:?}", started.elapsed());
+    }
     let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
     let mut rows = Vec::new();
     let json = "application/json";
