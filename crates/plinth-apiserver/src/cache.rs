@@ -68,39 +68,61 @@ pub struct TypeMeta {
 /// it (compact, resourceVersion in place), encoded once when the change arrives, and what
 /// label selectors read, extracted then too. A list concatenates these bytes; a watch event's
 /// bytes go to every watcher as they are.
+///
+/// Its protobuf message (built-in types) is encoded the first time a protobuf client asks for
+/// it and kept with it, shared by every copy (a list's, a watch event's): one encoding per
+/// object version and format, as kube-apiserver's `cachingObject` keeps them.
 #[derive(Clone, Debug)]
-pub struct Stored {
+pub struct Stored(Arc<StoredObject>);
+
+#[derive(Debug)]
+struct StoredObject {
     wire: bytes::Bytes,
     revision: Revision,
     labels: Option<Labels>,
     type_meta: Arc<TypeMeta>,
+    protobuf: std::sync::OnceLock<Option<bytes::Bytes>>,
 }
 
 impl Stored {
     /// The object (resourceVersion set); `None` if the bytes are not an object.
     pub fn decode(&self) -> Option<Value> {
-        serde_json::from_slice(&self.wire).ok()
+        serde_json::from_slice(&self.0.wire).ok()
     }
 
     /// The object's JSON, resourceVersion in place.
     pub fn wire(&self) -> &bytes::Bytes {
-        &self.wire
+        &self.0.wire
+    }
+
+    /// The object's protobuf message (without the `k8s\0` envelope), encoded on first use;
+    /// `None` when its type has no protobuf form.
+    pub fn protobuf(&self) -> Option<&bytes::Bytes> {
+        self.0
+            .protobuf
+            .get_or_init(|| {
+                let object = self.decode()?;
+                crate::protobuf::encode_message(&object)
+                    .ok()
+                    .map(|raw| raw.into_boxed_slice().into())
+            })
+            .as_ref()
     }
 
     /// The object's labels (empty when it has none).
     pub fn labels(&self) -> &BTreeMap<String, String> {
         static NONE: BTreeMap<String, String> = BTreeMap::new();
-        self.labels.as_deref().unwrap_or(&NONE)
+        self.0.labels.as_deref().unwrap_or(&NONE)
     }
 
     /// The `apiVersion` and `kind` it was stored with.
     pub fn type_meta(&self) -> &TypeMeta {
-        &self.type_meta
+        &self.0.type_meta
     }
 
     /// The revision of its last change.
     pub fn revision(&self) -> Revision {
-        self.revision
+        self.0.revision
     }
 }
 
@@ -181,21 +203,22 @@ fn encode(value: &[u8], revision: Revision, types: &TypeMetas) -> Option<(Arc<Va
     let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
     let labels = plinth_core::meta::labels(&object);
-    let stored = Stored {
+    let stored = Stored(Arc::new(StoredObject {
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).
         wire: serde_json::to_vec(&object).ok()?.into_boxed_slice().into(),
         revision,
         labels: (!labels.is_empty()).then(|| Arc::new(labels)),
         type_meta: types.intern(&object),
-    };
+        protobuf: std::sync::OnceLock::new(),
+    }));
     Some((Arc::new(object), stored))
 }
 
 /// A page of a list from the cache.
 #[derive(Debug)]
-pub struct Page {
-    /// The items' JSON.
-    pub items: Vec<bytes::Bytes>,
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
     /// The revision the page shows.
     pub revision: Revision,
     /// The key of the last item, when objects follow it.
@@ -267,14 +290,14 @@ impl Cacher {
     /// event's previous object, or absent — so a paginated list reads one consistent revision
     /// without a snapshot. `None` when `at` is outside what the cache can reconstruct (older
     /// than its history, or newer than the cache).
-    pub fn page(
+    pub fn page<T>(
         &self,
         prefix: &str,
         at: Option<Revision>,
         after: Option<&str>,
         limit: usize,
-        item: impl Fn(&Stored) -> Option<bytes::Bytes>,
-    ) -> Option<Page> {
+        item: impl Fn(&Stored) -> Option<T>,
+    ) -> Option<Page<T>> {
         let state = self.state();
         let at = at.unwrap_or(state.revision);
         if at < state.oldest || at > state.revision {
@@ -321,8 +344,8 @@ impl Cacher {
                     next: last,
                 });
             }
-            if let Some(bytes) = item(stored) {
-                items.push(bytes);
+            if let Some(found) = item(stored) {
+                items.push(found);
                 last = Some(key.to_owned());
             }
         }

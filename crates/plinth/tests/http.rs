@@ -7,93 +7,9 @@ mod common;
 
 use std::process::Command;
 
+use common::http::{Http, Reply};
 use common::{Backend, Plinth};
 use serde_json::{Value, json};
-
-struct Http<'a> {
-    plinth: &'a Plinth,
-    base: String,
-    token: String,
-}
-
-struct Reply {
-    code: u16,
-    body: String,
-    headers: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
-impl<'a> Http<'a> {
-    fn new(plinth: &'a Plinth) -> Self {
-        let kubeconfig = std::fs::read_to_string(&plinth.kubeconfig).unwrap();
-        let base = kubeconfig
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .unwrap()
-            .to_owned();
-        let token = std::fs::read_to_string(plinth.dir.path().join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_owned();
-        Self {
-            plinth,
-            base,
-            token,
-        }
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: &str,
-        body: Option<&[u8]>,
-        auth: bool,
-    ) -> Reply {
-        let headers_file = self.plinth.dir.path().join("headers.txt");
-        let body_file = self.plinth.dir.path().join("body.bin");
-        let mut command = Command::new("curl");
-        command
-            .args(["-s", "-o", "-", "-D"])
-            .arg(&headers_file)
-            .args(["-w", "\n%{http_code}", "--cacert"])
-            .arg(self.plinth.dir.path().join("ca.crt"))
-            .args(["-X", method, "-H", &format!("Content-Type: {content_type}")]);
-        if auth {
-            command.args(["-H", &format!("Authorization: Bearer {}", self.token)]);
-        }
-        if let Some(body) = body {
-            std::fs::write(&body_file, body).unwrap();
-            command
-                .arg("--data-binary")
-                .arg(format!("@{}", body_file.display()));
-        }
-        let out = command
-            .arg(format!("{}{path}", self.base))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap();
-        Reply {
-            code: code.trim().parse().unwrap(),
-            body: body.to_owned(),
-            headers: std::fs::read_to_string(headers_file).unwrap_or_default(),
-        }
-    }
-
-    fn get(&self, path: &str) -> Reply {
-        self.request("GET", path, "application/json", None, true)
-    }
-
-    fn post(&self, path: &str, body: &[u8]) -> Reply {
-        self.request("POST", path, "application/json", Some(body), true)
-    }
-}
 
 fn status(reply: &Reply, code: u16, reason: &str) -> Value {
     assert_eq!(reply.code, code, "{}", reply.body);

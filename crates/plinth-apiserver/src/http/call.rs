@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::{decode_body, decode_patch};
-use super::negotiate::{Format, partial, respond, respond_bytes};
+use super::negotiate::{Format, partial, respond, respond_bytes, with_body};
 use super::query::Query;
 use crate::registry::{Listed, Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
 use crate::resources::ResourceDef;
@@ -75,8 +75,32 @@ impl Call<'_> {
         }
     }
 
+    /// `value` in protobuf, `encoded` by the caller; JSON (which protobuf clients take too)
+    /// if it has a field the protobuf message lacks.
+    fn protobuf_or_json(
+        &self,
+        code: StatusCode,
+        value: &Value,
+        encoded: Result<Vec<u8>, crate::protobuf::Unmapped>,
+        warnings: &[String],
+    ) -> Response {
+        match encoded {
+            Ok(bytes) => with_body(code, crate::protobuf::MEDIA_TYPE, bytes, warnings),
+            Err(unmapped) => {
+                tracing::warn!(field = %unmapped.0, kind = %self.def.kind, "no protobuf field for it: answered in JSON");
+                respond(code, value, Format::Json, warnings)
+            }
+        }
+    }
+
     fn object_response(&self, code: StatusCode, object: &Value, warnings: &[String]) -> Response {
         match self.format {
+            Format::Protobuf { .. } => self.protobuf_or_json(
+                code,
+                object,
+                crate::protobuf::encode_object(object),
+                warnings,
+            ),
             Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
             Format::Table => respond(
                 code,
@@ -125,6 +149,9 @@ impl Call<'_> {
             (Method::GET, None) => {
                 let options = self.query.list_options()?;
                 let list = registry.list_encoded(&self.def, ns, &options).await?;
+                if matches!(self.format, Format::Protobuf { .. }) {
+                    return self.protobuf_list(list).await;
+                }
                 Ok(self.list_response(list))
             }
             (Method::POST, None) => {
@@ -203,6 +230,31 @@ impl Call<'_> {
         self.object_response(code, &written.object, &written.warnings)
     }
 
+    /// A list in protobuf, encoded on the blocking pool (a first encoding of many objects is
+    /// CPU work); JSON if an item has no protobuf form.
+    async fn protobuf_list(&self, list: Listed) -> Result<Response, ApiError> {
+        let kind = self.def.kind.clone();
+        let (list, encoded) = tokio::task::spawn_blocking(move || {
+            let encoded = match &list {
+                Listed::Encoded(encoded) => encoded.to_protobuf(),
+                Listed::Value(value) => crate::protobuf::encode_list(value, &kind),
+            };
+            (list, encoded)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("list: {e}")))?;
+        Ok(match encoded {
+            Ok(bytes) => with_body(StatusCode::OK, crate::protobuf::MEDIA_TYPE, bytes, &[]),
+            Err(unmapped) => {
+                tracing::warn!(field = %unmapped.0, kind = %self.def.kind, "no protobuf field for it: answered in JSON");
+                self.list_response(match list {
+                    Listed::Encoded(e) => Listed::Value(e.to_value()),
+                    other => other,
+                })
+            }
+        })
+    }
+
     /// A list in the negotiated format; JSON from the watch cache is its items' cached bytes
     /// concatenated.
     fn list_response(&self, list: Listed) -> Response {
@@ -214,6 +266,12 @@ impl Call<'_> {
         };
         let list = &list;
         match self.format {
+            Format::Protobuf { .. } => self.protobuf_or_json(
+                StatusCode::OK,
+                list,
+                crate::protobuf::encode_list(list, &self.def.kind),
+                &[],
+            ),
             Format::Table => respond(
                 StatusCode::OK,
                 &table::of_list(
@@ -272,6 +330,38 @@ impl Call<'_> {
         self.query.delete_options(parsed.as_ref())
     }
 
+    /// A watch in protobuf frames (`metav1.WatchEvent`, length-prefixed). An event whose
+    /// object has no protobuf form ends the stream with a log line: the client re-watches.
+    fn protobuf_watch(
+        &self,
+        events: futures::stream::BoxStream<'static, crate::registry::WatchEvent>,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Response {
+        let (api_version, kind) = (self.def.group_version.api_version(), self.def.kind.clone());
+        let body = events
+            .take_until(Box::pin(stop))
+            .map(move |event| {
+                event
+                    .to_protobuf_frame(&api_version)
+                    .map(Bytes::from)
+                    .map_err(|unmapped| {
+                        tracing::warn!(field = %unmapped.0, %kind, "no protobuf field for it: watch ended");
+                        std::io::Error::other("no protobuf form")
+                    })
+            })
+            .take_while(|frame| futures::future::ready(frame.is_ok()));
+        let mut response = Response::new(Body::from_stream(body));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::protobuf::WATCH_MEDIA_TYPE),
+        );
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
+        response
+    }
+
     async fn watch(&self, namespace: Option<String>) -> Result<Response, ApiError> {
         let options = self.query.watch_options()?;
         let timeout = options.timeout.unwrap_or_else(default_watch_timeout);
@@ -286,6 +376,9 @@ impl Call<'_> {
                 _ = shutdown.wait_for(|stopping| *stopping) => {}
             }
         };
+        if matches!(self.format, Format::Protobuf { .. }) {
+            return Ok(self.protobuf_watch(events, stop));
+        }
         let (def, table, metadata_only) = (
             self.def.clone(),
             self.format == Format::Table,

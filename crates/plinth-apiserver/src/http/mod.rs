@@ -309,6 +309,21 @@ async fn handle(
                 .get(&group, &version, &resource)
                 .ok_or_else(not_found)?;
             let deprecation = def.deprecation.clone();
+            // Protobuf for the built-in types; the others in JSON when the client takes it.
+            let format = match format {
+                Format::Protobuf { or_json }
+                    if !crate::protobuf::has_message(
+                        &def.group_version.api_version(),
+                        &def.kind,
+                    ) =>
+                {
+                    if !or_json {
+                        return Err(negotiate::protobuf_not_acceptable());
+                    }
+                    Format::Json
+                }
+                other => other,
+            };
             let call = Call {
                 state,
                 def,
@@ -354,10 +369,10 @@ fn document(
         return Err(ApiError::method_not_allowed());
     }
     let resources = &state.registry.resources;
-    let format = if format == Format::Table {
-        Format::Json
-    } else {
-        format
+    // Documents are JSON for tables and protobuf asked for too (client-go takes JSON).
+    let format = match format {
+        Format::Table | Format::Protobuf { .. } => Format::Json,
+        other => other,
     };
     let answer = |value: Option<&Value>| -> Result<Response, ApiError> {
         Ok(respond(

@@ -17,6 +17,12 @@ pub(crate) enum Format {
     Aggregated(&'static str),
     /// `/openapi/v2` in gnostic's protobuf, under the media type asked for.
     OpenApiV2Protobuf(&'static str),
+    /// Kubernetes' protobuf (built-in types); `or_json` when the client accepts JSON as well,
+    /// which answers what has no protobuf form (custom resources, Status, Scale).
+    Protobuf {
+        /// JSON is acceptable too.
+        or_json: bool,
+    },
 }
 
 /// Picks the response format from `Accept`, as kube-apiserver negotiates it.
@@ -28,7 +34,8 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
     else {
         return Ok(Format::Json);
     };
-    for clause in accept.split(',') {
+    let clauses: Vec<&str> = accept.split(',').collect();
+    for (i, clause) in clauses.iter().enumerate() {
         let mut parts = clause.split(';').map(str::trim);
         let media = parts.next().unwrap_or("").to_ascii_lowercase();
         let params: Vec<(String, String)> = parts
@@ -74,6 +81,18 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
                 }
             }
             "application/yaml" => return Ok(Format::Yaml),
+            "application/vnd.kubernetes.protobuf" => {
+                let or_json = clauses[i + 1..].iter().any(|c| {
+                    let media = c
+                        .split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase();
+                    matches!(media.as_str(), "application/json" | "*/*" | "application/*")
+                });
+                return Ok(Format::Protobuf { or_json });
+            }
             media => {
                 if let Some(proto) = crate::openapi_v2_proto::MEDIA_TYPES
                     .iter()
@@ -85,10 +104,15 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
             }
         }
     }
-    Err(ApiError::new(
-        StatusReason::NotAcceptable,
-        "only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io",
-    ))
+    Err(ApiError::new(StatusReason::NotAcceptable, NOT_ACCEPTABLE))
+}
+
+/// The answer to an `Accept` that allows nothing this server writes.
+pub(crate) const NOT_ACCEPTABLE: &str = "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io";
+
+/// The error for a protobuf-only `Accept` of something without a protobuf form.
+pub(crate) fn protobuf_not_acceptable() -> ApiError {
+    ApiError::new(StatusReason::NotAcceptable, NOT_ACCEPTABLE)
 }
 
 /// A body already encoded, under `content_type`.
@@ -97,10 +121,29 @@ pub(crate) fn respond_bytes(
     body: bytes::Bytes,
     content_type: &'static str,
 ) -> Response {
-    let mut response = (code, body).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    with_body(code, content_type, body, &[])
+}
+
+/// A response of `body` under `content_type`, with a `Warning` header per warning.
+pub(crate) fn with_body(
+    code: StatusCode,
+    content_type: &str,
+    body: impl Into<axum::body::Body>,
+    warnings: &[String],
+) -> Response {
+    let mut response = (code, body.into()).into_response();
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    for warning in warnings {
+        let text = format!(
+            "299 - {}",
+            serde_json::to_string(warning).unwrap_or_default()
+        );
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
     response
 }
 
@@ -124,25 +167,16 @@ pub(crate) fn respond(
             ),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
-        Format::Json | Format::Table | Format::Metadata | Format::OpenApiV2Protobuf(_) => (
+        Format::Json
+        | Format::Table
+        | Format::Metadata
+        | Format::OpenApiV2Protobuf(_)
+        | Format::Protobuf { .. } => (
             "application/json".to_owned(),
             serde_json::to_vec(body).unwrap_or_default(),
         ),
     };
-    let mut response = (code, bytes).into_response();
-    if let Ok(value) = HeaderValue::from_str(&content_type) {
-        response.headers_mut().insert(header::CONTENT_TYPE, value);
-    }
-    for warning in warnings {
-        let text = format!(
-            "299 - {}",
-            serde_json::to_string(warning).unwrap_or_default()
-        );
-        if let Ok(value) = HeaderValue::from_str(&text) {
-            response.headers_mut().append(header::WARNING, value);
-        }
-    }
-    response
+    with_body(code, &content_type, bytes, warnings)
 }
 
 /// The `PartialObjectMetadata` view of an object.
@@ -172,6 +206,14 @@ mod tests {
         );
         assert_eq!(
             with("application/vnd.kubernetes.protobuf, */*").unwrap(),
+            Format::Protobuf { or_json: true }
+        );
+        assert_eq!(
+            with("application/vnd.kubernetes.protobuf").unwrap(),
+            Format::Protobuf { or_json: false }
+        );
+        assert_eq!(
+            with("application/json, application/vnd.kubernetes.protobuf").unwrap(),
             Format::Json
         );
         assert_eq!(with("application/yaml").unwrap(), Format::Yaml);

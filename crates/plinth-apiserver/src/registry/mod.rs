@@ -32,7 +32,7 @@ pub use options::{
     DeleteOptions, FieldValidation, ListOptions, Part, Patch, Propagation, ResourceVersionMatch,
     WatchOptions, WriteOptions,
 };
-pub use read::{EncodedList, Listed};
+pub use read::{EncodedList, ListItem, Listed};
 pub use scale::ScaleWrite;
 pub use watch::{WatchEvent, bookmark, default_watch_timeout};
 

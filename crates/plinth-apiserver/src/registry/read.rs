@@ -268,7 +268,7 @@ impl Registry {
             None if self.cache_caught_up(def, &cacher, "").await? => (None, None),
             None => return Ok(None),
         };
-        let item = |stored: &crate::cache::Stored| Self::item_bytes(def, stored, options);
+        let item = |stored: &crate::cache::Stored| Self::list_item(def, stored, options);
         let Some(page) = cacher.page(prefix, at, after.as_deref(), options.limit, item) else {
             return Ok(None);
         };
@@ -317,7 +317,7 @@ impl Registry {
     ) -> EncodedList {
         let items = objects
             .iter()
-            .filter_map(|stored| Self::item_bytes(def, stored, options))
+            .filter_map(|stored| Self::list_item(def, stored, options))
             .collect();
         EncodedList {
             kind: def.list_kind(),
@@ -328,20 +328,22 @@ impl Registry {
         }
     }
 
-    /// A cached object as a list item's bytes, if the options' selectors select it.
-    fn item_bytes(
+    /// A cached object as a list item, if the options' selectors select it: the cached object
+    /// itself when it goes out as it is, else its view encoded.
+    fn list_item(
         def: &ResourceDef,
         stored: &crate::cache::Stored,
         options: &ListOptions,
-    ) -> Option<bytes::Bytes> {
+    ) -> Option<ListItem> {
         if Self::wire_servable(def, stored, options) {
             return (options.labels.is_empty() || options.labels.matches(stored.labels()))
-                .then(|| stored.wire().clone());
+                .then(|| ListItem::Cached(stored.clone()));
         }
         let object = view(def, stored.decode()?);
         Self::selected(def, &object, options)
             .then(|| serde_json::to_vec(&object).ok().map(bytes::Bytes::from))
             .flatten()
+            .map(ListItem::Encoded)
     }
 
     /// Whether `stored` goes out as the cache encoded it: `def` serves the stored form, the
@@ -390,8 +392,42 @@ pub struct EncodedList {
     pub revision: plinth_store::Revision,
     /// The continue token of the next page, if there is one.
     pub continue_token: Option<String>,
-    /// The items' JSON.
-    pub items: Vec<bytes::Bytes>,
+    /// The items.
+    pub items: Vec<ListItem>,
+}
+
+/// One item of an [`EncodedList`].
+#[derive(Debug)]
+pub enum ListItem {
+    /// A cached object that goes out as the cache keeps it (JSON, protobuf once asked for).
+    Cached(crate::cache::Stored),
+    /// An object's JSON, encoded for this list (its view differs from the stored form).
+    Encoded(bytes::Bytes),
+}
+
+impl ListItem {
+    /// The item's JSON.
+    pub fn json(&self) -> &bytes::Bytes {
+        match self {
+            Self::Cached(stored) => stored.wire(),
+            Self::Encoded(bytes) => bytes,
+        }
+    }
+
+    /// The item's protobuf message.
+    ///
+    /// # Errors
+    /// [`crate::protobuf::Unmapped`] when it has no protobuf form.
+    fn protobuf(&self) -> Result<bytes::Bytes, crate::protobuf::Unmapped> {
+        let unmapped = || crate::protobuf::Unmapped("items".into());
+        match self {
+            Self::Cached(stored) => stored.protobuf().cloned().ok_or_else(unmapped),
+            Self::Encoded(json) => {
+                let object: Value = serde_json::from_slice(json).map_err(|_| unmapped())?;
+                crate::protobuf::encode_message(&object).map(bytes::Bytes::from)
+            }
+        }
+    }
 }
 
 impl EncodedList {
@@ -400,7 +436,7 @@ impl EncodedList {
         let items: Vec<Value> = self
             .items
             .iter()
-            .filter_map(|item| serde_json::from_slice(item).ok())
+            .filter_map(|item| serde_json::from_slice(item.json()).ok())
             .collect();
         let mut metadata = json!({"resourceVersion": self.revision.to_string()});
         if let Some(token) = &self.continue_token {
@@ -414,10 +450,27 @@ impl EncodedList {
         })
     }
 
+    /// The list in protobuf: each cached item's message as encoded once.
+    ///
+    /// # Errors
+    /// [`crate::protobuf::Unmapped`] for an item without a protobuf form.
+    pub fn to_protobuf(&self) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
+        let items = self
+            .items
+            .iter()
+            .map(ListItem::protobuf)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut metadata = json!({"resourceVersion": self.revision.to_string()});
+        if let Some(token) = &self.continue_token {
+            metadata["continue"] = json!(token);
+        }
+        crate::protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
+    }
+
     /// The list's JSON, byte for byte what serialising [`EncodedList::to_value`] writes.
     pub fn to_json(&self) -> bytes::Bytes {
         let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
-        let size: usize = self.items.iter().map(|i| i.len() + 1).sum();
+        let size: usize = self.items.iter().map(|i| i.json().len() + 1).sum();
         let mut out = Vec::with_capacity(size + 128);
         out.extend_from_slice(b"{\"apiVersion\":");
         out.extend_from_slice(quoted(&self.api_version).as_bytes());
@@ -426,7 +479,7 @@ impl EncodedList {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(item);
+            out.extend_from_slice(item.json());
         }
         out.extend_from_slice(b"],\"kind\":");
         out.extend_from_slice(quoted(&self.kind).as_bytes());

@@ -22,8 +22,9 @@ pub struct WatchEvent {
     pub kind: &'static str,
     /// The object (a `Status` for `ERROR`), shared by every watcher that sees it unchanged.
     pub object: Arc<Value>,
-    /// `object`'s JSON when the watch cache encoded it: the same bytes for every watcher.
-    pub encoded: Option<bytes::Bytes>,
+    /// The cached object when it goes out as the watch cache keeps it: the same bytes (JSON,
+    /// or protobuf once encoded) for every watcher.
+    pub cached: Option<crate::cache::Stored>,
 }
 
 impl WatchEvent {
@@ -32,7 +33,34 @@ impl WatchEvent {
         Self {
             kind,
             object: Arc::new(object),
-            encoded: None,
+            cached: None,
+        }
+    }
+
+    /// The event as a protobuf watch frame of a resource of `api_version`, the object's
+    /// message from the cache when it keeps it.
+    ///
+    /// # Errors
+    /// [`crate::protobuf::Unmapped`] for an object without a protobuf form.
+    pub fn to_protobuf_frame(
+        &self,
+        api_version: &str,
+    ) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
+        match self
+            .cached
+            .as_ref()
+            .and_then(|s| s.protobuf().map(|raw| (s, raw)))
+        {
+            Some((stored, raw)) => {
+                let meta = stored.type_meta();
+                let object = crate::protobuf::envelope(&meta.api_version, &meta.kind, raw);
+                Ok(crate::protobuf::watch_frame(
+                    api_version,
+                    self.kind,
+                    &object,
+                ))
+            }
+            None => crate::protobuf::encode_watch_event(api_version, self.kind, &self.object),
         }
     }
 
@@ -43,8 +71,8 @@ impl WatchEvent {
         line.extend_from_slice(b"{\"type\":\"");
         line.extend_from_slice(self.kind.as_bytes());
         line.extend_from_slice(b"\",\"object\":");
-        match &self.encoded {
-            Some(bytes) => line.extend_from_slice(bytes),
+        match &self.cached {
+            Some(stored) => line.extend_from_slice(stored.wire()),
             None => line.extend_from_slice(&serde_json::to_vec(&*self.object).unwrap_or_default()),
         }
         line.extend_from_slice(b"}\n");
@@ -306,7 +334,7 @@ fn initial_event(
             WatchEvent {
                 kind: "ADDED",
                 object: Arc::new(object),
-                encoded: Some(stored.wire().clone()),
+                cached: Some(stored.clone()),
             }
         });
     }
@@ -407,7 +435,7 @@ fn translate_cached(
     Some(WatchEvent {
         kind,
         object: event.object.clone(),
-        encoded: Some(event.stored.wire().clone()),
+        cached: Some(event.stored.clone()),
     })
 }
 

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use plinth_store_etcd::testing::EtcdProcess;
 
+pub mod http;
+
 /// Which storage the server under test uses.
 pub enum Backend {
     Embedded,

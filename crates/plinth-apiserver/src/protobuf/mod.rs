@@ -5,6 +5,9 @@
 //! (same numbers) for the kinds typed clients write, and are turned into the JSON form the
 //! registry works on. Responses stay JSON, which those clients accept.
 
+mod encode;
+mod types;
+
 use std::collections::BTreeMap;
 
 use base64::Engine;
@@ -420,6 +423,106 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     object.insert("apiVersion".into(), json!(api_version));
     object.insert("kind".into(), json!(kind));
     Ok(Value::Object(object))
+}
+
+pub use encode::Unmapped;
+
+/// The media type of a protobuf watch stream.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+/// Whether objects of `kind` in `api_version` can be answered in protobuf (built-in types).
+pub fn has_message(api_version: &str, kind: &str) -> bool {
+    types::message_of(api_version, kind).is_some()
+}
+
+fn type_meta(object: &Value) -> (&str, &str) {
+    let text = |f: &str| object.get(f).and_then(Value::as_str).unwrap_or("");
+    (text("apiVersion"), text("kind"))
+}
+
+/// An object's protobuf message, without the envelope (its `apiVersion` and `kind` say which
+/// message).
+///
+/// # Errors
+/// [`Unmapped`] when the type has no message or the object a field its message lacks.
+pub fn encode_message(object: &Value) -> Result<Vec<u8>, Unmapped> {
+    let (api_version, kind) = type_meta(object);
+    let fields = types::message_of(api_version, kind).ok_or_else(|| Unmapped(kind.to_owned()))?;
+    encode::message(fields, object, "")
+}
+
+/// `raw`, the message of an object of `api_version`/`kind`, in the `k8s\0` envelope.
+pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    encode::envelope(api_version, kind, raw)
+}
+
+/// A list of `api_version`/`list_kind` from its `metadata` and its items' messages.
+///
+/// # Errors
+/// [`Unmapped`] for list metadata the `ListMeta` message lacks.
+pub fn encode_list_of<T: AsRef<[u8]>>(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    items: &[T],
+) -> Result<Vec<u8>, Unmapped> {
+    let raw = encode::list(metadata, items)?;
+    Ok(encode::envelope(api_version, list_kind, &raw))
+}
+
+/// A watch frame of an event whose object is already enveloped (`object`).
+pub fn watch_frame(api_version: &str, event_type: &str, object: &[u8]) -> Vec<u8> {
+    encode::watch_frame(api_version, event_type, object)
+}
+
+/// An object (its `apiVersion` and `kind` say which) in its protobuf envelope.
+///
+/// # Errors
+/// [`Unmapped`] when the type has no message or the object a field its message lacks.
+pub fn encode_object(object: &Value) -> Result<Vec<u8>, Unmapped> {
+    let (api_version, kind) = type_meta(object);
+    let fields = types::message_of(api_version, kind).ok_or_else(|| Unmapped(kind.to_owned()))?;
+    let raw = encode::message(fields, object, "")?;
+    Ok(encode::envelope(api_version, kind, &raw))
+}
+
+/// A list (`metadata` and `items` of one kind) as that kind's `…List` message, enveloped.
+///
+/// # Errors
+/// As [`encode_object`], for any item.
+pub fn encode_list(list: &Value, item_kind: &str) -> Result<Vec<u8>, Unmapped> {
+    let (api_version, kind) = type_meta(list);
+    let fields =
+        types::message_of(api_version, item_kind).ok_or_else(|| Unmapped(item_kind.to_owned()))?;
+    let items = list
+        .get("items")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let encoded = items
+        .iter()
+        .map(|item| encode::message(fields, item, ""))
+        .collect::<Result<Vec<_>, _>>()?;
+    let empty = json!({});
+    let raw = encode::list(list.get("metadata").unwrap_or(&empty), &encoded)?;
+    Ok(encode::envelope(api_version, kind, &raw))
+}
+
+/// One frame of a protobuf watch stream of a resource of `api_version`: the event
+/// (`ADDED`, …) and its object.
+///
+/// # Errors
+/// As [`encode_object`].
+pub fn encode_watch_event(
+    api_version: &str,
+    event_type: &str,
+    object: &Value,
+) -> Result<Vec<u8>, Unmapped> {
+    Ok(encode::watch_frame(
+        api_version,
+        event_type,
+        &encode_object(object)?,
+    ))
 }
 
 #[cfg(test)]

@@ -1,0 +1,247 @@
+//! Responses in Kubernetes' protobuf encoding, which client-go's typed clients ask for first:
+//! the JSON form of an object written as the message upstream's `generated.proto` declares
+//! (the same field numbers), inside the `k8s\0` + `runtime.Unknown` envelope; lists as the
+//! kind's `…List` message; watch events as length-prefixed `metav1.WatchEvent` frames.
+//!
+//! A message is described by a table of its fields (JSON name, field number, shape) and one
+//! encoder walks any of them, so a type is one table. Fields are written in field-number
+//! order, as Go's generated marshallers write them. A JSON field the table does not declare
+//! makes the encoding fail ([`Unmapped`]) rather than drop data: the caller answers in JSON,
+//! which these clients accept too.
+
+use base64::Engine;
+use prost::encoding::{WireType, encode_key, encode_varint};
+use serde_json::{Map, Value};
+
+/// The shape of one field.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Shape {
+    /// A string.
+    Str,
+    /// A 64-bit integer (varint).
+    I64,
+    /// A 32-bit integer (varint).
+    I32,
+    /// A boolean.
+    Bool,
+    /// A nested message.
+    Message(&'static [Field]),
+    /// `map<string, string>`.
+    StringMap,
+    /// `map<string, bytes>`, base64 values in JSON.
+    BytesMap,
+    /// `metav1.Time` / `metav1.MicroTime`: an RFC 3339 string in JSON, seconds and nanos.
+    Time,
+    /// A message whose field 1 holds the JSON of the value as bytes (`metav1.FieldsV1`,
+    /// `runtime.RawExtension`).
+    RawJson,
+}
+
+/// One field of a message.
+#[derive(Debug)]
+pub(crate) struct Field {
+    /// Its JSON name.
+    pub(crate) json: &'static str,
+    /// Its field number.
+    pub(crate) tag: u32,
+    /// Its shape.
+    pub(crate) shape: Shape,
+    /// A repeated field (a JSON array).
+    pub(crate) repeated: bool,
+}
+
+/// A field (`repeated: false`).
+pub(crate) const fn one(json: &'static str, tag: u32, shape: Shape) -> Field {
+    Field {
+        json,
+        tag,
+        shape,
+        repeated: false,
+    }
+}
+
+/// A repeated field.
+pub(crate) const fn many(json: &'static str, tag: u32, shape: Shape) -> Field {
+    Field {
+        json,
+        tag,
+        shape,
+        repeated: true,
+    }
+}
+
+/// A JSON value the tables cannot express: the path of the first such field.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Unmapped(pub String);
+
+/// Writes `value` (a JSON object) as the message `fields` describe.
+///
+/// # Errors
+/// [`Unmapped`] naming the first field the message does not declare or whose value does not
+/// fit its shape.
+pub(crate) fn message(fields: &[Field], value: &Value, path: &str) -> Result<Vec<u8>, Unmapped> {
+    let object = value.as_object().ok_or_else(|| Unmapped(path.to_owned()))?;
+    // At the top (`path` empty), `apiVersion` and `kind` go in the envelope.
+    let type_meta = |k: &str| path.is_empty() && matches!(k, "apiVersion" | "kind");
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !type_meta(k) && !fields.iter().any(|f| f.json == k.as_str()))
+    {
+        return Err(Unmapped(
+            format!("{path}.{unknown}")
+                .trim_start_matches('.')
+                .to_owned(),
+        ));
+    }
+    let mut ordered: Vec<&Field> = fields.iter().collect();
+    ordered.sort_by_key(|f| f.tag);
+    let mut out = Vec::new();
+    for field in ordered {
+        let Some(v) = object.get(field.json) else {
+            continue;
+        };
+        let at = if path.is_empty() {
+            field.json.to_owned()
+        } else {
+            format!("{path}.{}", field.json)
+        };
+        match (field.repeated, v) {
+            (_, Value::Null) => {}
+            (true, Value::Array(items)) => {
+                for item in items {
+                    one_value(field, item, &at, &mut out)?;
+                }
+            }
+            (true, _) => return Err(Unmapped(at)),
+            (false, v) => one_value(field, v, &at, &mut out)?,
+        }
+    }
+    Ok(out)
+}
+
+fn length_delimited(tag: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+fn varint(tag: u32, n: u64, out: &mut Vec<u8>) {
+    encode_key(tag, WireType::Varint, out);
+    encode_varint(n, out);
+}
+
+fn base64_bytes(v: &Value, at: &str) -> Result<Vec<u8>, Unmapped> {
+    v.as_str()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .ok_or_else(|| Unmapped(at.to_owned()))
+}
+
+/// Seconds and nanoseconds of an RFC 3339 time.
+fn time(text: &str) -> Option<(i64, i32)> {
+    let seconds = plinth_core::meta::parse_time(text)?;
+    let nanos = match text.get(19..).and_then(|r| r.strip_prefix('.')) {
+        Some(fraction) => {
+            let digits: String = fraction
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .take(9)
+                .collect();
+            format!("{digits:0<9}").parse().ok()?
+        }
+        None => 0,
+    };
+    Some((seconds, nanos))
+}
+
+fn one_value(field: &Field, v: &Value, at: &str, out: &mut Vec<u8>) -> Result<(), Unmapped> {
+    let bad = || Unmapped(at.to_owned());
+    let tag = field.tag;
+    match field.shape {
+        Shape::Str => length_delimited(tag, v.as_str().ok_or_else(bad)?.as_bytes(), out),
+        // Negative values are ten-byte varints (two's complement), as protobuf writes them.
+        Shape::I64 => varint(tag, v.as_i64().ok_or_else(bad)? as u64, out),
+        Shape::I32 => {
+            let n = i32::try_from(v.as_i64().ok_or_else(bad)?).map_err(|_| bad())?;
+            varint(tag, i64::from(n) as u64, out);
+        }
+        Shape::Bool => varint(tag, u64::from(v.as_bool().ok_or_else(bad)?), out),
+        Shape::Message(fields) => length_delimited(tag, &message(fields, v, at)?, out),
+        Shape::StringMap | Shape::BytesMap => {
+            let map: &Map<String, Value> = v.as_object().ok_or_else(bad)?;
+            for (key, value) in map {
+                let mut entry = Vec::new();
+                length_delimited(1, key.as_bytes(), &mut entry);
+                match field.shape {
+                    Shape::BytesMap => length_delimited(2, &base64_bytes(value, at)?, &mut entry),
+                    _ => {
+                        length_delimited(2, value.as_str().ok_or_else(bad)?.as_bytes(), &mut entry)
+                    }
+                }
+                length_delimited(tag, &entry, out);
+            }
+        }
+        Shape::Time => {
+            let (seconds, nanos) = time(v.as_str().ok_or_else(bad)?).ok_or_else(bad)?;
+            let mut t = Vec::new();
+            varint(1, seconds as u64, &mut t);
+            if nanos != 0 {
+                varint(2, i64::from(nanos) as u64, &mut t);
+            }
+            length_delimited(tag, &t, out);
+        }
+        Shape::RawJson => {
+            let raw = serde_json::to_vec(v).map_err(|_| bad())?;
+            let mut m = Vec::new();
+            length_delimited(1, &raw, &mut m);
+            length_delimited(tag, &m, out);
+        }
+    }
+    Ok(())
+}
+
+/// `k8s\0` and a `runtime.Unknown` holding `raw`, of `apiVersion`/`kind`.
+pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    let mut type_meta = Vec::new();
+    length_delimited(1, api_version.as_bytes(), &mut type_meta);
+    length_delimited(2, kind.as_bytes(), &mut type_meta);
+    let mut out = b"k8s\0".to_vec();
+    length_delimited(1, &type_meta, &mut out);
+    length_delimited(2, raw, &mut out);
+    out
+}
+
+/// `metav1.ListMeta` of a list.
+pub(crate) const LIST_META: &[Field] = &[
+    one("selfLink", 1, Shape::Str),
+    one("resourceVersion", 2, Shape::Str),
+    one("continue", 3, Shape::Str),
+    one("remainingItemCount", 4, Shape::I64),
+];
+
+/// A list's message: its `ListMeta` (1) and items (2), each item already encoded.
+pub(crate) fn list<T: AsRef<[u8]>>(metadata: &Value, items: &[T]) -> Result<Vec<u8>, Unmapped> {
+    let size: usize = items.iter().map(|i| i.as_ref().len() + 6).sum();
+    let mut out = Vec::with_capacity(size + 64);
+    length_delimited(1, &message(LIST_META, metadata, "metadata")?, &mut out);
+    for item in items {
+        length_delimited(2, item.as_ref(), &mut out);
+    }
+    Ok(out)
+}
+
+/// A `metav1.WatchEvent` frame: a four-byte big-endian length, then the event in its
+/// envelope; the object (`RawExtension`) holds the object's own enveloped encoding.
+pub(crate) fn watch_frame(api_version: &str, event_type: &str, object: &[u8]) -> Vec<u8> {
+    let mut event = Vec::new();
+    length_delimited(1, event_type.as_bytes(), &mut event);
+    let mut raw = Vec::new();
+    length_delimited(1, object, &mut raw);
+    length_delimited(2, &raw, &mut event);
+    let framed = envelope(api_version, "WatchEvent", &event);
+    let mut out = u32::try_from(framed.len())
+        .unwrap_or(u32::MAX)
+        .to_be_bytes()
+        .to_vec();
+    out.extend_from_slice(&framed);
+    out
+}

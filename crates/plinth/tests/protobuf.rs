@@ -1,0 +1,648 @@
+//! Protobuf answers (`application/vnd.kubernetes.protobuf`) of every built-in type — objects,
+//! lists and watch frames — decoded with `k8s-pb` (the Kubernetes protobuf bindings, generated
+//! from upstream's `.proto` files, independent of the server's tables) and compared, field by
+//! field, with the JSON answers; and client-go (kubectl) negotiating protobuf for its typed
+//! clients.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use base64::Engine;
+use common::http::Http;
+use common::{Backend, Plinth};
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use prost::Message;
+use serde_json::{Map, Value, json};
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Sets `key` when `value` is there (and not an empty map or list), as Go's `omitempty`.
+fn put(map: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+    match value {
+        Some(Value::Object(m)) if m.is_empty() => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(v) => {
+            map.insert(key.to_owned(), v);
+        }
+        None => {}
+    }
+}
+
+fn s(v: &Option<String>) -> Option<Value> {
+    v.as_ref().map(|v| json!(v))
+}
+
+fn strings(m: &std::collections::BTreeMap<String, String>) -> Option<Value> {
+    Some(json!(m))
+}
+
+fn bytes(m: &std::collections::BTreeMap<String, Vec<u8>>) -> Option<Value> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Some(Value::Object(
+        m.iter()
+            .map(|(k, v)| (k.clone(), json!(b64.encode(v))))
+            .collect(),
+    ))
+}
+
+fn time(t: &Option<meta::Time>) -> Option<Value> {
+    t.as_ref()
+        .map(|t| json!(plinth_core::meta::format_time(t.seconds.unwrap_or(0))))
+}
+
+fn micro(t: &Option<meta::MicroTime>) -> Option<Value> {
+    t.as_ref().map(|t| {
+        let micros = t.seconds.unwrap_or(0) * 1_000_000 + i64::from(t.nanos.unwrap_or(0)) / 1000;
+        json!(plinth_core::meta::format_micro_time(micros))
+    })
+}
+
+fn object(fields: Vec<(&str, Option<Value>)>) -> Value {
+    let mut map = Map::new();
+    for (k, v) in fields {
+        put(&mut map, k, v);
+    }
+    Value::Object(map)
+}
+
+fn object_meta(m: &Option<meta::ObjectMeta>) -> Option<Value> {
+    let m = m.as_ref()?;
+    let owners = m
+        .owner_references
+        .iter()
+        .map(|o| {
+            object(vec![
+                ("apiVersion", s(&o.api_version)),
+                ("kind", s(&o.kind)),
+                ("name", s(&o.name)),
+                ("uid", s(&o.uid)),
+                ("controller", o.controller.map(Value::from)),
+                (
+                    "blockOwnerDeletion",
+                    o.block_owner_deletion.map(Value::from),
+                ),
+            ])
+        })
+        .collect();
+    let managed = m
+        .managed_fields
+        .iter()
+        .map(|f| {
+            object(vec![
+                ("manager", s(&f.manager)),
+                ("operation", s(&f.operation)),
+                ("apiVersion", s(&f.api_version)),
+                ("time", time(&f.time)),
+                ("fieldsType", s(&f.fields_type)),
+                (
+                    "fieldsV1",
+                    f.fields_v1
+                        .as_ref()
+                        .and_then(|r| serde_json::from_slice(r.raw.as_deref()?).ok()),
+                ),
+                ("subresource", s(&f.subresource)),
+            ])
+        })
+        .collect();
+    Some(object(vec![
+        ("name", s(&m.name)),
+        ("generateName", s(&m.generate_name)),
+        ("namespace", s(&m.namespace)),
+        ("uid", s(&m.uid)),
+        ("resourceVersion", s(&m.resource_version)),
+        ("generation", m.generation.map(Value::from)),
+        ("creationTimestamp", time(&m.creation_timestamp)),
+        ("deletionTimestamp", time(&m.deletion_timestamp)),
+        (
+            "deletionGracePeriodSeconds",
+            m.deletion_grace_period_seconds.map(Value::from),
+        ),
+        ("labels", strings(&m.labels)),
+        ("annotations", strings(&m.annotations)),
+        ("ownerReferences", Some(Value::Array(owners))),
+        ("finalizers", Some(json!(m.finalizers))),
+        ("managedFields", Some(Value::Array(managed))),
+    ]))
+}
+
+fn object_reference(r: &Option<k8s_pb::api::core::v1::ObjectReference>) -> Option<Value> {
+    let r = r.as_ref()?;
+    Some(object(vec![
+        ("kind", s(&r.kind)),
+        ("namespace", s(&r.namespace)),
+        ("name", s(&r.name)),
+        ("uid", s(&r.uid)),
+        ("apiVersion", s(&r.api_version)),
+        ("resourceVersion", s(&r.resource_version)),
+        ("fieldPath", s(&r.field_path)),
+    ]))
+}
+
+fn series_json(count: Option<i32>, last: &Option<meta::MicroTime>) -> Value {
+    object(vec![
+        ("count", count.map(Value::from)),
+        ("lastObservedTime", micro(last)),
+    ])
+}
+
+/// A `k8s-pb` message of `kind`, decoded from `raw`, as the JSON kube writes for it.
+fn to_json(api_version: &str, kind: &str, raw: &[u8]) -> Value {
+    use k8s_pb::api::{coordination, core, events};
+    match (api_version, kind) {
+        ("v1", "ConfigMap") => {
+            let c = core::v1::ConfigMap::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&c.metadata)),
+                ("data", strings(&c.data)),
+                ("binaryData", bytes(&c.binary_data)),
+                ("immutable", c.immutable.map(Value::from)),
+            ])
+        }
+        ("v1", "Secret") => {
+            let c = core::v1::Secret::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&c.metadata)),
+                ("data", bytes(&c.data)),
+                ("type", s(&c.r#type)),
+                ("stringData", strings(&c.string_data)),
+                ("immutable", c.immutable.map(Value::from)),
+            ])
+        }
+        ("v1", "Namespace") => {
+            let n = core::v1::Namespace::decode(raw).unwrap();
+            let conditions = n.status.as_ref().map(|st| {
+                Value::Array(
+                    st.conditions
+                        .iter()
+                        .map(|c| {
+                            object(vec![
+                                ("type", s(&c.r#type)),
+                                ("status", s(&c.status)),
+                                ("lastTransitionTime", time(&c.last_transition_time)),
+                                ("reason", s(&c.reason)),
+                                ("message", s(&c.message)),
+                            ])
+                        })
+                        .collect(),
+                )
+            });
+            object(vec![
+                ("metadata", object_meta(&n.metadata)),
+                (
+                    "spec",
+                    n.spec
+                        .as_ref()
+                        .map(|sp| object(vec![("finalizers", Some(json!(sp.finalizers)))])),
+                ),
+                (
+                    "status",
+                    n.status.as_ref().map(|st| {
+                        object(vec![("phase", s(&st.phase)), ("conditions", conditions)])
+                    }),
+                ),
+            ])
+        }
+        ("v1", "ServiceAccount") => {
+            let a = core::v1::ServiceAccount::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&a.metadata)),
+                (
+                    "secrets",
+                    Some(Value::Array(
+                        a.secrets
+                            .iter()
+                            .filter_map(|r| object_reference(&Some(r.clone())))
+                            .collect(),
+                    )),
+                ),
+                (
+                    "imagePullSecrets",
+                    Some(Value::Array(
+                        a.image_pull_secrets
+                            .iter()
+                            .map(|r| object(vec![("name", s(&r.name))]))
+                            .collect(),
+                    )),
+                ),
+                (
+                    "automountServiceAccountToken",
+                    a.automount_service_account_token.map(Value::from),
+                ),
+            ])
+        }
+        ("v1", "Event") => {
+            let e = core::v1::Event::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&e.metadata)),
+                ("involvedObject", object_reference(&e.involved_object)),
+                ("reason", s(&e.reason)),
+                ("message", s(&e.message)),
+                (
+                    "source",
+                    e.source.as_ref().map(|src| {
+                        object(vec![
+                            ("component", s(&src.component)),
+                            ("host", s(&src.host)),
+                        ])
+                    }),
+                ),
+                ("firstTimestamp", time(&e.first_timestamp)),
+                ("lastTimestamp", time(&e.last_timestamp)),
+                ("count", e.count.map(Value::from)),
+                ("type", s(&e.r#type)),
+                ("eventTime", micro(&e.event_time)),
+                (
+                    "series",
+                    e.series
+                        .as_ref()
+                        .map(|x| series_json(x.count, &x.last_observed_time)),
+                ),
+                ("action", s(&e.action)),
+                ("related", object_reference(&e.related)),
+                ("reportingComponent", s(&e.reporting_component)),
+                ("reportingInstance", s(&e.reporting_instance)),
+            ])
+        }
+        ("events.k8s.io/v1", "Event") => {
+            let e = events::v1::Event::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&e.metadata)),
+                ("eventTime", micro(&e.event_time)),
+                (
+                    "series",
+                    e.series
+                        .as_ref()
+                        .map(|x| series_json(x.count, &x.last_observed_time)),
+                ),
+                ("reportingController", s(&e.reporting_controller)),
+                ("reportingInstance", s(&e.reporting_instance)),
+                ("action", s(&e.action)),
+                ("reason", s(&e.reason)),
+                ("regarding", object_reference(&e.regarding)),
+                ("related", object_reference(&e.related)),
+                ("note", s(&e.note)),
+                ("type", s(&e.r#type)),
+                (
+                    "deprecatedFirstTimestamp",
+                    time(&e.deprecated_first_timestamp),
+                ),
+                (
+                    "deprecatedLastTimestamp",
+                    time(&e.deprecated_last_timestamp),
+                ),
+                ("deprecatedCount", e.deprecated_count.map(Value::from)),
+                (
+                    "deprecatedSource",
+                    e.deprecated_source.as_ref().map(|src| {
+                        object(vec![
+                            ("component", s(&src.component)),
+                            ("host", s(&src.host)),
+                        ])
+                    }),
+                ),
+            ])
+        }
+        ("coordination.k8s.io/v1", "Lease") => {
+            let l = coordination::v1::Lease::decode(raw).unwrap();
+            object(vec![
+                ("metadata", object_meta(&l.metadata)),
+                (
+                    "spec",
+                    l.spec.as_ref().map(|sp| {
+                        object(vec![
+                            ("holderIdentity", s(&sp.holder_identity)),
+                            (
+                                "leaseDurationSeconds",
+                                sp.lease_duration_seconds.map(Value::from),
+                            ),
+                            ("acquireTime", micro(&sp.acquire_time)),
+                            ("renewTime", micro(&sp.renew_time)),
+                            ("leaseTransitions", sp.lease_transitions.map(Value::from)),
+                            ("strategy", s(&sp.strategy)),
+                            ("preferredHolder", s(&sp.preferred_holder)),
+                        ])
+                    }),
+                ),
+            ])
+        }
+        other => panic!("no decoder for {other:?}"),
+    }
+}
+
+/// Splits `k8s\0` + `runtime.Unknown`: apiVersion, kind, raw.
+fn unwrap(body: &[u8]) -> (String, String, Vec<u8>) {
+    let rest = body.strip_prefix(b"k8s\0").expect("the k8s\\0 magic");
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).unwrap();
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    (
+        type_meta.api_version.unwrap_or_default(),
+        type_meta.kind.unwrap_or_default(),
+        unknown.raw.unwrap_or_default(),
+    )
+}
+
+/// The JSON object without `apiVersion` and `kind` (the envelope carries them).
+fn body_of(mut object: Value) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    object
+}
+
+/// Decodes a protobuf list and compares it, item by item, with the JSON list.
+fn check_list(http: &Http, path: &str, api_version: &str, kind: &str) {
+    let listed = http.get(path).json();
+    let reply = http.get_as(path, PROTOBUF);
+    assert_eq!(reply.code, 200, "{path}: {}", reply.body);
+    let (list_version, list_kind, raw) = unwrap(&reply.bytes);
+    assert_eq!(
+        (list_version.as_str(), list_kind.as_str()),
+        (api_version, &*format!("{kind}List"))
+    );
+    // A list message: ListMeta (1), then the items (2), decoded as the item kind.
+    let (list_meta, items) = list_fields(&raw);
+    let list_meta = meta::ListMeta::decode(list_meta.as_slice()).unwrap();
+    assert_eq!(
+        list_meta.resource_version.as_deref(),
+        listed["metadata"]["resourceVersion"].as_str(),
+        "{path}"
+    );
+    let decoded: Vec<Value> = items
+        .iter()
+        .map(|i| to_json(api_version, kind, i))
+        .collect();
+    let expected: Vec<Value> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .map(body_of)
+        .collect();
+    assert!(!expected.is_empty(), "{path}");
+    assert_eq!(decoded, expected, "{path}");
+}
+
+/// The raw bytes of field 1 (the list's metadata) and field 2 (each item) of a list message.
+fn list_fields(raw: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut metadata = Vec::new();
+    let mut items = Vec::new();
+    let mut buf = raw;
+    while !buf.is_empty() {
+        let (tag, wire) = prost::encoding::decode_key(&mut buf).unwrap();
+        assert_eq!(wire, prost::encoding::WireType::LengthDelimited);
+        let len = usize::try_from(prost::encoding::decode_varint(&mut buf).unwrap()).unwrap();
+        match tag {
+            1 => metadata = buf[..len].to_vec(),
+            2 => items.push(buf[..len].to_vec()),
+            other => panic!("a list has no field {other}"),
+        }
+        buf = &buf[len..];
+    }
+    (metadata, items)
+}
+
+/// Decodes the protobuf watch frames of `path` (initial events from resourceVersion 0).
+fn check_watch(http: &Http, path: &str, api_version: &str, kind: &str) {
+    let listed = http.get(path).json();
+    let reply = http.get_as(
+        &format!("{path}?watch=1&resourceVersion=0&timeoutSeconds=1"),
+        PROTOBUF,
+    );
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    assert!(
+        reply
+            .headers
+            .to_ascii_lowercase()
+            .contains("content-type: application/vnd.kubernetes.protobuf;stream=watch"),
+        "{}",
+        reply.headers
+    );
+    let mut frames = reply.bytes.as_slice();
+    let mut objects = Vec::new();
+    while !frames.is_empty() {
+        let len = u32::from_be_bytes(frames[..4].try_into().unwrap()) as usize;
+        let (_, event_kind, raw) = unwrap(&frames[4..4 + len]);
+        assert_eq!(event_kind, "WatchEvent");
+        let event = meta::WatchEvent::decode(raw.as_slice()).unwrap();
+        assert_eq!(event.r#type.as_deref(), Some("ADDED"));
+        let embedded = event.object.unwrap().raw.unwrap();
+        let (object_version, object_kind, object_raw) = unwrap(&embedded);
+        assert_eq!(
+            (object_version.as_str(), object_kind.as_str()),
+            (api_version, kind)
+        );
+        objects.push(to_json(api_version, kind, &object_raw));
+        frames = &frames[4 + len..];
+    }
+    let expected: Vec<Value> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .map(body_of)
+        .collect();
+    assert_eq!(objects, expected, "{path}");
+}
+
+#[test]
+fn every_built_in_type_in_protobuf_matches_its_json() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let ns = "/api/v1/namespaces/default";
+    let owner = http
+        .post(
+            &format!("{ns}/configmaps"),
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"owner"}}"#,
+        )
+        .json();
+    let objects = [
+        (
+            format!("{ns}/configmaps"),
+            "v1",
+            "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "full", "labels": {"app": "pb", "empty": ""},
+                    "annotations": {"note": "é \"quoted\""}, "finalizers": ["example.com/keep"],
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                        "uid": owner["metadata"]["uid"], "controller": true, "blockOwnerDeletion": false}]},
+                "data": {"a": "1", "empty": ""}, "binaryData": {"bin": "AAEC/w=="}, "immutable": false}),
+        ),
+        (
+            format!("{ns}/secrets"),
+            "v1",
+            "Secret",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"},
+                "type": "Opaque", "data": {"k": "c2VjcmV0"}, "immutable": true}),
+        ),
+        (
+            "/api/v1/namespaces".to_owned(),
+            "v1",
+            "Namespace",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pb-ns"}}),
+        ),
+        (
+            format!("{ns}/serviceaccounts"),
+            "v1",
+            "ServiceAccount",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"},
+                "secrets": [{"name": "s1"}], "imagePullSecrets": [{"name": "pull"}],
+                "automountServiceAccountToken": false}),
+        ),
+        (
+            format!("{ns}/events"),
+            "v1",
+            "Event",
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
+                "involvedObject": {"kind": "ConfigMap", "name": "full", "namespace": "default",
+                    "apiVersion": "v1", "fieldPath": "data"},
+                "reason": "Checked", "message": "all good", "type": "Normal", "count": 3,
+                "source": {"component": "tester", "host": "here"},
+                "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-02T00:00:00Z"}),
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+            "events.k8s.io/v1",
+            "Event",
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e2"},
+                "regarding": {"kind": "ConfigMap", "name": "full", "namespace": "default"},
+                "reason": "Reconciled", "note": "from a controller", "type": "Normal",
+                "action": "Sync", "reportingController": "example.com/ctl",
+                "reportingInstance": "ctl-1", "eventTime": "2026-01-01T00:00:00.123456Z",
+                "series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000001Z"}}),
+        ),
+        (
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases".to_owned(),
+            "coordination.k8s.io/v1",
+            "Lease",
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l1"},
+                "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15,
+                    "acquireTime": "2026-01-01T00:00:00.000000Z", "renewTime": "2026-01-01T00:00:10.500000Z",
+                    "leaseTransitions": 2}}),
+        ),
+    ];
+    for (collection, api_version, kind, body) in &objects {
+        let created = http.post(collection, body.to_string().as_bytes());
+        assert_eq!(created.code, 201, "{}", created.body);
+        let name = body["metadata"]["name"].as_str().unwrap();
+        let path = format!("{collection}/{name}");
+        let json = http.get(&path).json();
+        let reply = http.get_as(&path, PROTOBUF);
+        assert_eq!(reply.code, 200, "{path}: {}", reply.body);
+        assert!(
+            reply
+                .headers
+                .to_ascii_lowercase()
+                .contains("content-type: application/vnd.kubernetes.protobuf"),
+            "{path}: {}",
+            reply.headers
+        );
+        let (got_version, got_kind, raw) = unwrap(&reply.bytes);
+        assert_eq!(
+            (got_version.as_str(), got_kind.as_str()),
+            (*api_version, *kind)
+        );
+        assert_eq!(to_json(api_version, kind, &raw), body_of(json), "{path}");
+        check_list(&http, collection, api_version, kind);
+        check_watch(&http, collection, api_version, kind);
+    }
+
+    // Custom resources have no protobuf form: JSON when the client takes it, else 406.
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let either = http.get_as(crds, &format!("{PROTOBUF}, application/json"));
+    assert_eq!(either.code, 200);
+    assert!(
+        either
+            .headers
+            .to_ascii_lowercase()
+            .contains("content-type: application/json")
+    );
+    let only = http.get_as(crds, PROTOBUF);
+    assert_eq!(only.code, 406, "{}", only.body);
+    assert_eq!(only.json()["reason"], "NotAcceptable");
+}
+
+/// Whether a `kubectl -v=8` log shows a response in protobuf (a `Content-Type` among the
+/// `Response Headers:`, not the request's).
+fn answered_in_protobuf(log: &str) -> bool {
+    let mut in_response = false;
+    for line in log.lines() {
+        if line.contains("Response Headers:") {
+            in_response = true;
+        } else if in_response && line.contains("Content-Type:") {
+            if line.trim_end().ends_with(PROTOBUF) {
+                return true;
+            }
+            in_response = false;
+        } else if !line.contains("round_trippers") {
+            in_response = false;
+        }
+    }
+    false
+}
+
+/// kubectl's typed clients (client-go) ask for protobuf first: creates answered in protobuf
+/// print what a JSON read of the object shows; `kubectl events` lists Events through protobuf.
+#[test]
+fn kubectl_typed_clients_negotiate_protobuf() {
+    let plinth = Plinth::start(Backend::Embedded);
+    for (create, get) in [
+        (
+            vec![
+                "create",
+                "configmap",
+                "typed",
+                "--from-literal=greeting=hello",
+            ],
+            vec!["get", "configmap", "typed"],
+        ),
+        (
+            vec!["create", "secret", "generic", "typed", "--from-literal=k=v"],
+            vec!["get", "secret", "typed"],
+        ),
+        (
+            vec!["create", "namespace", "typed"],
+            vec!["get", "namespace", "typed"],
+        ),
+        (
+            vec!["create", "serviceaccount", "typed"],
+            vec!["get", "serviceaccount", "typed"],
+        ),
+    ] {
+        let mut args = create.clone();
+        args.extend(["-o", "json", "-v=8"]);
+        let out = plinth.kubectl_output(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            answered_in_protobuf(&log),
+            "{create:?} did not answer in protobuf:\n{log}"
+        );
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut get = get.clone();
+        get.extend(["-o", "json"]);
+        assert_eq!(printed, plinth.json(&get), "{create:?}");
+    }
+    let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "seen"},
+        "involvedObject": {"kind": "ConfigMap", "name": "typed", "namespace": "default"},
+        "reason": "Noticed", "message": "a protobuf list", "type": "Warning",
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1});
+    plinth.kubectl_with(&["apply", "-f", "-"], &event.to_string());
+    let out = plinth.kubectl_output(&["events", "-v=8"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        printed.contains("Noticed") && printed.contains("a protobuf list"),
+        "{printed}"
+    );
+    assert!(
+        answered_in_protobuf(&log),
+        "kubectl events did not read protobuf:\n{log}"
+    );
+}
