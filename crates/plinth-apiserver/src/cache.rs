@@ -80,6 +80,9 @@ struct StoredObject {
     wire: bytes::Bytes,
     revision: Revision,
     labels: Option<Labels>,
+    /// The values of the cache's selectable fields (`Cacher::fields`), in its order.
+    fields: Box<[Box<str>]>,
+    field_names: Arc<[String]>,
     type_meta: Arc<TypeMeta>,
     protobuf: std::sync::OnceLock<Option<bytes::Bytes>>,
 }
@@ -113,6 +116,14 @@ impl Stored {
     pub fn labels(&self) -> &BTreeMap<String, String> {
         static NONE: BTreeMap<String, String> = BTreeMap::new();
         self.0.labels.as_deref().unwrap_or(&NONE)
+    }
+
+    /// The value of selectable field `field` (`metadata.name`, `spec.nodeName`…) as field
+    /// selectors compare it, extracted when the change arrived; `None` if this cache does not
+    /// extract that field.
+    pub fn field(&self, field: &str) -> Option<&str> {
+        let at = self.0.field_names.iter().position(|f| f == field)?;
+        self.0.fields.get(at).map(|v| &**v)
     }
 
     /// The `apiVersion` and `kind` it was stored with.
@@ -186,6 +197,9 @@ impl State {
 pub struct Cacher {
     prefix: String,
     types: TypeMetas,
+    /// The selectable fields extracted from every object (those of the resource that first
+    /// asked for this cache).
+    fields: Arc<[String]>,
     state: RwLock<State>,
     revision: watch::Sender<Revision>,
 }
@@ -198,16 +212,38 @@ impl std::fmt::Debug for Cacher {
     }
 }
 
-/// Decodes stored bytes, sets the resourceVersion, and encodes the result once.
-fn encode(value: &[u8], revision: Revision, types: &TypeMetas) -> Option<(Arc<Value>, Stored)> {
+/// A field's value as a field selector compares it (kube's field sets: a missing field is
+/// the empty string, a non-string is its JSON).
+pub fn selector_value(object: &Value, field: &str) -> String {
+    match plinth_core::meta::at_path(object, field) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Decodes stored bytes, sets the resourceVersion, and encodes the result once, extracting
+/// its labels and the cache's selectable `fields`.
+fn encode(
+    value: &[u8],
+    revision: Revision,
+    types: &TypeMetas,
+    fields: &Arc<[String]>,
+) -> Option<(Arc<Value>, Stored)> {
     let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
     let labels = plinth_core::meta::labels(&object);
+    let field_values = fields
+        .iter()
+        .map(|f| selector_value(&object, f).into_boxed_str())
+        .collect();
     let stored = Stored(Arc::new(StoredObject {
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).
         wire: serde_json::to_vec(&object).ok()?.into_boxed_slice().into(),
         revision,
         labels: (!labels.is_empty()).then(|| Arc::new(labels)),
+        fields: field_values,
+        field_names: fields.clone(),
         type_meta: types.intern(&object),
         protobuf: std::sync::OnceLock::new(),
     }));
@@ -253,6 +289,12 @@ impl Cacher {
 
     fn state_mut(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this cache extracts `field` from its objects (field selectors on it need no
+    /// decoding).
+    pub fn extracts(&self, field: &str) -> bool {
+        self.fields.iter().any(|f| f == field)
     }
 
     /// Waits until the cache has seen revision `wanted`.
@@ -444,14 +486,14 @@ impl Cacher {
         let prev = event
             .prev
             .as_ref()
-            .and_then(|kv| encode(&kv.value, kv.mod_revision, &self.types));
+            .and_then(|kv| encode(&kv.value, kv.mod_revision, &self.types, &self.fields));
         // A deleted object goes out at the deletion's revision, as kube sends it.
         let current = match event.kind {
-            EventKind::Put => encode(&event.kv.value, revision, &self.types),
+            EventKind::Put => encode(&event.kv.value, revision, &self.types, &self.fields),
             EventKind::Delete | EventKind::Progress => event
                 .prev
                 .as_ref()
-                .and_then(|kv| encode(&kv.value, revision, &self.types)),
+                .and_then(|kv| encode(&kv.value, revision, &self.types, &self.fields)),
         };
         let Some((object, stored)) = current else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
@@ -515,7 +557,8 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Dura
                 .kvs
                 .into_iter()
                 .filter_map(|kv| {
-                    let (_, stored) = encode(&kv.value, kv.mod_revision, &encoder.types)?;
+                    let (_, stored) =
+                        encode(&kv.value, kv.mod_revision, &encoder.types, &encoder.fields)?;
                     Some((kv.key, stored))
                 })
                 .collect()
@@ -715,9 +758,10 @@ impl Caches {
         out
     }
 
-    /// The cache of the resource stored under `prefix`, started if needed; it is ready once it
+    /// The cache of the resource stored under `prefix`, started if needed, extracting
+    /// `fields` (the selectable fields, when it starts) from every object; it is ready once it
     /// has listed (wait with [`Cacher::wait_for`]).
-    pub fn get(&self, prefix: &str) -> Arc<Cacher> {
+    pub fn get(&self, prefix: &str, fields: &[String]) -> Arc<Cacher> {
         let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(cacher) = caches.get(prefix) {
             return cacher.clone();
@@ -725,6 +769,7 @@ impl Caches {
         let cacher = Arc::new(Cacher {
             prefix: prefix.to_owned(),
             types: TypeMetas::default(),
+            fields: fields.into(),
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),

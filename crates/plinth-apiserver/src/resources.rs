@@ -246,14 +246,18 @@ impl ResourceDef {
 
     /// The value of a selectable field of `object`, or `None` if it is not selectable.
     pub fn field_value(&self, object: &Value, field: &str) -> Option<String> {
-        if !self.is_selectable(field) {
-            return None;
-        }
-        Some(match at_path(object, field) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        })
+        self.is_selectable(field)
+            .then(|| crate::cache::selector_value(object, field))
+    }
+
+    /// Every field a field selector may name: `metadata.name`, `metadata.namespace` and the
+    /// type's selectable fields.
+    pub fn selector_fields(&self) -> Vec<String> {
+        ["metadata.name", "metadata.namespace"]
+            .iter()
+            .map(|f| (*f).to_owned())
+            .chain(self.selectable_fields.iter().cloned())
+            .collect()
     }
 
     /// Whether `field` may be used in a field selector.

@@ -618,16 +618,61 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
         format!("{CM}?labelSelector=tier%21%3Da"),
         core_events.to_owned(),
         "/apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+        // Field selectors read the fields the cache extracted.
+        format!("{CM}?fieldSelector=metadata.name%3Da1"),
+        format!("{CM}?fieldSelector=metadata.name%21%3Da1&labelSelector=tier"),
+        format!("{core_events}?fieldSelector=involvedObject.name%3Da1,reason%3DChecked"),
+        format!("{core_events}?fieldSelector=type%21%3DWarning"),
+        "/api/v1/namespaces?fieldSelector=status.phase%3DActive".to_owned(),
     ] {
         let cached = http.get(&path);
         assert_eq!(cached.code, 200, "{}", cached.body);
         // The concatenated bytes are the canonical encoding of the list they make.
         assert_eq!(cached.body, cached.json().to_string(), "{path}");
         let sep = if path.contains('?') { '&' } else { '?' };
-        let stored = http.get(&format!("{path}{sep}limit=500")).json();
+        // An exact list at the same revision reads storage.
+        let rv = cached.json()["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let stored = http
+            .get(&format!(
+                "{path}{sep}resourceVersion={rv}&resourceVersionMatch=Exact"
+            ))
+            .json();
         assert_eq!(cached.json()["items"], stored["items"], "{path}");
         assert!(!stored["items"].as_array().unwrap().is_empty(), "{path}");
+        // And a paginated one comes from the cache, page by page.
+        let paged = http.get(&format!("{path}{sep}limit=500")).json();
+        assert_eq!(paged["items"], stored["items"], "{path}");
     }
+    let none = http
+        .get(&format!("{core_events}?fieldSelector=reason%3DOther"))
+        .json();
+    assert_eq!(none["items"], json!([]), "{none}");
+    // A field that changes: the event leaves a field-selected watcher's selection.
+    let events_rv = http.get(core_events).json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reply = http.request(
+        "PATCH",
+        &format!("{core_events}/e1"),
+        "application/merge-patch+json",
+        Some(br#"{"reason": "Rechecked"}"#),
+        true,
+    );
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    let watched = http.get(&format!(
+        "{core_events}?watch=1&fieldSelector=reason%3DChecked&resourceVersion={events_rv}&timeoutSeconds=1"
+    ));
+    let event: Value = serde_json::from_str(watched.body.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (event["type"].as_str(), event["object"]["reason"].as_str()),
+        (Some("DELETED"), Some("Rechecked")),
+        "{}",
+        watched.body
+    );
     let modern = http
         .get("/apis/events.k8s.io/v1/namespaces/default/events")
         .json();

@@ -217,7 +217,7 @@ impl Registry {
         }
         let rv = options.resource_version.as_deref().unwrap_or("");
         let exact = options.resource_version_match == Some(ResourceVersionMatch::Exact);
-        let cacher = self.caches.get(&def.key_prefix());
+        let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         let reached = if rv == "0" {
             cacher.wait_for(1).await?;
             true
@@ -252,14 +252,18 @@ impl Registry {
     ) -> Result<Option<EncodedList>, ApiError> {
         let token = options.continue_token.as_deref().filter(|t| !t.is_empty());
         let rv = options.resource_version.as_deref().unwrap_or("");
+        let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         if options.limit == 0
-            || !options.fields.terms.is_empty()
+            || !options
+                .fields
+                .terms
+                .iter()
+                .all(|t| cacher.extracts(&t.field))
             || !def.strategy.serves_stored_form()
             || (token.is_none() && !rv.is_empty())
         {
             return Ok(None);
         }
-        let cacher = self.caches.get(&def.key_prefix());
         let (at, after) = match token {
             Some(token) => {
                 let (revision, start) = decode_continue(token)?;
@@ -336,7 +340,7 @@ impl Registry {
         options: &ListOptions,
     ) -> Option<ListItem> {
         if Self::wire_servable(def, stored, options) {
-            return (options.labels.is_empty() || options.labels.matches(stored.labels()))
+            return Self::cached_selected(stored, options)
                 .then(|| ListItem::Cached(stored.clone()));
         }
         let object = view(def, stored.decode()?);
@@ -346,16 +350,29 @@ impl Registry {
             .map(ListItem::Encoded)
     }
 
+    /// Whether the options' selectors select a cached object, from its extracted labels and
+    /// fields (see [`Registry::wire_servable`]).
+    pub(super) fn cached_selected(stored: &crate::cache::Stored, options: &ListOptions) -> bool {
+        (options.labels.is_empty() || options.labels.matches(stored.labels()))
+            && options
+                .fields
+                .matches(|field| stored.field(field).map(str::to_owned))
+    }
+
     /// Whether `stored` goes out as the cache encoded it: `def` serves the stored form, the
-    /// object was stored as this resource's kind and version, and no field selector needs it
-    /// decoded.
+    /// object was stored as this resource's kind and version, and the cache extracted every
+    /// field the field selector names.
     pub(super) fn wire_servable(
         def: &ResourceDef,
         stored: &crate::cache::Stored,
         options: &ListOptions,
     ) -> bool {
         let meta = stored.type_meta();
-        options.fields.terms.is_empty()
+        options
+            .fields
+            .terms
+            .iter()
+            .all(|t| stored.field(&t.field).is_some())
             && def.strategy.serves_stored_form()
             && meta.kind == def.kind
             && meta.api_version == def.group_version.api_version()

@@ -141,7 +141,7 @@ impl Registry {
         } = options;
         Self::check_field_selector(&def, &options.fields)?;
         let prefix = def.list_prefix(namespace.as_deref());
-        let cacher = self.caches.get(&def.key_prefix());
+        let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         cacher.wait_for(1).await?;
         let options = Arc::new(options);
         let start = self
@@ -330,12 +330,10 @@ fn initial_event(
 ) -> Option<WatchEvent> {
     let object = stored.decode()?;
     if Registry::wire_servable(def, stored, options) {
-        return (options.labels.is_empty() || options.labels.matches(stored.labels())).then(|| {
-            WatchEvent {
-                kind: "ADDED",
-                object: Arc::new(object),
-                cached: Some(stored.clone()),
-            }
+        return Registry::cached_selected(stored, options).then(|| WatchEvent {
+            kind: "ADDED",
+            object: Arc::new(object),
+            cached: Some(stored.clone()),
         });
     }
     let object = view(def, object);
@@ -414,18 +412,18 @@ fn translate_cached(
             event.prev.as_deref(),
         );
     }
-    let matches = |labels: &std::collections::BTreeMap<String, String>| {
-        options.labels.is_empty() || options.labels.matches(labels)
-    };
     let prev_selected = event
         .prev_stored
         .as_ref()
-        .is_some_and(|p| matches(p.labels()));
+        .is_some_and(|p| Registry::cached_selected(p, options));
     let kind = match event.kind {
         EventKind::Progress => return None,
         EventKind::Delete if prev_selected => "DELETED",
         EventKind::Delete => return None,
-        EventKind::Put => match (prev_selected, matches(event.stored.labels())) {
+        EventKind::Put => match (
+            prev_selected,
+            Registry::cached_selected(&event.stored, options),
+        ) {
             (true, true) => "MODIFIED",
             (false, true) => "ADDED",
             (true, false) => "DELETED",
