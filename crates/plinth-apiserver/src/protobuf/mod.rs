@@ -3,7 +3,8 @@
 //! serviceaccount` among them. A body is `k8s\0` followed by a `runtime.Unknown` whose `raw`
 //! holds the object; the messages below declare the fields of upstream's `generated.proto`
 //! (same numbers) for the kinds typed clients write, and are turned into the JSON form the
-//! registry works on. Responses stay JSON, which those clients accept.
+//! registry works on. Responses are written by `encode` from the tables in `types`, for the
+//! built-in types; the rest is answered in JSON, which those clients accept.
 
 mod encode;
 mod types;
