@@ -24,6 +24,18 @@ pub(crate) enum Shape {
     I32,
     /// A boolean.
     Bool,
+    /// A double (fixed 64-bit).
+    Double,
+    /// Bytes, base64 in JSON.
+    Bytes,
+    /// `map<string, V>`: each value written as `shape` says (as field 2 of the entry).
+    Map(&'static Shape),
+    /// `JSONSchemaPropsOrBool`: a JSON boolean (`allows`, 1) or a schema (2, `allows` true).
+    OrBool(&'static [Field]),
+    /// `JSONSchemaPropsOrArray`: a JSON schema (1) or an array of them (2).
+    OrArray(&'static [Field]),
+    /// `JSONSchemaPropsOrStringArray`: a JSON schema (1) or an array of strings (2).
+    OrStringArray(&'static [Field]),
     /// A nested message.
     Message(&'static [Field]),
     /// `map<string, string>`.
@@ -165,6 +177,48 @@ fn one_value(field: &Field, v: &Value, at: &str, out: &mut Vec<u8>) -> Result<()
             varint(tag, i64::from(n) as u64, out);
         }
         Shape::Bool => varint(tag, u64::from(v.as_bool().ok_or_else(bad)?), out),
+        Shape::Double => {
+            encode_key(tag, WireType::SixtyFourBit, out);
+            out.extend_from_slice(&v.as_f64().ok_or_else(bad)?.to_le_bytes());
+        }
+        Shape::Bytes => length_delimited(tag, &base64_bytes(v, at)?, out),
+        Shape::Map(shape) => {
+            for (key, value) in v.as_object().ok_or_else(bad)? {
+                let mut entry = Vec::new();
+                length_delimited(1, key.as_bytes(), &mut entry);
+                let value_field = one("", 2, *shape);
+                one_value(&value_field, value, &format!("{at}[{key}]"), &mut entry)?;
+                length_delimited(tag, &entry, out);
+            }
+        }
+        Shape::OrBool(fields) => {
+            let mut m = Vec::new();
+            match v {
+                Value::Bool(allows) => varint(1, u64::from(*allows), &mut m),
+                schema => {
+                    varint(1, 1, &mut m);
+                    length_delimited(2, &message(fields, schema, at)?, &mut m);
+                }
+            }
+            length_delimited(tag, &m, out);
+        }
+        Shape::OrArray(fields) | Shape::OrStringArray(fields) => {
+            let mut m = Vec::new();
+            match (v, field.shape) {
+                (Value::Array(items), Shape::OrStringArray(_)) => {
+                    for item in items {
+                        length_delimited(2, item.as_str().ok_or_else(bad)?.as_bytes(), &mut m);
+                    }
+                }
+                (Value::Array(items), _) => {
+                    for item in items {
+                        length_delimited(2, &message(fields, item, at)?, &mut m);
+                    }
+                }
+                (schema, _) => length_delimited(1, &message(fields, schema, at)?, &mut m),
+            }
+            length_delimited(tag, &m, out);
+        }
         Shape::Message(fields) => length_delimited(tag, &message(fields, v, at)?, out),
         Shape::StringMap | Shape::BytesMap => {
             let map: &Map<String, Value> = v.as_object().ok_or_else(bad)?;

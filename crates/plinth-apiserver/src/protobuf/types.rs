@@ -1,8 +1,11 @@
 //! The messages of the built-in types, as upstream's `generated.proto` numbers their fields.
-//! Custom resources have none: they are served as JSON, as kube-apiserver serves them. (Nor,
-//! yet, do CustomResourceDefinitions: answered in JSON, which client-go accepts.)
+//! Custom resources have none: they are served as JSON, as kube-apiserver serves them.
 
-use super::encode::Shape::{Bool, BytesMap, I32, I64, Message, RawJson, Str, StringMap, Time};
+use super::encode::Shape;
+use super::encode::Shape::{
+    Bool, Bytes, BytesMap, Double, I32, I64, Map, Message, OrArray, OrBool, OrStringArray, RawJson,
+    Str, StringMap, Time,
+};
 use super::encode::{Field, many, one};
 
 const OWNER_REFERENCE: &[Field] = &[
@@ -182,6 +185,168 @@ const STATUS: &[Field] = &[
     one("code", 6, I32),
 ];
 
+const VALIDATION_RULE: &[Field] = &[
+    one("rule", 1, Str),
+    one("message", 2, Str),
+    one("messageExpression", 3, Str),
+    one("reason", 4, Str),
+    one("fieldPath", 5, Str),
+    one("optionalOldSelf", 6, Bool),
+];
+
+/// `apiextensions.v1.JSONSchemaProps`. It nests itself, so it and everything that holds it
+/// are statics (a constant cannot refer to a static).
+static JSON_SCHEMA_PROPS: [Field; 44] = [
+    one("id", 1, Str),
+    one("$schema", 2, Str),
+    one("$ref", 3, Str),
+    one("description", 4, Str),
+    one("type", 5, Str),
+    one("format", 6, Str),
+    one("title", 7, Str),
+    one("default", 8, RawJson),
+    one("maximum", 9, Double),
+    one("exclusiveMaximum", 10, Bool),
+    one("minimum", 11, Double),
+    one("exclusiveMinimum", 12, Bool),
+    one("maxLength", 13, I64),
+    one("minLength", 14, I64),
+    one("pattern", 15, Str),
+    one("maxItems", 16, I64),
+    one("minItems", 17, I64),
+    one("uniqueItems", 18, Bool),
+    one("multipleOf", 19, Double),
+    many("enum", 20, RawJson),
+    one("maxProperties", 21, I64),
+    one("minProperties", 22, I64),
+    many("required", 23, Str),
+    one("items", 24, OrArray(&JSON_SCHEMA_PROPS)),
+    many("allOf", 25, Message(&JSON_SCHEMA_PROPS)),
+    many("oneOf", 26, Message(&JSON_SCHEMA_PROPS)),
+    many("anyOf", 27, Message(&JSON_SCHEMA_PROPS)),
+    one("not", 28, Message(&JSON_SCHEMA_PROPS)),
+    one("properties", 29, Map(&SCHEMA)),
+    one("additionalProperties", 30, OrBool(&JSON_SCHEMA_PROPS)),
+    one("patternProperties", 31, Map(&SCHEMA)),
+    one("dependencies", 32, Map(&SCHEMA_OR_STRINGS)),
+    one("additionalItems", 33, OrBool(&JSON_SCHEMA_PROPS)),
+    one("definitions", 34, Map(&SCHEMA)),
+    one("externalDocs", 35, Message(EXTERNAL_DOCS)),
+    one("example", 36, RawJson),
+    one("nullable", 37, Bool),
+    one("x-kubernetes-preserve-unknown-fields", 38, Bool),
+    one("x-kubernetes-embedded-resource", 39, Bool),
+    one("x-kubernetes-int-or-string", 40, Bool),
+    many("x-kubernetes-list-map-keys", 41, Str),
+    one("x-kubernetes-list-type", 42, Str),
+    one("x-kubernetes-map-type", 43, Str),
+    many("x-kubernetes-validations", 44, Message(VALIDATION_RULE)),
+];
+
+static SCHEMA: Shape = Message(&JSON_SCHEMA_PROPS);
+static SCHEMA_OR_STRINGS: Shape = OrStringArray(&JSON_SCHEMA_PROPS);
+
+const EXTERNAL_DOCS: &[Field] = &[one("description", 1, Str), one("url", 2, Str)];
+
+const CRD_NAMES: &[Field] = &[
+    one("plural", 1, Str),
+    one("singular", 2, Str),
+    many("shortNames", 3, Str),
+    one("kind", 4, Str),
+    one("listKind", 5, Str),
+    many("categories", 6, Str),
+];
+
+static CRD_VALIDATION: [Field; 1] = [one("openAPIV3Schema", 1, Message(&JSON_SCHEMA_PROPS))];
+
+const CRD_SCALE: &[Field] = &[
+    one("specReplicasPath", 1, Str),
+    one("statusReplicasPath", 2, Str),
+    one("labelSelectorPath", 3, Str),
+];
+
+const CRD_SUBRESOURCES: &[Field] = &[
+    one("status", 1, Message(&[])),
+    one("scale", 2, Message(CRD_SCALE)),
+];
+
+const CRD_COLUMN: &[Field] = &[
+    one("name", 1, Str),
+    one("type", 2, Str),
+    one("format", 3, Str),
+    one("description", 4, Str),
+    one("priority", 5, I32),
+    one("jsonPath", 6, Str),
+];
+
+static CRD_VERSION: [Field; 9] = [
+    one("name", 1, Str),
+    one("served", 2, Bool),
+    one("storage", 3, Bool),
+    one("schema", 4, Message(&CRD_VALIDATION)),
+    one("subresources", 5, Message(CRD_SUBRESOURCES)),
+    many("additionalPrinterColumns", 6, Message(CRD_COLUMN)),
+    one("deprecated", 7, Bool),
+    one("deprecationWarning", 8, Str),
+    many("selectableFields", 9, Message(&[one("jsonPath", 1, Str)])),
+];
+
+const SERVICE_REFERENCE: &[Field] = &[
+    one("namespace", 1, Str),
+    one("name", 2, Str),
+    one("path", 3, Str),
+    one("port", 4, I32),
+];
+
+const WEBHOOK_CLIENT_CONFIG: &[Field] = &[
+    one("service", 1, Message(SERVICE_REFERENCE)),
+    one("caBundle", 2, Bytes),
+    one("url", 3, Str),
+];
+
+const CRD_CONVERSION: &[Field] = &[
+    one("strategy", 1, Str),
+    one(
+        "webhook",
+        2,
+        Message(&[
+            one("clientConfig", 2, Message(WEBHOOK_CLIENT_CONFIG)),
+            many("conversionReviewVersions", 3, Str),
+        ]),
+    ),
+];
+
+static CRD_SPEC: [Field; 6] = [
+    one("group", 1, Str),
+    one("names", 3, Message(CRD_NAMES)),
+    one("scope", 4, Str),
+    many("versions", 7, Message(&CRD_VERSION)),
+    one("conversion", 9, Message(CRD_CONVERSION)),
+    one("preserveUnknownFields", 10, Bool),
+];
+
+const CRD_CONDITION: &[Field] = &[
+    one("type", 1, Str),
+    one("status", 2, Str),
+    one("lastTransitionTime", 3, Time),
+    one("reason", 4, Str),
+    one("message", 5, Str),
+    one("observedGeneration", 6, I64),
+];
+
+const CRD_STATUS: &[Field] = &[
+    many("conditions", 1, Message(CRD_CONDITION)),
+    one("acceptedNames", 2, Message(CRD_NAMES)),
+    many("storedVersions", 3, Str),
+    one("observedGeneration", 4, I64),
+];
+
+static CRD: [Field; 3] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    one("spec", 2, Message(&CRD_SPEC)),
+    one("status", 3, Message(CRD_STATUS)),
+];
+
 /// The message of the built-in type `kind` of `apiVersion`, if it has one.
 pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
@@ -193,6 +358,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("events.k8s.io/v1", "Event") => EVENTS_V1_EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("v1", "Status") => STATUS,
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })
 }
