@@ -199,3 +199,41 @@ async fn client_for(kubeconfig: &Path) -> Result<kube::Client, Error> {
         .map_err(|e| Error::Client(e.to_string()))?;
     kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
 }
+
+/// How long a test waits for a condition before it gives up: a hang guard far above any wait
+/// a test expects, even on a loaded machine — not a measurement (no test asserts a duration;
+/// figures live in the benchmarks).
+pub const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// Polls `check` until it holds. Fails the test, naming `what`, only if it never does (the
+/// [`HANG_GUARD`] ends the wait).
+///
+/// # Panics
+/// When `check` still does not hold after [`HANG_GUARD`].
+pub async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let polled = tokio::time::timeout(HANG_GUARD, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(polled.is_ok(), "{what} never happened (hang guard)");
+}
+
+/// [`eventually`] for a test that blocks (a `kubectl` or `curl` per check).
+///
+/// # Panics
+/// When `check` still does not hold after [`HANG_GUARD`].
+pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < HANG_GUARD,
+            "{what} never happened (hang guard)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -7,7 +7,6 @@ mod common;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::{Backend, Plinth};
 
@@ -43,7 +42,7 @@ fn two_servers_over_one_etcd_are_one_cluster() {
     // A CRD created through A is served by B too (B's CRD controller watches storage).
     let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: things.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: things, kind: Thing}\n  versions:\n  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}\n";
     assert!(a.kubectl_stdin(&["apply", "-f", "-"], crd).status.success());
-    b.eventually("B to serve A's CRD", Duration::from_secs(10), || {
+    b.eventually("B to serve A's CRD", || {
         b.kubectl_output(&["get", "things"]).status.success()
     });
     let thing = "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t1}\nspec: {size: 1}\n";

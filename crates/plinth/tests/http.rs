@@ -55,15 +55,11 @@ fn hostile_bodies_get_client_errors_and_change_nothing() {
     let http = Http::new(&plinth);
     // The server writes the system namespaces' service accounts just after start; let it finish
     // so that the revision below moves only if a bad request wrote something.
-    plinth.eventually(
-        "the default service accounts",
-        std::time::Duration::from_secs(10),
-        || {
-            http.get("/api/v1/serviceaccounts").json()["items"]
-                .as_array()
-                .is_some_and(|i| i.len() == 4)
-        },
-    );
+    plinth.eventually("the default service accounts", || {
+        http.get("/api/v1/serviceaccounts").json()["items"]
+            .as_array()
+            .is_some_and(|i| i.len() == 4)
+    });
     let before = http.get(CM).json()["metadata"]["resourceVersion"].clone();
 
     status(
@@ -896,11 +892,9 @@ fn delete_options_are_validated() {
     let reply = delete(r#"{"propagationPolicy":"Orphan"}"#);
     assert_eq!(reply.code, 200, "{}", reply.body);
     assert_eq!(reply.json()["metadata"]["finalizers"], json!(["orphan"]));
-    plinth.eventually(
-        "the orphaned owner to go",
-        std::time::Duration::from_secs(10),
-        || http.get(&format!("{CM}/kept")).code == 404,
-    );
+    plinth.eventually("the orphaned owner to go", || {
+        http.get(&format!("{CM}/kept")).code == 404
+    });
 }
 
 #[test]

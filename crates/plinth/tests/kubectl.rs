@@ -48,15 +48,11 @@ fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
         );
     }
     assert!(out.starts_with("NAME"), "table output with headers:\n{out}");
-    p.eventually(
-        "the default service account",
-        Duration::from_secs(10),
-        || {
-            p.kubectl_output(&["get", "serviceaccount", "default", "-n", "kube-system"])
-                .status
-                .success()
-        },
-    );
+    p.eventually("the default service account", || {
+        p.kubectl_output(&["get", "serviceaccount", "default", "-n", "kube-system"])
+            .status
+            .success()
+    });
     let resources = p.kubectl(&["api-resources"]);
     for line in [
         "configmaps",
@@ -367,15 +363,11 @@ fn finalizers_hold_deletion(p: &mut Plinth) {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ]);
-    p.eventually(
-        "the finalized configmap to go",
-        Duration::from_secs(10),
-        || {
-            !p.kubectl_output(&["get", "configmap", "held"])
-                .status
-                .success()
-        },
-    );
+    p.eventually("the finalized configmap to go", || {
+        !p.kubectl_output(&["get", "configmap", "held"])
+            .status
+            .success()
+    });
 }
 
 fn namespace_deletion_empties_the_namespace(p: &mut Plinth) {
@@ -427,14 +419,10 @@ fn namespace_deletion_empties_the_namespace(p: &mut Plinth) {
             .cloned()
             .unwrap_or_default()
     };
-    p.eventually(
-        "the namespace to report what remains",
-        Duration::from_secs(10),
-        || {
-            let ns = p.json(&["get", "namespace", "held"]);
-            condition(&ns, "NamespaceContentRemaining")["status"] == "True"
-        },
-    );
+    p.eventually("the namespace to report what remains", || {
+        let ns = p.json(&["get", "namespace", "held"]);
+        condition(&ns, "NamespaceContentRemaining")["status"] == "True"
+    });
     let ns = p.json(&["get", "namespace", "held"]);
     assert_eq!(ns["status"]["phase"], "Terminating");
     let remaining = condition(&ns, "NamespaceContentRemaining");
@@ -473,7 +461,7 @@ fn namespace_deletion_empties_the_namespace(p: &mut Plinth) {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ]);
-    p.eventually("the namespace to go", Duration::from_secs(15), || {
+    p.eventually("the namespace to go", || {
         !p.kubectl_output(&["get", "namespace", "held"])
             .status
             .success()
@@ -573,11 +561,9 @@ fn install_crd(p: &Plinth, crd: &str, name: &str, resource: &str) {
         &format!("crd/{name}"),
         "--timeout=10s",
     ]);
-    p.eventually(
-        "the custom resource endpoint",
-        Duration::from_secs(10),
-        || p.kubectl_output(&["get", resource]).status.success(),
-    );
+    p.eventually("the custom resource endpoint", || {
+        p.kubectl_output(&["get", resource]).status.success()
+    });
 }
 
 const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
@@ -1144,18 +1130,14 @@ fn garbage_collection_in_the_background(p: &mut Plinth) {
             .status
             .success()
     };
-    p.eventually(
-        "the dangling dependents to be collected",
-        Duration::from_secs(10),
-        || gone("orphan") && gone("stale"),
-    );
+    p.eventually("the dangling dependents to be collected", || {
+        gone("orphan") && gone("stale")
+    });
     assert!(!gone("child"), "a dependent whose owner exists stays");
     p.kubectl(&["delete", "configmap", "owner"]);
-    p.eventually(
-        "the dependent of a deleted owner to be collected",
-        Duration::from_secs(10),
-        || gone("child"),
-    );
+    p.eventually("the dependent of a deleted owner to be collected", || {
+        gone("child")
+    });
 
     // A cluster-scoped owner of a namespaced dependent, and a custom resource as owner.
     p.kubectl(&["create", "namespace", "owner-ns"]);
@@ -1191,17 +1173,13 @@ fn garbage_collection_in_the_background(p: &mut Plinth) {
         "dependents of live owners stay"
     );
     p.kubectl(&["delete", "widget", "boss"]);
-    p.eventually(
-        "the custom resource's dependent to be collected",
-        Duration::from_secs(10),
-        || gone("cr-child"),
-    );
+    p.eventually("the custom resource's dependent to be collected", || {
+        gone("cr-child")
+    });
     p.kubectl(&["delete", "namespace", "owner-ns", "--wait=false"]);
-    p.eventually(
-        "the namespace's dependent to be collected",
-        Duration::from_secs(20),
-        || gone("ns-child"),
-    );
+    p.eventually("the namespace's dependent to be collected", || {
+        gone("ns-child")
+    });
 }
 
 /// A ConfigMap in `default` owned by the ConfigMap `owner` (uid `uid`); `extra` is added to the
@@ -1251,15 +1229,11 @@ fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
         json!(["foregroundDeletion"]),
         "{owner}"
     );
-    p.eventually(
-        "the dependents to be deleted while the owner waits",
-        Duration::from_secs(10),
-        || {
-            !exists(p, "configmap", "fg-free")
-                && p.json(&["get", "configmap", "fg-blocker"])["metadata"]["deletionTimestamp"]
-                    .is_string()
-        },
-    );
+    p.eventually("the dependents to be deleted while the owner waits", || {
+        !exists(p, "configmap", "fg-free")
+            && p.json(&["get", "configmap", "fg-blocker"])["metadata"]["deletionTimestamp"]
+                .is_string()
+    });
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         exists(p, "configmap", "fg-owner"),
@@ -1273,11 +1247,9 @@ fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ]);
-    p.eventually(
-        "the owner to go after its blocker",
-        Duration::from_secs(10),
-        || !exists(p, "configmap", "fg-owner") && !exists(p, "configmap", "fg-blocker"),
-    );
+    p.eventually("the owner to go after its blocker", || {
+        !exists(p, "configmap", "fg-owner") && !exists(p, "configmap", "fg-blocker")
+    });
 
     // A chain: grandparent -> parent -> child, all blocking; deleting the top takes them all.
     p.kubectl(&["create", "configmap", "top"]);
@@ -1334,24 +1306,20 @@ fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: invalid-owned\n  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: ns-owner, uid: {uid}}}\n"
         ),
     );
-    p.eventually(
-        "an OwnerRefInvalidNamespace event",
-        Duration::from_secs(10),
-        || {
-            p.kubectl(&[
-                "get",
-                "events",
-                "-n",
-                "default",
-                "--field-selector",
-                "reason=OwnerRefInvalidNamespace",
-                "-o",
-                "name",
-            ])
-            .trim()
-            .starts_with("event/invalid-owned.")
-        },
-    );
+    p.eventually("an OwnerRefInvalidNamespace event", || {
+        p.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "reason=OwnerRefInvalidNamespace",
+            "-o",
+            "name",
+        ])
+        .trim()
+        .starts_with("event/invalid-owned.")
+    });
     assert!(exists(p, "namespace", "invalid-owned"));
 
     // An owner that exists only in another namespace is absent for its dependent: collected,
@@ -1363,11 +1331,9 @@ fn garbage_collection_foreground_and_orphan(p: &mut Plinth) {
         &["apply", "-f", "-"],
         &dependent("cross-ns", "far-owner", &uid, false, ""),
     );
-    p.eventually(
-        "the cross-namespace dependent to go",
-        Duration::from_secs(10),
-        || !exists(p, "configmap", "cross-ns"),
-    );
+    p.eventually("the cross-namespace dependent to go", || {
+        !exists(p, "configmap", "cross-ns")
+    });
     let events = p.kubectl(&[
         "get",
         "events",
@@ -1407,7 +1373,7 @@ fn garbage_collection_across_restarts(p: &mut Plinth) {
         "--cascade=foreground",
         "--wait=false",
     ]);
-    p.eventually("the blocker to be marked", Duration::from_secs(10), || {
+    p.eventually("the blocker to be marked", || {
         p.json(&["get", "configmap", "slow-blocker"])["metadata"]["deletionTimestamp"].is_string()
     });
     p.kill_and_restart();
@@ -1423,11 +1389,9 @@ fn garbage_collection_across_restarts(p: &mut Plinth) {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ]);
-    p.eventually(
-        "the owner to go after the restart",
-        Duration::from_secs(10),
-        || !exists(p, "configmap", "slow-owner"),
-    );
+    p.eventually("the owner to go after the restart", || {
+        !exists(p, "configmap", "slow-owner")
+    });
 
     // An owner deleted while the server was down: its dependent is collected after the start.
     p.kubectl(&["create", "configmap", "lost-owner"]);
@@ -1437,11 +1401,9 @@ fn garbage_collection_across_restarts(p: &mut Plinth) {
         &dependent("left-behind", "lost-owner", &uid, false, ""),
     );
     p.delete_while_down("/configmaps/default/lost-owner");
-    p.eventually(
-        "the dependent of the vanished owner to go",
-        Duration::from_secs(10),
-        || !exists(p, "configmap", "left-behind"),
-    );
+    p.eventually("the dependent of the vanished owner to go", || {
+        !exists(p, "configmap", "left-behind")
+    });
 }
 
 fn manager_fields(object: &serde_json::Value, manager: &str) -> serde_json::Value {
@@ -1936,7 +1898,7 @@ fn crd_schemas_must_be_structural(p: &mut Plinth) {
         "/apiextensions.k8s.io/customresourcedefinitions/loose.example.com",
         &stored,
     );
-    p.eventually("the NonStructuralSchema condition", Duration::from_secs(10), || {
+    p.eventually("the NonStructuralSchema condition", || {
         let crd = p.json(&["get", "crd", "loose.example.com"]);
         crd["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
             c["type"] == "NonStructuralSchema"

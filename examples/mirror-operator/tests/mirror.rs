@@ -4,25 +4,14 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use mirror_operator::{ConfigMirror, ConfigMirrorSpec};
-use plinth_testenv::TestEnv;
+use plinth_testenv::{TestEnv, eventually};
 use serde_json::json;
-
-async fn eventually<F: std::future::Future<Output = bool>>(
-    what: &str,
-    mut check: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn copy_data(client: &kube::Client, namespace: &str) -> Option<BTreeMap<String, String>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);

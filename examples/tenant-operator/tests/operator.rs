@@ -7,26 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use plinth_testenv::TestEnv;
+use plinth_testenv::{TestEnv, eventually};
 use serde_json::json;
 use tenant_operator::{Tenant, TenantSpec};
-
-async fn eventually<F: std::future::Future<Output = bool>>(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn tenant(name: &str, tier: &str) -> Tenant {
     Tenant::new(
@@ -74,14 +62,14 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         .await
         .unwrap();
     let gold = Some(BTreeMap::from([("tier".to_owned(), "gold".to_owned())]));
-    eventually("the tenant's objects", Duration::from_secs(15), || async {
+    eventually("the tenant's objects", || async {
         config(&client, "acme").await == gold
     })
     .await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "tenant-acme");
     let admin = accounts.get("tenant-admin").await.unwrap();
     assert_eq!(admin.metadata.owner_references.unwrap()[0].kind, "Tenant");
-    eventually("the status", Duration::from_secs(15), || async {
+    eventually("the status", || async {
         let status = tenants
             .get("acme")
             .await
@@ -104,11 +92,9 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         .delete("tenant-config", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(
-        "the ConfigMap to come back",
-        Duration::from_secs(15),
-        || async { config(&client, "acme").await == gold },
-    )
+    eventually("the ConfigMap to come back", || async {
+        config(&client, "acme").await == gold
+    })
     .await;
     configs
         .patch(
@@ -118,11 +104,9 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         )
         .await
         .unwrap();
-    eventually(
-        "the ConfigMap to be restored",
-        Duration::from_secs(15),
-        || async { config(&client, "acme").await == gold },
-    )
+    eventually("the ConfigMap to be restored", || async {
+        config(&client, "acme").await == gold
+    })
     .await;
     // A spec change flows to the ConfigMap and to observedGeneration.
     tenants
@@ -133,7 +117,7 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         )
         .await
         .unwrap();
-    eventually("the new config", Duration::from_secs(15), || async {
+    eventually("the new config", || async {
         config(&client, "acme").await
             == Some(BTreeMap::from([("tier".to_owned(), "silver".to_owned())]))
             && tenants
@@ -152,7 +136,7 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         .delete("acme", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the tenant to go", Duration::from_secs(15), || async {
+    eventually("the tenant to go", || async {
         tenants.get_opt("acme").await.unwrap().is_none()
     })
     .await;
@@ -160,16 +144,12 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         serde_json::from_str(&std::fs::read_to_string(archive.join("acme.json")).unwrap()).unwrap();
     assert_eq!(record["spec"]["config"]["tier"], "silver");
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    eventually(
-        "the namespace to be collected",
-        Duration::from_secs(20),
-        || async {
-            match namespaces.get_opt("tenant-acme").await.unwrap() {
-                None => true,
-                Some(ns) => ns.metadata.deletion_timestamp.is_some(),
-            }
-        },
-    )
+    eventually("the namespace to be collected", || async {
+        match namespaces.get_opt("tenant-acme").await.unwrap() {
+            None => true,
+            Some(ns) => ns.metadata.deletion_timestamp.is_some(),
+        }
+    })
     .await;
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
@@ -254,22 +234,13 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     env.install_crd(&tenant_operator::crd()).await.unwrap();
     let archive = tempfile_dir();
     let first = start_operator(&env, &archive);
-    eventually(
-        "the first operator to lead",
-        Duration::from_secs(20),
-        || leading(&first),
-    )
-    .await;
+    eventually("the first operator to lead", || leading(&first)).await;
     let second = start_operator(&env, &archive);
-    eventually(
-        "the second operator to serve metrics",
-        Duration::from_secs(20),
-        || async {
-            scrape(second.metrics)
-                .await
-                .contains("leader_election_master_status")
-        },
-    )
+    eventually("the second operator to serve metrics", || async {
+        scrape(second.metrics)
+            .await
+            .contains("leader_election_master_status")
+    })
     .await;
     assert!(!leading(&second).await, "exactly one leader");
 
@@ -280,11 +251,9 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
         .create(&PostParams::default(), &tenant("one", "gold"))
         .await
         .unwrap();
-    eventually(
-        "the leader to reconcile",
-        Duration::from_secs(20),
-        || async { config(&client, "one").await.is_some() },
-    )
+    eventually("the leader to reconcile", || async {
+        config(&client, "one").await.is_some()
+    })
     .await;
     let reconciled = |text: &str| {
         text.contains(
@@ -301,32 +270,23 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     let mut first = first;
     first.child.kill().unwrap();
     first.child.wait().unwrap();
-    eventually("the standby to lead", Duration::from_secs(60), || {
-        leading(&second)
-    })
-    .await;
+    eventually("the standby to lead", || leading(&second)).await;
     tenants
         .create(&PostParams::default(), &tenant("two", "gold"))
         .await
         .unwrap();
-    eventually(
-        "the new leader to reconcile",
-        Duration::from_secs(20),
-        || async { config(&client, "two").await.is_some() },
-    )
+    eventually("the new leader to reconcile", || async {
+        config(&client, "two").await.is_some()
+    })
     .await;
 
     // SIGTERM the leader: it releases the lease, so a new standby leads at once.
     let third = start_operator(&env, &archive);
-    eventually(
-        "the third operator to start",
-        Duration::from_secs(20),
-        || async {
-            scrape(third.metrics)
-                .await
-                .contains("leader_election_master_status")
-        },
-    )
+    eventually("the third operator to start", || async {
+        scrape(third.metrics)
+            .await
+            .contains("leader_election_master_status")
+    })
     .await;
     let mut second = second;
     Command::new("kill")
@@ -343,12 +303,7 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
                 != Some(&format!("tenant-operator-{}", second.child.id())),
         "released: {lease:?}"
     );
-    eventually(
-        "the third operator to lead",
-        Duration::from_secs(30),
-        || leading(&third),
-    )
-    .await;
+    eventually("the third operator to lead", || leading(&third)).await;
     drop(third);
     env.stop().await;
 }
@@ -434,28 +389,24 @@ async fn the_operator_process_against_plinth_serve() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(created, "the Tenant endpoint is served");
-    eventually(
-        "the tenant's objects and status",
-        Duration::from_secs(20),
-        || async {
-            config(&client, "proc").await.is_some()
-                && tenants
-                    .get("proc")
-                    .await
-                    .unwrap()
-                    .status
-                    .unwrap_or_default()
-                    .phase
-                    .as_deref()
-                    == Some("Active")
-        },
-    )
+    eventually("the tenant's objects and status", || async {
+        config(&client, "proc").await.is_some()
+            && tenants
+                .get("proc")
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default()
+                .phase
+                .as_deref()
+                == Some("Active")
+    })
     .await;
     tenants
         .delete("proc", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the archive record", Duration::from_secs(20), || async {
+    eventually("the archive record", || async {
         archive.join("proc.json").exists()
     })
     .await;

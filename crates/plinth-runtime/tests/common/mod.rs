@@ -3,24 +3,11 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// How long a condition may take before the test gives up: a hang guard far above any
-/// expected wait, not a measurement.
-pub(crate) const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// Polls `check` until it holds; fails the test (naming `what`) only if it never does.
-pub(crate) async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
-    let give_up = Instant::now() + HANG_GUARD;
-    while !check().await {
-        assert!(Instant::now() < give_up, "{what} never happened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub(crate) use plinth_testenv::eventually;
 
 /// The raw HTTP/1.1 response to `GET path` on `addr` (status line, headers, body).
 pub(crate) async fn get(addr: SocketAddr, path: &str) -> String {

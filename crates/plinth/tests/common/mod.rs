@@ -5,7 +5,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use plinth_store_etcd::testing::EtcdProcess;
 
@@ -280,13 +279,10 @@ impl Plinth {
         serde_json::from_str(&self.kubectl(&full)).unwrap()
     }
 
-    /// Retries `check` until it holds or `timeout` passes.
-    pub fn eventually(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !check() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Retries `check` until it holds (a hang guard ends the wait: see
+    /// [`plinth_testenv::eventually_blocking`]).
+    pub fn eventually(&self, what: &str, check: impl FnMut() -> bool) {
+        plinth_testenv::eventually_blocking(what, check);
     }
 }
 
