@@ -173,6 +173,12 @@ fn hostile_bodies_get_client_errors_and_change_nothing() {
         400,
         "BadRequest",
     );
+    // A paginated list reads the token before the cache serves the page.
+    status(
+        &http.get(&format!("{CM}?limit=2&continue=garbage")),
+        400,
+        "BadRequest",
+    );
 
     let after = http.get(CM).json();
     assert_eq!(
