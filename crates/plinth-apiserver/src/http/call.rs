@@ -233,11 +233,10 @@ impl Call<'_> {
     /// A list in protobuf, encoded on the blocking pool (a first encoding of many objects is
     /// CPU work); JSON if an item has no protobuf form.
     async fn protobuf_list(&self, list: Listed) -> Result<Response, ApiError> {
-        let kind = self.def.kind.clone();
         let (list, encoded) = tokio::task::spawn_blocking(move || {
             let encoded = match &list {
                 Listed::Encoded(encoded) => encoded.to_protobuf(),
-                Listed::Value(value) => crate::protobuf::encode_list(value, &kind),
+                Listed::Value(value) => crate::protobuf::encode_list(value),
             };
             (list, encoded)
         })
@@ -247,16 +246,18 @@ impl Call<'_> {
             Ok(bytes) => with_body(StatusCode::OK, crate::protobuf::MEDIA_TYPE, bytes, &[]),
             Err(unmapped) => {
                 tracing::warn!(field = %unmapped.0, kind = %self.def.kind, "no protobuf field for it: answered in JSON");
-                self.list_response(match list {
-                    Listed::Encoded(e) => Listed::Value(e.to_value()),
-                    other => other,
-                })
+                match list {
+                    Listed::Encoded(e) => {
+                        respond_bytes(StatusCode::OK, e.to_json(), "application/json")
+                    }
+                    Listed::Value(v) => respond(StatusCode::OK, &v, Format::Json, &[]),
+                }
             }
         })
     }
 
-    /// A list in the negotiated format; JSON from the watch cache is its items' cached bytes
-    /// concatenated.
+    /// A list in the negotiated format (protobuf is [`Call::protobuf_list`]); JSON from the
+    /// watch cache is its items' cached bytes concatenated.
     fn list_response(&self, list: Listed) -> Response {
         let list = match list {
             Listed::Encoded(encoded) if self.format == Format::Json => {
@@ -266,12 +267,6 @@ impl Call<'_> {
         };
         let list = &list;
         match self.format {
-            Format::Protobuf { .. } => self.protobuf_or_json(
-                StatusCode::OK,
-                list,
-                crate::protobuf::encode_list(list, &self.def.kind),
-                &[],
-            ),
             Format::Table => respond(
                 StatusCode::OK,
                 &table::of_list(

@@ -318,7 +318,7 @@ async fn handle(
                     ) =>
                 {
                     if !or_json {
-                        return Err(negotiate::protobuf_not_acceptable());
+                        return Err(negotiate::not_acceptable());
                     }
                     Format::Json
                 }

@@ -104,15 +104,16 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
             }
         }
     }
-    Err(ApiError::new(StatusReason::NotAcceptable, NOT_ACCEPTABLE))
+    Err(not_acceptable())
 }
 
-/// The answer to an `Accept` that allows nothing this server writes.
-pub(crate) const NOT_ACCEPTABLE: &str = "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io";
-
-/// The error for a protobuf-only `Accept` of something without a protobuf form.
-pub(crate) fn protobuf_not_acceptable() -> ApiError {
-    ApiError::new(StatusReason::NotAcceptable, NOT_ACCEPTABLE)
+/// The answer to an `Accept` that allows nothing this server writes (for the resource asked
+/// for: a protobuf-only `Accept` of a custom resource, say).
+pub(crate) fn not_acceptable() -> ApiError {
+    ApiError::new(
+        StatusReason::NotAcceptable,
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
 }
 
 /// A body already encoded, under `content_type`.

@@ -482,31 +482,35 @@ pub fn watch_frame(api_version: &str, event_type: &str, object: &[u8]) -> Vec<u8
 /// [`Unmapped`] when the type has no message or the object a field its message lacks.
 pub fn encode_object(object: &Value) -> Result<Vec<u8>, Unmapped> {
     let (api_version, kind) = type_meta(object);
-    let fields = types::message_of(api_version, kind).ok_or_else(|| Unmapped(kind.to_owned()))?;
-    let raw = encode::message(fields, object, "")?;
-    Ok(encode::envelope(api_version, kind, &raw))
+    Ok(encode::envelope(
+        api_version,
+        kind,
+        &encode_message(object)?,
+    ))
 }
 
-/// A list (`metadata` and `items` of one kind) as that kind's `…List` message, enveloped.
+/// A list (`metadata`, and `items` that carry their `apiVersion` and `kind`) as its `…List`
+/// message, enveloped.
 ///
 /// # Errors
 /// As [`encode_object`], for any item.
-pub fn encode_list(list: &Value, item_kind: &str) -> Result<Vec<u8>, Unmapped> {
+pub fn encode_list(list: &Value) -> Result<Vec<u8>, Unmapped> {
     let (api_version, kind) = type_meta(list);
-    let fields =
-        types::message_of(api_version, item_kind).ok_or_else(|| Unmapped(item_kind.to_owned()))?;
     let items = list
         .get("items")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
-        .unwrap_or_default();
-    let encoded = items
+        .unwrap_or_default()
         .iter()
-        .map(|item| encode::message(fields, item, ""))
+        .map(encode_message)
         .collect::<Result<Vec<_>, _>>()?;
     let empty = json!({});
-    let raw = encode::list(list.get("metadata").unwrap_or(&empty), &encoded)?;
-    Ok(encode::envelope(api_version, kind, &raw))
+    encode_list_of(
+        api_version,
+        kind,
+        list.get("metadata").unwrap_or(&empty),
+        &items,
+    )
 }
 
 /// One frame of a protobuf watch stream of a resource of `api_version`: the event
