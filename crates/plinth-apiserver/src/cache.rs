@@ -7,9 +7,10 @@
 //! # Guarantees
 //! - A consistent read (no resourceVersion) waits until the cache has seen the store's current
 //!   revision, so it reflects every write acknowledged before it started. A resource nobody
-//!   writes to learns that it is current from the store's progress notifications, asked for
-//!   while readers wait ([`Caches::consistent`]); a cache that does not catch up within 3 s
-//!   sends the reader to storage.
+//!   writes to learns that it is current from the store's progress notifications
+//!   ([`Caches::consistent`]): the embedded store queues one as the reader asks (in process,
+//!   no round trip); for etcd a task asks while readers wait, for all of them. A cache that
+//!   does not catch up within 3 s sends the reader to storage.
 //! - A watch from revision R gets every change after R exactly once, in order, if R is within
 //!   the window; older R is answered with 410 Expired.
 
@@ -31,7 +32,9 @@ const WATCHER_BUFFER: usize = 256;
 /// How long a read waits for the cache to reach a revision.
 const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
-/// One change, decoded and encoded once and shared by every watcher.
+/// One change, encoded once and shared by every watcher. It keeps the objects as the cache
+/// does (bytes and extracted fields), not decoded: a watcher that needs the object itself (a
+/// view that differs, a selector on a field not extracted) decodes it.
 #[derive(Debug)]
 pub struct CacheEvent {
     /// Put or delete.
@@ -39,13 +42,9 @@ pub struct CacheEvent {
     /// The storage key.
     pub key: String,
     /// The object after the change (for a delete: before it), resourceVersion set to the
-    /// change's revision.
-    pub object: Arc<Value>,
-    /// `object` as the cache keeps it: its JSON and the labels selectors read.
+    /// change's revision: its JSON and the labels selectors read.
     pub stored: Stored,
-    /// The object before the change.
-    pub prev: Option<Arc<Value>>,
-    /// The object before the change as the cache kept it.
+    /// The object before the change, at its own revision.
     pub prev_stored: Option<Stored>,
     /// The change's revision.
     pub revision: Revision,
@@ -88,6 +87,29 @@ struct StoredObject {
 }
 
 impl Stored {
+    /// The memory this object version holds, as the cache accounts it: its encodings, the
+    /// extracted labels and field values, and the allocations around them (estimated from
+    /// their sizes, allocator rounding aside).
+    pub fn footprint(&self) -> usize {
+        const ARC: usize = 2 * std::mem::size_of::<usize>();
+        // A B-tree entry: the key and value in a node, nodes about two-thirds full.
+        const ENTRY: usize = 3 * std::mem::size_of::<String>() * 3 / 2;
+        let object = &self.0;
+        let labels = object.labels.as_ref().map_or(0, |labels| {
+            ARC + labels
+                .iter()
+                .map(|(k, v)| ENTRY + k.len() + v.len())
+                .sum::<usize>()
+        });
+        let fields: usize = object.fields.iter().map(|f| f.len() + 16).sum();
+        let protobuf = object
+            .protobuf
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, bytes::Bytes::len);
+        ARC + std::mem::size_of::<StoredObject>() + object.wire.len() + protobuf + labels + fields
+    }
+
     /// The object (resourceVersion set); `None` if the bytes are not an object.
     pub fn decode(&self) -> Option<Value> {
         serde_json::from_slice(&self.0.wire).ok()
@@ -229,7 +251,7 @@ fn encode(
     revision: Revision,
     types: &TypeMetas,
     fields: &Arc<[String]>,
-) -> Option<(Arc<Value>, Stored)> {
+) -> Option<Stored> {
     let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
     let labels = plinth_core::meta::labels(&object);
@@ -247,7 +269,7 @@ fn encode(
         type_meta: types.intern(&object),
         protobuf: std::sync::OnceLock::new(),
     }));
-    Some((Arc::new(object), stored))
+    Some(stored)
 }
 
 /// A page of a list from the cache.
@@ -495,22 +517,16 @@ impl Cacher {
                 .as_ref()
                 .and_then(|kv| encode(&kv.value, revision, &self.types, &self.fields)),
         };
-        let Some((object, stored)) = current else {
+        let Some(stored) = current else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
             return;
         };
         let key = event.kv.key.clone();
-        let (prev, prev_stored) = match prev {
-            Some((value, stored)) => (Some(value), Some(stored)),
-            None => (None, None),
-        };
         let shared = Arc::new(CacheEvent {
             kind: event.kind,
             key: key.clone(),
-            object,
             stored: stored.clone(),
-            prev,
-            prev_stored,
+            prev_stored: prev,
             revision,
         });
         let mut state = self.state_mut();
@@ -557,7 +573,7 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Dura
                 .kvs
                 .into_iter()
                 .filter_map(|kv| {
-                    let (_, stored) =
+                    let stored =
                         encode(&kv.value, kv.mod_revision, &encoder.types, &encoder.fields)?;
                     Some((kv.key, stored))
                 })
@@ -631,6 +647,10 @@ impl Drop for Waiting<'_> {
         self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How long a reader waits for the answer to its own progress request to an in-process store
+/// before asking as for a remote one.
+const LOCAL_PROGRESS_WAIT: Duration = Duration::from_millis(100);
 
 /// How often progress is asked for while a reader waits.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
@@ -708,6 +728,21 @@ impl Caches {
         if reached >= wanted && reached > 0 {
             return Ok(Some(reached));
         }
+        if self.store.progress_is_local() && reached > 0 {
+            // In-process: the notification is queued behind the changes the cache has still
+            // to apply as this returns, so the cache reaches `wanted` as soon as it has
+            // applied them — no request loop, no tick. Only a storage watch that was not up
+            // to date when asked (catching up, its buffer full) reports nothing: after a
+            // while the reader asks as remote stores do, again until it is.
+            self.store.request_progress().await?;
+            let mut revision = cacher.revision.subscribe();
+            let reached =
+                tokio::time::timeout(LOCAL_PROGRESS_WAIT, revision.wait_for(|r| *r >= wanted))
+                    .await;
+            if let Ok(Ok(r)) = reached {
+                return Ok(Some(*r));
+            }
+        }
         let requests = &self.progress;
         requests.started.get_or_init(|| {
             drop(tokio::spawn(request_progress(
@@ -733,11 +768,54 @@ impl Caches {
     }
 
     /// `apiserver_cache_list_total` and `apiserver_storage_list_total` (labelled by resource
-    /// prefix) in the Prometheus text format.
+    /// prefix), and each cache's live objects and the bytes they hold
+    /// (`plinth_watch_cache_objects`, `plinth_watch_cache_bytes`: [`Stored::footprint`] and the
+    /// key of each), in the Prometheus text format.
     pub fn render_metrics(&self) -> String {
         use std::fmt::Write;
-        let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
+        let caches: Vec<_> = self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let sizes: Vec<_> = caches
+            .iter()
+            .map(|cacher| {
+                let state = cacher.state();
+                let bytes: usize = state
+                    .objects
+                    .iter()
+                    .map(|(key, stored)| key.len() + stored.footprint())
+                    .sum();
+                (
+                    cacher.prefix.trim_end_matches('/'),
+                    state.objects.len(),
+                    bytes,
+                )
+            })
+            .collect();
+        for (name, help, pick) in [
+            (
+                "plinth_watch_cache_objects",
+                "Live objects in the watch cache",
+                0,
+            ),
+            (
+                "plinth_watch_cache_bytes",
+                "Bytes the watch cache's live objects hold (encodings, extracted fields)",
+                1,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (prefix, objects, bytes) in &sizes {
+                let value = if pick == 0 { *objects } else { *bytes };
+                let _ = writeln!(out, "{name}{{resource_prefix=\"{prefix}\"}} {value}");
+            }
+        }
+        let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
         for (source, name, help) in [
             (
                 "cache",

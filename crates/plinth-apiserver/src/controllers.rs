@@ -93,15 +93,15 @@ async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: Serve
             return;
         };
         while let Some(event) = events.next().await {
-            let Some(name) = plinth_core::meta::name(&event.object).map(str::to_owned) else {
+            let object = event.object();
+            let Some(name) = plinth_core::meta::name(&object).map(str::to_owned) else {
                 continue;
             };
             match event.kind {
                 "ADDED" | "MODIFIED" => {
-                    register(&registry, &served, &name, &event.object);
-                    ensure_crd_status(&registry, &def, &name, &event.object).await;
-                    let deleting = event
-                        .object
+                    register(&registry, &served, &name, &object);
+                    ensure_crd_status(&registry, &def, &name, &object).await;
+                    let deleting = object
                         .pointer("/metadata/deletionTimestamp")
                         .is_some_and(|v| !v.is_null());
                     if deleting
@@ -111,7 +111,7 @@ async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: Serve
                             .insert(name.clone())
                     {
                         let (registry, cleaning, crd) =
-                            (registry.clone(), cleaning.clone(), event.object.clone());
+                            (registry.clone(), cleaning.clone(), object.clone());
                         tokio::spawn(async move {
                             clean_up_crd(&registry, &name, &crd).await;
                             cleaning

@@ -132,6 +132,7 @@ pub(crate) async fn run(
         format!("list of {objects} ConfigMaps, JSON (median of 7)"),
         format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
     ));
+    let json_only = cache_bytes(&client).await?;
     let (took, body) = read(&client, &path, protobuf).await?;
     if body.starts_with(b"k8s\0") {
         let (took, size) = median(&client, &path, protobuf, 7).await?;
@@ -145,6 +146,13 @@ pub(crate) async fn run(
             format!("answered in JSON: {:.1} ms", ms(took)),
         ));
     }
+    // As `kubectl get` asks.
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+    let (took, size) = median(&client, &path, table, 7).await?;
+    rows.push((
+        format!("list of {objects} ConfigMaps as a Table, as kubectl get asks (median of 7)"),
+        format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
+    ));
     let (took, size) = median(
         &client,
         &format!("{path}?labelSelector=parity%3D1"),
@@ -188,6 +196,25 @@ pub(crate) async fn run(
             ms(percentile(&pages, 0.99))
         ),
     ));
+    let (median, p99) = quiet_reads(&client).await?;
+    rows.push((
+        "consistent list of a quiet resource just after a write elsewhere: median / p99 (200)"
+            .to_owned(),
+        format!("{:.2} ms / {:.2} ms", ms(median), ms(p99)),
+    ));
+    let item = size_of_items(&client, &path).await?;
+    for (when, accounted) in [
+        ("JSON clients only", json_only),
+        ("after protobuf lists", cache_bytes(&client).await?),
+    ] {
+        if let Some((objects, bytes)) = accounted {
+            let per = bytes as f64 / objects.max(1) as f64;
+            rows.push((
+                format!("watch cache bytes per ConfigMap, {when} ({objects} cached)"),
+                format!("{per:.0} B = {:.2}× its JSON ({item:.0} B)", per / item),
+            ));
+        }
+    }
     if let (Some(before), Some(after)) = (before, pid.and_then(rss_mib)) {
         rows.push((
             format!("server RSS growth per 1-KiB ConfigMap ({objects} written)"),
@@ -201,6 +228,61 @@ pub(crate) async fn run(
         println!("| {what} | {value} |");
     }
     Ok(())
+}
+
+/// The ConfigMaps cache's live objects and the bytes it accounts for them, from the server's
+/// metrics; `None` if it does not report them.
+async fn cache_bytes(client: &Client) -> Result<Option<(usize, usize)>, Error> {
+    let (_, body) = read(client, "/metrics", "text/plain").await?;
+    let text = String::from_utf8_lossy(&body);
+    let value = |metric: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(metric) && l.contains("configmaps\""))
+            .find_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok())
+    };
+    Ok(value("plinth_watch_cache_objects{").zip(value("plinth_watch_cache_bytes{")))
+}
+
+/// The mean size of a ConfigMap's JSON as a list item.
+async fn size_of_items(client: &Client, path: &str) -> Result<f64, Error> {
+    let (_, body) = read(client, path, "application/json").await?;
+    let list: serde_json::Value = serde_json::from_slice(&body)?;
+    let items = list["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let bytes: usize = items
+        .iter()
+        .map(|i| serde_json::to_vec(i).map_or(0, |b| b.len()))
+        .sum();
+    Ok(bytes as f64 / items.len().max(1) as f64)
+}
+
+/// 200 times: a write elsewhere (a ConfigMap of another namespace updated), then a timed
+/// consistent list of a resource nobody writes (the Secrets of the benchmark's namespace),
+/// which must first learn that its cache has seen that write's revision. The median and p99
+/// time of the lists.
+async fn quiet_reads(client: &Client) -> Result<(Duration, Duration), Error> {
+    const SCRATCH: &str = "plinth-bench-quiet";
+    crate::ensure_namespace(client, SCRATCH).await?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), SCRATCH);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("busy".to_owned());
+    match api.create(&PostParams::default(), &cm).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/secrets");
+    let mut times = Vec::new();
+    for i in 0..200 {
+        cm.data = Some([("n".to_owned(), i.to_string())].into());
+        api.replace("busy", &PostParams::default(), &cm).await?;
+        let (took, _) = read(client, &path, "application/json").await?;
+        times.push(took);
+    }
+    times.sort();
+    Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
 }
 
 fn ms(d: Duration) -> f64 {

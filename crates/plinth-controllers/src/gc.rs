@@ -243,7 +243,7 @@ impl Collector {
                 let _ = stop.wait_for(|s| *s).await;
             }));
             while let Some(event) = events.next().await {
-                self.observe(&def, event.kind, &event.object);
+                self.observe(&def, event.kind, &event.object());
             }
             // The watch ended (the server is stopping, or the cache was rebuilt): watch again.
             if *stopping.borrow() {

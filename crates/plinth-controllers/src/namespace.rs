@@ -35,11 +35,11 @@ async fn namespaces(registry: Registry, stopping: watch::Receiver<bool>) {
             if !matches!(event.kind, "ADDED" | "MODIFIED") {
                 continue;
             }
-            let Some(name) = plinth_core::meta::name(&event.object).map(str::to_owned) else {
+            let object = event.object();
+            let Some(name) = plinth_core::meta::name(&object).map(str::to_owned) else {
                 continue;
             };
-            let deleting = event
-                .object
+            let deleting = object
                 .pointer("/metadata/deletionTimestamp")
                 .is_some_and(|v| !v.is_null());
             if !deleting {

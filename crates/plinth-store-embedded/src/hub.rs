@@ -149,6 +149,11 @@ impl Hub {
         });
     }
 
+    /// The last revision whose events were handed to synced watchers.
+    pub(crate) fn published(&self) -> Revision {
+        self.lock().published
+    }
+
     /// Ends every watch (their streams end); used when the store closes.
     pub(crate) fn close(&self) {
         self.lock().slots.clear();

@@ -552,7 +552,14 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn progress_is_local(&self) -> bool {
+        true
+    }
+
+    /// The last revision handed to watchers: every acknowledged write is at or below it (a
+    /// commit is published before it is acknowledged), and a progress notification asked for
+    /// after reading it reports at least it.
     async fn current_revision(&self) -> StoreResult<Revision> {
-        Ok(self.shared.revision.load(Ordering::Acquire))
+        Ok(self.shared.hub.published())
     }
 }

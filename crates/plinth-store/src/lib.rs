@@ -130,6 +130,15 @@ pub trait Store: Send + Sync + 'static {
     /// Only if the backend cannot be reached.
     async fn request_progress(&self) -> StoreResult<()>;
 
+    /// Whether [`Store::request_progress`] is answered in this process as it is called — no
+    /// round trip, the notifications already queued when it returns — and
+    /// [`Store::current_revision`] never runs ahead of what watches were handed. A reader may
+    /// then ask for progress itself instead of batching its request with other readers'
+    /// (which a remote store needs).
+    fn progress_is_local(&self) -> bool {
+        false
+    }
+
     /// The store's current revision (the revision of the last write, or 1 for a new store).
     async fn current_revision(&self) -> StoreResult<Revision>;
 }

@@ -747,6 +747,27 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
         "{}",
         watched.body
     );
+
+    // The cache reports its live objects and the bytes they hold: every ConfigMap, each at
+    // least its JSON (the bytes lists are made of) and no more than a few times that.
+    let all = http.get("/api/v1/configmaps").json();
+    let items = all["items"].as_array().unwrap();
+    let json_bytes: usize = items.iter().map(|i| i.to_string().len()).sum();
+    let metrics = http.get("/metrics").body;
+    let series = |name: &str| {
+        usize::try_from(counter(
+            &metrics,
+            &format!("{name}{{resource_prefix=\"/configmaps\"}}"),
+        ))
+        .unwrap()
+    };
+    assert_eq!(series("plinth_watch_cache_objects"), items.len(), "{metrics}");
+    let bytes = series("plinth_watch_cache_bytes");
+    assert!(
+        bytes > json_bytes && bytes < 3 * json_bytes + 1024 * items.len(),
+        "{bytes} bytes cached for {} objects of {json_bytes} bytes of JSON",
+        items.len()
+    );
 }
 
 /// A paginated list served from the watch cache shows its first page's revision on every

@@ -152,7 +152,12 @@ impl Call<'_> {
                 if matches!(self.format, Format::Protobuf { .. }) {
                     return self.protobuf_list(list).await;
                 }
-                Ok(self.list_response(list))
+                // Writing a list (a Table's rows, above all) is CPU work: off the async workers.
+                let (def, format) = (self.def.clone(), self.format);
+                let include = IncludeObject::parse(self.query.get("includeObject"));
+                tokio::task::spawn_blocking(move || list_response(&def, format, include, list))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("list: {e}")))
             }
             (Method::POST, None) => {
                 let options = self.write_options()?;
@@ -256,44 +261,6 @@ impl Call<'_> {
         })
     }
 
-    /// A list in the negotiated format (protobuf is [`Call::protobuf_list`]); JSON from the
-    /// watch cache is its items' cached bytes concatenated.
-    fn list_response(&self, list: Listed) -> Response {
-        let list = match list {
-            Listed::Encoded(encoded) if self.format == Format::Json => {
-                return respond_bytes(StatusCode::OK, encoded.to_json(), "application/json");
-            }
-            other => other.into_value(),
-        };
-        let list = &list;
-        match self.format {
-            Format::Table => respond(
-                StatusCode::OK,
-                &table::of_list(
-                    &self.def,
-                    list,
-                    IncludeObject::parse(self.query.get("includeObject")),
-                ),
-                Format::Json,
-                &[],
-            ),
-            Format::Metadata => {
-                let items: Vec<Value> = list["items"]
-                    .as_array()
-                    .map(|i| i.iter().map(partial).collect())
-                    .unwrap_or_default();
-                let metadata_list = json!({
-                    "kind": "PartialObjectMetadataList",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": list["metadata"],
-                    "items": items,
-                });
-                respond(StatusCode::OK, &metadata_list, Format::Json, &[])
-            }
-            format => respond(StatusCode::OK, list, format, &[]),
-        }
-    }
-
     /// `/scale`: GET, PUT and PATCH of the autoscaling/v1 Scale.
     async fn scale(&self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
         let name = self.name.clone().ok_or_else(ApiError::method_not_allowed)?;
@@ -384,9 +351,9 @@ impl Call<'_> {
         let body = events.take_until(Box::pin(stop)).map(move |event| {
             let object = if table && matches!(event.kind, "ADDED" | "MODIFIED" | "DELETED") {
                 let headers = std::mem::replace(&mut first, false);
-                table::of_object(&def, &event.object, include, headers)
+                table::of_object(&def, &event.object(), include, headers)
             } else if metadata_only && event.kind != "ERROR" {
-                partial(&event.object)
+                partial(&event.object())
             } else {
                 // Plain JSON: the cache's bytes when it encoded the object.
                 return Ok::<_, std::convert::Infallible>(event.to_json_line());
@@ -403,5 +370,44 @@ impl Call<'_> {
             HeaderValue::from_static("no-cache, private"),
         );
         Ok(response)
+    }
+}
+
+/// A list in the negotiated format (protobuf is [`Call::protobuf_list`]); JSON from the
+/// watch cache is its items' cached bytes concatenated.
+fn list_response(
+    def: &ResourceDef,
+    format: Format,
+    include: IncludeObject,
+    list: Listed,
+) -> Response {
+    let list = match list {
+        Listed::Encoded(encoded) if format == Format::Json => {
+            return respond_bytes(StatusCode::OK, encoded.to_json(), "application/json");
+        }
+        other => other.into_value(),
+    };
+    let list = &list;
+    match format {
+        Format::Table => respond(
+            StatusCode::OK,
+            &table::of_list(def, list, include),
+            Format::Json,
+            &[],
+        ),
+        Format::Metadata => {
+            let items: Vec<Value> = list["items"]
+                .as_array()
+                .map(|i| i.iter().map(partial).collect())
+                .unwrap_or_default();
+            let metadata_list = json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": list["metadata"],
+                "items": items,
+            });
+            respond(StatusCode::OK, &metadata_list, Format::Json, &[])
+        }
+        format => respond(StatusCode::OK, list, format, &[]),
     }
 }

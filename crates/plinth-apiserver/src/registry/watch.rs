@@ -20,11 +20,16 @@ use crate::resources::ResourceDef;
 pub struct WatchEvent {
     /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
     pub kind: &'static str,
-    /// The object (a `Status` for `ERROR`), shared by every watcher that sees it unchanged.
-    pub object: Arc<Value>,
-    /// The cached object when it goes out as the watch cache keeps it: the same bytes (JSON,
-    /// or protobuf once encoded) for every watcher.
-    pub cached: Option<crate::cache::Stored>,
+    body: Body,
+}
+
+/// A watch event's object: built for this event, or the watch cache's encoded form, which
+/// goes out as it is — the same bytes (JSON, or protobuf once encoded) for every watcher —
+/// and is decoded only for a consumer that reads the object itself.
+#[derive(Debug, Clone)]
+enum Body {
+    Object(Arc<Value>),
+    Cached(crate::cache::Stored),
 }
 
 impl WatchEvent {
@@ -32,8 +37,24 @@ impl WatchEvent {
     pub fn new(kind: &'static str, object: Value) -> Self {
         Self {
             kind,
-            object: Arc::new(object),
-            cached: None,
+            body: Body::Object(Arc::new(object)),
+        }
+    }
+
+    /// An event of an object as the watch cache keeps it.
+    pub(crate) fn cached(kind: &'static str, stored: crate::cache::Stored) -> Self {
+        Self {
+            kind,
+            body: Body::Cached(stored),
+        }
+    }
+
+    /// The object (a `Status` for `ERROR`); decoded from the cached bytes when the event
+    /// carries those (`null` if they are not JSON, which the cache never stores).
+    pub fn object(&self) -> Arc<Value> {
+        match &self.body {
+            Body::Object(object) => object.clone(),
+            Body::Cached(stored) => Arc::new(stored.decode().unwrap_or(Value::Null)),
         }
     }
 
@@ -46,22 +67,18 @@ impl WatchEvent {
         &self,
         api_version: &str,
     ) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
-        match self
-            .cached
-            .as_ref()
-            .and_then(|s| s.protobuf().map(|raw| (s, raw)))
+        if let Body::Cached(stored) = &self.body
+            && let Some(raw) = stored.protobuf()
         {
-            Some((stored, raw)) => {
-                let meta = stored.type_meta();
-                let object = crate::protobuf::envelope(&meta.api_version, &meta.kind, raw);
-                Ok(crate::protobuf::watch_frame(
-                    api_version,
-                    self.kind,
-                    &object,
-                ))
-            }
-            None => crate::protobuf::encode_watch_event(api_version, self.kind, &self.object),
+            let meta = stored.type_meta();
+            let object = crate::protobuf::envelope(&meta.api_version, &meta.kind, raw);
+            return Ok(crate::protobuf::watch_frame(
+                api_version,
+                self.kind,
+                &object,
+            ));
         }
+        crate::protobuf::encode_watch_event(api_version, self.kind, &self.object())
     }
 
     /// The event's JSON line (`{"type":…,"object":…}` and a newline), from the cached bytes
@@ -71,9 +88,11 @@ impl WatchEvent {
         line.extend_from_slice(b"{\"type\":\"");
         line.extend_from_slice(self.kind.as_bytes());
         line.extend_from_slice(b"\",\"object\":");
-        match &self.cached {
-            Some(stored) => line.extend_from_slice(stored.wire()),
-            None => line.extend_from_slice(&serde_json::to_vec(&*self.object).unwrap_or_default()),
+        match &self.body {
+            Body::Cached(stored) => line.extend_from_slice(stored.wire()),
+            Body::Object(object) => {
+                line.extend_from_slice(&serde_json::to_vec(&**object).unwrap_or_default());
+            }
         }
         line.extend_from_slice(b"}\n");
         line.into()
@@ -328,15 +347,11 @@ fn initial_event(
     options: &ListOptions,
     stored: &crate::cache::Stored,
 ) -> Option<WatchEvent> {
-    let object = stored.decode()?;
     if Registry::wire_servable(def, stored, options) {
-        return Registry::cached_selected(stored, options).then(|| WatchEvent {
-            kind: "ADDED",
-            object: Arc::new(object),
-            cached: Some(stored.clone()),
-        });
+        return Registry::cached_selected(stored, options)
+            .then(|| WatchEvent::cached("ADDED", stored.clone()));
     }
-    let object = view(def, object);
+    let object = view(def, stored.decode()?);
     Registry::selected(def, &object, options).then(|| added(object))
 }
 
@@ -404,12 +419,16 @@ fn translate_cached(
     event: &crate::cache::CacheEvent,
 ) -> Option<WatchEvent> {
     if !Registry::wire_servable(def, &event.stored, options) {
+        let prev = event
+            .prev_stored
+            .as_ref()
+            .and_then(crate::cache::Stored::decode);
         return translate(
             def,
             options,
             event.kind,
-            &event.object,
-            event.prev.as_deref(),
+            &event.stored.decode()?,
+            prev.as_ref(),
         );
     }
     let prev_selected = event
@@ -430,11 +449,7 @@ fn translate_cached(
             (false, false) => return None,
         },
     };
-    Some(WatchEvent {
-        kind,
-        object: event.object.clone(),
-        cached: Some(event.stored.clone()),
-    })
+    Some(WatchEvent::cached(kind, event.stored.clone()))
 }
 
 /// A change as the API's watch event, honouring selectors: an object that stops matching is
