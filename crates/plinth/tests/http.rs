@@ -761,7 +761,11 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
         ))
         .unwrap()
     };
-    assert_eq!(series("plinth_watch_cache_objects"), items.len(), "{metrics}");
+    assert_eq!(
+        series("plinth_watch_cache_objects"),
+        items.len(),
+        "{metrics}"
+    );
     let bytes = series("plinth_watch_cache_bytes");
     assert!(
         bytes > json_bytes && bytes < 3 * json_bytes + 1024 * items.len(),

@@ -1036,3 +1036,128 @@ fn kubectl_typed_clients_negotiate_protobuf() {
         "kubectl events did not read protobuf:\n{log}"
     );
 }
+
+/// What client-go's metadata informers (the garbage collector's, the namespace controller's)
+/// send: PartialObjectMetadata in protobuf first, for every resource — custom ones too.
+const METADATA_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
+/// The `metadata` of a `PartialObjectMetadata` message (envelope checked) as JSON.
+fn partial_metadata(enveloped: &[u8]) -> Value {
+    let (version, kind, raw) = unwrap(enveloped);
+    assert_eq!(
+        (version.as_str(), kind.as_str()),
+        ("meta.k8s.io/v1", "PartialObjectMetadata")
+    );
+    partial_raw(&raw)
+}
+
+fn partial_raw(raw: &[u8]) -> Value {
+    let partial = meta::PartialObjectMetadata::decode(raw).unwrap();
+    object_meta(&partial.metadata).unwrap_or(json!({}))
+}
+
+#[test]
+fn metadata_clients_read_partial_object_metadata_in_protobuf() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let dir = tempfile::tempdir().unwrap();
+    let crd = dir.path().join("widgets.yaml");
+    std::fs::write(
+        &crd,
+        r"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+",
+    )
+    .unwrap();
+    plinth.install_crds(&[crd], "120s");
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    for i in 0..3 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("m{i}"), "labels": {"i": i.to_string()},
+                "annotations": {"note": "é"}, "finalizers": ["example.com/keep"]},
+            "data": {"big": "x".repeat(100)}});
+        assert_eq!(http.post(configmaps, cm.to_string().as_bytes()).code, 201);
+        let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": format!("w{i}")}, "spec": {"size": i}});
+        assert_eq!(http.post(widgets, widget.to_string().as_bytes()).code, 201);
+    }
+    let json_metadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    for collection in [configmaps, widgets] {
+        let listed = http.get_as(collection, json_metadata).json();
+        assert_eq!(listed["kind"], "PartialObjectMetadataList", "{listed}");
+        let expected: Vec<Value> = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"].clone())
+            .collect();
+        assert!(!expected.is_empty(), "{collection}");
+
+        // The list.
+        let reply = http.get_as(collection, METADATA_PROTOBUF);
+        assert_eq!(reply.code, 200, "{collection}: {}", reply.body);
+        assert!(
+            reply
+                .headers
+                .to_ascii_lowercase()
+                .contains("content-type: application/vnd.kubernetes.protobuf"),
+            "{}",
+            reply.headers
+        );
+        let (version, kind, raw) = unwrap(&reply.bytes);
+        assert_eq!(
+            (version.as_str(), kind.as_str()),
+            ("meta.k8s.io/v1", "PartialObjectMetadataList")
+        );
+        let (list_meta, items) = list_fields(&raw);
+        let list_meta = meta::ListMeta::decode(list_meta.as_slice()).unwrap();
+        assert!(list_meta.resource_version.is_some_and(|rv| !rv.is_empty()));
+        let decoded: Vec<Value> = items.iter().map(|i| partial_raw(i)).collect();
+        assert_eq!(decoded, expected, "{collection}");
+
+        // One object.
+        let name = expected[0]["name"].as_str().unwrap();
+        let one = http.get_as(&format!("{collection}/{name}"), METADATA_PROTOBUF);
+        assert_eq!(one.code, 200, "{}", one.body);
+        assert_eq!(partial_metadata(&one.bytes), expected[0]);
+
+        // A watch: every event's object is PartialObjectMetadata.
+        let reply = http.get_as(
+            &format!("{collection}?watch=1&resourceVersion=0&timeoutSeconds=1"),
+            METADATA_PROTOBUF,
+        );
+        assert_eq!(reply.code, 200, "{}", reply.body);
+        let mut frames = reply.bytes.as_slice();
+        let mut watched = Vec::new();
+        while !frames.is_empty() {
+            let len = u32::from_be_bytes(frames[..4].try_into().unwrap()) as usize;
+            let (_, _, raw) = unwrap(&frames[4..4 + len]);
+            let event = meta::WatchEvent::decode(raw.as_slice()).unwrap();
+            assert_eq!(event.r#type.as_deref(), Some("ADDED"));
+            watched.push(partial_metadata(&event.object.unwrap().raw.unwrap()));
+            frames = &frames[4 + len..];
+        }
+        assert_eq!(watched, expected, "{collection}");
+    }
+    // A Table stays JSON, whatever protobuf is asked for first.
+    let table = http.get_as(
+        configmaps,
+        "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1,application/json;as=Table;g=meta.k8s.io;v=v1",
+    );
+    assert_eq!(table.code, 200, "{}", table.body);
+    assert_eq!(table.json()["kind"], "Table");
+}

@@ -102,6 +102,15 @@ impl Call<'_> {
                 warnings,
             ),
             Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
+            Format::MetadataProtobuf => {
+                let partial = partial(object);
+                self.protobuf_or_json(
+                    code,
+                    &partial,
+                    crate::protobuf::encode_object(&partial),
+                    warnings,
+                )
+            }
             Format::Table => respond(
                 code,
                 &table::of_object(
@@ -341,6 +350,13 @@ impl Call<'_> {
         if matches!(self.format, Format::Protobuf { .. }) {
             return Ok(self.protobuf_watch(events, stop));
         }
+        if self.format == Format::MetadataProtobuf {
+            let partials = events.map(|event| match event.kind {
+                "ERROR" => event,
+                kind => crate::registry::WatchEvent::new(kind, partial(&event.object())),
+            });
+            return Ok(self.protobuf_watch(partials.boxed(), stop));
+        }
         let (def, table, metadata_only) = (
             self.def.clone(),
             self.format == Format::Table,
@@ -395,6 +411,31 @@ fn list_response(
             Format::Json,
             &[],
         ),
+        Format::MetadataProtobuf => {
+            let items: Result<Vec<_>, _> = list["items"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|item| crate::protobuf::encode_message(&partial(item)))
+                .collect();
+            let empty = json!({});
+            let encoded = items.and_then(|items| {
+                crate::protobuf::encode_list_of(
+                    "meta.k8s.io/v1",
+                    "PartialObjectMetadataList",
+                    list.get("metadata").unwrap_or(&empty),
+                    &items,
+                )
+            });
+            match encoded {
+                Ok(bytes) => with_body(StatusCode::OK, crate::protobuf::MEDIA_TYPE, bytes, &[]),
+                Err(unmapped) => {
+                    tracing::warn!(field = %unmapped.0, kind = %def.kind, "no protobuf field for it: answered in JSON");
+                    list_response(def, Format::Metadata, include, Listed::Value(list.clone()))
+                }
+            }
+        }
         Format::Metadata => {
             let items: Vec<Value> = list["items"]
                 .as_array()

@@ -371,7 +371,7 @@ fn document(
     let resources = &state.registry.resources;
     // Documents are JSON for tables and protobuf asked for too (client-go takes JSON).
     let format = match format {
-        Format::Table | Format::Protobuf { .. } => Format::Json,
+        Format::Table | Format::Protobuf { .. } | Format::MetadataProtobuf => Format::Json,
         other => other,
     };
     let answer = |value: Option<&Value>| -> Result<Response, ApiError> {

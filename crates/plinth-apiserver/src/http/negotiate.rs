@@ -17,6 +17,9 @@ pub(crate) enum Format {
     Aggregated(&'static str),
     /// `/openapi/v2` in gnostic's protobuf, under the media type asked for.
     OpenApiV2Protobuf(&'static str),
+    /// `meta.k8s.io/v1` PartialObjectMetadata in Kubernetes' protobuf (client-go's metadata
+    /// informers ask for it first, for every resource, custom ones too).
+    MetadataProtobuf,
     /// Kubernetes' protobuf (built-in types); `or_json` when the client accepts JSON as well,
     /// which answers what has no protobuf form (custom resources, Status, Scale).
     Protobuf {
@@ -82,6 +85,16 @@ pub(crate) fn negotiate(headers: &HeaderMap) -> Result<Format, ApiError> {
             }
             "application/yaml" => return Ok(Format::Yaml),
             "application/vnd.kubernetes.protobuf" => {
+                match (param("as"), param("g"), param("v")) {
+                    (None, _, _) => {}
+                    (
+                        Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
+                        Some("meta.k8s.io"),
+                        Some("v1"),
+                    ) => return Ok(Format::MetadataProtobuf),
+                    // Tables (and v1beta1's differently numbered list) only in JSON.
+                    (Some(_), _, _) => continue,
+                }
                 let or_json = clauses[i + 1..].iter().any(|c| {
                     let media = c
                         .split(';')
@@ -171,6 +184,7 @@ pub(crate) fn respond(
         Format::Json
         | Format::Table
         | Format::Metadata
+        | Format::MetadataProtobuf
         | Format::OpenApiV2Protobuf(_)
         | Format::Protobuf { .. } => (
             "application/json".to_owned(),
@@ -221,6 +235,14 @@ mod tests {
         assert_eq!(
             with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").unwrap(),
             Format::Metadata
+        );
+        assert_eq!(
+            with("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json").unwrap(),
+            Format::MetadataProtobuf
+        );
+        assert_eq!(
+            with("application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1,application/json;as=Table;v=v1;g=meta.k8s.io").unwrap(),
+            Format::Table
         );
         assert_eq!(with("text/html").unwrap_err().code(), 406);
     }

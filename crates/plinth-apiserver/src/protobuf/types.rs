@@ -94,6 +94,10 @@ const NAMESPACE: &[Field] = &[
     ),
 ];
 
+/// `metav1.PartialObjectMetadata` (its list numbers `metadata` 1 and `items` 2, as every
+/// list does in `meta.k8s.io/v1`).
+const PARTIAL_OBJECT_METADATA: &[Field] = &[one("metadata", 1, Message(OBJECT_META))];
+
 const SERVICE_ACCOUNT: &[Field] = &[
     one("metadata", 1, Message(OBJECT_META)),
     many("secrets", 2, Message(OBJECT_REFERENCE)),
@@ -358,6 +362,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("events.k8s.io/v1", "Event") => EVENTS_V1_EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("v1", "Status") => STATUS,
+        ("meta.k8s.io/v1", "PartialObjectMetadata") => PARTIAL_OBJECT_METADATA,
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })
