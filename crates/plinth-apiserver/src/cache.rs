@@ -654,6 +654,8 @@ const LOCAL_PROGRESS_WAIT: Duration = Duration::from_millis(100);
 
 /// How often progress is asked for while a reader waits.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
+/// The least time between two progress requests (a new reader's comes this soon).
+const PROGRESS_SPACING: Duration = Duration::from_millis(1);
 
 async fn request_progress(store: Arc<dyn Store>, requests: Arc<ProgressRequests>) {
     loop {
@@ -664,7 +666,14 @@ async fn request_progress(store: Arc<dyn Store>, requests: Arc<ProgressRequests>
         if let Err(e) = store.request_progress().await {
             tracing::warn!(error = %e, "watch cache: progress request failed");
         }
-        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        // Again in 10 ms while anyone still waits — or 1 ms after this request, when a new
+        // reader comes (it must not wait out a tick started for an earlier one).
+        tokio::time::sleep(PROGRESS_SPACING).await;
+        let _ = tokio::time::timeout(
+            PROGRESS_INTERVAL - PROGRESS_SPACING,
+            requests.wake.notified(),
+        )
+        .await;
     }
 }
 
