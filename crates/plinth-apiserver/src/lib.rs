@@ -1,5 +1,5 @@
-//! Plinth's Kubernetes-compatible API server: HTTP over rustls with bearer-token
-//! authentication, discovery, and one generic registry that serves every resource over an
+//! Plinth's Kubernetes-compatible API server: HTTP over rustls, authentication and RBAC
+//! ([`auth`]), discovery, and one generic registry that serves every resource over an
 //! `Arc<dyn` [`plinth_store::Store`]`>` — which backend is the caller's choice; this crate
 //! depends on none.
 //!
@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod auth;
 pub mod cache;
 mod controllers;
 pub mod discovery;
@@ -51,7 +52,7 @@ pub enum ServeError {
     #[error("cannot open storage: {0}")]
     Storage(#[source] Box<plinth_store::StoreError>),
     /// The system namespaces could not be created.
-    #[error("cannot create the system namespaces: {0}")]
+    #[error("cannot create the cluster's default objects: {0}")]
     Bootstrap(String),
     /// Credentials could not be created or loaded.
     #[error("cannot {step}: {reason}")]
@@ -61,6 +62,9 @@ pub enum ServeError {
         /// What went wrong.
         reason: String,
     },
+    /// The token file cannot be used.
+    #[error(transparent)]
+    TokenFile(#[from] auth::TokenFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

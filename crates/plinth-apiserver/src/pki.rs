@@ -165,7 +165,7 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Ser
             step: "configure TLS",
             reason: e.to_string(),
         })?
-        .with_no_client_auth()
+        .with_client_cert_verifier(client_verifier(&ca_pem)?)
         .with_single_cert(chain, key)
         .map_err(|e| ServeError::Credentials {
             step: "configure TLS",
@@ -177,6 +177,94 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Ser
         token,
         ca_pem,
     })
+}
+
+/// Writes to `out` (mode 0600) a kubeconfig for `user` in `groups`, with a client
+/// certificate signed by the CA in `dir` (valid a year) and the server of `dir/kubeconfig`.
+///
+/// # Errors
+/// [`ServeError::Credentials`] if the CA or the kubeconfig cannot be read, or the name is
+/// empty.
+pub fn write_user_kubeconfig(
+    dir: &Path,
+    user: &str,
+    groups: &[&str],
+    out: &Path,
+) -> Result<(), ServeError> {
+    if user.trim().is_empty() {
+        return Err(ServeError::Credentials {
+            step: "name the user",
+            reason: "the user name must not be empty".into(),
+        });
+    }
+    let (ca_cert_path, ca_key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
+    let ca_pem =
+        std::fs::read_to_string(&ca_cert_path).map_err(io("read the CA", &ca_cert_path))?;
+    let key_pem =
+        std::fs::read_to_string(&ca_key_path).map_err(io("read the CA key", &ca_key_path))?;
+    let ca_key = KeyPair::from_pem(&key_pem).map_err(pki("parse the CA key"))?;
+    let admin = dir.join(KUBECONFIG);
+    let admin_config =
+        std::fs::read_to_string(&admin).map_err(io("read the server's kubeconfig", &admin))?;
+    let server = admin_config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .ok_or_else(|| ServeError::Credentials {
+            step: "find the server in the kubeconfig",
+            reason: format!("{} names no server", admin.display()),
+        })?
+        .to_owned();
+    let mut params = CertificateParams::new(Vec::new()).map_err(pki("describe the client"))?;
+    params.distinguished_name.push(DnType::CommonName, user);
+    for group in groups {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, *group);
+    }
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + time::Duration::days(365);
+    let key = KeyPair::generate().map_err(pki("generate the client key"))?;
+    let issuer = Issuer::new(ca_params()?, &ca_key);
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(pki("sign the client certificate"))?;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: plinth\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: {context}\n  context:\n    cluster: plinth\n    user: {user}\n    namespace: default\ncurrent-context: {context}\npreferences: {{}}\n",
+        ca = b64(&ca_pem),
+        cert = b64(&cert.pem()),
+        key = b64(&key.serialize_pem()),
+        user = serde_json::to_string(user).unwrap_or_default(),
+        context = serde_json::to_string(&format!("{user}@plinth")).unwrap_or_default(),
+    );
+    write_private(out, config.as_bytes())
+}
+
+/// Client certificates are optional (tokens authenticate too), and checked against the
+/// cluster CA when presented.
+fn client_verifier(
+    ca_pem: &str,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ServeError> {
+    let fail = |reason: String| ServeError::Credentials {
+        step: "trust the CA for client certificates",
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca_pem.as_bytes()) {
+        let cert: rustls::pki_types::CertificateDer<'_> = cert.map_err(|e| fail(e.to_string()))?;
+        roots.add(cert).map_err(|e| fail(e.to_string()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// The server URL clients use for `listen` (an unspecified address becomes loopback).

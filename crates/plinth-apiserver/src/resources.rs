@@ -112,7 +112,26 @@ pub struct ResourceDef {
     pub openapi: Option<Arc<serde_json::Value>>,
     /// The `Warning` sent with every request to a deprecated version.
     pub deprecation: Option<String>,
+    /// For a resource that is a question to the server (access reviews, "who am I"): the
+    /// answer to a create, which is returned and never stored; no other verb is served.
+    pub answer: Option<Answer>,
 }
+
+/// Who asks a question resource ([`ResourceDef::answer`]), and what answers it.
+#[derive(Debug)]
+pub struct Asker<'a> {
+    /// The requesting user.
+    pub user: &'a crate::auth::User,
+    /// The authorizer.
+    pub rbac: &'a crate::auth::rbac::Rbac,
+    /// The namespace in the path, for a namespaced question.
+    pub namespace: Option<&'a str>,
+}
+
+/// Answers a question resource's create: the object as sent (defaults applied), with its
+/// `status` filled in.
+pub type Answer =
+    fn(&Asker<'_>, serde_json::Value) -> Result<serde_json::Value, plinth_core::ApiError>;
 
 impl ResourceDef {
     /// A namespaced resource with no behaviour of its own, to be refined with the methods
@@ -141,7 +160,15 @@ impl ResourceDef {
             stored_as: None,
             openapi: None,
             deprecation: None,
+            answer: None,
         }
+    }
+
+    /// A question: creates are answered by `answer`, nothing is stored.
+    pub fn answered_by(mut self, answer: Answer) -> Self {
+        self.answer = Some(answer);
+        self.age_column = false;
+        self
     }
 
     /// Cluster-scoped.
@@ -232,6 +259,9 @@ impl ResourceDef {
 
     /// The verbs on the main resource.
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.answer.is_some() {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",

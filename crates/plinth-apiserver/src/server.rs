@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub compaction_interval: Duration,
     /// How often watchers that allow bookmarks get one (kube-apiserver: about a minute).
     pub bookmark_interval: Duration,
+    /// kube's static token file (`--token-auth-file`), if any.
+    pub token_auth_file: Option<PathBuf>,
 }
 
 /// A running server.
@@ -140,10 +142,15 @@ pub async fn start(
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
 
+    let authenticator =
+        crate::auth::Authenticator::new(&credentials.token, config.token_auth_file.as_deref())?;
+    let rbac = Arc::new(crate::auth::rbac::Rbac::default());
+    crate::auth::controller::start(&registry, &rbac).await?;
     let (stop, stopping) = watch::channel(false);
     let state = Arc::new(AppState {
         registry: registry.clone(),
-        token: credentials.token.clone(),
+        authenticator,
+        rbac: rbac.clone(),
         server_address: url.trim_start_matches("https://").to_owned(),
         shutdown: stopping.clone(),
         metrics: crate::metrics::Metrics::default(),
@@ -155,6 +162,7 @@ pub async fn start(
         stopping.clone(),
     ));
     let registry_handle = registry.clone();
+    crate::auth::controller::spawn(registry.clone(), rbac, stopping.clone());
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
@@ -228,7 +236,7 @@ async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let tls =
@@ -240,6 +248,24 @@ async fn serve(
                     }
                     Err(_) => return,
                 };
+            // A client certificate (verified against the cluster CA in the handshake) goes
+            // with every request of the connection.
+            let peer_cert = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|cert| crate::auth::PeerCertificate(Arc::new(cert.to_vec())));
+            let app = tower::ServiceExt::map_request(
+                app,
+                move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                    if let Some(cert) = &peer_cert {
+                        request.extensions_mut().insert(cert.clone());
+                    }
+                    request
+                },
+            );
+            let service = TowerToHyperService::new(app);
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(connection.into_owned()).await {

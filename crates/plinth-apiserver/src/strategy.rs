@@ -50,6 +50,21 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Checks that the requesting user may write this object as it is (beyond being allowed
+    /// the verb): RBAC objects must not grant more than their writer holds. Called after
+    /// [`Strategy::validate`] for requests from users, not for the server's own writes.
+    ///
+    /// # Errors
+    /// Typically 403.
+    fn admit(
+        &self,
+        _object: &Value,
+        _old: Option<&Value>,
+        _requester: &crate::registry::Requester,
+    ) -> Result<(), plinth_core::ApiError> {
+        Ok(())
+    }
+
     /// Whether deletion waits for something besides `metadata.finalizers` (a namespace's
     /// `spec.finalizers`).
     fn deletion_pending(&self, _object: &Value) -> bool {

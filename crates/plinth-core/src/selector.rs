@@ -315,6 +315,68 @@ impl LabelSelector {
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
+
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions` with `In`,
+    /// `NotIn`, `Exists`, `DoesNotExist`), as `LabelSelectorAsSelector` converts it; `{}`
+    /// selects everything.
+    ///
+    /// # Errors
+    /// A [`SelectorError`] for an unknown operator or an `In`/`NotIn` without values.
+    pub fn from_object(selector: &serde_json::Value) -> Result<Self, SelectorError> {
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels").and_then(|m| m.as_object()) {
+            for (key, value) in labels {
+                let value = value.as_str().unwrap_or("").to_owned();
+                requirements.push(Requirement {
+                    key: key.clone(),
+                    op: Op::In(vec![value]),
+                });
+            }
+        }
+        let expressions = selector
+            .get("matchExpressions")
+            .and_then(|e| e.as_array())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for expression in expressions {
+            let key = expression
+                .get("key")
+                .and_then(|k| k.as_str())
+                .unwrap_or("")
+                .to_owned();
+            let values: Vec<String> = expression
+                .get("values")
+                .and_then(|v| v.as_array())
+                .map(|v| {
+                    v.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let operator = expression
+                .get("operator")
+                .and_then(|o| o.as_str())
+                .unwrap_or("");
+            let op = match operator {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(SelectorError(format!(
+                        "for '{operator}', 'NotIn' operators, values set can't be empty"
+                    )));
+                }
+                "In" => Op::In(values),
+                "NotIn" => Op::NotIn(values),
+                "Exists" => Op::Exists,
+                "DoesNotExist" => Op::DoesNotExist,
+                other => {
+                    return Err(SelectorError(format!(
+                        "{other:?} is not a valid label selector operator"
+                    )));
+                }
+            };
+            requirements.push(Requirement { key, op });
+        }
+        Ok(Self { requirements })
+    }
 }
 
 /// One term of a field selector.
@@ -513,6 +575,27 @@ mod tests {
         assert_eq!(
             FieldSelector::parse("metadata.name=\\é").unwrap().terms[0].value,
             "é"
+        );
+    }
+
+    #[test]
+    fn selector_objects_convert_as_apimachinery_does() {
+        let labels: BTreeMap<String, String> =
+            [("app".into(), "web".into()), ("tier".into(), "a".into())].into();
+        let select =
+            |v: serde_json::Value| LabelSelector::from_object(&v).unwrap().matches(&labels);
+        assert!(select(serde_json::json!({})));
+        assert!(select(serde_json::json!({"matchLabels": {"app": "web"}})));
+        assert!(!select(serde_json::json!({"matchLabels": {"app": "db"}})));
+        assert!(select(serde_json::json!({"matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+            {"key": "canary", "operator": "DoesNotExist"}]})));
+        assert!(!select(serde_json::json!({"matchExpressions": [
+            {"key": "tier", "operator": "NotIn", "values": ["a"]}]})));
+        assert!(
+            LabelSelector::from_object(&serde_json::json!({"matchExpressions": [
+            {"key": "x", "operator": "Near"}]}))
+            .is_err()
         );
     }
 }

@@ -316,6 +316,25 @@ impl ApiError {
         Self::new(StatusReason::Expired, message)
     }
 
+    /// 403, as apimachinery's `NewForbidden` words it: `configmaps "x" is forbidden: <why>`,
+    /// `configmaps is forbidden: <why>` without a name, `forbidden: <why>` without a resource
+    /// (a non-resource path).
+    pub fn forbidden(resource: Option<&GroupResource>, name: &str, why: &str) -> Self {
+        match resource {
+            None => Self::new(StatusReason::Forbidden, format!("forbidden: {why}")),
+            Some(resource) if name.is_empty() => Self::new(
+                StatusReason::Forbidden,
+                format!("{resource} is forbidden: {why}"),
+            )
+            .about(resource, name),
+            Some(resource) => Self::new(
+                StatusReason::Forbidden,
+                format!("{resource} \"{name}\" is forbidden: {why}"),
+            )
+            .about(resource, name),
+        }
+    }
+
     /// 401.
     pub fn unauthorized() -> Self {
         Self::new(StatusReason::Unauthorized, "Unauthorized")

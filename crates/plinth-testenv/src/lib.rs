@@ -78,6 +78,8 @@ impl TestEnv {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
+
+            token_auth_file: None,
         };
         let store: std::sync::Arc<dyn plinth_store::Store> = std::sync::Arc::new(
             plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
@@ -167,6 +169,8 @@ impl TestEnv {
             listen: addr,
             compaction_interval: Duration::from_secs(300),
             bookmark_interval: Duration::from_secs(60),
+
+            token_auth_file: None,
         };
         let server = plinth_apiserver::start(config, self.store.clone())
             .await

@@ -44,6 +44,25 @@ enum Command {
         /// Log format.
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
+        /// kube's static token file: `token,user,uid[,"group1,group2"]` per line.
+        #[arg(long)]
+        token_auth_file: Option<PathBuf>,
+    },
+    /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
+    /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
+    Kubeconfig {
+        /// Data directory of the server (its CA and kubeconfig).
+        #[arg(long, env = "PLINTH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The user name (the certificate's common name).
+        #[arg(long)]
+        user: String,
+        /// A group (an organization of the certificate); repeatable.
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Where to write it (default: DIR/kubeconfig-USER).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -93,6 +112,7 @@ fn main() -> ExitCode {
             compaction_interval,
             watch_bookmark_interval,
             log_format,
+            token_auth_file,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info".into());
@@ -117,6 +137,7 @@ fn main() -> ExitCode {
                 listen,
                 compaction_interval,
                 bookmark_interval: watch_bookmark_interval,
+                token_auth_file,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -129,6 +150,26 @@ fn main() -> ExitCode {
                 }
             };
             runtime.block_on(serve(config, storage))
+        }
+        Command::Kubeconfig {
+            data_dir,
+            user,
+            groups,
+            out,
+        } => {
+            let dir = data_dir.unwrap_or_else(default_data_dir);
+            let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+            let out = out.unwrap_or_else(|| dir.join(format!("kubeconfig-{user}")));
+            match plinth_apiserver::pki::write_user_kubeconfig(&dir, &user, &groups, &out) {
+                Ok(()) => {
+                    println!("{}", out.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("plinth: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -29,6 +29,8 @@ pub(super) struct Call<'a> {
     pub(super) format: Format,
     pub(super) query: Query,
     pub(super) headers: &'a HeaderMap,
+    /// Who asks.
+    pub(super) user: &'a crate::auth::User,
 }
 
 impl Call<'_> {
@@ -36,6 +38,10 @@ impl Call<'_> {
     /// to its first `/`, as kube-apiserver does.
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
         let mut options = self.query.write_options()?;
+        options.requester = Some(crate::registry::Requester {
+            user: self.user.clone(),
+            rbac: self.state.rbac.clone(),
+        });
         let agent = self
             .headers
             .get(header::USER_AGENT)
@@ -128,6 +134,9 @@ impl Call<'_> {
 
     /// Serves the request.
     pub(super) async fn run(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
+        if let Some(answer) = self.def.answer {
+            return self.answer(answer, method, &body);
+        }
         let part = match self.subresource.as_deref() {
             None => Part::Main,
             Some("status") if self.def.status_subresource => Part::Status,
@@ -268,6 +277,52 @@ impl Call<'_> {
                 }
             }
         })
+    }
+
+    /// A question resource: a create is answered (201, the object with its status) and not
+    /// stored; nothing else is served.
+    fn answer(
+        &self,
+        answer: crate::resources::Answer,
+        method: &Method,
+        body: &Bytes,
+    ) -> Result<Response, ApiError> {
+        if method != Method::POST || self.name.is_some() || self.subresource.is_some() {
+            return Err(ApiError::method_not_allowed());
+        }
+        let mut object = decode_body(self.headers, body)?;
+        let findings = self.def.strategy.decode(&self.def, &mut object);
+        if let Some(error) = findings.type_error {
+            return Err(ApiError::bad_request(format!("{}: {error}", self.def.kind)));
+        }
+        if !object.is_object() {
+            return Err(ApiError::bad_request(
+                "the object provided is not a JSON object",
+            ));
+        }
+        // Absent type fields default from the URL, as the decoder defaults them.
+        let expected = self.def.group_version.api_version();
+        for (field, wanted) in [("apiVersion", expected.as_str()), ("kind", &self.def.kind)] {
+            match object.get(field).and_then(Value::as_str) {
+                None | Some("") => object[field] = json!(wanted),
+                Some(given) if given == wanted => {}
+                Some(given) => {
+                    return Err(ApiError::bad_request(format!(
+                        "the {field} in the data ({given}) does not match the expected {field} ({wanted})"
+                    )));
+                }
+            }
+        }
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = json!({});
+        }
+        let asker = crate::resources::Asker {
+            user: self.user,
+            rbac: &self.state.rbac,
+            namespace: self.namespace.as_deref(),
+        };
+        let answered = answer(&asker, object)?;
+        Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
 
     /// `/scale`: GET, PUT and PATCH of the autoscaling/v1 Scale.

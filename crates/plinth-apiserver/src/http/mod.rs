@@ -32,8 +32,10 @@ use query::Query;
 pub(crate) struct AppState {
     /// The registry.
     pub(crate) registry: Registry,
-    /// The admin bearer token.
-    pub(crate) token: String,
+    /// Who is asking.
+    pub(crate) authenticator: crate::auth::Authenticator,
+    /// Whether they may.
+    pub(crate) rbac: Arc<crate::auth::rbac::Rbac>,
     /// `host:port` clients reach the server at.
     pub(crate) server_address: String,
     /// Becomes `true` when the server is shutting down; open watches end.
@@ -160,33 +162,31 @@ fn parse_target(path: &str) -> Target {
     }
 }
 
-fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| constant_time_eq(token.trim().as_bytes(), state.token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Every request.
 async fn dispatch(
     State(state): State<Arc<AppState>>,
+    peer: Option<axum::Extension<crate::auth::PeerCertificate>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let peer = peer.map(|axum::Extension(cert)| cert);
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
     let labels = request_labels(&target, &method, &uri, &headers);
     // The body is read (or, past the limit, drained) before anything else, so that no answer
     // leaves a request half-read.
     let result = match read_body(body).await {
-        Ok(bytes) => handle(&state, &method, &uri, &headers, bytes, target).await,
+        Ok(bytes) => {
+            let request = Request {
+                method: &method,
+                uri: &uri,
+                headers: &headers,
+                peer: peer.as_ref(),
+            };
+            handle(&state, &request, bytes, target).await
+        }
         Err(error) => Err(error),
     };
     let response = match result {
@@ -245,14 +245,45 @@ fn request_labels(
     labels
 }
 
+/// What a request came with, besides its body.
+struct Request<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    peer: Option<&'a crate::auth::PeerCertificate>,
+}
+
+/// The authorization attributes of a request for `target`.
+fn attributes(target: &Target, request: &Request<'_>) -> crate::auth::Attributes {
+    match target {
+        Target::Resource {
+            group,
+            version,
+            namespace,
+            resource,
+            name,
+            subresource,
+        } => crate::auth::Attributes::resource(&crate::auth::attributes::ResourceRequest {
+            method: request.method.as_str(),
+            watch: Query::parse(request.uri).flag("watch"),
+            group,
+            version,
+            namespace: namespace.as_deref(),
+            resource,
+            name: name.as_deref(),
+            subresource: subresource.as_deref(),
+        }),
+        _ => crate::auth::Attributes::path(request.method.as_str(), request.uri.path()),
+    }
+}
+
 async fn handle(
     state: &AppState,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
+    request: &Request<'_>,
     body: Bytes,
     target: Target,
 ) -> Result<Response, ApiError> {
+    let (method, uri, headers) = (request.method, request.uri, request.headers);
     if target == Target::Health {
         return Ok((
             StatusCode::OK,
@@ -269,8 +300,11 @@ async fn handle(
             &[],
         ));
     }
-    if !authorized(state, headers) {
-        return Err(ApiError::unauthorized());
+    let user = state.authenticator.authenticate(headers, request.peer)?;
+    let user = crate::auth::impersonate(user, headers, &state.rbac)?;
+    let attributes = attributes(&target, request);
+    if state.rbac.authorize(&user, &attributes) == crate::auth::rbac::Decision::Deny {
+        return Err(attributes.forbidden(&user, ""));
     }
     if target == Target::Metrics {
         let mut text = state.metrics.render();
@@ -333,6 +367,7 @@ async fn handle(
                 format,
                 query: Query::parse(uri),
                 headers,
+                user: &user,
             };
             let mut response = call.run(method, body).await;
             // Every answer from a deprecated version carries its warning.

@@ -42,8 +42,12 @@ pub(crate) enum Shape {
     StringMap,
     /// `map<string, bytes>`, base64 values in JSON.
     BytesMap,
-    /// `metav1.Time` / `metav1.MicroTime`: an RFC 3339 string in JSON, seconds and nanos.
+    /// `metav1.Time`: an RFC 3339 string in JSON (whole seconds), seconds and nanos.
     Time,
+    /// `metav1.MicroTime`: the same with microseconds in JSON.
+    MicroTime,
+    /// A message whose field 1 is a repeated string, a JSON array of strings (`ExtraValue`).
+    Strings,
     /// A message whose field 1 holds the JSON of the value as bytes (`metav1.FieldsV1`,
     /// `runtime.RawExtension`).
     RawJson,
@@ -234,7 +238,7 @@ fn one_value(field: &Field, v: &Value, at: &str, out: &mut Vec<u8>) -> Result<()
                 length_delimited(tag, &entry, out);
             }
         }
-        Shape::Time => {
+        Shape::Time | Shape::MicroTime => {
             let (seconds, nanos) = time(v.as_str().ok_or_else(bad)?).ok_or_else(bad)?;
             let mut t = Vec::new();
             varint(1, seconds as u64, &mut t);
@@ -242,6 +246,13 @@ fn one_value(field: &Field, v: &Value, at: &str, out: &mut Vec<u8>) -> Result<()
                 varint(2, i64::from(nanos) as u64, &mut t);
             }
             length_delimited(tag, &t, out);
+        }
+        Shape::Strings => {
+            let mut m = Vec::new();
+            for item in v.as_array().ok_or_else(bad)? {
+                length_delimited(1, item.as_str().ok_or_else(bad)?.as_bytes(), &mut m);
+            }
+            length_delimited(tag, &m, out);
         }
         Shape::RawJson => {
             let raw = serde_json::to_vec(v).map_err(|_| bad())?;

@@ -3,8 +3,8 @@
 
 use super::encode::Shape;
 use super::encode::Shape::{
-    Bool, Bytes, BytesMap, Double, I32, I64, Map, Message, OrArray, OrBool, OrStringArray, RawJson,
-    Str, StringMap, Time,
+    Bool, Bytes, BytesMap, Double, I32, I64, Map, Message, MicroTime, OrArray, OrBool,
+    OrStringArray, RawJson, Str, StringMap, Strings, Time,
 };
 use super::encode::{Field, many, one};
 
@@ -94,6 +94,159 @@ const NAMESPACE: &[Field] = &[
     ),
 ];
 
+const LABEL_SELECTOR_REQUIREMENT: &[Field] = &[
+    one("key", 1, Str),
+    one("operator", 2, Str),
+    many("values", 3, Str),
+];
+
+/// `metav1.LabelSelector`.
+const LABEL_SELECTOR: &[Field] = &[
+    one("matchLabels", 1, StringMap),
+    many("matchExpressions", 2, Message(LABEL_SELECTOR_REQUIREMENT)),
+];
+
+const POLICY_RULE: &[Field] = &[
+    many("verbs", 1, Str),
+    many("apiGroups", 2, Str),
+    many("resources", 3, Str),
+    many("resourceNames", 4, Str),
+    many("nonResourceURLs", 5, Str),
+];
+
+const ROLE: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    many("rules", 2, Message(POLICY_RULE)),
+];
+
+const CLUSTER_ROLE: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    many("rules", 2, Message(POLICY_RULE)),
+    one(
+        "aggregationRule",
+        3,
+        Message(&[many("clusterRoleSelectors", 1, Message(LABEL_SELECTOR))]),
+    ),
+];
+
+const BINDING: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    many(
+        "subjects",
+        2,
+        Message(&[
+            one("kind", 1, Str),
+            one("apiGroup", 2, Str),
+            one("name", 3, Str),
+            one("namespace", 4, Str),
+        ]),
+    ),
+    one(
+        "roleRef",
+        3,
+        Message(&[
+            one("apiGroup", 1, Str),
+            one("kind", 2, Str),
+            one("name", 3, Str),
+        ]),
+    ),
+];
+
+const RESOURCE_ATTRIBUTES: &[Field] = &[
+    one("namespace", 1, Str),
+    one("verb", 2, Str),
+    one("group", 3, Str),
+    one("version", 4, Str),
+    one("resource", 5, Str),
+    one("subresource", 6, Str),
+    one("name", 7, Str),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[Field] = &[one("path", 1, Str), one("verb", 2, Str)];
+
+const ACCESS_REVIEW_STATUS: &[Field] = &[
+    one("allowed", 1, Bool),
+    one("reason", 2, Str),
+    one("evaluationError", 3, Str),
+    one("denied", 4, Bool),
+];
+
+const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one("resourceAttributes", 1, Message(RESOURCE_ATTRIBUTES)),
+            one("nonResourceAttributes", 2, Message(NON_RESOURCE_ATTRIBUTES)),
+        ]),
+    ),
+    one("status", 3, Message(ACCESS_REVIEW_STATUS)),
+];
+
+const SUBJECT_ACCESS_REVIEW: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one("resourceAttributes", 1, Message(RESOURCE_ATTRIBUTES)),
+            one("nonResourceAttributes", 2, Message(NON_RESOURCE_ATTRIBUTES)),
+            one("user", 3, Str),
+            many("groups", 4, Str),
+            one("extra", 5, Map(&Strings)),
+            one("uid", 6, Str),
+        ]),
+    ),
+    one("status", 3, Message(ACCESS_REVIEW_STATUS)),
+];
+
+const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one("spec", 2, Message(&[one("namespace", 1, Str)])),
+    one(
+        "status",
+        3,
+        Message(&[
+            many(
+                "resourceRules",
+                1,
+                Message(&[
+                    many("verbs", 1, Str),
+                    many("apiGroups", 2, Str),
+                    many("resources", 3, Str),
+                    many("resourceNames", 4, Str),
+                ]),
+            ),
+            many(
+                "nonResourceRules",
+                2,
+                Message(&[many("verbs", 1, Str), many("nonResourceURLs", 2, Str)]),
+            ),
+            one("incomplete", 3, Bool),
+            one("evaluationError", 4, Str),
+        ]),
+    ),
+];
+
+const SELF_SUBJECT_REVIEW: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "status",
+        2,
+        Message(&[one(
+            "userInfo",
+            1,
+            Message(&[
+                one("username", 1, Str),
+                one("uid", 2, Str),
+                many("groups", 3, Str),
+                one("extra", 4, Map(&Strings)),
+            ]),
+        )]),
+    ),
+];
+
 /// `metav1.PartialObjectMetadata` (its list numbers `metadata` 1 and `items` 2, as every
 /// list does in `meta.k8s.io/v1`).
 const PARTIAL_OBJECT_METADATA: &[Field] = &[one("metadata", 1, Message(OBJECT_META))];
@@ -105,7 +258,7 @@ const SERVICE_ACCOUNT: &[Field] = &[
     one("automountServiceAccountToken", 4, Bool),
 ];
 
-const EVENT_SERIES: &[Field] = &[one("count", 1, I32), one("lastObservedTime", 2, Time)];
+const EVENT_SERIES: &[Field] = &[one("count", 1, I32), one("lastObservedTime", 2, MicroTime)];
 
 const EVENT_SOURCE: &[Field] = &[one("component", 1, Str), one("host", 2, Str)];
 
@@ -119,7 +272,7 @@ const CORE_EVENT: &[Field] = &[
     one("lastTimestamp", 7, Time),
     one("count", 8, I32),
     one("type", 9, Str),
-    one("eventTime", 10, Time),
+    one("eventTime", 10, MicroTime),
     one("series", 11, Message(EVENT_SERIES)),
     one("action", 12, Str),
     one("related", 13, Message(OBJECT_REFERENCE)),
@@ -129,7 +282,7 @@ const CORE_EVENT: &[Field] = &[
 
 const EVENTS_V1_EVENT: &[Field] = &[
     one("metadata", 1, Message(OBJECT_META)),
-    one("eventTime", 2, Time),
+    one("eventTime", 2, MicroTime),
     one("series", 3, Message(EVENT_SERIES)),
     one("reportingController", 4, Str),
     one("reportingInstance", 5, Str),
@@ -153,8 +306,8 @@ const LEASE: &[Field] = &[
         Message(&[
             one("holderIdentity", 1, Str),
             one("leaseDurationSeconds", 2, I32),
-            one("acquireTime", 3, Time),
-            one("renewTime", 4, Time),
+            one("acquireTime", 3, MicroTime),
+            one("renewTime", 4, MicroTime),
             one("leaseTransitions", 5, I32),
             one("strategy", 6, Str),
             one("preferredHolder", 7, Str),
@@ -363,6 +516,15 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("v1", "Status") => STATUS,
         ("meta.k8s.io/v1", "PartialObjectMetadata") => PARTIAL_OBJECT_METADATA,
+        ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => BINDING,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => {
+            SUBJECT_ACCESS_REVIEW
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })

@@ -29,8 +29,8 @@ use serde_json::Value;
 pub use codec::{decode_continue, parse_rv, set_type_meta, store_error};
 pub use delete::{Deleted, FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
 pub use options::{
-    DeleteOptions, FieldValidation, ListOptions, Part, Patch, Propagation, ResourceVersionMatch,
-    WatchOptions, WriteOptions,
+    DeleteOptions, FieldValidation, ListOptions, Part, Patch, Propagation, Requester,
+    ResourceVersionMatch, WatchOptions, WriteOptions,
 };
 pub use read::{EncodedList, ListItem, Listed};
 pub use scale::ScaleWrite;

@@ -72,6 +72,18 @@ pub struct WriteOptions {
     pub default_manager: String,
     /// `force`: an apply takes conflicting fields.
     pub force: bool,
+    /// Who writes, for the types whose writes depend on it (RBAC: no one grants what they
+    /// do not hold); `None` for the server's own writes.
+    pub requester: Option<Requester>,
+}
+
+/// A writing user and the authorizer that knows what they may do.
+#[derive(Clone, Debug)]
+pub struct Requester {
+    /// The user.
+    pub user: crate::auth::User,
+    /// The authorizer.
+    pub rbac: std::sync::Arc<crate::auth::rbac::Rbac>,
 }
 
 impl WriteOptions {

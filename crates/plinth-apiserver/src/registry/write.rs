@@ -230,6 +230,9 @@ impl Registry {
         let warnings = Self::check_body(def, &mut object, options)?;
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None)?;
+        if let Some(requester) = &options.requester {
+            def.strategy.admit(&object, None, requester)?;
+        }
         if track {
             let mut entries = base_entries(None, &object);
             plinth_core::managed::record_update(
@@ -388,6 +391,9 @@ impl Registry {
             let mut new = next(&current)?;
             finish_update(def, &current, &mut new);
             Self::validate(def, &new, Some(&current))?;
+            if let Some(requester) = &options.requester {
+                def.strategy.admit(&new, Some(&current), requester)?;
+            }
             if let Some(part) = tracking {
                 let mut entries = base_entries(Some(&current), &new);
                 plinth_core::managed::record_update(

@@ -5,9 +5,12 @@
 //! Registering a new built-in type is one file in its group plus one line in [`builtin`].
 
 pub mod apiextensions;
+pub mod authentication;
+pub mod authorization;
 pub mod coordination;
 pub mod core;
 pub mod events;
+pub mod rbac;
 
 use crate::resources::ResourceDef;
 
@@ -22,5 +25,13 @@ pub fn builtin() -> Vec<ResourceDef> {
         events::event::resource(),
         coordination::lease::resource(),
         apiextensions::crd::resource(),
+        rbac::role::resource(),
+        rbac::clusterrole::resource(),
+        rbac::rolebinding::resource(),
+        rbac::clusterrolebinding::resource(),
     ]
+    .into_iter()
+    .chain(authorization::resources())
+    .chain(authentication::resources())
+    .collect()
 }

@@ -54,6 +54,15 @@ impl<'a> Http<'a> {
         }
     }
 
+    /// The same server with another bearer token (a user of a token file).
+    pub fn with_token(&self, token: &str) -> Http<'a> {
+        Http {
+            plinth: self.plinth,
+            base: self.base.clone(),
+            token: token.to_owned(),
+        }
+    }
+
     /// A request; `auth` sends the token.
     pub fn request(
         &self,

@@ -1,0 +1,218 @@
+//! Who is asking, and whether they may: authentication (a chain — client certificates signed
+//! by the cluster CA, the admin token, a static token file; first match wins, else 401) and
+//! authorization (RBAC, [`rbac`]), as kube-apiserver's filters do them before a request reaches
+//! its handler.
+//!
+//! Rooms: this file (users, the authenticator chain), `attributes` (what a request asks to
+//! do, and kube's 403 wording), `rbac` (the rules and the authorizer), `bootstrap` (the default
+//! roles and bindings every cluster has), `controller` (keeping the authorizer in step with
+//! the RBAC objects, ClusterRole aggregation), `tokens` (the token file), `x509` (client
+//! certificates).
+
+pub mod attributes;
+pub mod bootstrap;
+pub(crate) mod controller;
+pub mod rbac;
+mod tokens;
+mod x509;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, header};
+use plinth_core::ApiError;
+
+pub use attributes::Attributes;
+pub use tokens::TokenFileError;
+
+/// Members of this group may do anything (kube's `system:masters`, bound to `cluster-admin`
+/// and short-circuited before RBAC).
+pub const MASTERS: &str = "system:masters";
+/// Every authenticated user is in this group.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// Anonymous requests are in this group.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+/// The user the admin token stands for.
+pub const ADMIN: &str = "plinth-admin";
+
+/// An authenticated identity (kube's `user.Info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct User {
+    /// The user name (`alice`, `system:serviceaccount:ns:name`).
+    pub name: String,
+    /// A unique id, when the authenticator knows one.
+    pub uid: String,
+    /// Groups, `system:authenticated` included.
+    pub groups: Vec<String>,
+    /// Extra attributes (scopes, a token's bound object…).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl User {
+    /// A user of these groups; `system:authenticated` is added.
+    pub fn new(name: &str, groups: &[&str]) -> Self {
+        let mut groups: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+        if !groups.iter().any(|g| g == AUTHENTICATED) {
+            groups.push(AUTHENTICATED.to_owned());
+        }
+        Self {
+            name: name.to_owned(),
+            groups,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the user is in `group`.
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// The client certificate of a TLS connection (DER), already verified against the cluster
+/// CA by the TLS layer; every request on the connection carries it.
+#[derive(Clone, Debug)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
+
+/// The authenticator chain.
+#[derive(Debug, Default)]
+pub struct Authenticator {
+    admin_token: String,
+    tokens: HashMap<String, User>,
+}
+
+impl Authenticator {
+    /// The chain with the admin token and, if given, kube's static token file
+    /// (`token,user,uid,"group1,group2"` per line).
+    ///
+    /// # Errors
+    /// [`TokenFileError`] for a file that cannot be read or has a malformed line.
+    pub fn new(admin_token: &str, token_file: Option<&Path>) -> Result<Self, TokenFileError> {
+        let tokens = match token_file {
+            Some(path) => tokens::read(path)?,
+            None => HashMap::new(),
+        };
+        Ok(Self {
+            admin_token: admin_token.to_owned(),
+            tokens,
+        })
+    }
+
+    /// Who sent a request with these headers over a connection presenting `peer`: the client
+    /// certificate's subject first (CN the user, O the groups), then the bearer token.
+    ///
+    /// # Errors
+    /// 401 `Unauthorized` when no authenticator accepts the request (no credentials, an
+    /// unknown token, a certificate without a common name).
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&PeerCertificate>,
+    ) -> Result<User, ApiError> {
+        if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
+            return Ok(user);
+        }
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(ApiError::unauthorized)?;
+        if constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()) {
+            return Ok(User::new(ADMIN, &[MASTERS]));
+        }
+        self.tokens
+            .iter()
+            .find(|(known, _)| constant_time_eq(known.as_bytes(), token.as_bytes()))
+            .map(|(_, user)| user.clone())
+            .ok_or_else(ApiError::unauthorized)
+    }
+}
+
+/// kube's impersonation filter: a request with `Impersonate-User` (and `-Group`, `-Uid`,
+/// `-Extra-<key>`) acts as that user if its sender may `impersonate` each of them (users,
+/// groups, `uids` and `userextras/<key>` of `authentication.k8s.io`, ServiceAccounts for a
+/// `system:serviceaccount:` name). Without the headers, the sender as is.
+///
+/// # Errors
+/// 403 for an impersonation not allowed; 400 for groups or extras without a user.
+pub fn impersonate(sender: User, headers: &HeaderMap, rbac: &rbac::Rbac) -> Result<User, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
+    };
+    let user = values("impersonate-user").into_iter().next();
+    let groups = values("impersonate-group");
+    let uid = values("impersonate-uid").into_iter().next();
+    let extras: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let key = name.as_str().strip_prefix("impersonate-extra-")?;
+            Some((key.to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    let Some(name) = user else {
+        if groups.is_empty() && extras.is_empty() && uid.is_none() {
+            return Ok(sender);
+        }
+        return Err(ApiError::bad_request(
+            "requested impersonation of groups, a uid or extras without impersonating a user",
+        ));
+    };
+    let check = |group: &str, resource: &str, namespace: &str, object: &str| {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let attributes = Attributes {
+            resource_request: true,
+            verb: "impersonate".into(),
+            namespace: namespace.to_owned(),
+            api_group: group.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            name: object.to_owned(),
+            ..Attributes::default()
+        };
+        match rbac.authorize(&sender, &attributes) {
+            rbac::Decision::Allow(_) => Ok(()),
+            rbac::Decision::Deny => Err(attributes.forbidden(&sender, "")),
+        }
+    };
+    match name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((namespace, account)) => check("", "serviceaccounts", namespace, account)?,
+        None => check("", "users", "", &name)?,
+    }
+    for group in &groups {
+        check("", "groups", "", group)?;
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", "", uid)?;
+    }
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (key, value) in extras {
+        check(
+            "authentication.k8s.io",
+            &format!("userextras/{key}"),
+            "",
+            &value,
+        )?;
+        extra.entry(key).or_default().push(value);
+    }
+    let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let mut user = User::new(&name, &group_refs);
+    if let Some(uid) = uid {
+        user.uid = uid;
+    }
+    user.extra = extra;
+    Ok(user)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,662 @@
+//! Identities and RBAC end to end: users from a token file and from client certificates
+//! (`plinth kubeconfig`), spec/status separation on a custom resource, `kubectl auth can-i`
+//! agreeing with what requests are allowed, escalation prevention, `kubectl auth whoami`,
+//! 401s, and the Python client as a certificate user.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::http::Http;
+use common::{Backend, Plinth};
+use serde_json::{Value, json};
+
+/// The users of the token file: name → token.
+const USERS: [(&str, &str); 5] = [
+    ("alice", "alice-token"),
+    ("bob", "bob-token"),
+    ("carol", "carol-token"),
+    ("dave", "dave-token"),
+    ("eve", "eve-token"),
+];
+
+fn token(user: &str) -> &'static str {
+    USERS.iter().find(|(u, _)| *u == user).unwrap().1
+}
+
+const WIDGETS: &str = r"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+          status: {type: object, properties: {ready: {type: boolean}}}
+";
+
+const BINDINGS: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: spec-writer, namespace: team}
+rules:
+- apiGroups: [example.com]
+  resources: [widgets]
+  verbs: [get, list, watch, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: status-writer, namespace: team}
+rules:
+- apiGroups: [example.com]
+  resources: [widgets/status]
+  verbs: [get, update, patch]
+- apiGroups: [example.com]
+  resources: [widgets]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-spec, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: spec-writer}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bob-status, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: status-writer}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: carol-admin, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: team-admins}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: dave-views}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: dave}]
+"#;
+
+fn start() -> Plinth {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.csv");
+    let mut lines = String::from("# token,user,uid,groups\n");
+    for (i, (user, token)) in USERS.iter().enumerate() {
+        let groups = if *user == "carol" { ",team-admins" } else { "" };
+        lines.push_str(&format!("{token},{user},uid-{i}{groups}\n"));
+    }
+    std::fs::write(&file, lines).unwrap();
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--token-auth-file", file.to_str().unwrap()],
+    );
+    // The server read the file at start.
+    drop(dir);
+    let crd = plinth.dir.path().join("widgets.yaml");
+    std::fs::write(&crd, WIDGETS).unwrap();
+    plinth.install_crds(&[crd], "120s");
+    plinth.kubectl(&["create", "namespace", "team"]);
+    plinth.kubectl(&["create", "namespace", "other"]);
+    plinth.kubectl_with(&["apply", "-f", "-"], BINDINGS);
+    for ns in ["team", "other"] {
+        plinth.kubectl_with(
+            &["-n", ns, "apply", "-f", "-"],
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 1}\n",
+        );
+    }
+    // The authorizer follows the RBAC objects' watch: wait until it has the last binding.
+    plinth.eventually("the bindings are in force", || {
+        can_i(&plinth, "dave", &["list", "configmaps", "-n", "other"])
+    });
+    plinth
+}
+
+/// `kubectl auth can-i` as `user`.
+fn can_i(plinth: &Plinth, user: &str, args: &[&str]) -> bool {
+    let mut full = vec!["--token", token(user), "auth", "can-i"];
+    full.extend(args);
+    let out = plinth.kubectl_output(&full);
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        answer == "yes" || answer == "no",
+        "kubectl {full:?}: {answer} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    answer == "yes"
+}
+
+#[test]
+fn spec_and_status_are_separate_permissions() {
+    let plinth = start();
+    let as_user = |user: &str, args: &[&str]| {
+        let mut full = vec!["--token", token(user), "-n", "team"];
+        full.extend(args);
+        plinth.kubectl_output(&full)
+    };
+    let spec = [
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":2}}"#,
+    ];
+    let status = [
+        "patch",
+        "widget",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"ready":true}}"#,
+    ];
+    // Alice may change the spec, not the status (kubectl reads the status first).
+    let out = as_user("alice", &spec);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_user("alice", &status);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "Error from server (Forbidden): widgets.example.com \"w1\" is forbidden: User \"alice\" cannot get resource \"widgets/status\" in API group \"example.com\" in the namespace \"team\""
+    );
+    // Nor through the main resource: the status subresource owns it.
+    let sneaky = [
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":3},"status":{"ready":true}}"#,
+    ];
+    assert!(as_user("alice", &sneaky).status.success());
+    let widget = plinth.json(&["-n", "team", "get", "widget", "w1"]);
+    assert_eq!(widget["spec"]["size"], 3);
+    assert_eq!(widget["status"], Value::Null, "{widget}");
+    // Bob may report status, not change the spec.
+    let out = as_user("bob", &status);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_user("bob", &spec);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "User \"bob\" cannot patch resource \"widgets\" in API group \"example.com\" in the namespace \"team\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let widget = plinth.json(&["-n", "team", "get", "widget", "w1"]);
+    assert_eq!(
+        (
+            widget["spec"]["size"].as_i64(),
+            widget["status"]["ready"].as_bool()
+        ),
+        (Some(3), Some(true))
+    );
+    // And neither outside the namespace their roles are bound in.
+    let out = plinth.kubectl_output(&[
+        "--token",
+        token("alice"),
+        "-n",
+        "other",
+        "get",
+        "widget",
+        "w1",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in the namespace \"other\""));
+}
+
+/// One case of the matrix: a verb on a resource (group/resource[/subresource]) in a
+/// namespace, asked with `kubectl auth can-i` and tried with a request (writes dry-run).
+struct Case {
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    subresource: &'static str,
+    namespace: &'static str,
+    name: &'static str,
+}
+
+const fn case(
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    subresource: &'static str,
+    namespace: &'static str,
+    name: &'static str,
+) -> Case {
+    Case {
+        verb,
+        group,
+        resource,
+        subresource,
+        namespace,
+        name,
+    }
+}
+
+impl Case {
+    fn can_i_args(&self) -> Vec<String> {
+        let mut resource = if self.group.is_empty() {
+            self.resource.to_owned()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        };
+        if !self.name.is_empty() {
+            resource = format!("{resource}/{}", self.name);
+        }
+        let mut args = vec![self.verb.to_owned(), resource];
+        if !self.subresource.is_empty() {
+            args.push(format!("--subresource={}", self.subresource));
+        }
+        if self.namespace.is_empty() {
+            args.push("--all-namespaces".to_owned());
+        } else {
+            args.extend(["-n".to_owned(), self.namespace.to_owned()]);
+        }
+        args
+    }
+
+    /// The request's method, path and body (a dry run for writes).
+    fn request(&self) -> (&'static str, String, Option<Value>) {
+        let prefix = if self.group.is_empty() {
+            "/api/v1".to_owned()
+        } else {
+            format!("/apis/{}/v1", self.group)
+        };
+        let scope = if self.namespace.is_empty() {
+            prefix
+        } else {
+            format!("{prefix}/namespaces/{}", self.namespace)
+        };
+        let collection = format!("{scope}/{}", self.resource);
+        let object = format!("{collection}/{}", self.name);
+        let sub = if self.subresource.is_empty() {
+            object.clone()
+        } else {
+            format!("{object}/{}", self.subresource)
+        };
+        let body = |kind: &str, api: &str, name: &str| json!({"apiVersion": api, "kind": kind, "metadata": {"name": name}});
+        let (kind, api) = match self.resource {
+            "widgets" => ("Widget", "example.com/v1"),
+            "configmaps" => ("ConfigMap", "v1"),
+            "secrets" => ("Secret", "v1"),
+            "rolebindings" => ("RoleBinding", "rbac.authorization.k8s.io/v1"),
+            other => panic!("no body for {other}"),
+        };
+        match self.verb {
+            "get" => ("GET", sub, None),
+            "list" => ("GET", collection, None),
+            "watch" => (
+                "GET",
+                format!("{collection}?watch=1&timeoutSeconds=1"),
+                None,
+            ),
+            "create" => (
+                "POST",
+                format!("{collection}?dryRun=All"),
+                Some(body(kind, api, "dry")),
+            ),
+            "patch" => ("PATCH", format!("{sub}?dryRun=All"), Some(json!({}))),
+            "delete" => ("DELETE", format!("{object}?dryRun=All"), None),
+            other => panic!("no request for {other}"),
+        }
+    }
+}
+
+#[test]
+fn kubectl_auth_can_i_agrees_with_what_requests_may_do() {
+    let plinth = start();
+    plinth.kubectl(&["-n", "team", "create", "configmap", "c1"]);
+    plinth.kubectl(&["-n", "other", "create", "configmap", "c1"]);
+    plinth.kubectl(&["-n", "team", "create", "secret", "generic", "s1"]);
+    let http = Http::new(&plinth);
+    let cases = [
+        case("get", "example.com", "widgets", "", "team", "w1"),
+        case("patch", "example.com", "widgets", "", "team", "w1"),
+        case("patch", "example.com", "widgets", "status", "team", "w1"),
+        case("get", "example.com", "widgets", "", "other", "w1"),
+        case("list", "example.com", "widgets", "", "team", ""),
+        case("delete", "example.com", "widgets", "", "team", "w1"),
+        case("list", "", "configmaps", "", "team", ""),
+        case("watch", "", "configmaps", "", "other", ""),
+        case("create", "", "configmaps", "", "team", ""),
+        case("get", "", "secrets", "", "team", "s1"),
+        case("list", "", "configmaps", "", "", ""),
+        case(
+            "create",
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "",
+            "team",
+            "",
+        ),
+    ];
+    let mut checked = 0;
+    let mut allowed = 0;
+    for (user, token) in USERS {
+        let as_user = http.with_token(token);
+        for case in &cases {
+            let args = case.can_i_args();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let says = can_i(&plinth, user, &args);
+            let (method, path, body) = case.request();
+            let body = body.map(|b| b.to_string());
+            let content_type = if method == "PATCH" {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            let reply = as_user.request(
+                method,
+                &path,
+                content_type,
+                body.as_deref().map(str::as_bytes),
+                true,
+            );
+            let did = reply.code != 403;
+            assert!(
+                reply.code < 500 && reply.code != 401,
+                "{user} {method} {path}: {} {}",
+                reply.code,
+                reply.body
+            );
+            assert_eq!(
+                says, did,
+                "{user}: can-i {args:?} says {says}, {method} {path} answered {} {}",
+                reply.code, reply.body
+            );
+            checked += 1;
+            allowed += usize::from(did);
+        }
+    }
+    assert!(checked >= 50, "{checked} cases");
+    // Both answers occur, often.
+    assert!(
+        allowed >= 10 && checked - allowed >= 10,
+        "{allowed} of {checked} allowed"
+    );
+}
+
+#[test]
+fn escalation_identities_and_refusals() {
+    let plinth = start();
+    let carol = |args: &[&str]| {
+        let mut full = vec!["--token", token("carol"), "-n", "team"];
+        full.extend(args);
+        plinth.kubectl_output(&full)
+    };
+    // A namespace admin may grant what they hold...
+    let out = carol(&[
+        "create",
+        "rolebinding",
+        "eve-edit",
+        "--clusterrole=edit",
+        "--user=eve",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ...but not cluster-admin, nor write a role with more than they have.
+    let out = carol(&[
+        "create",
+        "rolebinding",
+        "eve-root",
+        "--clusterrole=cluster-admin",
+        "--user=eve",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rolebindings.rbac.authorization.k8s.io \"eve-root\" is forbidden: user \"carol\" (groups=[\"team-admins\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held"),
+        "{stderr}"
+    );
+    let out = carol(&["create", "role", "everything", "--verb=*", "--resource=*.*"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("is attempting to grant RBAC permissions not currently held")
+    );
+    assert!(
+        plinth
+            .kubectl_output(&["-n", "team", "get", "rolebinding", "eve-root"])
+            .status
+            .code()
+            != Some(0)
+    );
+    // Nor elsewhere.
+    let out = plinth.kubectl_output(&[
+        "--token",
+        token("carol"),
+        "-n",
+        "other",
+        "create",
+        "rolebinding",
+        "x",
+        "--clusterrole=view",
+        "--user=eve",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot create resource \"rolebindings\"")
+    );
+
+    // Impersonation needs the impersonate verb: the admin may, carol may not.
+    let as_eve = plinth.kubectl(&[
+        "--as",
+        "eve",
+        "--as-group",
+        "auditors",
+        "auth",
+        "whoami",
+        "-o",
+        "json",
+    ]);
+    let review: Value = serde_json::from_str(&as_eve).unwrap();
+    assert_eq!(review["status"]["userInfo"]["username"], "eve");
+    assert_eq!(
+        review["status"]["userInfo"]["groups"],
+        json!(["auditors", "system:authenticated"])
+    );
+    let out = plinth.kubectl_output(&[
+        "--token",
+        token("carol"),
+        "--as",
+        "dave",
+        "get",
+        "configmaps",
+        "-n",
+        "team",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("users \"dave\" is forbidden: User \"carol\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Impersonating eve leaves what eve may do: edit in team (carol's binding), not elsewhere.
+    plinth.eventually("eve's binding is in force", || {
+        plinth
+            .kubectl_output(&["--as", "eve", "-n", "team", "get", "configmaps"])
+            .status
+            .success()
+    });
+    let out = plinth.kubectl_output(&["--as", "eve", "-n", "other", "get", "configmaps"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("User \"eve\" cannot list resource \"configmaps\"")
+    );
+
+    // Who am I.
+    let whoami = plinth.kubectl(&["--token", token("carol"), "auth", "whoami", "-o", "json"]);
+    let review: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(review["status"]["userInfo"]["username"], "carol");
+    assert_eq!(review["status"]["userInfo"]["uid"], "uid-2");
+    assert_eq!(
+        review["status"]["userInfo"]["groups"],
+        json!(["team-admins", "system:authenticated"])
+    );
+    let admin: Value =
+        serde_json::from_str(&plinth.kubectl(&["auth", "whoami", "-o", "json"])).unwrap();
+    assert!(
+        admin["status"]["userInfo"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("system:masters"))
+    );
+
+    // Unknown tokens and no credentials: 401; health and version stay open.
+    let http = Http::new(&plinth);
+    let stranger = http.with_token("not-a-token");
+    let reply = stranger.get("/api/v1/namespaces");
+    assert_eq!(reply.code, 401, "{}", reply.body);
+    assert_eq!(reply.json()["reason"], "Unauthorized");
+    assert_eq!(
+        http.request("GET", "/api", "application/json", None, false)
+            .code,
+        401
+    );
+    assert_eq!(
+        http.request("GET", "/readyz", "application/json", None, false)
+            .code,
+        200
+    );
+    assert_eq!(
+        http.request("GET", "/version", "application/json", None, false)
+            .code,
+        200
+    );
+    // A user without rules may still discover the API and ask what they may do.
+    let eve = http.with_token(token("eve"));
+    assert_eq!(eve.get("/apis").code, 200);
+    let reply = eve.get("/metrics");
+    assert_eq!(reply.code, 403);
+    assert_eq!(
+        reply.json()["message"],
+        "forbidden: User \"eve\" cannot get path \"/metrics\""
+    );
+    let rules = plinth.kubectl(&[
+        "--token",
+        token("eve"),
+        "auth",
+        "can-i",
+        "--list",
+        "-n",
+        "team",
+    ]);
+    assert!(
+        rules.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+        "{rules}"
+    );
+    // A question resource answers creates only, and bad questions get 4xx answers.
+    let reviews = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    assert_eq!(http.get(reviews).code, 405);
+    for (body, code) in [
+        (&b"[1]"[..], 400),
+        (b"{not json", 400),
+        (br#"{"apiVersion":"v1","kind":"ConfigMap"}"#, 400),
+        (br#"{"spec":{"resourceAttributes":"nope"}}"#, 400),
+        (br#"{"spec":{}}"#, 422),
+    ] {
+        let reply = http.post(reviews, body);
+        assert_eq!(
+            reply.code,
+            code,
+            "{}: {}",
+            String::from_utf8_lossy(body),
+            reply.body
+        );
+    }
+    let asked = http.post(
+        reviews,
+        br#"{"spec":{"nonResourceAttributes":{"path":"/metrics","verb":"get"}}}"#,
+    );
+    assert_eq!(asked.code, 201, "{}", asked.body);
+    assert_eq!(asked.json()["status"]["allowed"], true);
+    // Bad RBAC objects are refused with kube's field errors.
+    let out = plinth.kubectl_stdin(
+        &["-n", "team", "create", "-f", "-"],
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: bad}\nrules: [{apiGroups: [''], resources: [configmaps]}, {verbs: [get], nonResourceURLs: [/x]}]\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rules[0].verbs: Required value: verbs must contain at least one value"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rules[1].nonResourceURLs: Invalid value: [\"/x\"]: namespaced rules cannot apply to non-resource URLs"), "{stderr}");
+    let out = plinth.kubectl_output(&[
+        "-n",
+        "team",
+        "patch",
+        "rolebinding",
+        "alice-spec",
+        "--type=merge",
+        "-p",
+        r#"{"roleRef":{"name":"status-writer"}}"#,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("roleRef: Invalid value"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn certificate_users_with_kubectl_and_the_python_client() {
+    let plinth = start();
+    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args(["kubeconfig", "--data-dir"])
+        .arg(plinth.dir.path())
+        .args(["--user", "alice", "--group", "widget-fans"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kubeconfig = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let whoami = plinth.kubectl(&["--kubeconfig", &kubeconfig, "auth", "whoami", "-o", "json"]);
+    let review: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(review["status"]["userInfo"]["username"], "alice");
+    assert_eq!(
+        review["status"]["userInfo"]["groups"],
+        json!(["widget-fans", "system:authenticated"])
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/python/rbac_checks.py"
+    );
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python checks failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("python rbac: all checks passed"),
+        "{stdout}"
+    );
+}
