@@ -115,7 +115,20 @@ pub struct ResourceDef {
     /// For a resource that is a question to the server (access reviews, "who am I"): the
     /// answer to a create, which is returned and never stored; no other verb is served.
     pub answer: Option<Answer>,
+    /// Subresources that answer a create from their parent object, storing nothing
+    /// (`serviceaccounts/<name>/token`).
+    pub answered_subresources: Vec<(&'static str, SubAnswer)>,
 }
+
+/// Answers a create on a subresource: from the asker, the parent object and the request
+/// body, the object returned.
+pub type SubAnswer =
+    for<'a> fn(
+        &'a Asker<'a>,
+        serde_json::Value,
+        serde_json::Value,
+    )
+        -> futures::future::BoxFuture<'a, Result<serde_json::Value, plinth_core::ApiError>>;
 
 /// Who asks a question resource ([`ResourceDef::answer`]), and what answers it.
 #[derive(Debug)]
@@ -126,6 +139,10 @@ pub struct Asker<'a> {
     pub rbac: &'a crate::auth::rbac::Rbac,
     /// The namespace in the path, for a namespaced question.
     pub namespace: Option<&'a str>,
+    /// The registry, to read what the answer depends on.
+    pub registry: &'a crate::registry::Registry,
+    /// The ServiceAccount token issuer.
+    pub tokens: &'a crate::auth::serviceaccount::Tokens,
 }
 
 /// Answers a question resource's create: the object as sent (defaults applied), with its
@@ -161,7 +178,14 @@ impl ResourceDef {
             openapi: None,
             deprecation: None,
             answer: None,
+            answered_subresources: Vec::new(),
         }
+    }
+
+    /// With a subresource answered by `answer`.
+    pub fn answered_subresource(mut self, name: &'static str, answer: SubAnswer) -> Self {
+        self.answered_subresources.push((name, answer));
+        self
     }
 
     /// A question: creates are answered by `answer`, nothing is stored.

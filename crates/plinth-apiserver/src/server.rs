@@ -142,8 +142,15 @@ pub async fn start(
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
 
-    let authenticator =
-        crate::auth::Authenticator::new(&credentials.token, config.token_auth_file.as_deref())?;
+    let service_accounts = Arc::new(crate::auth::serviceaccount::Tokens::load_or_create(
+        &config.data_dir,
+        &url,
+    )?);
+    let authenticator = crate::auth::Authenticator::new(
+        &credentials.token,
+        config.token_auth_file.as_deref(),
+        service_accounts,
+    )?;
     let rbac = Arc::new(crate::auth::rbac::Rbac::default());
     crate::auth::controller::start(&registry, &rbac).await?;
     let (stop, stopping) = watch::channel(false);

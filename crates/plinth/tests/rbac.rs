@@ -660,3 +660,116 @@ fn certificate_users_with_kubectl_and_the_python_client() {
         "{stdout}"
     );
 }
+
+#[test]
+fn service_account_tokens_are_issued_checked_and_revoked() {
+    let plinth = start();
+    plinth.kubectl(&["-n", "team", "create", "serviceaccount", "robot"]);
+    plinth.kubectl(&[
+        "-n",
+        "team",
+        "create",
+        "rolebinding",
+        "robot-views",
+        "--clusterrole=view",
+        "--serviceaccount=team:robot",
+    ]);
+    let token = plinth
+        .kubectl(&["-n", "team", "create", "token", "robot"])
+        .trim()
+        .to_owned();
+    let http = Http::new(&plinth);
+    let robot = http.with_token(&token);
+    let whoami = plinth.kubectl(&["--token", &token, "auth", "whoami", "-o", "json"]);
+    let review: Value = serde_json::from_str(&whoami).unwrap();
+    let info = &review["status"]["userInfo"];
+    assert_eq!(info["username"], "system:serviceaccount:team:robot");
+    assert_eq!(
+        info["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:team",
+            "system:authenticated"
+        ])
+    );
+    let account = plinth.json(&["-n", "team", "get", "serviceaccount", "robot"]);
+    assert_eq!(info["uid"], account["metadata"]["uid"]);
+    // Its role applies: it may read ConfigMaps in team (view), not write them.
+    plinth.eventually("the robot's binding is in force", || {
+        robot.get("/api/v1/namespaces/team/configmaps").code == 200
+    });
+    let write = robot.post(
+        "/api/v1/namespaces/team/configmaps",
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+    );
+    assert_eq!(write.code, 403, "{}", write.body);
+
+    // A tampered token, one for another audience, and a too-short one.
+    let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+    let mut signature = parts[2].clone().into_bytes();
+    signature[5] = if signature[5] == b'A' { b'B' } else { b'A' };
+    parts[2] = String::from_utf8(signature).unwrap();
+    assert_eq!(
+        http.with_token(&parts.join("."))
+            .get("/api/v1/namespaces/team/configmaps")
+            .code,
+        401
+    );
+    let vault = plinth.kubectl(&["-n", "team", "create", "token", "robot", "--audience=vault"]);
+    assert_eq!(http.with_token(vault.trim()).get("/apis").code, 401);
+    let short = plinth.kubectl_fails(&["-n", "team", "create", "token", "robot", "--duration=1m"]);
+    assert!(short.contains("spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"), "{short}");
+    let missing = plinth.kubectl_fails(&["-n", "team", "create", "token", "nobody"]);
+    assert!(
+        missing.contains("serviceaccounts \"nobody\" not found"),
+        "{missing}"
+    );
+
+    // Bound to a Secret: valid while the Secret lives.
+    plinth.kubectl(&["-n", "team", "create", "secret", "generic", "binding"]);
+    let bound = plinth.kubectl(&[
+        "-n",
+        "team",
+        "create",
+        "token",
+        "robot",
+        "--bound-object-kind=Secret",
+        "--bound-object-name=binding",
+    ]);
+    let bound = http.with_token(bound.trim());
+    assert_eq!(bound.get("/apis").code, 200);
+    plinth.kubectl(&["-n", "team", "delete", "secret", "binding"]);
+    assert_eq!(bound.get("/apis").code, 401);
+
+    // The issuer's documents are public, and its key is the one tokens are signed with.
+    let config = http.request(
+        "GET",
+        "/.well-known/openid-configuration",
+        "application/json",
+        None,
+        false,
+    );
+    assert_eq!(config.code, 200, "{}", config.body);
+    assert_eq!(
+        config.json()["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let keys = http
+        .request("GET", "/openid/v1/jwks", "application/json", None, false)
+        .json();
+    let header: Value = serde_json::from_slice(
+        &base64::Engine::decode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            token.split('.').next().unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(keys["keys"][0]["kid"], header["kid"]);
+
+    // Deleting the account revokes its tokens, even one recreated under the same name.
+    plinth.kubectl(&["-n", "team", "delete", "serviceaccount", "robot"]);
+    plinth.kubectl(&["-n", "team", "create", "serviceaccount", "robot"]);
+    let reply = robot.get("/apis");
+    assert_eq!(reply.code, 401, "{}", reply.body);
+}

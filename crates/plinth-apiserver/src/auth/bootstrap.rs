@@ -83,6 +83,7 @@ pub fn cluster_roles() -> Vec<Value> {
             vec![
                 rule(WRITE, &[""], &["configmaps", "secrets", "serviceaccounts"]),
                 rule(&["impersonate"], &[""], &["serviceaccounts"]),
+                rule(&["create"], &[""], &["serviceaccounts/token"]),
                 rule(READ, &[""], &["secrets"]),
                 rule(WRITE, &["coordination.k8s.io"], &["leases"]),
             ],

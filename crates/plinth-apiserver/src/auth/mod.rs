@@ -13,6 +13,7 @@ pub mod attributes;
 pub mod bootstrap;
 pub(crate) mod controller;
 pub mod rbac;
+pub mod serviceaccount;
 mod tokens;
 mod x509;
 
@@ -75,10 +76,12 @@ impl User {
 pub struct PeerCertificate(pub Arc<Vec<u8>>);
 
 /// The authenticator chain.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Authenticator {
     admin_token: String,
     tokens: HashMap<String, User>,
+    /// ServiceAccount tokens.
+    pub service_accounts: Arc<serviceaccount::Tokens>,
 }
 
 impl Authenticator {
@@ -87,7 +90,11 @@ impl Authenticator {
     ///
     /// # Errors
     /// [`TokenFileError`] for a file that cannot be read or has a malformed line.
-    pub fn new(admin_token: &str, token_file: Option<&Path>) -> Result<Self, TokenFileError> {
+    pub fn new(
+        admin_token: &str,
+        token_file: Option<&Path>,
+        service_accounts: Arc<serviceaccount::Tokens>,
+    ) -> Result<Self, TokenFileError> {
         let tokens = match token_file {
             Some(path) => tokens::read(path)?,
             None => HashMap::new(),
@@ -95,19 +102,23 @@ impl Authenticator {
         Ok(Self {
             admin_token: admin_token.to_owned(),
             tokens,
+            service_accounts,
         })
     }
 
     /// Who sent a request with these headers over a connection presenting `peer`: the client
-    /// certificate's subject first (CN the user, O the groups), then the bearer token.
+    /// certificate's subject first (CN the user, O the groups), then the bearer token — the
+    /// admin's, the token file's, or a ServiceAccount token whose account (and bound object)
+    /// `registry` still holds with the uid it was issued for.
     ///
     /// # Errors
     /// 401 `Unauthorized` when no authenticator accepts the request (no credentials, an
-    /// unknown token, a certificate without a common name).
-    pub fn authenticate(
+    /// unknown, expired or tampered token, a certificate without a common name).
+    pub async fn authenticate(
         &self,
         headers: &HeaderMap,
         peer: Option<&PeerCertificate>,
+        registry: &crate::registry::Registry,
     ) -> Result<User, ApiError> {
         if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
             return Ok(user);
@@ -122,11 +133,43 @@ impl Authenticator {
         if constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()) {
             return Ok(User::new(ADMIN, &[MASTERS]));
         }
-        self.tokens
+        if let Some((_, user)) = self
+            .tokens
             .iter()
             .find(|(known, _)| constant_time_eq(known.as_bytes(), token.as_bytes()))
-            .map(|(_, user)| user.clone())
-            .ok_or_else(ApiError::unauthorized)
+        {
+            return Ok(user.clone());
+        }
+        let claims = self
+            .service_accounts
+            .verify(token)
+            .ok_or_else(ApiError::unauthorized)?;
+        let exists = |plural: &'static str, name: String, uid: String| {
+            let namespace = claims.namespace.clone();
+            async move {
+                let Some(def) = registry.resources.get("", "v1", plural) else {
+                    return false;
+                };
+                registry
+                    .get(&def, Some(&namespace), &name)
+                    .await
+                    .is_ok_and(|o| plinth_core::meta::meta_str(&o, "uid") == Some(uid.as_str()))
+            }
+        };
+        if !exists("serviceaccounts", claims.name.clone(), claims.uid.clone()).await {
+            return Err(ApiError::unauthorized());
+        }
+        if let Some((kind, name, uid)) = &claims.bound {
+            let plural = match kind.as_str() {
+                "Secret" => "secrets",
+                "Pod" => "pods",
+                _ => return Err(ApiError::unauthorized()),
+            };
+            if !exists(plural, name.clone(), uid.clone()).await {
+                return Err(ApiError::unauthorized());
+            }
+        }
+        Ok(claims.user())
     }
 }
 

@@ -137,6 +137,14 @@ impl Call<'_> {
         if let Some(answer) = self.def.answer {
             return self.answer(answer, method, &body);
         }
+        if let Some((_, answer)) = self
+            .def
+            .answered_subresources
+            .iter()
+            .find(|(sub, _)| Some(*sub) == self.subresource.as_deref())
+        {
+            return self.answer_subresource(*answer, method, &body).await;
+        }
         let part = match self.subresource.as_deref() {
             None => Part::Main,
             Some("status") if self.def.status_subresource => Part::Status,
@@ -316,12 +324,42 @@ impl Call<'_> {
         if !object.get("metadata").is_some_and(Value::is_object) {
             object["metadata"] = json!({});
         }
-        let asker = crate::resources::Asker {
+        let answered = answer(&self.asker(), object)?;
+        Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
+    }
+
+    fn asker(&self) -> crate::resources::Asker<'_> {
+        crate::resources::Asker {
             user: self.user,
             rbac: &self.state.rbac,
             namespace: self.namespace.as_deref(),
+            registry: &self.state.registry,
+            tokens: &self.state.authenticator.service_accounts,
+        }
+    }
+
+    /// A subresource answered from its parent (`serviceaccounts/<name>/token`): POST only.
+    async fn answer_subresource(
+        &self,
+        answer: crate::resources::SubAnswer,
+        method: &Method,
+        body: &Bytes,
+    ) -> Result<Response, ApiError> {
+        let Some(name) = self.name.as_deref().filter(|_| method == Method::POST) else {
+            return Err(ApiError::method_not_allowed());
         };
-        let answered = answer(&asker, object)?;
+        let request = decode_body(self.headers, body)?;
+        if !request.is_object() {
+            return Err(ApiError::bad_request(
+                "the object provided is not a JSON object",
+            ));
+        }
+        let parent = self
+            .registry()
+            .get(&self.def, self.namespace()?, name)
+            .await?;
+        let asker = self.asker();
+        let answered = answer(&asker, parent, request).await?;
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
 

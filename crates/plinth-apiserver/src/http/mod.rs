@@ -95,6 +95,9 @@ enum Target {
     },
     OpenApiV3(Option<String>),
     OpenApiV2,
+    /// The OIDC discovery documents of the ServiceAccount token issuer (no credentials
+    /// needed).
+    Oidc(Oidc),
     Resource {
         group: String,
         version: String,
@@ -106,6 +109,12 @@ enum Target {
     NotFound,
 }
 
+#[derive(Debug, PartialEq, Eq)]
+enum Oidc {
+    Configuration,
+    Keys,
+}
+
 fn parse_target(path: &str) -> Target {
     let segments: Vec<&str> = path
         .trim_matches('/')
@@ -114,6 +123,8 @@ fn parse_target(path: &str) -> Target {
         .collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Target::Version,
+        [".well-known", "openid-configuration"] => return Target::Oidc(Oidc::Configuration),
+        ["openid", "v1", "jwks"] => return Target::Oidc(Oidc::Keys),
         ["metrics"] => return Target::Metrics,
         ["healthz" | "livez" | "readyz", ..] => return Target::Health,
         ["api"] => return Target::Api,
@@ -300,7 +311,18 @@ async fn handle(
             &[],
         ));
     }
-    let user = state.authenticator.authenticate(headers, request.peer)?;
+    if let Target::Oidc(document) = &target {
+        let tokens = &state.authenticator.service_accounts;
+        let body = match document {
+            Oidc::Configuration => tokens.openid_configuration(),
+            Oidc::Keys => tokens.jwks(),
+        };
+        return Ok(respond(StatusCode::OK, &body, Format::Json, &[]));
+    }
+    let user = state
+        .authenticator
+        .authenticate(headers, request.peer, &state.registry)
+        .await?;
     let user = crate::auth::impersonate(user, headers, &state.rbac)?;
     let attributes = attributes(&target, request);
     if state.rbac.authorize(&user, &attributes) == crate::auth::rbac::Decision::Deny {
@@ -458,7 +480,9 @@ fn document(
             )),
         },
         Target::NotFound | Target::Resource { .. } => Err(not_found()),
-        Target::Health | Target::Version | Target::Metrics => Err(ApiError::method_not_allowed()),
+        Target::Health | Target::Version | Target::Metrics | Target::Oidc(_) => {
+            Err(ApiError::method_not_allowed())
+        }
     }
 }
 

@@ -247,6 +247,33 @@ const SELF_SUBJECT_REVIEW: &[Field] = &[
     ),
 ];
 
+const TOKEN_REQUEST: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            many("audiences", 1, Str),
+            one(
+                "boundObjectRef",
+                3,
+                Message(&[
+                    one("kind", 1, Str),
+                    one("apiVersion", 2, Str),
+                    one("name", 3, Str),
+                    one("uid", 4, Str),
+                ]),
+            ),
+            one("expirationSeconds", 4, I64),
+        ]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[one("token", 1, Str), one("expirationTimestamp", 2, Time)]),
+    ),
+];
+
 /// `metav1.PartialObjectMetadata` (its list numbers `metadata` 1 and `items` 2, as every
 /// list does in `meta.k8s.io/v1`).
 const PARTIAL_OBJECT_METADATA: &[Field] = &[one("metadata", 1, Message(OBJECT_META))];
@@ -525,6 +552,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         }
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })
