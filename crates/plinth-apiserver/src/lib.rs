@@ -17,6 +17,7 @@ pub mod auth;
 pub mod cache;
 mod controllers;
 pub mod discovery;
+pub mod encryption;
 mod http;
 pub mod metrics;
 pub mod openapi;
@@ -62,6 +63,9 @@ pub enum ServeError {
         /// What went wrong.
         reason: String,
     },
+    /// The encryption configuration cannot be used.
+    #[error(transparent)]
+    Encryption(#[from] encryption::ConfigError),
     /// The token file cannot be used.
     #[error(transparent)]
     TokenFile(#[from] auth::TokenFileError),

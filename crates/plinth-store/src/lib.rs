@@ -139,6 +139,12 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether `kv`, as this store returned it, should be written again even unchanged (a
+    /// value encrypted with a key that no longer writes, by a store that encrypts).
+    fn stale(&self, _kv: &KeyValue) -> bool {
+        false
+    }
+
     /// The store's current revision (the revision of the last write, or 1 for a new store).
     async fn current_revision(&self) -> StoreResult<Revision>;
 }

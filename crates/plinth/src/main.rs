@@ -47,6 +47,9 @@ enum Command {
         /// kube's static token file: `token,user,uid[,"group1,group2"]` per line.
         #[arg(long)]
         token_auth_file: Option<PathBuf>,
+        /// kube's `EncryptionConfiguration`: which resources are encrypted at rest, and how.
+        #[arg(long)]
+        encryption_provider_config: Option<PathBuf>,
     },
     /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
     /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
             watch_bookmark_interval,
             log_format,
             token_auth_file,
+            encryption_provider_config,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info".into());
@@ -124,13 +128,17 @@ fn main() -> ExitCode {
             } else {
                 subscriber.init();
             }
-            let storage = if etcd_servers.is_empty() {
-                Storage::Embedded
+            let backend = if etcd_servers.is_empty() {
+                Backend::Embedded
             } else {
-                Storage::Etcd {
+                Backend::Etcd {
                     endpoints: etcd_servers,
                     prefix: etcd_prefix,
                 }
+            };
+            let storage = Storage {
+                backend,
+                encryption: encryption_provider_config,
             };
             let config = ServerConfig {
                 data_dir: data_dir.unwrap_or_else(default_data_dir),
@@ -174,9 +182,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// Where objects are stored: the binary picks the backend; the API server only sees a
-/// `dyn Store`.
-enum Storage {
+/// Where objects are stored and how: the binary picks the backend (and wraps it in
+/// encryption at rest); the API server only sees a `dyn Store`.
+struct Storage {
+    backend: Backend,
+    /// The `EncryptionConfiguration` file, if any.
+    encryption: Option<PathBuf>,
+}
+
+/// The storage backend.
+enum Backend {
     /// The embedded store in `<data dir>/store`.
     Embedded,
     /// An etcd cluster.
@@ -193,18 +208,25 @@ async fn open_store(
     storage: Storage,
 ) -> Result<Arc<dyn Store>, plinth_apiserver::ServeError> {
     plinth_apiserver::create_private_dir(&config.data_dir)?;
-    let store: Arc<dyn Store> = match storage {
-        Storage::Embedded => Arc::new(
+    let store: Arc<dyn Store> = match storage.backend {
+        Backend::Embedded => Arc::new(
             plinth_store_embedded::EmbeddedStore::open(config.data_dir.join("store"))
                 .map_err(|e| plinth_apiserver::ServeError::Storage(Box::new(e)))?,
         ),
-        Storage::Etcd { endpoints, prefix } => Arc::new(
+        Backend::Etcd { endpoints, prefix } => Arc::new(
             plinth_store_etcd::EtcdStore::connect(&endpoints, &prefix)
                 .await
                 .map_err(|e| plinth_apiserver::ServeError::Storage(Box::new(e)))?,
         ),
     };
-    Ok(store)
+    let Some(path) = storage.encryption else {
+        return Ok(store);
+    };
+    let encryption = plinth_apiserver::encryption::Encryption::from_file(&path)
+        .map_err(plinth_apiserver::ServeError::Encryption)?;
+    Ok(Arc::new(plinth_apiserver::encryption::EncryptedStore::new(
+        store, encryption,
+    )))
 }
 
 async fn serve(config: ServerConfig, storage: Storage) -> ExitCode {

@@ -405,7 +405,7 @@ impl Registry {
                 );
                 plinth_core::managed::write_entries(&mut new, entries);
             }
-            let unchanged = strip_rv(&new) == strip_rv(&current);
+            let unchanged = strip_rv(&new) == strip_rv(&current) && !self.store.stale(kv);
             result = Some(new.clone());
             if unchanged || options.dry_run {
                 return Ok(Update::Unchanged);

@@ -131,6 +131,43 @@ impl Plinth {
         self.change_while_down(key, Some(value));
     }
 
+    /// SIGKILLs the server, reads `key` straight from its storage (as stored: encrypted, if
+    /// it is), and starts it again.
+    pub fn read_while_down(&mut self, key: &str) -> Option<bytes::Bytes> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let value = runtime.block_on(async {
+            match self.etcd_endpoint() {
+                Some(endpoint) => {
+                    let store = plinth_store_etcd::EtcdStore::connect(&[endpoint], "/registry/")
+                        .await
+                        .unwrap();
+                    plinth_store::Store::get(&store, key)
+                        .await
+                        .unwrap()
+                        .map(|kv| kv.value)
+                }
+                None => {
+                    let store =
+                        plinth_store_embedded::EmbeddedStore::open(self.dir.path().join("store"))
+                            .unwrap();
+                    let value = plinth_store::Store::get(&store, key)
+                        .await
+                        .unwrap()
+                        .map(|kv| kv.value);
+                    store.close().await;
+                    value
+                }
+            }
+        });
+        drop(runtime);
+        self.launch();
+        value
+    }
+
     fn change_while_down(&mut self, key: &str, value: Option<&serde_json::Value>) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
