@@ -33,6 +33,10 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// kube's static token file (`--token-auth-file`), if any.
     pub token_auth_file: Option<PathBuf>,
+    /// Read requests served at once before the next gets 429 (0: no limit).
+    pub max_requests_inflight: usize,
+    /// Writes served at once before the next gets 429 (0: no limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// A running server.
@@ -162,6 +166,10 @@ pub async fn start(
         shutdown: stopping.clone(),
         metrics: crate::metrics::Metrics::default(),
         openapi: crate::openapi::Cache::default(),
+        inflight: crate::http::Inflight::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+        ),
     });
     tokio::spawn(compactor(
         registry.clone(),

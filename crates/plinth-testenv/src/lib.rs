@@ -80,6 +80,8 @@ impl TestEnv {
             bookmark_interval: Duration::from_secs(60),
 
             token_auth_file: None,
+            max_requests_inflight: 0,
+            max_mutating_requests_inflight: 0,
         };
         let store: std::sync::Arc<dyn plinth_store::Store> = std::sync::Arc::new(
             plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
@@ -171,6 +173,8 @@ impl TestEnv {
             bookmark_interval: Duration::from_secs(60),
 
             token_auth_file: None,
+            max_requests_inflight: 0,
+            max_mutating_requests_inflight: 0,
         };
         let server = plinth_apiserver::start(config, self.store.clone())
             .await

@@ -50,6 +50,12 @@ enum Command {
         /// kube's `EncryptionConfiguration`: which resources are encrypted at rest, and how.
         #[arg(long)]
         encryption_provider_config: Option<PathBuf>,
+        /// Read requests served at once; past it, 429 (0: no limit). Watches are not counted.
+        #[arg(long, default_value_t = 400)]
+        max_requests_inflight: usize,
+        /// Writes served at once; past it, 429 (0: no limit).
+        #[arg(long, default_value_t = 200)]
+        max_mutating_requests_inflight: usize,
     },
     /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
     /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
@@ -117,6 +123,8 @@ fn main() -> ExitCode {
             log_format,
             token_auth_file,
             encryption_provider_config,
+            max_requests_inflight,
+            max_mutating_requests_inflight,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info".into());
@@ -146,6 +154,8 @@ fn main() -> ExitCode {
                 compaction_interval,
                 bookmark_interval: watch_bookmark_interval,
                 token_auth_file,
+                max_requests_inflight,
+                max_mutating_requests_inflight,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

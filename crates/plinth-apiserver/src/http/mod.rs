@@ -7,6 +7,9 @@
 
 mod body;
 mod call;
+mod inflight;
+
+pub(crate) use inflight::Inflight;
 mod negotiate;
 mod query;
 
@@ -44,6 +47,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: crate::metrics::Metrics,
     /// The OpenAPI documents of the current resources.
     pub(crate) openapi: crate::openapi::Cache,
+    /// Concurrency limits.
+    pub(crate) inflight: inflight::Inflight,
 }
 
 impl std::fmt::Debug for AppState {
@@ -328,6 +333,8 @@ async fn handle(
     if state.rbac.authorize(&user, &attributes) == crate::auth::rbac::Decision::Deny {
         return Err(attributes.forbidden(&user, ""));
     }
+    let long_running = attributes.verb == "watch";
+    let _place = state.inflight.admit(&user, method, long_running)?;
     if target == Target::Metrics {
         let mut text = state.metrics.render();
         text.push_str(&state.registry.caches.render_metrics());
