@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod audit;
 pub mod auth;
 pub mod cache;
 mod controllers;
@@ -35,7 +36,9 @@ pub mod types;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use server::{RunningServer, SYSTEM_NAMESPACES, ServerConfig, create_private_dir, start};
+pub use server::{
+    AuditConfig, RunningServer, SYSTEM_NAMESPACES, ServerConfig, create_private_dir, start,
+};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,9 @@ pub enum ServeError {
         /// What went wrong.
         reason: String,
     },
+    /// The audit policy or log cannot be used.
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
     /// The encryption configuration cannot be used.
     #[error(transparent)]
     Encryption(#[from] encryption::ConfigError),

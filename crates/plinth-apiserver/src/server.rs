@@ -37,6 +37,22 @@ pub struct ServerConfig {
     pub max_requests_inflight: usize,
     /// Writes served at once before the next gets 429 (0: no limit).
     pub max_mutating_requests_inflight: usize,
+    /// The audit log, if any: the policy file, the log file, its size in megabytes before it
+    /// rotates (0: never), and how many rotated files are kept (0: all).
+    pub audit: Option<AuditConfig>,
+}
+
+/// Where the audit log goes and what it holds.
+#[derive(Clone, Debug)]
+pub struct AuditConfig {
+    /// The policy (`--audit-policy-file`).
+    pub policy: PathBuf,
+    /// The log (`--audit-log-path`).
+    pub log: PathBuf,
+    /// `--audit-log-maxsize`, megabytes.
+    pub max_size_mb: u64,
+    /// `--audit-log-maxbackup`.
+    pub max_backups: usize,
 }
 
 /// A running server.
@@ -156,6 +172,15 @@ pub async fn start(
         service_accounts,
     )?;
     let rbac = Arc::new(crate::auth::rbac::Rbac::default());
+    let audit = match &config.audit {
+        Some(a) => Some(crate::audit::Audit::open(
+            &a.policy,
+            &a.log,
+            a.max_size_mb,
+            a.max_backups,
+        )?),
+        None => None,
+    };
     crate::auth::controller::start(&registry, &rbac).await?;
     let (stop, stopping) = watch::channel(false);
     let state = Arc::new(AppState {
@@ -170,6 +195,7 @@ pub async fn start(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        audit,
     });
     tokio::spawn(compactor(
         registry.clone(),
@@ -277,6 +303,9 @@ async fn serve(
                     if let Some(cert) = &peer_cert {
                         request.extensions_mut().insert(cert.clone());
                     }
+                    request
+                        .extensions_mut()
+                        .insert(crate::http::PeerAddress(peer));
                     request
                 },
             );

@@ -82,6 +82,7 @@ impl TestEnv {
             token_auth_file: None,
             max_requests_inflight: 0,
             max_mutating_requests_inflight: 0,
+            audit: None,
         };
         let store: std::sync::Arc<dyn plinth_store::Store> = std::sync::Arc::new(
             plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
@@ -175,6 +176,7 @@ impl TestEnv {
             token_auth_file: None,
             max_requests_inflight: 0,
             max_mutating_requests_inflight: 0,
+            audit: None,
         };
         let server = plinth_apiserver::start(config, self.store.clone())
             .await

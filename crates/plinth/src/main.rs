@@ -56,6 +56,18 @@ enum Command {
         /// Writes served at once; past it, 429 (0: no limit).
         #[arg(long, default_value_t = 200)]
         max_mutating_requests_inflight: usize,
+        /// kube's audit policy (`audit.k8s.io/v1` Policy); with --audit-log-path.
+        #[arg(long, requires = "audit_log_path")]
+        audit_policy_file: Option<PathBuf>,
+        /// Where audit events go, one JSON line each.
+        #[arg(long, requires = "audit_policy_file")]
+        audit_log_path: Option<PathBuf>,
+        /// Megabytes before the audit log rotates (0: never).
+        #[arg(long, default_value_t = 100)]
+        audit_log_maxsize: u64,
+        /// Rotated audit logs kept (0: all).
+        #[arg(long, default_value_t = 10)]
+        audit_log_maxbackup: usize,
     },
     /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
     /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
@@ -125,6 +137,10 @@ fn main() -> ExitCode {
             encryption_provider_config,
             max_requests_inflight,
             max_mutating_requests_inflight,
+            audit_policy_file,
+            audit_log_path,
+            audit_log_maxsize,
+            audit_log_maxbackup,
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info".into());
@@ -156,6 +172,14 @@ fn main() -> ExitCode {
                 token_auth_file,
                 max_requests_inflight,
                 max_mutating_requests_inflight,
+                audit: audit_policy_file.zip(audit_log_path).map(|(policy, log)| {
+                    plinth_apiserver::AuditConfig {
+                        policy,
+                        log,
+                        max_size_mb: audit_log_maxsize,
+                        max_backups: audit_log_maxbackup,
+                    }
+                }),
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

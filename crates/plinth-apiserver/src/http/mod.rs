@@ -49,6 +49,8 @@ pub(crate) struct AppState {
     pub(crate) openapi: crate::openapi::Cache,
     /// Concurrency limits.
     pub(crate) inflight: inflight::Inflight,
+    /// The audit log, when one is configured.
+    pub(crate) audit: Option<crate::audit::Audit>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -182,12 +184,15 @@ fn parse_target(path: &str) -> Target {
 async fn dispatch(
     State(state): State<Arc<AppState>>,
     peer: Option<axum::Extension<crate::auth::PeerCertificate>>,
+    address: Option<axum::Extension<PeerAddress>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let peer = peer.map(|axum::Extension(cert)| cert);
+    let address = address.map(|axum::Extension(PeerAddress(a))| a);
+    let mut audited = None;
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
     let labels = request_labels(&target, &method, &uri, &headers);
@@ -200,20 +205,85 @@ async fn dispatch(
                 uri: &uri,
                 headers: &headers,
                 peer: peer.as_ref(),
+                address,
             };
-            handle(&state, &request, bytes, target).await
+            handle(&state, &request, bytes, target, &mut audited).await
         }
         Err(error) => Err(error),
     };
-    let response = match result {
+    let mut response = match result {
         Ok(response) => response,
         Err(error) => ErrorResponse(error).into_response(),
     };
+    if let (Some(audit), Some((record, long_running))) = (&state.audit, audited) {
+        response = audited_response(&state, audit, record, long_running, response).await;
+    }
     state
         .metrics
         .record(labels, response.status().as_u16(), started.elapsed());
     tracing::debug!(method = %method, path = %uri.path(), code = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
     response
+}
+
+/// The client's address, which every request of a connection carries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddress(pub(crate) std::net::SocketAddr);
+
+/// Writes a request's last audit stages: for a watch `ResponseStarted` now and
+/// `ResponseComplete` when its stream ends; else `ResponseComplete`, with the body at
+/// `RequestResponse` level.
+async fn audited_response(
+    state: &Arc<AppState>,
+    audit: &crate::audit::Audit,
+    record: crate::audit::Record,
+    long_running: bool,
+    response: Response,
+) -> Response {
+    let code = response.status().as_u16();
+    if long_running && code < 300 {
+        audit.stage(&record, "ResponseStarted", code, None);
+        let (parts, body) = response.into_parts();
+        let done = AuditOnEnd {
+            state: state.clone(),
+            record: Some(record),
+            code,
+        };
+        let stream = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _keep = &done;
+            chunk
+        });
+        return Response::from_parts(parts, Body::from_stream(stream));
+    }
+    if !crate::audit::Audit::wants_response(&record) {
+        audit.stage(&record, "ResponseComplete", code, None);
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => {
+            audit.stage(&record, "ResponseComplete", code, Some(&bytes));
+            Response::from_parts(parts, Body::from(bytes))
+        }
+        Err(_) => {
+            audit.stage(&record, "ResponseComplete", code, None);
+            Response::from_parts(parts, Body::empty())
+        }
+    }
+}
+
+/// Writes a watch's `ResponseComplete` when its stream is dropped (ended or disconnected).
+struct AuditOnEnd {
+    state: Arc<AppState>,
+    record: Option<crate::audit::Record>,
+    code: u16,
+}
+
+impl Drop for AuditOnEnd {
+    fn drop(&mut self) {
+        if let (Some(audit), Some(record)) = (&self.state.audit, self.record.take()) {
+            audit.stage(&record, "ResponseComplete", self.code, None);
+        }
+    }
 }
 
 /// The metric labels of a request, as kube-apiserver's RequestInfo derives them.
@@ -267,6 +337,32 @@ struct Request<'a> {
     uri: &'a Uri,
     headers: &'a HeaderMap,
     peer: Option<&'a crate::auth::PeerCertificate>,
+    address: Option<std::net::SocketAddr>,
+}
+
+fn received<'a>(
+    request: &'a Request<'_>,
+    user: &'a crate::auth::User,
+    impersonator: Option<&'a crate::auth::User>,
+    attributes: &'a crate::auth::Attributes,
+    body: &'a (dyn Fn() -> Option<Value> + Sync),
+) -> crate::audit::Received<'a> {
+    crate::audit::Received {
+        user,
+        impersonator,
+        attributes,
+        uri: request
+            .uri
+            .path_and_query()
+            .map_or(request.uri.path(), |p| p.as_str()),
+        source: request.address.map(|a| a.ip()),
+        user_agent: request
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        body,
+    }
 }
 
 /// The authorization attributes of a request for `target`.
@@ -298,6 +394,7 @@ async fn handle(
     request: &Request<'_>,
     body: Bytes,
     target: Target,
+    audited: &mut Option<(crate::audit::Record, bool)>,
 ) -> Result<Response, ApiError> {
     let (method, uri, headers) = (request.method, request.uri, request.headers);
     if target == Target::Health {
@@ -328,8 +425,36 @@ async fn handle(
         .authenticator
         .authenticate(headers, request.peer, &state.registry)
         .await?;
-    let user = crate::auth::impersonate(user, headers, &state.rbac)?;
+    let sender = user.clone();
     let attributes = attributes(&target, request);
+    let object = || {
+        (!body.is_empty())
+            .then(|| body::decode_body(headers, &body).ok())
+            .flatten()
+    };
+    let user = match crate::auth::impersonate(user, headers, &state.rbac) {
+        Ok(user) => user,
+        Err(e) => {
+            if let Some(audit) = &state.audit {
+                *audited = audit
+                    .received(&received(request, &sender, None, &attributes, &object))
+                    .map(|r| (r, false));
+            }
+            return Err(e);
+        }
+    };
+    if let Some(audit) = &state.audit {
+        let impersonator = (sender != user).then_some(&sender);
+        *audited = audit
+            .received(&received(
+                request,
+                &user,
+                impersonator,
+                &attributes,
+                &object,
+            ))
+            .map(|r| (r, attributes.verb == "watch"));
+    }
     if state.rbac.authorize(&user, &attributes) == crate::auth::rbac::Decision::Deny {
         return Err(attributes.forbidden(&user, ""));
     }
