@@ -74,6 +74,48 @@ pub fn crd()
     Tenant::crd()
 }
 
+/// The RBAC the operator needs, and no more, for running as ServiceAccount
+/// `tenant-operator` in `namespace`: the account, a ClusterRole for what it manages
+/// (Tenants and their status, the namespaces, ServiceAccounts and ConfigMaps it keeps, the
+/// events it records) bound to it, and a Role for its leader-election Lease in `namespace`.
+pub fn rbac(namespace: &str) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let group = "rbac.authorization.k8s.io";
+    let subject =
+        json!([{"kind": "ServiceAccount", "name": "tenant-operator", "namespace": namespace}]);
+    vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "tenant-operator", "namespace": namespace}}),
+        json!({"apiVersion": format!("{group}/v1"), "kind": "ClusterRole",
+        "metadata": {"name": "tenant-operator"},
+        "rules": [
+            {"apiGroups": ["platform.plinth.dev"], "resources": ["tenants"],
+                "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["platform.plinth.dev"], "resources": ["tenants/status"],
+                "verbs": ["get", "update", "patch"]},
+            {"apiGroups": [""], "resources": ["namespaces", "serviceaccounts", "configmaps"],
+                "verbs": all},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                "verbs": ["create", "patch"]},
+        ]}),
+        json!({"apiVersion": format!("{group}/v1"), "kind": "ClusterRoleBinding",
+            "metadata": {"name": "tenant-operator"},
+            "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": "tenant-operator"},
+            "subjects": subject}),
+        json!({"apiVersion": format!("{group}/v1"), "kind": "Role",
+            "metadata": {"name": "tenant-operator-leader-election", "namespace": namespace},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "verbs": ["get", "create", "update"]}]}),
+        json!({"apiVersion": format!("{group}/v1"), "kind": "RoleBinding",
+            "metadata": {"name": "tenant-operator-leader-election", "namespace": namespace},
+            "roleRef": {"apiGroup": group, "kind": "Role", "name": "tenant-operator-leader-election"},
+            "subjects": subject}),
+    ]
+}
+
 /// The namespace of tenant `name`.
 pub fn namespace_of(name: &str) -> String {
     format!("tenant-{name}")

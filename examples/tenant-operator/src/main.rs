@@ -23,6 +23,13 @@ struct Cli {
 enum Command {
     /// Prints the Tenant CRD (YAML).
     Crd,
+    /// Prints the RBAC the operator needs (YAML documents): its ServiceAccount in NAMESPACE,
+    /// a ClusterRole and binding for what it manages, a Role for its Lease.
+    Rbac {
+        /// The operator's namespace (where its ServiceAccount and Lease live).
+        #[arg(long, default_value = "tenant-system")]
+        namespace: String,
+    },
     /// Runs the operator.
     Run {
         /// Run only while holding the `tenant-operator` Lease.
@@ -56,6 +63,23 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Rbac { namespace } => {
+            let mut out = String::new();
+            for object in tenant_operator::rbac(&namespace) {
+                match serde_norway::to_string(&object) {
+                    Ok(yaml) => out.push_str(&format!("---\n{yaml}")),
+                    Err(e) => {
+                        eprintln!("tenant-operator: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            use std::io::Write;
+            match std::io::stdout().write_all(out.as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
         Command::Run {
             leader_elect,
             leader_election_namespace,

@@ -362,15 +362,92 @@ async fn the_operator_process_against_plinth_serve() {
         Api::all(client.clone());
     crds.create(&PostParams::default(), &crd).await.unwrap();
 
+    // The operator runs as its own ServiceAccount, with exactly the RBAC `tenant-operator
+    // rbac` prints, through a token kubectl creates for it.
+    let kubectl = |args: &[&str], input: Option<&[u8]>| {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.unwrap_or_default()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    kubectl(&["create", "namespace", "tenant-system"], None);
+    let rbac = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+        .args(["rbac", "--namespace", "tenant-system"])
+        .output()
+        .unwrap();
+    assert!(rbac.status.success());
+    kubectl(&["apply", "-f", "-"], Some(&rbac.stdout));
+    let token = kubectl(
+        &[
+            "-n",
+            "tenant-system",
+            "create",
+            "token",
+            "tenant-operator",
+            "--duration=2h",
+        ],
+        None,
+    );
+    let admin = std::fs::read_to_string(&kubeconfig).unwrap();
+    let operator_config: String = admin
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("token: ") {
+            Some(_) => format!("    token: {}", token.trim()),
+            None => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let operator_kubeconfig = dir.join("operator-kubeconfig");
+    std::fs::write(&operator_kubeconfig, operator_config).unwrap();
+    let account = "system:serviceaccount:tenant-system:tenant-operator";
+    let can_i = |args: &[&str]| {
+        let mut full = vec!["auth", "can-i", "--as", account];
+        full.extend(args);
+        let out = Command::new("kubectl")
+            .args(&full)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    eventually("the operator's RBAC is in force", || async {
+        can_i(&[
+            "patch",
+            "tenants.platform.plinth.dev",
+            "--subresource=status",
+        ])
+    })
+    .await;
+    assert!(!can_i(&["list", "secrets", "-A"]), "no more than it needs");
+    assert!(!can_i(&["create", "clusterrolebindings"]));
+    assert!(!can_i(&["create", "leases", "-n", "default"]));
+
     let archive = dir.join("archive");
     let (metrics, health) = (free_port(), free_port());
     let mut operator = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
         .arg("run")
+        .arg("--leader-elect")
+        .arg("--leader-election-namespace=tenant-system")
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
         .arg("--archive-dir")
         .arg(&archive)
-        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECONFIG", &operator_kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -402,6 +479,10 @@ async fn the_operator_process_against_plinth_serve() {
                 == Some("Active")
     })
     .await;
+    // It leads through its Lease in its own namespace.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "tenant-system");
+    let lease = leases.get("tenant-operator").await.unwrap();
+    assert!(lease.spec.unwrap().holder_identity.is_some());
     tenants
         .delete("proc", &DeleteParams::default())
         .await
