@@ -246,6 +246,70 @@ pub fn write_user_kubeconfig(
     write_private(out, config.as_bytes())
 }
 
+/// The cluster CA as a signer of client certificates (the `kubernetes.io/kube-apiserver-client`
+/// signer of the CertificateSigningRequest API).
+pub struct ClusterSigner {
+    ca_key: KeyPair,
+}
+
+impl std::fmt::Debug for ClusterSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSigner")
+    }
+}
+
+impl ClusterSigner {
+    /// The CA of the data directory `dir`.
+    ///
+    /// # Errors
+    /// [`ServeError::Credentials`] if its key cannot be read.
+    pub fn load(dir: &Path) -> Result<Self, ServeError> {
+        let path = dir.join(CA_KEY);
+        let pem = std::fs::read_to_string(&path).map_err(io("read the CA key", &path))?;
+        Ok(Self {
+            ca_key: KeyPair::from_pem(&pem).map_err(pki("parse the CA key"))?,
+        })
+    }
+
+    /// A client certificate (PEM) for the PEM certificate request `request`, valid
+    /// `seconds`: its subject as requested (CN the user, O the groups), usable for client
+    /// authentication only.
+    ///
+    /// # Errors
+    /// Why the request cannot be signed: not a valid request, its signature wrong, no common
+    /// name, or extensions a client certificate must not carry.
+    pub fn sign_client(&self, request: &str, seconds: i64) -> Result<String, String> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(request)
+            .map_err(|e| format!("the certificate request cannot be used: {e}"))?;
+        let has_name = csr.params.distinguished_name.iter().any(|(t, v)| {
+            *t == DnType::CommonName && !matches!(v, rcgen::DnValue::Utf8String(s) if s.is_empty())
+        });
+        if !has_name {
+            return Err("the certificate request has no common name (the user)".into());
+        }
+        if !csr.params.subject_alt_names.is_empty() {
+            return Err("a client certificate carries no subject alternative names".into());
+        }
+        let now = time::OffsetDateTime::now_utc();
+        let params = &mut csr.params;
+        params.is_ca = rcgen::IsCa::ExplicitNoCa;
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.not_before = now - time::Duration::minutes(5);
+        params.not_after = now + time::Duration::seconds(seconds);
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(
+            uuid::Uuid::new_v4().as_bytes(),
+        ));
+        let issuer = Issuer::new(ca_params().map_err(|e| e.to_string())?, &self.ca_key);
+        csr.signed_by(&issuer)
+            .map(|cert| cert.pem())
+            .map_err(|e| format!("signing failed: {e}"))
+    }
+}
+
 /// Client certificates are optional (tokens authenticate too), and checked against the
 /// cluster CA when presented.
 fn client_verifier(

@@ -82,6 +82,8 @@ pub struct ResourceDef {
     pub name_rule: NameRule,
     /// Whether a `/status` subresource is served.
     pub status_subresource: bool,
+    /// Whether an `/approval` subresource is served (CertificateSigningRequests).
+    pub approval_subresource: bool,
     /// Whether `metadata.generation` is maintained (bumped on spec changes).
     pub generation: bool,
     /// Whether a PUT of a missing object creates it.
@@ -164,6 +166,7 @@ impl ResourceDef {
             categories: Vec::new(),
             name_rule: NameRule::Subdomain,
             status_subresource: false,
+            approval_subresource: false,
             generation: false,
             allow_create_on_update: false,
             selectable_fields: Vec::new(),
@@ -216,6 +219,12 @@ impl ResourceDef {
     /// With a `/status` subresource (the main resource then cannot change the status).
     pub fn with_status(mut self) -> Self {
         self.status_subresource = true;
+        self
+    }
+
+    /// With an `/approval` subresource that changes `status.conditions` only.
+    pub fn with_approval(mut self) -> Self {
+        self.approval_subresource = true;
         self
     }
 

@@ -68,6 +68,8 @@ pub struct RunningServer {
     pub token: String,
     /// The CA certificate (PEM).
     pub ca_pem: String,
+    /// The CA as a signer of client certificates.
+    pub signer: Arc<pki::ClusterSigner>,
     /// The registry, for in-process controllers (the garbage collector).
     pub registry: Registry,
     stop: watch::Sender<bool>,
@@ -159,6 +161,7 @@ pub async fn start(
         source: e,
     })?;
     let credentials = pki::load_or_create(&config.data_dir, local_addr)?;
+    let signer = Arc::new(pki::ClusterSigner::load(&config.data_dir)?);
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
 
@@ -215,6 +218,7 @@ pub async fn start(
         url,
         token: credentials.token,
         ca_pem: credentials.ca_pem,
+        signer,
         registry: registry_handle,
         stop,
         done,

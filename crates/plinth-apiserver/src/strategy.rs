@@ -50,6 +50,11 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Records who creates the object, for the types that keep it (a
+    /// CertificateSigningRequest's `spec.username` and groups); called before
+    /// [`Strategy::prepare_create`] for requests from users.
+    fn stamp(&self, _object: &mut Value, _requester: &crate::registry::Requester) {}
+
     /// Checks that the requesting user may write this object as it is (beyond being allowed
     /// the verb): RBAC objects must not grant more than their writer holds. Called after
     /// [`Strategy::validate`] for requests from users, not for the server's own writes.

@@ -1,21 +1,38 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
-//! collector and the namespace lifecycle.
+//! collector, the namespace lifecycle, the root CA publisher and the client-certificate
+//! signer.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod csrsigning;
 pub mod gc;
 pub mod namespace;
+pub mod rootca;
 
 pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
+pub use rootca::spawn_root_ca_publisher;
+
+/// The cluster's CA, as the controllers that need it see it.
+#[derive(Clone, Debug)]
+pub struct ClusterCa {
+    /// Its certificate (PEM), published in every namespace.
+    pub pem: String,
+    /// Its key, signing approved client certificate requests.
+    pub signer: std::sync::Arc<plinth_apiserver::pki::ClusterSigner>,
+}
 
 /// Starts every built-in controller on `registry`; they stop when `stopping` becomes true.
 pub fn spawn_all(
     registry: plinth_apiserver::registry::Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
+    ca: &ClusterCa,
 ) {
+    let ca_pem = &ca.pem;
+    csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
     spawn_namespace_controller(registry.clone(), stopping.clone());
+    spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -91,7 +91,14 @@ impl TestEnv {
         let server = plinth_apiserver::start(config, store.clone())
             .await
             .map_err(Error::Start)?;
-        plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
+        plinth_controllers::spawn_all(
+            server.registry.clone(),
+            server.stopping(),
+            &plinth_controllers::ClusterCa {
+                pem: server.ca_pem.clone(),
+                signer: server.signer.clone(),
+            },
+        );
         let client = client_for(&server.kubeconfig).await?;
         Ok(Self {
             store,
@@ -181,7 +188,14 @@ impl TestEnv {
         let server = plinth_apiserver::start(config, self.store.clone())
             .await
             .map_err(Error::Start)?;
-        plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
+        plinth_controllers::spawn_all(
+            server.registry.clone(),
+            server.stopping(),
+            &plinth_controllers::ClusterCa {
+                pem: server.ca_pem.clone(),
+                signer: server.signer.clone(),
+            },
+        );
         self.server = Some(server);
         Ok(())
     }

@@ -275,7 +275,14 @@ async fn serve(config: ServerConfig, storage: Storage) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    plinth_controllers::spawn_all(server.registry.clone(), server.stopping());
+    plinth_controllers::spawn_all(
+        server.registry.clone(),
+        server.stopping(),
+        &plinth_controllers::ClusterCa {
+            pem: server.ca_pem.clone(),
+            signer: server.signer.clone(),
+        },
+    );
     println!("{}", server.kubeconfig.display());
     let stop = server.stopper();
     tokio::spawn(async move {

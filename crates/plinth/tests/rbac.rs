@@ -773,3 +773,217 @@ fn service_account_tokens_are_issued_checked_and_revoked() {
     let reply = robot.get("/apis");
     assert_eq!(reply.code, 401, "{}", reply.body);
 }
+
+#[test]
+fn every_namespace_publishes_the_cluster_ca() {
+    let plinth = start();
+    let ca = std::fs::read_to_string(plinth.dir.path().join("ca.crt")).unwrap();
+    let published = |ns: &str| {
+        let out = plinth.kubectl_output(&[
+            "-n",
+            ns,
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for ns in ["default", "kube-system", "team", "other"] {
+        plinth.eventually(&format!("kube-root-ca.crt in {ns}"), || published(ns) == ca);
+    }
+    // Deleted, it comes back; changed, it is put back.
+    plinth.kubectl(&["-n", "team", "delete", "configmap", "kube-root-ca.crt"]);
+    plinth.eventually("recreated", || published("team") == ca);
+    plinth.kubectl(&[
+        "-n",
+        "team",
+        "patch",
+        "configmap",
+        "kube-root-ca.crt",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"ca.crt":"forged"}}"#,
+    ]);
+    plinth.eventually("repaired", || published("team") == ca);
+    // A ServiceAccount token and this CA are all a pod needs to reach the server.
+    plinth.kubectl(&["create", "namespace", "fresh"]);
+    plinth.eventually("published in a new namespace", || published("fresh") == ca);
+}
+
+/// A key and a PEM certificate request for `user` in `groups`.
+fn certificate_request(user: &str, groups: &[&str]) -> (rcgen::KeyPair, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user);
+    for group in groups {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *group);
+    }
+    let request = params.serialize_request(&key).unwrap().pem().unwrap();
+    (key, request)
+}
+
+fn csr_yaml(name: &str, request: &str, usages: &str) -> String {
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, request);
+    format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: {name}}}\nspec:\n  request: {encoded}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 86400\n  usages: [{usages}]\n"
+    )
+}
+
+#[test]
+fn certificate_signing_requests_issue_client_certificates() {
+    let plinth = start();
+    let (key, request) = certificate_request("frank", &["auditors"]);
+    // Anyone may ask (here carol, a namespace admin); the request records who asked.
+    plinth.kubectl(&[
+        "create",
+        "clusterrole",
+        "csr-creator",
+        "--verb=create,get,list,watch",
+        "--resource=certificatesigningrequests.certificates.k8s.io",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "carol-asks",
+        "--clusterrole=csr-creator",
+        "--user=carol",
+    ]);
+    plinth.eventually("carol may ask", || {
+        can_i(
+            &plinth,
+            "carol",
+            &["create", "certificatesigningrequests.certificates.k8s.io"],
+        )
+    });
+    plinth.kubectl_with(
+        &["--token", token("carol"), "create", "-f", "-"],
+        &csr_yaml("frank", &request, "client auth"),
+    );
+    let csr = plinth.json(&["get", "csr", "frank"]);
+    assert_eq!(csr["spec"]["username"], "carol");
+    assert_eq!(
+        csr["spec"]["groups"],
+        json!(["team-admins", "system:authenticated"])
+    );
+    let listed = plinth.kubectl(&["get", "csr"]);
+    assert!(listed.contains("Pending"), "{listed}");
+    // She may not approve her own request: approving needs `approve` on the signer.
+    plinth.kubectl(&[
+        "create",
+        "clusterrole",
+        "csr-approver-ish",
+        "--verb=update",
+        "--resource=certificatesigningrequests.certificates.k8s.io/approval",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "carol-approves",
+        "--clusterrole=csr-approver-ish",
+        "--user=carol",
+    ]);
+    plinth.eventually("carol may update approvals", || {
+        can_i(
+            &plinth,
+            "carol",
+            &[
+                "update",
+                "certificatesigningrequests.certificates.k8s.io",
+                "--subresource=approval",
+            ],
+        )
+    });
+    let refused =
+        plinth.kubectl_fails(&["--token", token("carol"), "certificate", "approve", "frank"]);
+    assert!(refused.contains("user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""), "{refused}");
+    // The administrator approves; the signer issues a certificate for the requested subject.
+    plinth.kubectl(&["certificate", "approve", "frank"]);
+    let mut certificate = String::new();
+    plinth.eventually("the certificate is issued", || {
+        certificate = plinth.kubectl(&[
+            "get",
+            "csr",
+            "frank",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ]);
+        !certificate.is_empty()
+    });
+    assert!(
+        plinth
+            .kubectl(&["get", "csr", "frank"])
+            .contains("Approved,Issued")
+    );
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    let admin = std::fs::read_to_string(&plinth.kubeconfig).unwrap();
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap();
+    let ca = std::fs::read_to_string(plinth.dir.path().join("ca.crt")).unwrap();
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\nusers:\n- name: frank\n  user:\n    client-certificate-data: {certificate}\n    client-key-data: {}\ncontexts:\n- name: f\n  context: {{cluster: c, user: frank}}\ncurrent-context: f\n",
+        b64(&ca),
+        b64(&key.serialize_pem())
+    );
+    let path = plinth.dir.path().join("frank.kubeconfig");
+    std::fs::write(&path, config).unwrap();
+    let whoami: Value = serde_json::from_str(&plinth.kubectl(&[
+        "--kubeconfig",
+        path.to_str().unwrap(),
+        "auth",
+        "whoami",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(whoami["status"]["userInfo"]["username"], "frank");
+    assert_eq!(
+        whoami["status"]["userInfo"]["groups"],
+        json!(["auditors", "system:authenticated"])
+    );
+
+    // A denied request is never signed; one without "client auth" fails with a reason.
+    let (_, other) = certificate_request("gina", &[]);
+    plinth.kubectl_with(
+        &["create", "-f", "-"],
+        &csr_yaml("gina", &other, "client auth"),
+    );
+    plinth.kubectl(&["certificate", "deny", "gina"]);
+    let (_, server_auth) = certificate_request("hal", &[]);
+    plinth.kubectl_with(
+        &["create", "-f", "-"],
+        &csr_yaml("hal", &server_auth, "server auth"),
+    );
+    plinth.kubectl(&["certificate", "approve", "hal"]);
+    plinth.eventually("hal's request fails", || {
+        plinth.kubectl(&["get", "csr", "hal"]).contains("Failed")
+    });
+    let hal = plinth.json(&["get", "csr", "hal"]);
+    let failed = hal["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["reason"], "SignerValidationFailure");
+    let gina = plinth.json(&["get", "csr", "gina"]);
+    assert!(gina["status"].get("certificate").is_none(), "{gina}");
+    // Requests that are not requests are refused.
+    let bad = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        &csr_yaml("bad", "not a request", "client auth"),
+    );
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("spec.request: Invalid value"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -148,6 +148,7 @@ impl Call<'_> {
         let part = match self.subresource.as_deref() {
             None => Part::Main,
             Some("status") if self.def.status_subresource => Part::Status,
+            Some("approval") if self.def.approval_subresource => Part::Approval,
             Some("scale") if self.def.scale.is_some() => return self.scale(method, body).await,
             Some(_) => {
                 return Err(ApiError::new(

@@ -274,6 +274,43 @@ const TOKEN_REQUEST: &[Field] = &[
     ),
 ];
 
+const CERTIFICATE_SIGNING_REQUEST: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one("request", 1, Bytes),
+            one("username", 2, Str),
+            one("uid", 3, Str),
+            many("groups", 4, Str),
+            many("usages", 5, Str),
+            one("extra", 6, Map(&Strings)),
+            one("signerName", 7, Str),
+            one("expirationSeconds", 8, I32),
+        ]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[
+            many(
+                "conditions",
+                1,
+                Message(&[
+                    one("type", 1, Str),
+                    one("reason", 2, Str),
+                    one("message", 3, Str),
+                    one("lastUpdateTime", 4, Time),
+                    one("lastTransitionTime", 5, Time),
+                    one("status", 6, Str),
+                ]),
+            ),
+            one("certificate", 2, Bytes),
+        ]),
+    ),
+];
+
 /// `metav1.PartialObjectMetadata` (its list numbers `metadata` 1 and `items` 2, as every
 /// list does in `meta.k8s.io/v1`).
 const PARTIAL_OBJECT_METADATA: &[Field] = &[one("metadata", 1, Message(OBJECT_META))];
@@ -553,6 +590,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
+        ("certificates.k8s.io/v1", "CertificateSigningRequest") => CERTIFICATE_SIGNING_REQUEST,
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })

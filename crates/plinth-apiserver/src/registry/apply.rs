@@ -209,7 +209,7 @@ fn claim_config(
     // What this endpoint may set: the status through /status, the rest otherwise.
     if let Some(map) = config.as_object_mut() {
         match part {
-            Part::Status => map
+            Part::Status | Part::Approval => map
                 .retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")),
             Part::Main | Part::Scale if def.status_subresource => {
                 map.remove("status");

@@ -46,6 +46,9 @@ pub enum Part {
     Status,
     /// The `/scale` subresource: only the replicas change.
     Scale,
+    /// The `/approval` subresource (CertificateSigningRequests): only `status.conditions`
+    /// change.
+    Approval,
 }
 
 impl Part {
@@ -55,6 +58,7 @@ impl Part {
             Self::Main => "",
             Self::Status => "status",
             Self::Scale => "scale",
+            Self::Approval => "approval",
         }
     }
 }

@@ -228,6 +228,9 @@ impl Registry {
             ));
         }
         let warnings = Self::check_body(def, &mut object, options)?;
+        if let Some(requester) = &options.requester {
+            def.strategy.stamp(&mut object, requester);
+        }
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None)?;
         if let Some(requester) = &options.requester {
@@ -465,6 +468,18 @@ pub(super) fn merge_for_update(
     new: Value,
     part: Part,
 ) -> Value {
+    if part == Part::Approval {
+        let mut merged = current.clone();
+        let conditions = new
+            .pointer("/status/conditions")
+            .cloned()
+            .unwrap_or(Value::Null);
+        if !merged.get("status").is_some_and(Value::is_object) {
+            merged["status"] = json!({});
+        }
+        merged["status"]["conditions"] = conditions;
+        return merged;
+    }
     if part == Part::Status {
         let mut merged = current.clone();
         match new.get("status") {

@@ -7,6 +7,7 @@
 pub mod apiextensions;
 pub mod authentication;
 pub mod authorization;
+pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod events;
@@ -29,6 +30,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         rbac::clusterrole::resource(),
         rbac::rolebinding::resource(),
         rbac::clusterrolebinding::resource(),
+        certificates::csr::resource(),
     ]
     .into_iter()
     .chain(authorization::resources())
