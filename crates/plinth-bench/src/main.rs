@@ -28,6 +28,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::json;
 
+mod fairness;
 mod gc;
 mod reads;
 mod reconcile;
@@ -114,6 +115,25 @@ enum Command {
         #[arg(long)]
         pid: Option<u32>,
     },
+    /// One user floods the server past its in-flight limit while another reads: the other's
+    /// latency and refusals (fair queuing). Both users must be in the server's token file.
+    Fairness {
+        /// The administrator's kubeconfig (binds the users to `view`, fills a namespace).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The flooding user, as `name:token`.
+        #[arg(long, default_value = "flood:flood-token")]
+        flood: String,
+        /// The other user, as `name:token`.
+        #[arg(long, default_value = "calm:calm-token")]
+        other: String,
+        /// Concurrent clients of the flood.
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// Seconds the other user is measured under the flood.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
         /// The plinth binary.
@@ -161,7 +181,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, Error> {
-    let config = match kubeconfig {
+    Ok(Client::try_from(config(kubeconfig).await?)?)
+}
+
+async fn config(kubeconfig: Option<PathBuf>) -> Result<Config, Error> {
+    Ok(match kubeconfig {
         Some(path) => {
             Config::from_custom_kubeconfig(
                 Kubeconfig::read_from(path)?,
@@ -170,8 +194,7 @@ async fn client(kubeconfig: Option<PathBuf>) -> Result<Client, Error> {
             .await?
         }
         None => Config::infer().await?,
-    };
-    Ok(Client::try_from(config)?)
+    })
 }
 
 async fn install_crd(client: &Client) -> Result<(), Error> {
@@ -572,6 +595,29 @@ async fn main() -> std::process::ExitCode {
             Ok(client) => reads::run(client, objects, history, pid).await,
             Err(e) => Err(e),
         },
+        Command::Fairness {
+            kubeconfig,
+            flood,
+            other,
+            clients,
+            seconds,
+        } => {
+            let split = |s: &str| s.split_once(':').map(|(u, t)| (u.to_owned(), t.to_owned()));
+            match (config(kubeconfig).await, split(&flood), split(&other)) {
+                (Ok(config), Some(flood), Some(other)) => {
+                    fairness::run(
+                        config,
+                        (&flood.0, &flood.1),
+                        (&other.0, &other.1),
+                        clients,
+                        seconds,
+                    )
+                    .await
+                }
+                (Err(e), _, _) => Err(e),
+                _ => Err("--flood and --other are name:token".into()),
+            }
+        }
         Command::Reconcile {
             kubeconfig,
             runtime,

@@ -459,10 +459,11 @@ async fn handle(
         return Err(attributes.forbidden(&user, ""));
     }
     let long_running = attributes.verb == "watch";
-    let _place = state.inflight.admit(&user, method, long_running)?;
+    let _place = state.inflight.admit(&user, method, long_running).await?;
     if target == Target::Metrics {
         let mut text = state.metrics.render();
         text.push_str(&state.registry.caches.render_metrics());
+        text.push_str(&state.inflight.render_metrics());
         return Ok((
             StatusCode::OK,
             [(
