@@ -837,7 +837,9 @@ fn check_list(http: &Http, path: &str, api_version: &str, kind: &str) {
     let list_meta = meta::ListMeta::decode(list_meta.as_slice()).unwrap();
     let rv = list_meta.resource_version.unwrap_or_default();
     let listed = http
-        .get(&format!("{path}?resourceVersion={rv}&resourceVersionMatch=Exact"))
+        .get(&format!(
+            "{path}?resourceVersion={rv}&resourceVersionMatch=Exact"
+        ))
         .json();
     assert_eq!(listed["metadata"]["resourceVersion"], rv.as_str(), "{path}");
     let decoded: Vec<Value> = items
