@@ -4,7 +4,8 @@
 //! every backend stay unaware of it.
 //!
 //! Providers as kube writes them: `aesgcm` (AES-GCM, a random 12-byte nonce before the
-//! ciphertext) and `identity` (plain). The first provider of a resource writes; every listed
+//! ciphertext), `aescbc` (AES-CBC with PKCS#7 padding, a random 16-byte IV before it),
+//! `secretbox` (XSalsa20-Poly1305, a random 24-byte nonce before it) and `identity` (plain). The first provider of a resource writes; every listed
 //! one reads, told apart by kube's prefix `k8s:enc:<provider>:v1:<key name>:` (identity has
 //! none). Rotation: put the new key first, keep the old one listed, rewrite every object
 //! (`kubectl get secrets -A -o json | kubectl replace -f -` — a value read with a key that is
@@ -42,13 +43,25 @@ enum Provider {
         prefix: Vec<u8>,
         key: Box<LessSafeKey>,
     },
+    AesCbc {
+        /// `k8s:enc:aescbc:v1:<name>:`.
+        prefix: Vec<u8>,
+        key: Vec<u8>,
+    },
+    Secretbox {
+        /// `k8s:enc:secretbox:v1:<name>:`.
+        prefix: Vec<u8>,
+        key: Box<crypto_secretbox::XSalsa20Poly1305>,
+    },
 }
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Identity => f.write_str("identity"),
-            Self::AesGcm { prefix, .. } => write!(f, "{}", String::from_utf8_lossy(prefix)),
+            Self::AesGcm { prefix, .. }
+            | Self::AesCbc { prefix, .. }
+            | Self::Secretbox { prefix, .. } => write!(f, "{}", String::from_utf8_lossy(prefix)),
         }
     }
 }
@@ -90,50 +103,118 @@ fn key_prefix(resource: &str) -> Result<Scope, String> {
     }
 }
 
+const KINDS: [&str; 3] = ["aesgcm", "aescbc", "secretbox"];
+
 fn provider(spec: &Value) -> Result<Provider, String> {
     if spec.get("identity").is_some() {
         return Ok(Provider::Identity);
     }
-    let Some(aesgcm) = spec.get("aesgcm") else {
+    let Some((kind, config)) = KINDS
+        .iter()
+        .find_map(|kind| Some((*kind, spec.get(*kind)?)))
+    else {
         let name = spec
             .as_object()
             .and_then(|m| m.keys().next().cloned())
             .unwrap_or_default();
         return Err(format!(
-            "provider {name:?} is not supported (aesgcm and identity are)"
+            "provider {name:?} is not supported (aesgcm, aescbc, secretbox and identity are)"
         ));
     };
-    let keys = aesgcm
+    let keys = config
         .get("keys")
         .and_then(Value::as_array)
         .filter(|k| !k.is_empty())
-        .ok_or("aesgcm needs keys")?;
+        .ok_or(format!("{kind} needs keys"))?;
     // One provider per key, in order: the first writes.
     let key = &keys[0];
     let name = key.get("name").and_then(Value::as_str).unwrap_or("");
     if name.is_empty() {
-        return Err("an aesgcm key needs a name".into());
+        return Err(format!("a {kind} key needs a name"));
     }
     let secret = key
         .get("secret")
         .and_then(Value::as_str)
         .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
         .ok_or(format!("key {name:?}: the secret must be base64"))?;
-    let algorithm = match secret.len() {
-        16 => &AES_128_GCM,
-        32 => &AES_256_GCM,
-        n => {
-            return Err(format!(
-                "key {name:?} is {n} bytes: aesgcm keys are 16 or 32 bytes"
-            ));
+    let prefix = format!("k8s:enc:{kind}:v1:{name}:").into_bytes();
+    let length = |allowed: &[usize], what: &str| {
+        if allowed.contains(&secret.len()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "key {name:?} is {} bytes: {kind} keys are {what} bytes",
+                secret.len()
+            ))
         }
     };
-    let key =
-        UnboundKey::new(algorithm, &secret).map_err(|_| format!("key {name:?} is unusable"))?;
-    Ok(Provider::AesGcm {
-        prefix: format!("k8s:enc:aesgcm:v1:{name}:").into_bytes(),
-        key: Box::new(LessSafeKey::new(key)),
+    match kind {
+        "aesgcm" => {
+            length(&[16, 32], "16 or 32")?;
+            let algorithm = if secret.len() == 16 {
+                &AES_128_GCM
+            } else {
+                &AES_256_GCM
+            };
+            let key = UnboundKey::new(algorithm, &secret)
+                .map_err(|_| format!("key {name:?} is unusable"))?;
+            Ok(Provider::AesGcm {
+                prefix,
+                key: Box::new(LessSafeKey::new(key)),
+            })
+        }
+        "aescbc" => {
+            length(&[16, 24, 32], "16, 24 or 32")?;
+            Ok(Provider::AesCbc {
+                prefix,
+                key: secret,
+            })
+        }
+        _ => {
+            length(&[32], "32")?;
+            use crypto_secretbox::KeyInit;
+            let key = crypto_secretbox::XSalsa20Poly1305::new_from_slice(&secret)
+                .map_err(|_| format!("key {name:?} is unusable"))?;
+            Ok(Provider::Secretbox {
+                prefix,
+                key: Box::new(key),
+            })
+        }
+    }
+}
+
+/// AES-CBC with PKCS#7 padding under a 16-, 24- or 32-byte key.
+fn cbc_encrypt(key: &[u8], iv: &[u8; 16], plain: &[u8]) -> Option<Vec<u8>> {
+    use cbc::cipher::{BlockEncryptMut, KeyIvInit, block_padding::Pkcs7};
+    Some(match key.len() {
+        16 => cbc::Encryptor::<aes::Aes128>::new_from_slices(key, iv)
+            .ok()?
+            .encrypt_padded_vec_mut::<Pkcs7>(plain),
+        24 => cbc::Encryptor::<aes::Aes192>::new_from_slices(key, iv)
+            .ok()?
+            .encrypt_padded_vec_mut::<Pkcs7>(plain),
+        _ => cbc::Encryptor::<aes::Aes256>::new_from_slices(key, iv)
+            .ok()?
+            .encrypt_padded_vec_mut::<Pkcs7>(plain),
     })
+}
+
+fn cbc_decrypt(key: &[u8], iv: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+    use cbc::cipher::{BlockDecryptMut, KeyIvInit, block_padding::Pkcs7};
+    match key.len() {
+        16 => cbc::Decryptor::<aes::Aes128>::new_from_slices(key, iv)
+            .ok()?
+            .decrypt_padded_vec_mut::<Pkcs7>(sealed)
+            .ok(),
+        24 => cbc::Decryptor::<aes::Aes192>::new_from_slices(key, iv)
+            .ok()?
+            .decrypt_padded_vec_mut::<Pkcs7>(sealed)
+            .ok(),
+        _ => cbc::Decryptor::<aes::Aes256>::new_from_slices(key, iv)
+            .ok()?
+            .decrypt_padded_vec_mut::<Pkcs7>(sealed)
+            .ok(),
+    }
 }
 
 impl Encryption {
@@ -227,6 +308,32 @@ impl Encryption {
                 out.extend_from_slice(&sealed);
                 Ok(out.into())
             }
+            Some(Provider::AesCbc {
+                prefix,
+                key: secret,
+            }) => {
+                let mut iv = [0u8; 16];
+                SystemRandom::new()
+                    .fill(&mut iv)
+                    .map_err(|_| StoreError::backend("encrypt", "no randomness"))?;
+                let sealed = cbc_encrypt(secret, &iv, &value)
+                    .ok_or_else(|| StoreError::backend("encrypt", "aescbc failed"))?;
+                Ok([prefix.as_slice(), &iv, &sealed].concat().into())
+            }
+            Some(Provider::Secretbox {
+                prefix,
+                key: secret,
+            }) => {
+                use crypto_secretbox::aead::Aead;
+                let mut nonce = [0u8; 24];
+                SystemRandom::new()
+                    .fill(&mut nonce)
+                    .map_err(|_| StoreError::backend("encrypt", "no randomness"))?;
+                let sealed = secret
+                    .encrypt(&nonce.into(), value.as_ref())
+                    .map_err(|_| StoreError::backend("encrypt", "secretbox failed"))?;
+                Ok([prefix.as_slice(), &nonce, &sealed].concat().into())
+            }
         }
     }
 
@@ -254,6 +361,38 @@ impl Encryption {
                             StoreError::backend("decrypt", format!("{key}: authentication failed"))
                         })?;
                     return Ok((Bytes::copy_from_slice(plain), i > 0));
+                }
+                Provider::AesCbc {
+                    prefix,
+                    key: secret,
+                } => {
+                    let Some(rest) = value.strip_prefix(prefix.as_slice()) else {
+                        continue;
+                    };
+                    let (iv, sealed) = rest.split_at_checked(16).ok_or_else(|| {
+                        StoreError::backend("decrypt", format!("{key}: truncated"))
+                    })?;
+                    let plain = cbc_decrypt(secret, iv, sealed).ok_or_else(|| {
+                        StoreError::backend("decrypt", format!("{key}: bad padding"))
+                    })?;
+                    return Ok((plain.into(), i > 0));
+                }
+                Provider::Secretbox {
+                    prefix,
+                    key: secret,
+                } => {
+                    use crypto_secretbox::aead::Aead;
+                    let Some(rest) = value.strip_prefix(prefix.as_slice()) else {
+                        continue;
+                    };
+                    let (nonce, sealed) = rest.split_at_checked(24).ok_or_else(|| {
+                        StoreError::backend("decrypt", format!("{key}: truncated"))
+                    })?;
+                    let nonce = crypto_secretbox::Nonce::from_slice(nonce);
+                    let plain = secret.decrypt(nonce, sealed).map_err(|_| {
+                        StoreError::backend("decrypt", format!("{key}: authentication failed"))
+                    })?;
+                    return Ok((plain.into(), i > 0));
                 }
                 Provider::Identity => {
                     if value.starts_with(b"k8s:enc:") {
@@ -478,6 +617,37 @@ mod tests {
             old.decrypt("/secrets/a/b", &Bytes::from_static(b"plain"))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn aescbc_and_secretbox_round_trip_and_rotate_between_each_other() {
+        const KEY24: &str = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0"; // 24 bytes
+        let e = config(json!([
+            {"aescbc": {"keys": [{"name": "c1", "secret": KEY24}, {"name": "c2", "secret": KEY1}]}},
+            {"secretbox": {"keys": [{"name": "s1", "secret": KEY2}]}},
+        ]));
+        let plain = Bytes::from_static(b"{\"data\":{\"p\":\"hunter2\"}}");
+        let sealed = e.encrypt("/secrets/a/b", plain.clone()).unwrap();
+        assert!(sealed.starts_with(b"k8s:enc:aescbc:v1:c1:"));
+        assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
+        assert_eq!(
+            e.decrypt("/secrets/a/b", &sealed).unwrap(),
+            (plain.clone(), false)
+        );
+        let boxed = config(json!([{"secretbox": {"keys": [{"name": "s1", "secret": KEY2}]}}]));
+        let sealed = boxed.encrypt("/secrets/a/b", plain.clone()).unwrap();
+        assert!(sealed.starts_with(b"k8s:enc:secretbox:v1:s1:"));
+        assert_eq!(
+            boxed.decrypt("/secrets/a/b", &sealed).unwrap(),
+            (plain.clone(), false)
+        );
+        // Read by the configuration that lists secretbox after aescbc: stale.
+        assert_eq!(e.decrypt("/secrets/a/b", &sealed).unwrap(), (plain, true));
+        // A tampered box is refused.
+        let mut tampered = sealed.to_vec();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert!(boxed.decrypt("/secrets/a/b", &tampered.into()).is_err());
     }
 
     #[test]

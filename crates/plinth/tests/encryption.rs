@@ -89,6 +89,21 @@ fn secrets_are_encrypted_and_keys_rotate(backend: Backend) {
     plinth.kubectl(&["create", "secret", "generic", "s2", &literal]);
     let raw = plinth.read_while_down("/secrets/default/s2").unwrap();
     assert!(raw.starts_with(b"k8s:enc:aesgcm:v1:k2:"));
+    // Another provider: secretbox writes, aesgcm still reads; a replace moves everything over.
+    let boxed = format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers:\n    - secretbox:\n        keys:\n        - name: b1\n          secret: {K1}\n    - aesgcm:\n        keys:\n        - name: k2\n          secret: {K2}\n"
+    );
+    std::fs::write(&path, boxed).unwrap();
+    plinth.kill_and_restart();
+    assert_eq!(read(&plinth), encoded);
+    let all = plinth.kubectl(&["get", "secrets", "-A", "-o", "json"]);
+    plinth.kubectl_with(&["replace", "-f", "-"], &all);
+    for key in ["/secrets/default/s1", "/secrets/default/s2"] {
+        let raw = plinth.read_while_down(key).unwrap();
+        assert!(raw.starts_with(b"k8s:enc:secretbox:v1:b1:"), "{key}");
+        assert!(!contains(&raw, &encoded));
+    }
+    assert_eq!(read(&plinth), encoded);
 }
 
 #[test]
@@ -108,7 +123,7 @@ fn encryption_at_rest_on_etcd() {
 fn a_bad_configuration_stops_the_server_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
-    std::fs::write(&path, "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers: [{secretbox: {keys: [{name: k, secret: eA==}]}}]\n").unwrap();
+    std::fs::write(&path, "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers: [{kms: {apiVersion: v2, name: vault}}]\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("data"))
@@ -119,7 +134,7 @@ fn a_bad_configuration_stops_the_server_with_a_reason() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("provider \"secretbox\" is not supported"),
+        stderr.contains("provider \"kms\" is not supported"),
         "{stderr}"
     );
 }
