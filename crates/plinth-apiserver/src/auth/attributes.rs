@@ -82,6 +82,24 @@ impl Attributes {
         }
     }
 
+    /// The attributes of a check that is not a request (may this user `escalate` a role,
+    /// `impersonate` a user, `approve` for a signer): `verb` on `resource` (`resource/sub`
+    /// for a subresource) `name` of `group` in `namespace` (`""`: cluster-wide).
+    pub fn check(verb: &str, group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        Self {
+            resource_request: true,
+            verb: verb.to_owned(),
+            namespace: namespace.to_owned(),
+            api_group: group.to_owned(),
+            api_version: "v1".to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            name: name.to_owned(),
+            path: String::new(),
+        }
+    }
+
     /// The attributes of a request for a path that is not a resource.
     pub fn path(method: &str, path: &str) -> Self {
         Self {

@@ -208,17 +208,7 @@ pub fn impersonate(sender: User, headers: &HeaderMap, rbac: &rbac::Rbac) -> Resu
         ));
     };
     let check = |group: &str, resource: &str, namespace: &str, object: &str| {
-        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
-        let attributes = Attributes {
-            resource_request: true,
-            verb: "impersonate".into(),
-            namespace: namespace.to_owned(),
-            api_group: group.to_owned(),
-            resource: resource.to_owned(),
-            subresource: subresource.to_owned(),
-            name: object.to_owned(),
-            ..Attributes::default()
-        };
+        let attributes = Attributes::check("impersonate", group, resource, namespace, object);
         match rbac.authorize(&sender, &attributes) {
             rbac::Decision::Allow(_) => Ok(()),
             rbac::Decision::Deny => Err(attributes.forbidden(&sender, "")),

@@ -27,7 +27,7 @@ pub(super) struct Call<'a> {
     pub(super) name: Option<String>,
     pub(super) subresource: Option<String>,
     pub(super) format: Format,
-    pub(super) query: Query,
+    pub(super) query: &'a Query,
     pub(super) headers: &'a HeaderMap,
     /// Who asks.
     pub(super) user: &'a crate::auth::User,

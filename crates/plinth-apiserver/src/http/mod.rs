@@ -195,7 +195,9 @@ async fn dispatch(
     let mut audited = None;
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
-    let labels = request_labels(&target, &method, &uri, &headers);
+    // The query is parsed once: metrics labels, authorization attributes and the call read it.
+    let query = Query::parse(&uri);
+    let labels = request_labels(&target, &method, &query, &headers);
     // The body is read (or, past the limit, drained) before anything else, so that no answer
     // leaves a request half-read.
     let result = match read_body(body).await {
@@ -203,6 +205,7 @@ async fn dispatch(
             let request = Request {
                 method: &method,
                 uri: &uri,
+                query: &query,
                 headers: &headers,
                 peer: peer.as_ref(),
                 address,
@@ -290,7 +293,7 @@ impl Drop for AuditOnEnd {
 fn request_labels(
     target: &Target,
     method: &Method,
-    uri: &Uri,
+    query: &Query,
     headers: &HeaderMap,
 ) -> crate::metrics::RequestLabels {
     let mut labels = crate::metrics::RequestLabels {
@@ -306,7 +309,7 @@ fn request_labels(
         subresource,
     } = target
     {
-        let watch = Query::parse(uri).flag("watch");
+        let watch = query.flag("watch");
         labels.verb = match (method.as_str(), name.is_some()) {
             ("GET", false) if watch => "WATCH",
             ("GET", false) => "LIST",
@@ -335,6 +338,7 @@ fn request_labels(
 struct Request<'a> {
     method: &'a Method,
     uri: &'a Uri,
+    query: &'a Query,
     headers: &'a HeaderMap,
     peer: Option<&'a crate::auth::PeerCertificate>,
     address: Option<std::net::SocketAddr>,
@@ -377,7 +381,7 @@ fn attributes(target: &Target, request: &Request<'_>) -> crate::auth::Attributes
             subresource,
         } => crate::auth::Attributes::resource(&crate::auth::attributes::ResourceRequest {
             method: request.method.as_str(),
-            watch: Query::parse(request.uri).flag("watch"),
+            watch: request.query.flag("watch"),
             group,
             version,
             namespace: namespace.as_deref(),
@@ -396,7 +400,7 @@ async fn handle(
     target: Target,
     audited: &mut Option<(crate::audit::Record, bool)>,
 ) -> Result<Response, ApiError> {
-    let (method, uri, headers) = (request.method, request.uri, request.headers);
+    let (method, headers) = (request.method, request.headers);
     if target == Target::Health {
         return Ok((
             StatusCode::OK,
@@ -520,7 +524,7 @@ async fn handle(
                 name,
                 subresource,
                 format,
-                query: Query::parse(uri),
+                query: request.query,
                 headers,
                 user: &user,
             };

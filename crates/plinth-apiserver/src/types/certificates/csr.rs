@@ -294,15 +294,7 @@ impl Strategy for CertificateSigningRequests {
             .unwrap_or("");
         let domain = signer.split('/').next().unwrap_or("");
         let may = |name: &str| {
-            let attributes = Attributes {
-                resource_request: true,
-                verb: "approve".into(),
-                api_group: GROUP.into(),
-                api_version: "v1".into(),
-                resource: "signers".into(),
-                name: name.to_owned(),
-                ..Attributes::default()
-            };
+            let attributes = Attributes::check("approve", GROUP, "signers", "", name);
             matches!(
                 requester.rbac.authorize(&requester.user, &attributes),
                 Decision::Allow(_)

@@ -253,16 +253,7 @@ impl crate::strategy::Strategy for Bindings {
 /// Whether the requester may `verb` (`escalate`, `bind`) the role `name` of `resource` in
 /// `namespace` — the permission that lifts the escalation check.
 fn may(requester: &Requester, verb: &str, resource: &str, namespace: &str, name: &str) -> bool {
-    let attributes = Attributes {
-        resource_request: true,
-        verb: verb.to_owned(),
-        namespace: namespace.to_owned(),
-        api_group: GROUP.to_owned(),
-        api_version: "v1".to_owned(),
-        resource: resource.to_owned(),
-        name: name.to_owned(),
-        ..Attributes::default()
-    };
+    let attributes = Attributes::check(verb, GROUP, resource, namespace, name);
     matches!(
         requester.rbac.authorize(&requester.user, &attributes),
         Decision::Allow(_)
