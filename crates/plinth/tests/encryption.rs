@@ -124,17 +124,39 @@ fn a_bad_configuration_stops_the_server_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers: [{kms: {apiVersion: v2, name: vault}}]\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("data"))
         .arg("--encryption-provider-config")
         .arg(&path)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!out.status.success());
+    // Were it to start after all, the guard stops it by its PID when the test ends.
+    let mut server = Stopped(Some(child));
+    let mut status = None;
+    plinth_testenv::eventually_blocking("the server refuses to start", || {
+        status = server.0.as_mut().unwrap().try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success());
+    let out = server.0.take().unwrap().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("provider \"kms\" is not supported"),
         "{stderr}"
     );
+}
+
+/// A child process killed (by its PID, through `Child::kill`) when dropped, if still held.
+struct Stopped(Option<std::process::Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

@@ -657,9 +657,16 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
             .json();
         assert_eq!(cached.json()["items"], stored["items"], "{path}");
         assert!(!stored["items"].as_array().unwrap().is_empty(), "{path}");
-        // And a paginated one comes from the cache, page by page.
+        // And a paginated one comes from the cache, page by page — compared with storage's
+        // exact list at its own revision (the server's controllers may write in between).
         let paged = http.get(&format!("{path}{sep}limit=500")).json();
-        assert_eq!(paged["items"], stored["items"], "{path}");
+        let paged_rv = paged["metadata"]["resourceVersion"].as_str().unwrap();
+        let stored_paged = http
+            .get(&format!(
+                "{path}{sep}resourceVersion={paged_rv}&resourceVersionMatch=Exact"
+            ))
+            .json();
+        assert_eq!(paged["items"], stored_paged["items"], "{path}");
     }
     let none = http
         .get(&format!("{core_events}?fieldSelector=reason%3DOther"))
@@ -763,10 +770,17 @@ fn cached_bytes_answer_as_storage_does(plinth: &mut Plinth) {
 
     // The cache reports its live objects and the bytes they hold: every ConfigMap, each at
     // least its JSON (the bytes lists are made of) and no more than a few times that.
-    let all = http.get("/api/v1/configmaps").json();
+    // Read between two lists at one revision, so that no write (the root CA publisher's, as
+    // namespaces appear) falls between the list and the metrics.
+    let (mut all, mut metrics) = (Value::Null, String::new());
+    plinth.eventually("a list and the metrics at one revision", || {
+        all = http.get("/api/v1/configmaps").json();
+        metrics = http.get("/metrics").body;
+        let again = http.get("/api/v1/configmaps").json();
+        all["metadata"]["resourceVersion"] == again["metadata"]["resourceVersion"]
+    });
     let items = all["items"].as_array().unwrap();
     let json_bytes: usize = items.iter().map(|i| i.to_string().len()).sum();
-    let metrics = http.get("/metrics").body;
     let series = |name: &str| {
         usize::try_from(counter(
             &metrics,

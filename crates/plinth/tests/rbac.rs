@@ -767,6 +767,54 @@ fn service_account_tokens_are_issued_checked_and_revoked() {
     .unwrap();
     assert_eq!(keys["keys"][0]["kid"], header["kid"]);
 
+    // Bad token requests get 4xx answers and issue nothing.
+    let token_path = "/api/v1/namespaces/team/serviceaccounts/robot/token";
+    plinth.kubectl(&["-n", "team", "create", "secret", "generic", "other"]);
+    for (body, code, says) in [
+        (
+            r#"{"spec":{"boundObjectRef":{"kind":"Node","apiVersion":"v1","name":"n1"}}}"#,
+            400,
+            "cannot bind token for object of kind \"Node\"",
+        ),
+        (
+            r#"{"spec":{"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":"other","uid":"not-its-uid"}}}"#,
+            409,
+            "the UID in the bound object reference (not-its-uid) does not match the UID in record",
+        ),
+        (
+            r#"{"spec":{"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":"missing"}}}"#,
+            404,
+            "secrets \"missing\" not found",
+        ),
+        (r#"{"spec":{"expirationSeconds":"soon"}}"#, 400, ""),
+        (r#"[1]"#, 400, "not a JSON object"),
+    ] {
+        let reply = http.post(token_path, body.as_bytes());
+        assert_eq!(reply.code, code, "{body}: {}", reply.body);
+        let status = reply.json();
+        assert_eq!(status["kind"], "Status", "{body}: {}", reply.body);
+        assert!(
+            status["message"].as_str().unwrap().contains(says),
+            "{body}: {}",
+            reply.body
+        );
+    }
+    // Impersonating groups without a user is a bad request.
+    let reply = http.request_with(
+        "GET",
+        "/api/v1/namespaces",
+        "application/json",
+        None,
+        true,
+        &["Impersonate-Group: devs"],
+    );
+    assert_eq!(reply.code, 400, "{}", reply.body);
+    assert!(
+        reply.body.contains("without impersonating a user"),
+        "{}",
+        reply.body
+    );
+
     // Deleting the account revokes its tokens, even one recreated under the same name.
     plinth.kubectl(&["-n", "team", "delete", "serviceaccount", "robot"]);
     plinth.kubectl(&["-n", "team", "create", "serviceaccount", "robot"]);
