@@ -185,4 +185,31 @@ def _():
     assert stored.data == {"pw": "aHVudGVyMg=="} and stored.type == "Opaque", stored
 
 
+@check("flow control: the defaults are readable, a bad priority level gets 422")
+def _():
+    flow = client.FlowcontrolApiserverV1Api()
+    schemas = {f.metadata.name: f for f in flow.list_flow_schema().items}
+    assert {"exempt", "probes", "catch-all"} <= set(schemas), set(schemas)
+    catch_all = schemas["catch-all"]
+    assert catch_all.spec.priority_level_configuration.name == "catch-all"
+    assert catch_all.spec.distinguisher_method.type == "ByUser"
+    assert [c.status for c in catch_all.status.conditions if c.type == "Dangling"] == ["False"]
+    level = flow.read_priority_level_configuration("catch-all")
+    assert level.spec.type == "Limited" and level.spec.limited.limit_response.type == "Queue"
+    bad = client.V1PriorityLevelConfiguration(
+        metadata=client.V1ObjectMeta(name="py-bad"),
+        spec=client.V1PriorityLevelConfigurationSpec(type="Limited", limited=client.V1LimitedPriorityLevelConfiguration(
+            limit_response=client.V1LimitResponse(type="Queue", queuing=client.V1QueuingConfiguration(
+                queues=2, hand_size=4, queue_length_limit=10)))))
+    try:
+        flow.create_priority_level_configuration(bad)
+        raise AssertionError("handSize > queues must be refused")
+    except ApiException as e:
+        assert e.status == 422, e.status
+        body = json.loads(e.body)
+        assert body["details"]["causes"][0]["field"] == "spec.limited.limitResponse.queuing.handSize", body
+    names = {p.metadata.name for p in flow.list_priority_level_configuration().items}
+    assert "py-bad" not in names and {"exempt", "catch-all"} <= names, names
+
+
 print("python client: all checks passed")

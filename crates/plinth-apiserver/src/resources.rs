@@ -191,6 +191,12 @@ impl ResourceDef {
         self
     }
 
+    /// No `Age` column after the others (a type that places its own, with [`age_cell`]).
+    pub fn no_age_column(mut self) -> Self {
+        self.age_column = false;
+        self
+    }
+
     /// A question: creates are answered by `answer`, nothing is stored.
     pub fn answered_by(mut self, answer: Answer) -> Self {
         self.answer = Some(answer);

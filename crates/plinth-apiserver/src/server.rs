@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::http::{AppState, router};
-use crate::registry::{Registry, WriteOptions};
+use crate::registry::{Part, Registry, WriteOptions};
 use crate::resources::Resources;
 use crate::{ServeError, controllers, pki};
 
@@ -33,6 +33,9 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// kube's static token file (`--token-auth-file`), if any.
     pub token_auth_file: Option<PathBuf>,
+    /// Requests without credentials act as `system:anonymous` (`--anonymous-auth`); off,
+    /// they get 401 everywhere but the health, version and OIDC documents.
+    pub anonymous_auth: bool,
     /// Read requests served at once before the next gets 429 (0: no limit).
     pub max_requests_inflight: usize,
     /// Writes served at once before the next gets 429 (0: no limit).
@@ -124,6 +127,33 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
             Err(e) => return Err(ServeError::Bootstrap(e.message)),
         }
     }
+    // The flow-control objects describing the server's fair queuing; a status given is
+    // written through `/status` once the object is created.
+    for (plural, object) in crate::types::flowcontrol::defaults() {
+        let Some(def) = registry
+            .resources
+            .get("flowcontrol.apiserver.k8s.io", "v1", plural)
+        else {
+            continue;
+        };
+        let status = object.get("status").cloned();
+        let options = WriteOptions::internal("api-priority-and-fairness-config-producer-v1");
+        let name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
+        match registry.create(&def, None, object, &options).await {
+            Ok(_) => {}
+            Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => continue,
+            Err(e) => return Err(ServeError::Bootstrap(e.message)),
+        }
+        if let Some(status) = status {
+            registry
+                .modify(&def, None, &name, Part::Status, &options, |current| {
+                    current["status"] = status.clone();
+                    Ok(true)
+                })
+                .await
+                .map_err(|e| ServeError::Bootstrap(e.message))?;
+        }
+    }
     Ok(())
 }
 
@@ -173,7 +203,8 @@ pub async fn start(
         &credentials.token,
         config.token_auth_file.as_deref(),
         service_accounts,
-    )?;
+    )?
+    .with_anonymous(config.anonymous_auth);
     let rbac = Arc::new(crate::auth::rbac::Rbac::default());
     let audit = match &config.audit {
         Some(a) => Some(crate::audit::Audit::open(

@@ -132,6 +132,21 @@ impl Cause {
         Self::new("FieldValueRequired", field, message)
     }
 
+    /// `field: Unsupported value: <value>: supported values: "a", "b"`, as field.NotSupported
+    /// words it.
+    pub fn not_supported(field: impl Into<String>, value: &Value, supported: &[&str]) -> Self {
+        let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        Self::new(
+            "FieldValueNotSupported",
+            field,
+            format!(
+                "Unsupported value: {}: supported values: {}",
+                render_value(value),
+                supported.join(", ")
+            ),
+        )
+    }
+
     /// `field: Forbidden: <detail>`, as field.Forbidden words it.
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         Self::new("FieldValueForbidden", field, format!("Forbidden: {detail}"))

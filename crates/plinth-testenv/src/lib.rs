@@ -80,6 +80,7 @@ impl TestEnv {
             bookmark_interval: Duration::from_secs(60),
 
             token_auth_file: None,
+            anonymous_auth: false,
             max_requests_inflight: 0,
             max_mutating_requests_inflight: 0,
             audit: None,
@@ -181,6 +182,7 @@ impl TestEnv {
             bookmark_interval: Duration::from_secs(60),
 
             token_auth_file: None,
+            anonymous_auth: false,
             max_requests_inflight: 0,
             max_mutating_requests_inflight: 0,
             audit: None,

@@ -47,6 +47,12 @@ enum Command {
         /// kube's static token file: `token,user,uid[,"group1,group2"]` per line.
         #[arg(long)]
         token_auth_file: Option<PathBuf>,
+        /// Requests without credentials act as `system:anonymous` (group
+        /// `system:unauthenticated`) and RBAC decides; off, they get 401 but for the health,
+        /// version and OIDC documents.
+        #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
+              action = clap::ArgAction::Set)]
+        anonymous_auth: bool,
         /// kube's `EncryptionConfiguration`: which resources are encrypted at rest, and how.
         #[arg(long)]
         encryption_provider_config: Option<PathBuf>,
@@ -85,6 +91,15 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Writes every object of the given resources back unchanged through the API, so that
+    /// storage holds each under the current encryption key (after a key rotation or a new
+    /// provider in the `EncryptionConfiguration`). Uses the kubeconfig (`KUBECONFIG` or
+    /// `~/.kube/config`).
+    Rewrite {
+        /// Resources as kubectl names them: `secrets`, `configmaps`, `widgets.example.com`.
+        #[arg(required = true)]
+        resources: Vec<String>,
+    },
 }
 
 /// `90s`, `5m`, `2h`, or plain seconds.
@@ -106,6 +121,22 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         }
     };
     Ok(std::time::Duration::from_secs(seconds))
+}
+
+mod rewrite;
+
+/// Runs `work` on a runtime from `builder`.
+fn run(
+    mut builder: tokio::runtime::Builder,
+    work: impl std::future::Future<Output = ExitCode>,
+) -> ExitCode {
+    match builder.enable_all().build() {
+        Ok(runtime) => runtime.block_on(work),
+        Err(e) => {
+            eprintln!("plinth: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn default_data_dir() -> PathBuf {
@@ -134,6 +165,7 @@ fn main() -> ExitCode {
             watch_bookmark_interval,
             log_format,
             token_auth_file,
+            anonymous_auth,
             encryption_provider_config,
             max_requests_inflight,
             max_mutating_requests_inflight,
@@ -170,6 +202,7 @@ fn main() -> ExitCode {
                 compaction_interval,
                 bookmark_interval: watch_bookmark_interval,
                 token_auth_file,
+                anonymous_auth,
                 max_requests_inflight,
                 max_mutating_requests_inflight,
                 audit: audit_policy_file.zip(audit_log_path).map(|(policy, log)| {
@@ -181,17 +214,10 @@ fn main() -> ExitCode {
                     }
                 }),
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(e) => {
-                    eprintln!("plinth: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            runtime.block_on(serve(config, storage))
+            run(
+                tokio::runtime::Builder::new_multi_thread(),
+                serve(config, storage),
+            )
         }
         Command::Kubeconfig {
             data_dir,
@@ -212,6 +238,17 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Rewrite { resources } => {
+            run(tokio::runtime::Builder::new_current_thread(), async {
+                match rewrite::run(&resources).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
         }
     }
 }

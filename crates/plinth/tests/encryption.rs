@@ -1,6 +1,6 @@
 //! Encryption at rest (`--encryption-provider-config`) on both backends: Secret values are not
 //! in storage in the clear, reads return them, other resources stay plain, and key rotation
-//! re-encrypts what a replace rewrites.
+//! re-encrypts what a replace (`kubectl replace`, `plinth rewrite`) rewrites.
 
 #![allow(clippy::unwrap_used)]
 
@@ -96,8 +96,41 @@ fn secrets_are_encrypted_and_keys_rotate(backend: Backend) {
     std::fs::write(&path, boxed).unwrap();
     plinth.kill_and_restart();
     assert_eq!(read(&plinth), encoded);
-    let all = plinth.kubectl(&["get", "secrets", "-A", "-o", "json"]);
-    plinth.kubectl_with(&["replace", "-f", "-"], &all);
+    // This time `plinth rewrite` does it (paged, through the API).
+    let rewrite = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+            .arg("rewrite")
+            .args(args)
+            .env("KUBECONFIG", &plinth.kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let out = rewrite(&["secrets"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let count: usize = printed
+        .trim()
+        .strip_prefix("secrets: ")
+        .and_then(|rest| rest.strip_suffix(" rewritten"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {printed:?}"));
+    let listed = plinth.json(&["get", "secrets", "-A"])["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(count, listed, "every Secret rewritten");
+    let out = rewrite(&["nosuchthings"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the server doesn't have a resource type \"nosuchthings\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for key in ["/secrets/default/s1", "/secrets/default/s2"] {
         let raw = plinth.read_while_down(key).unwrap();
         assert!(raw.starts_with(b"k8s:enc:secretbox:v1:b1:"), "{key}");

@@ -97,3 +97,81 @@ fn while_one_user_floods_another_is_served() {
     // Once the flood is over, the same user is served again.
     assert_eq!(flood.get("/api/v1/namespaces/default/configmaps").code, 200);
 }
+
+#[test]
+fn flow_control_objects_describe_the_queuing() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let table = plinth.kubectl(&["get", "flowschemas"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PRIORITYLEVEL",
+            "MATCHINGPRECEDENCE",
+            "DISTINGUISHERMETHOD",
+            "AGE",
+            "MISSINGPL"
+        ]
+    );
+    let row = |table: &str, name: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let catch_all = row(&table, "catch-all");
+    assert_eq!(catch_all[1..4], ["catch-all", "10000", "ByUser"]);
+    assert_eq!(catch_all[5], "False");
+    assert_eq!(row(&table, "exempt")[1..4], ["exempt", "1", "<none>"]);
+    let levels = plinth.kubectl(&["get", "prioritylevelconfigurations"]);
+    let limited = row(&levels, "catch-all");
+    assert_eq!(limited[1], "Limited");
+    // The queue length the server enforces per user, as the object says.
+    assert_eq!(limited[5], "64");
+    assert_eq!(
+        row(&levels, "exempt")[1..6],
+        ["Exempt", "<none>", "<none>", "<none>", "<none>"]
+    );
+    // A schema pointing at a level, and bad ones refused with kube's field paths.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: batch}\nspec:\n  priorityLevelConfiguration: {name: catch-all}\n  matchingPrecedence: 800\n  distinguisherMethod: {type: ByNamespace}\n  rules:\n  - subjects: [{kind: Group, group: {name: batch}}]\n    resourceRules: [{verbs: [list], apiGroups: [''], resources: [pods], namespaces: ['*']}]\n",
+    );
+    assert_eq!(
+        plinth.kubectl(&[
+            "get",
+            "flowschema",
+            "batch",
+            "-o",
+            "jsonpath={.spec.matchingPrecedence}"
+        ]),
+        "800"
+    );
+    let refused = plinth.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: broken}\nspec:\n  priorityLevelConfiguration: {name: ''}\n  matchingPrecedence: 20000\n  distinguisherMethod: {type: ByColour}\n  rules:\n  - subjects: [{kind: Robot}]\n",
+    );
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    for expected in [
+        "spec.priorityLevelConfiguration.name: Required value",
+        "spec.matchingPrecedence: Invalid value: 20000: must be between 1 and 10000, inclusive",
+        "spec.distinguisherMethod.type: Unsupported value: \"ByColour\": supported values: \"ByNamespace\", \"ByUser\"",
+        "spec.rules[0].subjects[0].kind: Unsupported value: \"Robot\"",
+        "spec.rules[0]: Required value: at least one of resourceRules and nonResourceRules has to be non-empty",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+    assert_eq!(
+        plinth
+            .kubectl_output(&["get", "flowschema", "broken"])
+            .status
+            .code(),
+        Some(1),
+        "nothing stored"
+    );
+}

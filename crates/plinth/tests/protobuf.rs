@@ -752,6 +752,164 @@ fn to_json(api_version: &str, kind: &str, raw: &[u8]) -> Value {
                 ("status", status),
             ])
         }
+        ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => {
+            use k8s_pb::api::flowcontrol::v1 as fc;
+            let f = fc::FlowSchema::decode(raw).unwrap();
+            let list = |v: &Vec<String>| Some(json!(v));
+            let name = |n: &Option<String>| Some(object(vec![("name", s(n))]));
+            let subject = |x: &fc::Subject| {
+                object(vec![
+                    ("kind", s(&x.kind)),
+                    ("user", x.user.as_ref().and_then(|u| name(&u.name))),
+                    ("group", x.group.as_ref().and_then(|g| name(&g.name))),
+                    (
+                        "serviceAccount",
+                        x.service_account.as_ref().map(|a| {
+                            object(vec![("namespace", s(&a.namespace)), ("name", s(&a.name))])
+                        }),
+                    ),
+                ])
+            };
+            let rules: Vec<Value> = f
+                .spec
+                .iter()
+                .flat_map(|sp| &sp.rules)
+                .map(|r| {
+                    object(vec![
+                        ("subjects", Some(r.subjects.iter().map(subject).collect())),
+                        (
+                            "resourceRules",
+                            Some(
+                                r.resource_rules
+                                    .iter()
+                                    .map(|x| {
+                                        object(vec![
+                                            ("verbs", list(&x.verbs)),
+                                            ("apiGroups", list(&x.api_groups)),
+                                            ("resources", list(&x.resources)),
+                                            ("clusterScope", x.cluster_scope.map(Value::from)),
+                                            ("namespaces", list(&x.namespaces)),
+                                        ])
+                                    })
+                                    .collect(),
+                            ),
+                        ),
+                        (
+                            "nonResourceRules",
+                            Some(
+                                r.non_resource_rules
+                                    .iter()
+                                    .map(|x| {
+                                        object(vec![
+                                            ("verbs", list(&x.verbs)),
+                                            ("nonResourceURLs", list(&x.non_resource_ur_ls)),
+                                        ])
+                                    })
+                                    .collect(),
+                            ),
+                        ),
+                    ])
+                })
+                .collect();
+            let spec = f.spec.as_ref().map(|sp| {
+                object(vec![
+                    (
+                        "priorityLevelConfiguration",
+                        sp.priority_level_configuration
+                            .as_ref()
+                            .and_then(|p| name(&p.name)),
+                    ),
+                    (
+                        "matchingPrecedence",
+                        sp.matching_precedence.map(Value::from),
+                    ),
+                    (
+                        "distinguisherMethod",
+                        sp.distinguisher_method
+                            .as_ref()
+                            .map(|d| object(vec![("type", s(&d.r#type))])),
+                    ),
+                    ("rules", Some(Value::Array(rules))),
+                ])
+            });
+            let status = f.status.as_ref().map(|st| {
+                let conditions: Vec<Value> = st
+                    .conditions
+                    .iter()
+                    .map(|x| {
+                        object(vec![
+                            ("type", s(&x.r#type)),
+                            ("status", s(&x.status)),
+                            ("lastTransitionTime", time(&x.last_transition_time)),
+                            ("reason", s(&x.reason)),
+                            ("message", s(&x.message)),
+                        ])
+                    })
+                    .collect();
+                object(vec![("conditions", Some(Value::Array(conditions)))])
+            });
+            object(vec![
+                ("metadata", object_meta(&f.metadata)),
+                ("spec", spec),
+                ("status", status),
+            ])
+        }
+        ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {
+            let p = k8s_pb::api::flowcontrol::v1::PriorityLevelConfiguration::decode(raw).unwrap();
+            let int = |n: Option<i32>| n.map(Value::from);
+            let spec = p.spec.as_ref().map(|sp| {
+                object(vec![
+                    ("type", s(&sp.r#type)),
+                    (
+                        "limited",
+                        sp.limited.as_ref().map(|l| {
+                            object(vec![
+                                (
+                                    "nominalConcurrencyShares",
+                                    int(l.nominal_concurrency_shares),
+                                ),
+                                (
+                                    "limitResponse",
+                                    l.limit_response.as_ref().map(|r| {
+                                        object(vec![
+                                            ("type", s(&r.r#type)),
+                                            (
+                                                "queuing",
+                                                r.queuing.as_ref().map(|q| {
+                                                    object(vec![
+                                                        ("queues", int(q.queues)),
+                                                        ("handSize", int(q.hand_size)),
+                                                        (
+                                                            "queueLengthLimit",
+                                                            int(q.queue_length_limit),
+                                                        ),
+                                                    ])
+                                                }),
+                                            ),
+                                        ])
+                                    }),
+                                ),
+                                ("lendablePercent", int(l.lendable_percent)),
+                                ("borrowingLimitPercent", int(l.borrowing_limit_percent)),
+                            ])
+                        }),
+                    ),
+                    (
+                        "exempt",
+                        sp.exempt.as_ref().map(|e| {
+                            object(vec![
+                                (
+                                    "nominalConcurrencyShares",
+                                    int(e.nominal_concurrency_shares),
+                                ),
+                                ("lendablePercent", int(e.lendable_percent)),
+                            ])
+                        }),
+                    ),
+                ])
+            });
+            object(vec![("metadata", object_meta(&p.metadata)), ("spec", spec)])
+        }
         other => panic!("no decoder for {other:?}"),
     }
 }
@@ -1047,6 +1205,30 @@ fn every_built_in_type_in_protobuf_matches_its_json() {
                 "metadata": {"name": "csr1"},
                 "spec": {"request": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, CSR),
                     "signerName": "example.com/none", "expirationSeconds": 3600, "usages": ["client auth"]}}),
+        ),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas".to_owned(),
+            "flowcontrol.apiserver.k8s.io/v1",
+            "FlowSchema",
+            json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                "metadata": {"name": "pb-flows"},
+                "spec": {"priorityLevelConfiguration": {"name": "pb-level"}, "matchingPrecedence": 500,
+                    "distinguisherMethod": {"type": "ByNamespace"},
+                    "rules": [{"subjects": [{"kind": "User", "user": {"name": "alice"}},
+                            {"kind": "ServiceAccount", "serviceAccount": {"namespace": "ns", "name": "robot"}}],
+                        "resourceRules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"],
+                            "clusterScope": true, "namespaces": ["*"]}],
+                        "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}]}}),
+        ),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations".to_owned(),
+            "flowcontrol.apiserver.k8s.io/v1",
+            "PriorityLevelConfiguration",
+            json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+                "metadata": {"name": "pb-level"},
+                "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 7, "lendablePercent": 10,
+                    "borrowingLimitPercent": 50,
+                    "limitResponse": {"type": "Queue", "queuing": {"queues": 16, "handSize": 4, "queueLengthLimit": 20}}}}}),
         ),
     ];
     for (collection, api_version, kind, body) in &objects {

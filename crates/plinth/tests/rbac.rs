@@ -1035,3 +1035,96 @@ fn certificate_signing_requests_issue_client_certificates() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn anonymous_requests_only_where_allowed() {
+    // Off (the default): no credentials, 401 — but for the health, version and OIDC documents.
+    let plinth = Plinth::start(Backend::Embedded);
+    let http = Http::new(&plinth);
+    let anonymous = |path: &str| http.request("GET", path, "application/json", None, false);
+    for path in [
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/version",
+        "/openid/v1/jwks",
+    ] {
+        assert_eq!(anonymous(path).code, 200, "{path}");
+    }
+    anonymous("/.well-known/openid-configuration").json();
+    for path in ["/api", "/api/v1/namespaces/default/configmaps", "/metrics"] {
+        let reply = anonymous(path);
+        assert_eq!(reply.code, 401, "{path}: {}", reply.body);
+        assert_eq!(reply.json()["reason"], "Unauthorized");
+    }
+    drop(plinth);
+
+    // On: system:anonymous in system:unauthenticated, and RBAC decides.
+    let plinth = Plinth::start_with(Backend::Embedded, &["--anonymous-auth"]);
+    let http = Http::new(&plinth);
+    let anonymous = |path: &str| http.request("GET", path, "application/json", None, false);
+    assert_eq!(anonymous("/version").code, 200);
+    let reply = anonymous("/api");
+    assert_eq!(reply.code, 403, "{}", reply.body);
+    assert_eq!(
+        reply.json()["message"],
+        "forbidden: User \"system:anonymous\" cannot get path \"/api\""
+    );
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let reply = anonymous(configmaps);
+    assert_eq!(reply.code, 403);
+    assert_eq!(
+        reply.json()["message"],
+        "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    // A bad token is still refused, not taken for anonymous.
+    let reply =
+        http.with_token("not-a-token")
+            .request("GET", "/version", "application/json", None, true);
+    assert_eq!(reply.code, 401);
+    plinth.kubectl(&[
+        "create",
+        "rolebinding",
+        "anonymous-view",
+        "--clusterrole=view",
+        "--group=system:unauthenticated",
+    ]);
+    plinth.eventually("the binding is in force", || {
+        anonymous(configmaps).code == 200
+    });
+    let listed = anonymous(configmaps).json();
+    assert!(
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["metadata"]["name"] == "kube-root-ca.crt"),
+        "{listed}"
+    );
+    // Reading is all the binding gives.
+    let reply = http.request(
+        "POST",
+        configmaps,
+        "application/json",
+        Some(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#),
+        false,
+    );
+    assert_eq!(reply.code, 403, "{}", reply.body);
+    assert_eq!(
+        plinth
+            .kubectl_output(&["get", "configmap", "x"])
+            .status
+            .code(),
+        Some(1),
+        "nothing created"
+    );
+    // system:basic-user is bound to system:authenticated only, as in kube: no reviews.
+    let review = http.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        "application/json",
+        Some(br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#),
+        false,
+    );
+    assert_eq!(review.code, 403, "{}", review.body);
+}

@@ -36,6 +36,8 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 /// The user the admin token stands for.
 pub const ADMIN: &str = "plinth-admin";
+/// The user of a request without credentials, when anonymous requests are allowed.
+pub const ANONYMOUS: &str = "system:anonymous";
 
 /// An authenticated identity (kube's `user.Info`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -64,6 +66,15 @@ impl User {
         }
     }
 
+    /// kube's anonymous user: `system:anonymous` in `system:unauthenticated` only.
+    pub fn anonymous() -> Self {
+        Self {
+            name: ANONYMOUS.to_owned(),
+            groups: vec![UNAUTHENTICATED.to_owned()],
+            ..Self::default()
+        }
+    }
+
     /// Whether the user is in `group`.
     pub fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
@@ -80,6 +91,7 @@ pub struct PeerCertificate(pub Arc<Vec<u8>>);
 pub struct Authenticator {
     admin_token: String,
     tokens: HashMap<String, User>,
+    anonymous: bool,
     /// ServiceAccount tokens.
     pub service_accounts: Arc<serviceaccount::Tokens>,
 }
@@ -102,8 +114,18 @@ impl Authenticator {
         Ok(Self {
             admin_token: admin_token.to_owned(),
             tokens,
+            anonymous: false,
             service_accounts,
         })
+    }
+
+    /// With `allow`, a request without credentials is [`User::anonymous`] and RBAC decides
+    /// what it may do (kube's `--anonymous-auth`); without, it gets 401. Credentials that
+    /// fail still get 401 either way.
+    #[must_use]
+    pub fn with_anonymous(mut self, allow: bool) -> Self {
+        self.anonymous = allow;
+        self
     }
 
     /// Who sent a request with these headers over a connection presenting `peer`: the client
@@ -123,9 +145,16 @@ impl Authenticator {
         if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
             return Ok(user);
         }
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
+        let Some(credentials) = headers.get(header::AUTHORIZATION) else {
+            return if self.anonymous && peer.is_none() {
+                Ok(User::anonymous())
+            } else {
+                Err(ApiError::unauthorized())
+            };
+        };
+        let token = credentials
+            .to_str()
+            .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty())

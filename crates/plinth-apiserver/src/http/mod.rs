@@ -7,7 +7,7 @@
 
 mod body;
 mod call;
-mod inflight;
+pub(crate) mod inflight;
 
 pub(crate) use inflight::Inflight;
 mod negotiate;
@@ -401,6 +401,14 @@ async fn handle(
     audited: &mut Option<(crate::audit::Record, bool)>,
 ) -> Result<Response, ApiError> {
     let (method, headers) = (request.method, request.headers);
+    let public = matches!(target, Target::Health | Target::Version | Target::Oidc(_));
+    if public && headers.contains_key(header::AUTHORIZATION) {
+        // Anyone may read these, but credentials that fail are refused, as kube does.
+        state
+            .authenticator
+            .authenticate(headers, request.peer, &state.registry)
+            .await?;
+    }
     if target == Target::Health {
         return Ok((
             StatusCode::OK,

@@ -311,6 +311,119 @@ const CERTIFICATE_SIGNING_REQUEST: &[Field] = &[
     ),
 ];
 
+const FLOW_CONDITION: &[Field] = &[
+    one("type", 1, Str),
+    one("status", 2, Str),
+    one("lastTransitionTime", 3, Time),
+    one("reason", 4, Str),
+    one("message", 5, Str),
+];
+
+const FLOW_SUBJECT: &[Field] = &[
+    one("kind", 1, Str),
+    one("user", 2, Message(&[one("name", 1, Str)])),
+    one("group", 3, Message(&[one("name", 1, Str)])),
+    one(
+        "serviceAccount",
+        4,
+        Message(&[one("namespace", 1, Str), one("name", 2, Str)]),
+    ),
+];
+
+const FLOW_SCHEMA: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one(
+                "priorityLevelConfiguration",
+                1,
+                Message(&[one("name", 1, Str)]),
+            ),
+            one("matchingPrecedence", 2, I32),
+            one("distinguisherMethod", 3, Message(&[one("type", 1, Str)])),
+            many(
+                "rules",
+                4,
+                Message(&[
+                    many("subjects", 1, Message(FLOW_SUBJECT)),
+                    many(
+                        "resourceRules",
+                        2,
+                        Message(&[
+                            many("verbs", 1, Str),
+                            many("apiGroups", 2, Str),
+                            many("resources", 3, Str),
+                            one("clusterScope", 4, Bool),
+                            many("namespaces", 5, Str),
+                        ]),
+                    ),
+                    many(
+                        "nonResourceRules",
+                        3,
+                        Message(&[many("verbs", 1, Str), many("nonResourceURLs", 6, Str)]),
+                    ),
+                ]),
+            ),
+        ]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[many("conditions", 1, Message(FLOW_CONDITION))]),
+    ),
+];
+
+const PRIORITY_LEVEL_CONFIGURATION: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one("type", 1, Str),
+            one(
+                "limited",
+                2,
+                Message(&[
+                    one("nominalConcurrencyShares", 1, I32),
+                    one(
+                        "limitResponse",
+                        2,
+                        Message(&[
+                            one("type", 1, Str),
+                            one(
+                                "queuing",
+                                2,
+                                Message(&[
+                                    one("queues", 1, I32),
+                                    one("handSize", 2, I32),
+                                    one("queueLengthLimit", 3, I32),
+                                ]),
+                            ),
+                        ]),
+                    ),
+                    one("lendablePercent", 3, I32),
+                    one("borrowingLimitPercent", 4, I32),
+                ]),
+            ),
+            one(
+                "exempt",
+                3,
+                Message(&[
+                    one("nominalConcurrencyShares", 1, I32),
+                    one("lendablePercent", 2, I32),
+                ]),
+            ),
+        ]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[many("conditions", 1, Message(FLOW_CONDITION))]),
+    ),
+];
+
 /// `metav1.PartialObjectMetadata` (its list numbers `metadata` 1 and `items` 2, as every
 /// list does in `meta.k8s.io/v1`).
 const PARTIAL_OBJECT_METADATA: &[Field] = &[one("metadata", 1, Message(OBJECT_META))];
@@ -591,6 +704,10 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         ("certificates.k8s.io/v1", "CertificateSigningRequest") => CERTIFICATE_SIGNING_REQUEST,
+        ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => FLOW_SCHEMA,
+        ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {
+            PRIORITY_LEVEL_CONFIGURATION
+        }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
         _ => return None,
     })

@@ -11,6 +11,7 @@ pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod events;
+pub mod flowcontrol;
 pub mod rbac;
 
 use crate::resources::ResourceDef;
@@ -31,6 +32,8 @@ pub fn builtin() -> Vec<ResourceDef> {
         rbac::rolebinding::resource(),
         rbac::clusterrolebinding::resource(),
         certificates::csr::resource(),
+        flowcontrol::flowschema::resource(),
+        flowcontrol::prioritylevel::resource(),
     ]
     .into_iter()
     .chain(authorization::resources())

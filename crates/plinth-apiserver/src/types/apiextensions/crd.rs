@@ -183,10 +183,10 @@ fn validate_scope(crd: &Value, causes: &mut Vec<Cause>) {
     match text(crd, "/spec/scope") {
         "Cluster" | "Namespaced" => {}
         "" => causes.push(Cause::required("spec.scope", "")),
-        other => causes.push(Cause::new(
-            "FieldValueNotSupported",
+        other => causes.push(Cause::not_supported(
             "spec.scope",
-            format!("Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""),
+            &Value::String(other.to_owned()),
+            &["Cluster", "Namespaced"],
         )),
     }
 }

@@ -216,14 +216,10 @@ impl Strategy for CertificateSigningRequests {
         for (i, usage) in usages.iter().enumerate() {
             let text = usage.as_str().unwrap_or("");
             if !USAGES.contains(&text) {
-                let supported: Vec<String> = USAGES.iter().map(|u| format!("{u:?}")).collect();
-                causes.push(Cause::new(
-                    "FieldValueNotSupported",
+                causes.push(Cause::not_supported(
                     format!("spec.usages[{i}]"),
-                    format!(
-                        "Unsupported value: {text:?}: supported values: {}",
-                        supported.join(", ")
-                    ),
+                    &json!(text),
+                    USAGES,
                 ));
             }
         }

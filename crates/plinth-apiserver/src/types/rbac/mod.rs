@@ -57,15 +57,7 @@ fn list_len(value: Option<&Value>) -> usize {
 }
 
 fn not_supported(field: String, value: &str, supported: &[&str]) -> Cause {
-    let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-    Cause::new(
-        "FieldValueNotSupported",
-        field,
-        format!(
-            "Unsupported value: {value:?}: supported values: {}",
-            supported.join(", ")
-        ),
-    )
+    Cause::not_supported(field, &Value::String(value.to_owned()), supported)
 }
 
 /// Each rule's verbs, and either resources (with groups) or paths — paths only for
