@@ -1316,6 +1316,7 @@ fn the_data_directory_is_the_owners_alone() {
     let created = Command::new("kubectl")
         .args(["create", "secret", "generic", "s", "--from-literal=k=v"])
         .env("KUBECONFIG", kubeconfig.trim())
+        .env("KUBECACHEDIR", temp.path().join("kube-cache"))
         .output()
         .unwrap();
     assert!(created.status.success(), "{created:?}");

@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::Plinth;
@@ -168,9 +168,9 @@ fn configmap_lifecycle(p: &mut Plinth) {
     );
 
     // Edit through $KUBE_EDITOR, as a user would.
-    let edit = Command::new("kubectl")
+    let edit = p
+        .kubectl_command()
         .args(["edit", "configmap", "app-config"])
-        .env("KUBECONFIG", &p.kubeconfig)
         .env("KUBE_EDITOR", "sed -i s/color:\\ red/color:\\ green/")
         .output()
         .unwrap();
@@ -292,7 +292,8 @@ fn errors_read_like_kube_apiserver(p: &mut Plinth) {
 
 fn watch_streams_changes(p: &mut Plinth) {
     p.kubectl(&["create", "configmap", "before"]);
-    let mut watch = Command::new("kubectl")
+    let mut watch = p
+        .kubectl_command()
         .args([
             "get",
             "configmaps",
@@ -568,9 +569,20 @@ fn install_crd(p: &Plinth, crd: &str, name: &str, resource: &str) {
         &format!("crd/{name}"),
         "--timeout=10s",
     ]);
-    p.eventually("the custom resource endpoint", || {
-        p.kubectl_output(&["get", resource]).status.success()
-    });
+    p.eventually(
+        &format!("the custom resource endpoint ({resource})"),
+        || {
+            let out = p.kubectl_output(&["get", resource]);
+            if !out.status.success() {
+                // Shown with the hang guard's failure.
+                eprintln!(
+                    "kubectl get {resource}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            out.status.success()
+        },
+    );
 }
 
 const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1

@@ -369,6 +369,7 @@ async fn the_operator_process_against_plinth_serve() {
         let mut child = Command::new("kubectl")
             .args(args)
             .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.join("kube-cache"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -421,6 +422,7 @@ async fn the_operator_process_against_plinth_serve() {
         let out = Command::new("kubectl")
             .args(&full)
             .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.join("kube-cache"))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "yes"

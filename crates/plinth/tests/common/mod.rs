@@ -225,11 +225,20 @@ impl Plinth {
         child.wait().unwrap()
     }
 
-    pub fn kubectl_output(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .args(args)
+    /// kubectl for this server: its kubeconfig, and a discovery cache of its own (the shared
+    /// `~/.kube/cache` is keyed by host and port, and ports are reused by later servers).
+    pub fn kubectl_command(&self) -> Command {
+        let mut command = Command::new("kubectl");
+        command
             .env("KUBECONFIG", &self.kubeconfig)
-            .env_remove("KUBECTL_EXTERNAL_DIFF")
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"))
+            .env_remove("KUBECTL_EXTERNAL_DIFF");
+        command
+    }
+
+    pub fn kubectl_output(&self, args: &[&str]) -> Output {
+        self.kubectl_command()
+            .args(args)
             .output()
             .expect("run kubectl")
     }
@@ -282,9 +291,9 @@ impl Plinth {
     /// Runs kubectl with `input` on stdin.
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
         use std::io::Write;
-        let mut child = Command::new("kubectl")
+        let mut child = self
+            .kubectl_command()
             .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
