@@ -5,7 +5,7 @@
 //!
 //! Requests flow `http` (routing, negotiation, query and body decoding, errors → `Status`) →
 //! `registry` (the order of steps, optimistic concurrency) calling the resource's
-//! [`strategy`] (one module per type under [`types`]) → the store. Storage errors become API
+//! [`strategy`] (one module per type under [`types`]) and [`admission`] (webhooks) → the store. Storage errors become API
 //! errors in `registry::store_error`; API errors become responses in `http` — each in one
 //! place.
 
@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod cache;

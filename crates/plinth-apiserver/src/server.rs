@@ -175,6 +175,7 @@ pub async fn start(
         )),
         store,
         resources: Arc::new(Resources::with(crate::types::builtin())),
+        admission: Arc::default(),
     };
     bootstrap(&registry).await?;
     let served = controllers::ServedCrds::default();
@@ -217,6 +218,9 @@ pub async fn start(
     };
     crate::auth::controller::start(&registry, &rbac).await?;
     let (stop, stopping) = watch::channel(false);
+    crate::admission::controller::start(&registry, &registry.admission, &stopping)
+        .await
+        .map_err(|e| ServeError::Bootstrap(e.message))?;
     let state = Arc::new(AppState {
         registry: registry.clone(),
         authenticator,

@@ -643,7 +643,7 @@ impl Collector {
         namespace: Option<&str>,
         name: &str,
         uid: Option<&str>,
-        change: impl Fn(&mut Value) -> bool,
+        change: impl Fn(&mut Value) -> bool + Sync,
     ) -> bool {
         let written = self
             .registry

@@ -68,6 +68,24 @@ impl StatusReason {
         }
     }
 
+    /// The reason a `Status` names, when it is one of these.
+    pub fn from_name(name: &str) -> Option<Self> {
+        ALL_REASONS.into_iter().find(|r| r.as_str() == name)
+    }
+
+    /// The reason that goes with an HTTP code (for a `Status` that names none): the first of
+    /// these with that code, else `BadRequest` below 500 and `InternalError` from it.
+    pub fn for_code(code: u16) -> Self {
+        ALL_REASONS
+            .into_iter()
+            .find(|r| r.code() == code)
+            .unwrap_or(if code < 500 {
+                Self::BadRequest
+            } else {
+                Self::InternalError
+            })
+    }
+
     /// The HTTP status code kube-apiserver answers with.
     pub fn code(self) -> u16 {
         match self {
@@ -89,6 +107,26 @@ impl StatusReason {
         }
     }
 }
+
+const ALL_REASONS: [StatusReason; 17] = [
+    StatusReason::BadRequest,
+    StatusReason::Unauthorized,
+    StatusReason::Forbidden,
+    StatusReason::NotFound,
+    StatusReason::MethodNotAllowed,
+    StatusReason::NotAcceptable,
+    StatusReason::AlreadyExists,
+    StatusReason::Conflict,
+    StatusReason::Expired,
+    StatusReason::Gone,
+    StatusReason::RequestEntityTooLarge,
+    StatusReason::UnsupportedMediaType,
+    StatusReason::Invalid,
+    StatusReason::TooManyRequests,
+    StatusReason::InternalError,
+    StatusReason::ServiceUnavailable,
+    StatusReason::Timeout,
+];
 
 /// One cause of an error (`metav1.StatusCause`), e.g. one invalid field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,6 +230,41 @@ pub struct Details {
     pub retry_after_seconds: Option<u32>,
     /// Overrides the code of the reason (kube-apiserver answers some reasons with other codes).
     pub code: Option<u16>,
+}
+
+impl Details {
+    /// The details of a `metav1.Status` another server sent (a webhook's), as far as they go.
+    pub fn from_status(status: &Value) -> Self {
+        let details = status.get("details").unwrap_or(&Value::Null);
+        let text = |key: &str| {
+            details
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let causes = details
+            .get("causes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let field = |key: &str| c.get(key).and_then(Value::as_str).unwrap_or("");
+                Cause::new(field("reason"), field("field"), field("message"))
+            })
+            .collect();
+        Self {
+            name: text("name"),
+            group: text("group"),
+            kind: text("kind"),
+            causes,
+            retry_after_seconds: details
+                .get("retryAfterSeconds")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+            code: None,
+        }
+    }
 }
 
 /// An error of the API, rendered as a `metav1.Status` body with its HTTP code.

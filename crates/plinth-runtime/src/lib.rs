@@ -18,6 +18,8 @@
 //! - [`health`]: `/healthz` and `/readyz` checks registered on the manager.
 //! - [`helpers`]: the finalizer flow, controller references, conditions, events, conflict
 //!   retries.
+//! - [`webhook`]: admission webhooks over TLS — typed validators and defaulters, certificates
+//!   rotated from files or a Secret, the CA written into the configurations that call them.
 //!
 //! The crate README walks from `cargo new` to a tested operator.
 
@@ -34,6 +36,7 @@ pub mod informer;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod webhook;
 pub mod workqueue;
 
 pub use builder::ControllerBuilder;

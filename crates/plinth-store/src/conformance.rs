@@ -287,7 +287,9 @@ pub async fn concurrent_writers_lose_no_update(store: Arc<dyn Store>) {
             for _ in 0..EACH {
                 let kv = guaranteed_update::<_, _, StoreError>(&*store, "/counter", |kv| {
                     let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
-                    Ok(Update::Write(b((n + 1).to_string())))
+                    Box::pin(std::future::ready(Ok(Update::Write(
+                        b((n + 1).to_string()),
+                    ))))
                 })
                 .await
                 .unwrap();
@@ -310,14 +312,17 @@ pub async fn concurrent_writers_lose_no_update(store: Arc<dyn Store>) {
     );
     assert_eq!(kv.mod_revision, *all.last().unwrap());
 
-    let unchanged =
-        guaranteed_update::<_, _, StoreError>(&*store, "/counter", |_| Ok(Update::Unchanged))
-            .await
-            .unwrap();
+    let unchanged = guaranteed_update::<_, _, StoreError>(&*store, "/counter", |_| {
+        Box::pin(std::future::ready(Ok(Update::Unchanged)))
+    })
+    .await
+    .unwrap();
     assert_eq!(unchanged, kv, "an unchanged update writes nothing");
     assert!(matches!(
-        guaranteed_update::<_, _, StoreError>(&*store, "/no-counter", |_| Ok(Update::Unchanged))
-            .await,
+        guaranteed_update::<_, _, StoreError>(&*store, "/no-counter", |_| {
+            Box::pin(std::future::ready(Ok(Update::Unchanged)))
+        })
+        .await,
         Err(StoreError::NotFound { .. })
     ));
 }
@@ -334,7 +339,9 @@ pub async fn guaranteed_delete_sees_the_latest_value(store: Arc<dyn Store>) {
                     let written =
                         guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |kv| {
                             let n: u64 = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
-                            Ok(Update::Write(b((n + 1).to_string())))
+                            Box::pin(std::future::ready(Ok(Update::Write(
+                                b((n + 1).to_string()),
+                            ))))
                         })
                         .await;
                     if matches!(written, Err(StoreError::NotFound { .. })) {
@@ -350,11 +357,11 @@ pub async fn guaranteed_delete_sees_the_latest_value(store: Arc<dyn Store>) {
         let mut seen = 0;
         let outcome = guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |kv| {
             seen = std::str::from_utf8(&kv.value).unwrap().parse().unwrap();
-            Ok(if seen >= 40 {
+            Box::pin(std::future::ready(Ok(if seen >= 40 {
                 Update::Delete
             } else {
                 Update::Unchanged
-            })
+            })))
         })
         .await
         .unwrap();
@@ -376,7 +383,10 @@ pub async fn guaranteed_delete_sees_the_latest_value(store: Arc<dyn Store>) {
     );
     assert!(store.get("/countdown").await.unwrap().is_none());
     assert!(matches!(
-        guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |_| Ok(Update::Delete)).await,
+        guaranteed_update::<_, _, StoreError>(&*store, "/countdown", |_| {
+            Box::pin(std::future::ready(Ok(Update::Delete)))
+        })
+        .await,
         Err(StoreError::NotFound { .. })
     ));
 }

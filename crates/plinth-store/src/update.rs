@@ -18,7 +18,8 @@ pub enum Update {
 /// Reads `key`, lets `decide` compute its new value from the current one, and writes it with a
 /// compare-and-swap on the current mod revision — retrying with the fresh value on a conflict,
 /// as kube-apiserver's `GuaranteedUpdate` does. `decide` may run several times; it must be a pure
-/// function of its input.
+/// function of its input. It returns a future (admission webhooks are called from it); a
+/// decision made at once is `Box::pin(std::future::ready(…))`.
 ///
 /// Returns the key as written (as found, for [`Update::Unchanged`]; as it was before it went,
 /// for [`Update::Delete`]).
@@ -26,17 +27,21 @@ pub enum Update {
 /// # Errors
 /// `E::from(StoreError::NotFound)` if the key does not exist; `decide`'s own error, unchanged;
 /// any other store error.
-pub async fn guaranteed_update<S, F, E>(store: &S, key: &str, mut decide: F) -> Result<KeyValue, E>
+pub async fn guaranteed_update<'d, S, F, E>(
+    store: &S,
+    key: &str,
+    mut decide: F,
+) -> Result<KeyValue, E>
 where
     S: Store + ?Sized,
-    F: FnMut(&KeyValue) -> Result<Update, E>,
+    F: FnMut(&KeyValue) -> futures::future::BoxFuture<'d, Result<Update, E>>,
     E: From<StoreError>,
 {
     let mut current = store.get(key).await?.ok_or_else(|| StoreError::NotFound {
         key: key.to_owned(),
     })?;
     loop {
-        let value = match decide(&current)? {
+        let value = match decide(&current).await? {
             Update::Unchanged => return Ok(current),
             Update::Write(value) => value,
             Update::Delete => match store.delete(key, Some(current.mod_revision)).await {

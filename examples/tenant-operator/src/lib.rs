@@ -3,7 +3,8 @@
 //! all owned by the Tenant; its status says where and whether it is ready; a finalizer writes a
 //! record of each deleted tenant to the archive directory. Every piece of plinth-runtime shows
 //! here: informers, an owning controller, server-side apply, finalizers, conditions, events,
-//! and (in `main.rs`) the manager with leader election and metrics.
+//! and (in `main.rs`) the manager with leader election and metrics; [`webhooks`] defaults and
+//! validates Tenants at admission.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -24,6 +25,8 @@ use plinth_runtime::{Action, InformerOptions, Manager, ReconcileError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+pub mod webhooks;
 
 /// The finalizer that archives a deleted tenant.
 pub const FINALIZER: &str = "platform.plinth.dev/archive";

@@ -30,6 +30,22 @@ enum Command {
         #[arg(long, default_value = "tenant-system")]
         namespace: String,
     },
+    /// Prints the webhook configurations (YAML) for a webhook server at URL.
+    WebhookConfig {
+        /// The server's base URL (`https://127.0.0.1:9443`).
+        #[arg(long)]
+        url: String,
+    },
+    /// Serves the admission webhooks over TLS with a certificate of its own (made in
+    /// CERT_DIR if missing) and writes its CA into the webhook configurations.
+    Webhook {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:9443")]
+        bind_address: SocketAddr,
+        /// Where the certificate lives (`ca.crt`, `tls.crt`, `tls.key`).
+        #[arg(long)]
+        cert_dir: PathBuf,
+    },
     /// Runs the operator.
     Run {
         /// Run only while holding the `tenant-operator` Lease.
@@ -63,23 +79,29 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Rbac { namespace } => {
-            let mut out = String::new();
-            for object in tenant_operator::rbac(&namespace) {
-                match serde_norway::to_string(&object) {
-                    Ok(yaml) => out.push_str(&format!("---\n{yaml}")),
-                    Err(e) => {
-                        eprintln!("tenant-operator: {e}");
-                        return ExitCode::FAILURE;
-                    }
+        Command::WebhookConfig { url } => {
+            print_yaml(&tenant_operator::webhooks::configurations(&url))
+        }
+        Command::Webhook {
+            bind_address,
+            cert_dir,
+        } => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    eprintln!("tenant-operator: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(webhook(bind_address, cert_dir)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tenant-operator: {e}");
+                    ExitCode::FAILURE
                 }
             }
-            use std::io::Write;
-            match std::io::stdout().write_all(out.as_bytes()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(_) => ExitCode::FAILURE,
-            }
         }
+        Command::Rbac { namespace } => print_yaml(&tenant_operator::rbac(&namespace)),
         Command::Run {
             leader_elect,
             leader_election_namespace,
@@ -110,6 +132,47 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Prints `objects` as YAML documents.
+fn print_yaml(objects: &[serde_json::Value]) -> ExitCode {
+    let mut out = String::new();
+    for object in objects {
+        match serde_norway::to_string(object) {
+            Ok(yaml) => out.push_str(&format!("---\n{yaml}")),
+            Err(e) => {
+                eprintln!("tenant-operator: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    use std::io::Write;
+    match std::io::stdout().write_all(out.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// Serves the webhooks until SIGTERM; prints the address once listening.
+async fn webhook(address: SocketAddr, cert_dir: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+    use plinth_runtime::webhook::{CaTarget, inject_ca_bundle, self_signed};
+    let host = address.ip().to_string();
+    let certificate = self_signed(&cert_dir, &[host.as_str(), "localhost"])?;
+    let running = tenant_operator::webhooks::server()
+        .bind(address, certificate.source)
+        .await?;
+    let client = kube::Client::try_default().await?;
+    let name = tenant_operator::webhooks::CONFIGURATION.to_owned();
+    inject_ca_bundle(
+        &client,
+        &certificate.ca_pem,
+        &[CaTarget::Mutating(name.clone()), CaTarget::Validating(name)],
+    )
+    .await?;
+    println!("https://{}", running.local_addr);
+    terminated().await;
+    running.shutdown().await;
+    Ok(())
 }
 
 struct RunOptions {

@@ -504,3 +504,242 @@ async fn the_operator_process_against_plinth_serve() {
         .unwrap();
     assert!(server.wait().unwrap().success());
 }
+
+/// Kills a child process by its PID when dropped (a test that fails midway leaves nothing).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The operator's admission webhooks as their own process (`tenant-operator webhook`, with
+/// a certificate it makes and a CA it writes into its configurations), against `plinth serve`,
+/// through kubectl: a Tenant without owners gets its creator, a bad one is refused with the
+/// webhook's message, and with the webhook gone (failurePolicy Fail) Tenants cannot be
+/// written.
+#[test]
+fn the_webhooks_default_and_validate_tenants() {
+    use std::io::{BufRead, Write};
+
+    let dir = tempfile_dir();
+    let mut server = Command::new(plinth_binary())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("plinth"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Killed(server);
+    let kubeconfig = std::path::PathBuf::from(line.trim());
+    let kubectl = |args: &[&str], input: Option<&[u8]>| {
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECACHEDIR", dir.join("kube-cache"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.unwrap_or_default()).unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let operator = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        out.stdout
+    };
+    ok(kubectl(&["apply", "-f", "-"], Some(&operator(&["crd"]))));
+    ok(kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/tenants.platform.plinth.dev",
+        ],
+        None,
+    ));
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}");
+    ok(kubectl(
+        &["apply", "-f", "-"],
+        Some(&operator(&["webhook-config", "--url", &url])),
+    ));
+    let mut webhook = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
+        .args([
+            "webhook",
+            "--bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--cert-dir",
+        ])
+        .arg(dir.join("certs"))
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(webhook.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), url, "the webhook serves, its CA written");
+    let webhook = Killed(webhook);
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        let bundle = ok(kubectl(
+            &[
+                "get",
+                kind,
+                "tenant-operator",
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ],
+            None,
+        ));
+        let pem = base64_decode(&bundle);
+        assert_eq!(
+            pem,
+            std::fs::read(dir.join("certs/ca.crt")).unwrap(),
+            "{kind}"
+        );
+    }
+    let tenant = |name: &str, owners: &str| {
+        format!(
+            "apiVersion: platform.plinth.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {{owners: {owners}}}\n"
+        )
+    };
+    // The configurations with the CA are in force once a dry run is defaulted.
+    plinth_testenv::eventually_blocking("the webhooks are in force", || {
+        let out = kubectl(
+            &[
+                "create",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.spec.owners}",
+                "-f",
+                "-",
+            ],
+            Some(tenant("probe", "[]").as_bytes()),
+        );
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("plinth-admin")
+    });
+    ok(kubectl(
+        &["create", "-f", "-"],
+        Some(tenant("acme", "[]").as_bytes()),
+    ));
+    let owners = ok(kubectl(
+        &["get", "tenant", "acme", "-o", "jsonpath={.spec.owners}"],
+        None,
+    ));
+    assert_eq!(owners, r#"["plinth-admin"]"#, "defaulted to the creator");
+    // As another user (impersonated), that user.
+    ok(kubectl(
+        &[
+            "--as=carol",
+            "--as-group=system:masters",
+            "create",
+            "-f",
+            "-",
+        ],
+        Some(tenant("carols", "[]").as_bytes()),
+    ));
+    let owners = ok(kubectl(
+        &["get", "tenant", "carols", "-o", "jsonpath={.spec.owners}"],
+        None,
+    ));
+    assert_eq!(owners, r#"["carol"]"#);
+    // Given owners are kept; bad ones refused with the webhook's message.
+    ok(kubectl(
+        &["create", "-f", "-"],
+        Some(tenant("given", "[ann]").as_bytes()),
+    ));
+    let refused = kubectl(
+        &["create", "-f", "-"],
+        Some(tenant("bad", "[\"bad owner\"]").as_bytes()),
+    );
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    // 422 Invalid, as the webhook answered: kubectl's wording for it.
+    assert!(message.contains("The request is invalid"), "{message}");
+    assert!(
+        message.contains("admission webhook \"validate.tenants.platform.plinth.dev\" denied the request: Tenant is invalid: spec.owners[0]: Invalid value: \"bad owner\""),
+        "{message}"
+    );
+    let long = "x".repeat(60);
+    let refused = kubectl(
+        &["create", "-f", "-"],
+        Some(tenant(&long, "[ann]").as_bytes()),
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("must be a DNS-1123 label"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let listed = ok(kubectl(&["get", "tenants", "-o", "name"], None));
+    assert_eq!(
+        listed.lines().collect::<Vec<_>>(),
+        [
+            "tenant.platform.plinth.dev/acme",
+            "tenant.platform.plinth.dev/carols",
+            "tenant.platform.plinth.dev/given"
+        ],
+        "the refused ones were not stored"
+    );
+    // Updates are validated too.
+    let refused = kubectl(
+        &[
+            "patch",
+            "tenant",
+            "given",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"owners":[]}}"#,
+        ],
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("a tenant needs at least one owner"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // The webhook gone: failurePolicy Fail refuses Tenant writes.
+    drop(webhook);
+    let refused = kubectl(
+        &["create", "-f", "-"],
+        Some(tenant("later", "[ann]").as_bytes()),
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("failed calling webhook \"default.tenants.platform.plinth.dev\""),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, text.trim()).unwrap()
+}

@@ -392,7 +392,9 @@ impl Call<'_> {
         } else {
             Some(decode_body(self.headers, body)?)
         };
-        self.query.delete_options(parsed.as_ref())
+        let mut options = self.query.delete_options(parsed.as_ref())?;
+        options.user = Some(self.user.clone());
+        Ok(options)
     }
 
     /// A watch in protobuf frames (`metav1.WatchEvent`, length-prefixed). An event whose

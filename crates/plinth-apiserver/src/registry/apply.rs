@@ -265,6 +265,8 @@ impl Registry {
             let written = self
                 .create_with(def, namespace, object, options, false)
                 .await?;
+            let mut warnings = warnings;
+            warnings.extend(written.warnings);
             return Ok(Written {
                 warnings,
                 ..written
@@ -294,6 +296,8 @@ impl Registry {
                 Ok(result)
             })
             .await?;
+        let mut warnings = warnings;
+        warnings.extend(written.warnings);
         Ok(Written {
             warnings,
             ..written

@@ -38,8 +38,40 @@ impl Registry {
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
         let key = def.key(namespace, name);
+        if self.admission.has_webhooks() && crate::admission::admits(def) {
+            let current = self.get(def, namespace, name).await?;
+            let user = options
+                .user
+                .clone()
+                .unwrap_or_else(crate::admission::server_user);
+            let mut delete_options =
+                json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+            if options.dry_run {
+                delete_options["dryRun"] = json!(["All"]);
+            }
+            if let Some(p) = options.propagation {
+                delete_options["propagationPolicy"] = json!(p.as_str());
+            }
+            let request = crate::admission::Request {
+                operation: crate::admission::Operation::Delete,
+                def,
+                subresource: "",
+                namespace: namespace.filter(|_| def.namespaced),
+                name,
+                user: &user,
+                dry_run: options.dry_run,
+                options: delete_options,
+            };
+            let mut none = Value::Null;
+            self.admission
+                .mutate(self, &request, &mut none, Some(&current))
+                .await?;
+            self.admission
+                .validate(self, &request, None, Some(&current))
+                .await?;
+        }
         let mut outcome: Option<Deleted> = None;
-        let written = guaranteed_update::<_, _, UpdateError>(&*self.store, &key, |kv| {
+        let mut decide = |kv: &plinth_store::KeyValue| -> Result<Update, UpdateError> {
             let current = decode_view(def, kv)?;
             check_preconditions(options, def, name, &current)?;
             let had = finalizers(&current);
@@ -84,6 +116,9 @@ impl Registry {
             } else {
                 Update::Write(encoded)
             })
+        };
+        let written = guaranteed_update::<_, _, UpdateError>(&*self.store, &key, |kv| {
+            Box::pin(std::future::ready(decide(kv)))
         })
         .await
         .map_err(|e| match e {

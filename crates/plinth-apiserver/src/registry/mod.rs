@@ -68,6 +68,8 @@ pub struct Registry {
     pub resources: Arc<crate::resources::Resources>,
     /// The watch cache.
     pub caches: Arc<crate::cache::Caches>,
+    /// The admission webhooks in force.
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 impl std::fmt::Debug for Registry {

@@ -169,6 +169,15 @@ pub enum Propagation {
 }
 
 impl Propagation {
+    /// `Foreground`, `Background`, `Orphan`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Foreground => "Foreground",
+            Self::Background => "Background",
+            Self::Orphan => "Orphan",
+        }
+    }
+
     /// Parses `propagationPolicy` and `orphanDependents` as kube-apiserver validates them.
     ///
     /// # Errors
@@ -214,6 +223,8 @@ pub struct DeleteOptions {
     pub propagation: Option<Propagation>,
     /// `gracePeriodSeconds` (objects without a graceful deletion go at once whatever it is).
     pub grace_period_seconds: Option<i64>,
+    /// Who deletes, for admission; `None` for the server's own deletes.
+    pub user: Option<crate::auth::User>,
 }
 
 /// A patch, decoded.

@@ -120,7 +120,8 @@ impl Registry {
                 Ok(merge_for_update(def, current, patched, part))
             })
             .await?;
-        let warnings = warnings.into_inner().unwrap_or_default();
+        let mut warnings = warnings.into_inner().unwrap_or_default();
+        warnings.extend(written.warnings);
         Ok(Written {
             warnings,
             ..written

@@ -32,7 +32,37 @@ pub(super) fn manager(
     }
 }
 
+/// The verb's options as a webhook sees them (`CreateOptions`, `UpdateOptions`).
+pub(super) fn admission_options(kind: &str, options: &WriteOptions) -> Value {
+    let mut out = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if let Some(manager) = &options.field_manager {
+        out["fieldManager"] = json!(manager);
+    }
+    if options.dry_run {
+        out["dryRun"] = json!(["All"]);
+    }
+    out
+}
+
+/// Who a write is admitted as: its requester, or the server itself.
+pub(super) fn admission_user(options: &WriteOptions) -> crate::auth::User {
+    options
+        .requester
+        .as_ref()
+        .map_or_else(crate::admission::server_user, |r| r.user.clone())
+}
+
 impl Registry {
+    /// Decodes an object a mutating webhook changed as the body was decoded (types checked,
+    /// fields the type does not declare dropped).
+    fn check_mutated(def: &ResourceDef, object: &mut Value) -> Result<(), ApiError> {
+        let quiet = WriteOptions {
+            field_validation: FieldValidation::Ignore,
+            ..WriteOptions::default()
+        };
+        Self::check_body(def, object, &quiet).map(drop)
+    }
+
     /// Checks the body's apiVersion/kind and decodes it as the type's decoder would (type
     /// errors, unknown fields per `fieldValidation`, a custom resource's pruning and
     /// defaults); returns the warnings to send.
@@ -227,15 +257,46 @@ impl Registry {
                 "create not allowed while custom resource definition is terminating",
             ));
         }
-        let warnings = Self::check_body(def, &mut object, options)?;
+        let mut warnings = Self::check_body(def, &mut object, options)?;
         if let Some(requester) = &options.requester {
             def.strategy.stamp(&mut object, requester);
+        }
+        let user = admission_user(options);
+        let given_name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
+        let admitted_namespace = namespace
+            .filter(|_| def.namespaced)
+            .or(def.namespaced.then_some("default"));
+        let mut admission = crate::admission::Request {
+            operation: crate::admission::Operation::Create,
+            def,
+            subresource: "",
+            namespace: admitted_namespace,
+            name: &given_name,
+            user: &user,
+            dry_run: options.dry_run,
+            options: admission_options("CreateOptions", options),
+        };
+        let before = object.clone();
+        warnings.extend(
+            self.admission
+                .mutate(self, &admission, &mut object, None)
+                .await?,
+        );
+        if object != before {
+            Self::check_mutated(def, &mut object)?;
         }
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None)?;
         if let Some(requester) = &options.requester {
             def.strategy.admit(&object, None, requester)?;
         }
+        let final_name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
+        admission.name = &final_name;
+        warnings.extend(
+            self.admission
+                .validate(self, &admission, Some(&object), None)
+                .await?,
+        );
         if track {
             let mut entries = base_entries(None, &object);
             plinth_core::managed::record_update(
@@ -333,6 +394,8 @@ impl Registry {
                 Ok(merge_for_update(def, current, object.clone(), part))
             })
             .await?;
+        let mut warnings = warnings;
+        warnings.extend(written.warnings);
         Ok(Written {
             warnings,
             ..written
@@ -353,7 +416,7 @@ impl Registry {
         name: &str,
         part: Part,
         options: &WriteOptions,
-        change: impl Fn(&mut Value) -> Result<bool, ApiError>,
+        change: impl Fn(&mut Value) -> Result<bool, ApiError> + Sync,
     ) -> Result<Option<Written>, ApiError> {
         let key = def.key(namespace, name);
         let changed = std::sync::atomic::AtomicBool::new(false);
@@ -386,45 +449,98 @@ impl Registry {
         name: &str,
         options: &WriteOptions,
         tracking: Option<Part>,
-        next: impl Fn(&Value) -> Result<Value, ApiError>,
+        next: impl Fn(&Value) -> Result<Value, ApiError> + Sync,
     ) -> Result<Written, ApiError> {
-        let mut result: Option<Value> = None;
+        let result: std::sync::Mutex<Option<Value>> = std::sync::Mutex::new(None);
+        let admitted: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let user = admission_user(options);
         let written = guaranteed_update::<_, _, UpdateError>(&*self.store, key, |kv| {
-            let current = decode_view(def, kv)?;
-            let mut new = next(&current)?;
-            finish_update(def, &current, &mut new);
-            Self::validate(def, &new, Some(&current))?;
-            if let Some(requester) = &options.requester {
-                def.strategy.admit(&new, Some(&current), requester)?;
-            }
-            if let Some(part) = tracking {
-                let mut entries = base_entries(Some(&current), &new);
-                plinth_core::managed::record_update(
-                    &mut entries,
-                    Some(&current),
-                    &new,
-                    &FieldShape(def),
-                    &manager(options, def, part),
-                );
-                plinth_core::managed::write_entries(&mut new, entries);
-            }
-            let unchanged = strip_rv(&new) == strip_rv(&current) && !self.store.stale(kv);
-            result = Some(new.clone());
-            if unchanged || options.dry_run {
-                return Ok(Update::Unchanged);
-            }
-            Ok(Update::Write(encode_view(def, &new)?))
+            let decoded = decode_view(def, kv);
+            let stale = self.store.stale(kv);
+            let (next, result) = (&next, &result);
+            let (admitted, user) = (&admitted, &user);
+            Box::pin(async move {
+                let current = decoded?;
+                let mut new = next(&current)?;
+                let part = tracking.unwrap_or(Part::Main);
+                let mut warnings = Vec::new();
+                // `/scale` writes are not sent to webhooks (they would expect a Scale).
+                let admission = (part != Part::Scale).then(|| crate::admission::Request {
+                    operation: crate::admission::Operation::Update,
+                    def,
+                    subresource: part.subresource(),
+                    namespace: plinth_core::meta::namespace(&current),
+                    name,
+                    user,
+                    dry_run: options.dry_run,
+                    options: admission_options("UpdateOptions", options),
+                });
+                if let Some(admission) = &admission {
+                    let before = new.clone();
+                    warnings.extend(
+                        self.admission
+                            .mutate(self, admission, &mut new, Some(&current))
+                            .await?,
+                    );
+                    if new != before {
+                        Self::check_mutated(def, &mut new)?;
+                        new = merge_for_update(def, &current, new, part);
+                    }
+                }
+                finish_update(def, &current, &mut new);
+                Self::validate(def, &new, Some(&current))?;
+                if let Some(requester) = &options.requester {
+                    def.strategy.admit(&new, Some(&current), requester)?;
+                }
+                if let Some(part) = tracking {
+                    let mut entries = base_entries(Some(&current), &new);
+                    plinth_core::managed::record_update(
+                        &mut entries,
+                        Some(&current),
+                        &new,
+                        &FieldShape(def),
+                        &manager(options, def, part),
+                    );
+                    plinth_core::managed::write_entries(&mut new, entries);
+                }
+                if let Some(admission) = &admission {
+                    warnings.extend(
+                        self.admission
+                            .validate(self, admission, Some(&new), Some(&current))
+                            .await?,
+                    );
+                }
+                *admitted
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = warnings;
+                let unchanged = strip_rv(&new) == strip_rv(&current) && !stale;
+                let encoded = if unchanged || options.dry_run {
+                    None
+                } else {
+                    Some(encode_view(def, &new)?)
+                };
+                *result
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new);
+                Ok(encoded.map_or(Update::Unchanged, Update::Write))
+            })
         })
         .await
         .map_err(|e| match e {
             UpdateError::Api(api) => api,
             UpdateError::Store(store) => store_error(def, name, store),
         })?;
+        let result = result
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut object = result.ok_or_else(|| ApiError::internal("update produced no object"))?;
+        let warnings = admitted
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if options.dry_run {
             return Ok(Written {
                 object,
-                warnings: Vec::new(),
+                warnings,
                 created: false,
             });
         }
@@ -447,7 +563,7 @@ impl Registry {
         }
         Ok(Written {
             object,
-            warnings: Vec::new(),
+            warnings,
             created: false,
         })
     }

@@ -4,6 +4,7 @@
 //!
 //! Registering a new built-in type is one file in its group plus one line in [`builtin`].
 
+pub mod admissionregistration;
 pub mod apiextensions;
 pub mod authentication;
 pub mod authorization;
@@ -34,6 +35,8 @@ pub fn builtin() -> Vec<ResourceDef> {
         certificates::csr::resource(),
         flowcontrol::flowschema::resource(),
         flowcontrol::prioritylevel::resource(),
+        admissionregistration::webhookconfiguration::mutating(),
+        admissionregistration::webhookconfiguration::validating(),
     ]
     .into_iter()
     .chain(authorization::resources())

@@ -1,0 +1,282 @@
+//! One webhook call: the AdmissionReview sent over HTTPS (one connection a call, bounded by the
+//! webhook's timeout — a slow webhook costs only the requests it sees), the answer checked and
+//! a mutating webhook's JSONPatch applied.
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, Uri, header};
+use base64::Engine;
+use hyper_util::rt::TokioIo;
+use plinth_core::ApiError;
+use serde_json::{Value, json};
+
+use super::webhook::{Endpoint, Matched, Webhook};
+use super::{Request, denied};
+
+/// Largest answer read from a webhook.
+const MAX_RESPONSE: usize = 3 * 1024 * 1024;
+
+/// What a webhook said, when it allowed the write.
+#[derive(Debug, Default)]
+pub(super) struct Outcome {
+    /// Its warnings.
+    pub warnings: Vec<String>,
+    /// The object after its patch, if it sent one.
+    pub patched: Option<Value>,
+}
+
+fn review_body(
+    hook: &Webhook,
+    request: &Request<'_>,
+    matched: &Matched,
+    uid: &str,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Value {
+    let def = request.def;
+    let group = &def.group_version.group;
+    let relabel = |o: &Value| {
+        let mut o = o.clone();
+        if matched.version != def.group_version.version {
+            let api_version = if group.is_empty() {
+                matched.version.clone()
+            } else {
+                format!("{group}/{}", matched.version)
+            };
+            o["apiVersion"] = json!(api_version);
+        }
+        o
+    };
+    let user = request.user;
+    let mut user_info = json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        user_info["uid"] = json!(user.uid);
+    }
+    if !user.extra.is_empty() {
+        user_info["extra"] = json!(user.extra);
+    }
+    let mut body = json!({
+        "uid": uid,
+        "kind": {"group": group, "version": matched.version, "kind": def.kind},
+        "resource": {"group": group, "version": matched.version, "resource": def.plural},
+        "requestKind": {"group": group, "version": def.group_version.version, "kind": def.kind},
+        "requestResource": {"group": group, "version": def.group_version.version,
+            "resource": def.plural},
+        "name": request.name,
+        "operation": request.operation.as_str(),
+        "userInfo": user_info,
+        "object": object.map(relabel),
+        "oldObject": old.map(relabel),
+        "dryRun": request.dry_run,
+        "options": request.options,
+    });
+    if !request.subresource.is_empty() {
+        body["subResource"] = json!(request.subresource);
+        body["requestSubResource"] = json!(request.subresource);
+    }
+    if let Some(namespace) = request.namespace.filter(|n| !n.is_empty()) {
+        body["namespace"] = json!(namespace);
+    }
+    json!({"apiVersion": hook.review_version, "kind": "AdmissionReview", "request": body})
+}
+
+/// The webhook's URL, with kube's `timeout` query parameter.
+fn url(hook: &Webhook) -> Result<String, String> {
+    let base = match &hook.endpoint {
+        Endpoint::Url(url) => url.clone(),
+        Endpoint::Service {
+            namespace, name, ..
+        } => {
+            return Err(format!(
+                "service \"{namespace}/{name}\": Services are not served yet; use clientConfig.url"
+            ));
+        }
+    };
+    let separator = if base.contains('?') { '&' } else { '?' };
+    Ok(format!(
+        "{base}{separator}timeout={}s",
+        hook.timeout.as_secs()
+    ))
+}
+
+/// POSTs `body` to `url` over TLS and returns the answer's body.
+async fn post(hook: &Webhook, url: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+    let host = uri.host().ok_or("the URL has no host")?.to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let address = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = rustls::pki_types::ServerName::try_from(address.clone())
+        .map_err(|e| format!("invalid server name {host}: {e}"))?;
+    let tls = tokio_rustls::TlsConnector::from(hook.tls.clone())
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let request = HttpRequest::post(path)
+        .header(header::HOST, uri.authority().map_or("", |a| a.as_str()))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(Body::from(body))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let bytes = axum::body::to_bytes(Body::new(response.into_body()), MAX_RESPONSE)
+        .await
+        .map_err(|e| format!("reading the response: {e}"))?;
+    if !status.is_success() {
+        return Err(format!(
+            "the server responded with the status code {}: {}",
+            status.as_u16(),
+            String::from_utf8_lossy(&bytes).trim()
+        ));
+    }
+    Ok(bytes.to_vec())
+}
+
+/// kube's error for a webhook that could not be called or answered nonsense: 500 under
+/// `failurePolicy: Fail`, nothing (logged) under `Ignore`.
+fn failed(hook: &Webhook, why: &str) -> Result<Outcome, ApiError> {
+    if hook.ignore_failures {
+        tracing::warn!(webhook = %hook.name, error = %why, "failed calling webhook, failing open");
+        return Ok(Outcome::default());
+    }
+    Err(ApiError::internal(format!(
+        "failed calling webhook {:?}: {why}",
+        hook.name
+    )))
+}
+
+/// Sends the review to `hook`; a denial is the webhook's error, a patch is applied.
+pub(super) async fn review(
+    hook: &Webhook,
+    request: &Request<'_>,
+    matched: &Matched,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<Outcome, ApiError> {
+    let uid = uuid::Uuid::new_v4().to_string();
+    let url = match url(hook) {
+        Ok(url) => url,
+        Err(why) => return failed(hook, &format!("failed to call webhook: {why}")),
+    };
+    let body = review_body(hook, request, matched, &uid, object, old).to_string();
+    let answer = match tokio::time::timeout(hook.timeout, post(hook, &url, body.into_bytes())).await
+    {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(why)) => {
+            return failed(
+                hook,
+                &format!("failed to call webhook: Post {url:?}: {why}"),
+            );
+        }
+        Err(_) => {
+            return failed(
+                hook,
+                &format!("failed to call webhook: Post {url:?}: context deadline exceeded"),
+            );
+        }
+    };
+    let parsed: Value = match serde_json::from_slice(&answer) {
+        Ok(v) => v,
+        Err(e) => return failed(hook, &format!("received invalid webhook response: {e}")),
+    };
+    let got = (
+        parsed
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+        parsed.get("kind").and_then(Value::as_str).unwrap_or(""),
+    );
+    if got != (hook.review_version, "AdmissionReview") {
+        return failed(
+            hook,
+            &format!(
+                "received invalid webhook response: expected webhook response of {}, Kind=AdmissionReview, got {}, Kind={}",
+                hook.review_version, got.0, got.1
+            ),
+        );
+    }
+    let Some(response) = parsed.get("response").filter(|r| r.is_object()) else {
+        return failed(
+            hook,
+            "received invalid webhook response: webhook response was absent",
+        );
+    };
+    let answered_uid = response.get("uid").and_then(Value::as_str).unwrap_or("");
+    if answered_uid != uid {
+        return failed(
+            hook,
+            &format!(
+                "received invalid webhook response: expected response.uid={uid:?}, got {answered_uid:?}"
+            ),
+        );
+    }
+    let warnings: Vec<String> = response
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    if response.get("allowed") != Some(&Value::Bool(true)) {
+        return Err(denied(&hook.name, response.get("status")));
+    }
+    let mut outcome = Outcome {
+        warnings,
+        patched: None,
+    };
+    let Some(patch) = response
+        .get("patch")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(outcome);
+    };
+    let kind = response
+        .get("patchType")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if kind != "JSONPatch" {
+        return failed(
+            hook,
+            &format!("received invalid webhook response: unsupported patch type {kind:?}"),
+        );
+    }
+    let Some(object) = object else {
+        return Ok(outcome);
+    };
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| {
+            serde_json::from_slice::<json_patch::Patch>(&bytes).map_err(|e| e.to_string())
+        });
+    let patch = match patch {
+        Ok(patch) => patch,
+        Err(e) => {
+            return failed(hook, &format!("received invalid webhook response: {e}"));
+        }
+    };
+    let mut patched = object.clone();
+    if let Err(e) = json_patch::patch(&mut patched, &patch) {
+        return failed(hook, &format!("JSONPatch failed: {e}"));
+    }
+    outcome.patched = Some(patched);
+    Ok(outcome)
+}

@@ -1,0 +1,98 @@
+//! cert-manager's cainjector, as one call: the CA that signed the webhook server's certificate
+//! written into the `caBundle` of the configurations and CRDs that call it.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+
+/// An object whose webhooks should trust the CA.
+#[derive(Clone, Debug)]
+pub enum CaTarget {
+    /// Every webhook of this MutatingWebhookConfiguration.
+    Mutating(String),
+    /// Every webhook of this ValidatingWebhookConfiguration.
+    Validating(String),
+    /// The conversion webhook of this CRD.
+    Conversion(String),
+}
+
+/// Attempts per object when it changes between the read and the write.
+const ATTEMPTS: usize = 5;
+
+/// Writes `ca_pem` into each target's `caBundle`, retrying on conflicts.
+///
+/// # Errors
+/// A target that cannot be read or written.
+pub async fn inject_ca_bundle(
+    client: &kube::Client,
+    ca_pem: &[u8],
+    targets: &[CaTarget],
+) -> Result<(), kube::Error> {
+    let bundle = ByteString(ca_pem.to_vec());
+    for target in targets {
+        for attempt in 1..=ATTEMPTS {
+            let written = match target {
+                CaTarget::Mutating(name) => {
+                    set_webhooks_bundle(client, "MutatingWebhookConfiguration", name, &bundle).await
+                }
+                CaTarget::Validating(name) => {
+                    set_webhooks_bundle(client, "ValidatingWebhookConfiguration", name, &bundle)
+                        .await
+                }
+                CaTarget::Conversion(name) => {
+                    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+                    let mut object = api.get(name).await?;
+                    if let Some(config) = object
+                        .spec
+                        .conversion
+                        .as_mut()
+                        .and_then(|c| c.webhook.as_mut())
+                        .and_then(|w| w.client_config.as_mut())
+                    {
+                        config.ca_bundle = Some(bundle.clone());
+                    }
+                    api.replace(name, &PostParams::default(), &object)
+                        .await
+                        .map(drop)
+                }
+            };
+            match written {
+                Ok(()) => break,
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets the `caBundle` of every webhook of the `kind` configuration `name`.
+async fn set_webhooks_bundle(
+    client: &kube::Client,
+    kind: &str,
+    name: &str,
+    bundle: &ByteString,
+) -> Result<(), kube::Error> {
+    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    let mut object = api.get(name).await?;
+    let encoded = serde_json::to_value(bundle).unwrap_or_default();
+    for hook in object
+        .data
+        .get_mut("webhooks")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(config) = hook
+            .get_mut("clientConfig")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            config.insert("caBundle".into(), encoded.clone());
+        }
+    }
+    api.replace(name, &PostParams::default(), &object)
+        .await
+        .map(drop)
+}

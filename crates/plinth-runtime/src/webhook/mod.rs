@@ -1,0 +1,611 @@
+//! Admission webhooks served over TLS, as controller-runtime's webhook server does: typed
+//! handlers on paths — a [`Validator`] says allowed or denied (with warnings), a [`Defaulter`]
+//! changes a typed object and the JSONPatch is computed for it — answering kube's
+//! AdmissionReview (`admission.k8s.io/v1` and `v1beta1`).
+//!
+//! ```no_run
+//! # use plinth_runtime::webhook::{AdmissionRequest, TlsSource, Validator, Verdict, WebhookServer};
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! struct NoEmpty;
+//! impl Validator<ConfigMap> for NoEmpty {
+//!     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+//!         match object.and_then(|c| c.data.as_ref()) {
+//!             Some(data) if !data.is_empty() => Verdict::allow(),
+//!             _ => Verdict::deny("data must not be empty"),
+//!         }
+//!     }
+//! }
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = WebhookServer::new().validator("/validate-configmaps", NoEmpty);
+//! let tls = TlsSource::files("tls.crt", "tls.key");
+//! let running = server.bind("127.0.0.1:9443".parse()?, tls).await?;
+//! running.wait().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Rooms: this file (requests, verdicts, handlers, the server), `tls` (certificates from files
+//! or a Secret, picked up when they change), `cabundle` (writing the CA into the webhook
+//! configurations and CRDs that point here).
+
+mod cabundle;
+mod tls;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use cabundle::{CaTarget, inject_ca_bundle};
+pub use tls::{SelfSigned, TlsSource, self_signed};
+
+/// Largest review accepted (kube-apiserver sends at most its own request limit, 3 MiB, plus
+/// the old object).
+const MAX_REVIEW: usize = 8 * 1024 * 1024;
+
+/// Who asked for the write (`request.userInfo`).
+#[derive(Clone, Debug, Default)]
+pub struct UserInfo {
+    /// The user name.
+    pub username: String,
+    /// The user's uid, if any.
+    pub uid: String,
+    /// The user's groups.
+    pub groups: Vec<String>,
+}
+
+/// The write being admitted (`request` of the AdmissionReview), without its objects.
+#[derive(Clone, Debug)]
+pub struct AdmissionRequest {
+    /// The review's uid (the answer carries it back).
+    pub uid: String,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub operation: String,
+    /// The object's name (empty for a create with `generateName`).
+    pub name: String,
+    /// The object's namespace, for namespaced objects.
+    pub namespace: Option<String>,
+    /// `status`, `scale`, … when a subresource is written.
+    pub sub_resource: Option<String>,
+    /// Who writes.
+    pub user: UserInfo,
+    /// A dry run: nothing will be stored.
+    pub dry_run: bool,
+    /// The whole `request`, for what the fields above leave out.
+    pub raw: Value,
+}
+
+/// A validator's answer.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    allowed: bool,
+    message: String,
+    code: u16,
+    reason: String,
+    warnings: Vec<String>,
+}
+
+impl Verdict {
+    /// The write may go ahead.
+    pub fn allow() -> Self {
+        Self {
+            allowed: true,
+            message: String::new(),
+            code: 200,
+            reason: String::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The write is refused with `message` (403 `Forbidden`, as controller-runtime's
+    /// `Denied` answers).
+    pub fn deny(message: impl Into<String>) -> Self {
+        Self {
+            allowed: false,
+            message: message.into(),
+            code: 403,
+            reason: "Forbidden".into(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Another code and reason for a refusal (422 `Invalid`, say).
+    #[must_use]
+    pub fn with_code(mut self, code: u16, reason: &str) -> Self {
+        self.code = code;
+        self.reason = reason.to_owned();
+        self
+    }
+
+    /// A warning the client shows (kubectl prints `Warning: …`).
+    #[must_use]
+    pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
+        self.warnings.push(warning.into());
+        self
+    }
+
+    /// Whether it allows the write.
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+}
+
+/// Decides whether a write of a `K` may go ahead.
+pub trait Validator<K>: Send + Sync + 'static {
+    /// `object` is the new object (none for a delete), `old` the stored one (updates and
+    /// deletes).
+    fn validate(
+        &self,
+        request: &AdmissionRequest,
+        object: Option<&K>,
+        old: Option<&K>,
+    ) -> impl Future<Output = Verdict> + Send;
+}
+
+/// Fills in a `K` before it is validated and stored.
+pub trait Defaulter<K>: Send + Sync + 'static {
+    /// Changes `object` in place; the server receives the JSONPatch from the object as sent
+    /// to what this leaves. A refusal stops the write.
+    fn default(
+        &self,
+        request: &AdmissionRequest,
+        object: &mut K,
+    ) -> impl Future<Output = Result<(), Verdict>> + Send;
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+
+/// A path's handler, typed away: the review's `request` in, its `response` out.
+trait Handler: Send + Sync {
+    fn handle(&self, request: AdmissionRequest, object: Value, old: Value) -> Answer;
+}
+
+struct Validating<K, V> {
+    inner: Arc<V>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+struct Defaulting<K, D> {
+    inner: Arc<D>,
+    kind: std::marker::PhantomData<fn() -> K>,
+}
+
+fn typed<K: DeserializeOwned>(value: Value) -> Result<Option<K>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| format!("the object does not decode: {e}"))
+}
+
+fn response(uid: &str, verdict: &Verdict) -> Value {
+    let mut out = json!({"uid": uid, "allowed": verdict.allowed});
+    if !verdict.allowed {
+        out["status"] = json!({"code": verdict.code, "message": verdict.message,
+            "reason": verdict.reason, "status": "Failure", "metadata": {}});
+    }
+    if !verdict.warnings.is_empty() {
+        out["warnings"] = json!(verdict.warnings);
+    }
+    out
+}
+
+impl<K, V> Handler for Validating<K, V>
+where
+    K: DeserializeOwned + Send + Sync + 'static,
+    V: Validator<K>,
+{
+    fn handle(&self, request: AdmissionRequest, object: Value, old: Value) -> Answer {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let object: Option<K> = typed(object)?;
+            let old: Option<K> = typed(old)?;
+            let verdict = inner
+                .validate(&request, object.as_ref(), old.as_ref())
+                .await;
+            Ok(response(&request.uid, &verdict))
+        })
+    }
+}
+
+impl<K, D> Handler for Defaulting<K, D>
+where
+    K: DeserializeOwned + Serialize + Send + Sync + 'static,
+    D: Defaulter<K>,
+{
+    fn handle(&self, request: AdmissionRequest, object: Value, _old: Value) -> Answer {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let Some(mut typed_object) = typed::<K>(object.clone())? else {
+                // A delete: nothing to default.
+                return Ok(response(&request.uid, &Verdict::allow()));
+            };
+            if let Err(verdict) = inner.default(&request, &mut typed_object).await {
+                return Ok(response(&request.uid, &verdict));
+            }
+            let after = serde_json::to_value(&typed_object)
+                .map_err(|e| format!("the defaulted object does not encode: {e}"))?;
+            let mut out = response(&request.uid, &Verdict::allow());
+            let patch = json_patch::diff(&object, &after);
+            if !patch.0.is_empty() {
+                let bytes = serde_json::to_vec(&patch).map_err(|e| e.to_string())?;
+                out["patch"] = json!(base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    bytes
+                ));
+                out["patchType"] = json!("JSONPatch");
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate or key cannot be used.
+    #[error("cannot use the serving certificate: {0}")]
+    Certificate(String),
+}
+
+/// The webhook server: handlers by path.
+#[derive(Default)]
+pub struct WebhookServer {
+    routes: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for WebhookServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut paths: Vec<&String> = self.routes.keys().collect();
+        paths.sort();
+        f.debug_struct("WebhookServer")
+            .field("paths", &paths)
+            .finish()
+    }
+}
+
+impl WebhookServer {
+    /// A server with no handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Serves `validator` for `K` at `path`.
+    #[must_use]
+    pub fn validator<K, V>(mut self, path: &str, validator: V) -> Self
+    where
+        K: DeserializeOwned + Send + Sync + 'static,
+        V: Validator<K>,
+    {
+        self.routes.insert(
+            path.to_owned(),
+            Arc::new(Validating {
+                inner: Arc::new(validator),
+                kind: std::marker::PhantomData,
+            }),
+        );
+        self
+    }
+
+    /// Serves `defaulter` for `K` at `path`.
+    #[must_use]
+    pub fn defaulter<K, D>(mut self, path: &str, defaulter: D) -> Self
+    where
+        K: DeserializeOwned + Serialize + Send + Sync + 'static,
+        D: Defaulter<K>,
+    {
+        self.routes.insert(
+            path.to_owned(),
+            Arc::new(Defaulting {
+                inner: Arc::new(defaulter),
+                kind: std::marker::PhantomData,
+            }),
+        );
+        self
+    }
+
+    /// Listens on `addr` with the certificate of `tls`; returns once it accepts connections.
+    ///
+    /// # Errors
+    /// The address cannot be bound, or the certificate cannot be loaded.
+    pub async fn bind(
+        self,
+        addr: SocketAddr,
+        tls: TlsSource,
+    ) -> Result<RunningWebhookServer, WebhookError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| WebhookError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| WebhookError::Bind { addr, source })?;
+        let config = tls.server_config().await?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let routes = Arc::new(self.routes);
+        let (stop, mut stopping) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stopping.wait_for(|s| *s) => return,
+                };
+                let Ok((stream, _)) = accepted else {
+                    continue;
+                };
+                let (acceptor, routes) = (acceptor.clone(), routes.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |request| {
+                        let routes = routes.clone();
+                        async move { Ok::<_, std::convert::Infallible>(route(&routes, request).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(RunningWebhookServer {
+            local_addr,
+            stop,
+            task,
+        })
+    }
+}
+
+/// A running webhook server.
+#[derive(Debug)]
+pub struct RunningWebhookServer {
+    /// Where it listens.
+    pub local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningWebhookServer {
+    /// Stops accepting connections.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Runs until the task ends (it does not, unless shut down elsewhere).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+fn plain(code: StatusCode, text: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = code;
+    response
+}
+
+async fn route(
+    routes: &HashMap<String, Arc<dyn Handler>>,
+    request: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
+    if request.uri().path() == "/healthz" {
+        return plain(StatusCode::OK, "ok".into());
+    }
+    let Some(handler) = routes.get(request.uri().path()).cloned() else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            format!("no webhook at {}", request.uri().path()),
+        );
+    };
+    if request.method() != hyper::Method::POST {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "reviews are POSTed".into());
+    }
+    let body = match Limited::new(request.into_body(), MAX_REVIEW)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(e) => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the review: {e}"),
+            );
+        }
+    };
+    match review(handler.as_ref(), &body).await {
+        Ok(answer) => {
+            let mut response = Response::new(Full::new(Bytes::from(answer.to_string())));
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(why) => plain(StatusCode::BAD_REQUEST, why),
+    }
+}
+
+/// Decodes an AdmissionReview, runs the handler, and wraps its response in a review of the
+/// same version.
+async fn review(handler: &dyn Handler, body: &[u8]) -> Result<Value, String> {
+    let mut review: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the review is not JSON: {e}"))?;
+    let api_version = review
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|v| *v == "admission.k8s.io/v1" || *v == "admission.k8s.io/v1beta1")
+        .ok_or("expected an AdmissionReview of admission.k8s.io/v1 or v1beta1")?
+        .to_owned();
+    let mut request = review
+        .get_mut("request")
+        .map(Value::take)
+        .filter(Value::is_object)
+        .ok_or("the review has no request")?;
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+    let user = request.get("userInfo").cloned().unwrap_or(Value::Null);
+    let object = request
+        .get_mut("object")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    let old = request
+        .get_mut("oldObject")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    let admission = AdmissionRequest {
+        uid: text(&request, "uid"),
+        operation: text(&request, "operation"),
+        name: text(&request, "name"),
+        namespace: Some(text(&request, "namespace")).filter(|n| !n.is_empty()),
+        sub_resource: Some(text(&request, "subResource")).filter(|s| !s.is_empty()),
+        user: UserInfo {
+            username: text(&user, "username"),
+            uid: text(&user, "uid"),
+            groups: user
+                .get("groups")
+                .and_then(Value::as_array)
+                .map(|g| {
+                    g.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
+        dry_run: request
+            .get("dryRun")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        raw: request,
+    };
+    let response = handler.handle(admission, object, old).await?;
+    Ok(json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, serde::Serialize)]
+    struct Thing {
+        metadata: Value,
+        #[serde(default)]
+        spec: Value,
+    }
+
+    struct NeedsSize;
+    impl Validator<Thing> for NeedsSize {
+        async fn validate(
+            &self,
+            _: &AdmissionRequest,
+            object: Option<&Thing>,
+            _: Option<&Thing>,
+        ) -> Verdict {
+            match object {
+                Some(t) if t.spec.get("size").is_some() => Verdict::allow().with_warning("sized"),
+                _ => Verdict::deny("spec.size is required"),
+            }
+        }
+    }
+
+    struct SizeOne;
+    impl Defaulter<Thing> for SizeOne {
+        async fn default(&self, _: &AdmissionRequest, object: &mut Thing) -> Result<(), Verdict> {
+            if object.spec.get("size").is_none() {
+                object.spec = json!({"size": 1});
+            }
+            Ok(())
+        }
+    }
+
+    fn review_of(object: Value) -> Vec<u8> {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u-1", "operation": "CREATE", "name": "t", "userInfo": {"username": "alice"},
+            "object": object}})
+        .to_string()
+        .into_bytes()
+    }
+
+    #[tokio::test]
+    async fn validators_answer_with_the_review_uid_and_their_verdict() {
+        let handler = Validating {
+            inner: Arc::new(NeedsSize),
+            kind: std::marker::PhantomData::<fn() -> Thing>,
+        };
+        let denied = review(&handler, &review_of(json!({"metadata": {}})))
+            .await
+            .unwrap();
+        assert_eq!(denied["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(denied["response"]["uid"], "u-1");
+        assert_eq!(denied["response"]["allowed"], false);
+        assert_eq!(
+            denied["response"]["status"]["message"],
+            "spec.size is required"
+        );
+        assert_eq!(denied["response"]["status"]["code"], 403);
+        let allowed = review(
+            &handler,
+            &review_of(json!({"metadata": {}, "spec": {"size": 2}})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(allowed["response"]["allowed"], true);
+        assert_eq!(allowed["response"]["warnings"], json!(["sized"]));
+        assert!(review(&handler, b"{").await.is_err());
+        assert!(
+            review(&handler, br#"{"apiVersion":"v1","kind":"AdmissionReview"}"#)
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn defaulters_answer_with_the_patch_of_their_change() {
+        let handler = Defaulting {
+            inner: Arc::new(SizeOne),
+            kind: std::marker::PhantomData::<fn() -> Thing>,
+        };
+        let answer = review(
+            &handler,
+            &review_of(json!({"metadata": {"name": "t"}, "spec": {}})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer["response"]["patchType"], "JSONPatch");
+        let patch = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            answer["response"]["patch"].as_str().unwrap(),
+        )
+        .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut object = json!({"metadata": {"name": "t"}, "spec": {}});
+        json_patch::patch(&mut object, &patch).unwrap();
+        assert_eq!(object["spec"], json!({"size": 1}));
+        // Nothing to change: no patch.
+        let answer = review(
+            &handler,
+            &review_of(json!({"metadata": {}, "spec": {"size": 3}})),
+        )
+        .await
+        .unwrap();
+        assert!(answer["response"].get("patch").is_none());
+    }
+}

@@ -1,0 +1,117 @@
+//! The tenant operator's admission webhooks: a defaulter (a Tenant without owners gets the
+//! user who created it) and a validator (owners non-empty and well-formed; a name that makes a
+//! valid namespace), and the configurations that send Tenants to them.
+
+use plinth_runtime::webhook::{AdmissionRequest, Defaulter, Validator, Verdict, WebhookServer};
+use serde_json::{Value, json};
+
+use crate::Tenant;
+
+/// Where the defaulter is served.
+pub const DEFAULT_PATH: &str = "/default-platform-plinth-dev-v1alpha1-tenant";
+/// Where the validator is served.
+pub const VALIDATE_PATH: &str = "/validate-platform-plinth-dev-v1alpha1-tenant";
+/// The name of both webhook configurations.
+pub const CONFIGURATION: &str = "tenant-operator";
+
+/// Fills in the owners of a Tenant that names none: the user creating it.
+#[derive(Debug)]
+pub struct DefaultOwner;
+
+impl Defaulter<Tenant> for DefaultOwner {
+    async fn default(
+        &self,
+        request: &AdmissionRequest,
+        tenant: &mut Tenant,
+    ) -> Result<(), Verdict> {
+        if tenant.spec.owners.is_empty() && request.operation == "CREATE" {
+            tenant.spec.owners.push(request.user.username.clone());
+        }
+        Ok(())
+    }
+}
+
+/// Refuses Tenants without owners, with malformed owners, or with a name too long for
+/// their namespace.
+#[derive(Debug)]
+pub struct ValidTenant;
+
+/// Why `tenant` is refused, if it is.
+pub fn problems(tenant: &Tenant) -> Vec<String> {
+    let mut out = Vec::new();
+    if tenant.spec.owners.is_empty() {
+        out.push("spec.owners: Required value: a tenant needs at least one owner".to_owned());
+    }
+    for (i, owner) in tenant.spec.owners.iter().enumerate() {
+        if owner.trim().is_empty() || owner.chars().any(char::is_whitespace) || owner.len() > 253 {
+            out.push(format!(
+                "spec.owners[{i}]: Invalid value: {owner:?}: must be a user name without whitespace, at most 253 characters"
+            ));
+        }
+    }
+    let name = tenant.metadata.name.as_deref().unwrap_or("");
+    let namespace = crate::namespace_of(name);
+    let label_ok = namespace.len() <= 63
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !namespace.ends_with('-');
+    if !label_ok {
+        out.push(format!(
+            "metadata.name: Invalid value: {name:?}: its namespace {namespace:?} must be a DNS-1123 label (at most 63 characters)"
+        ));
+    }
+    out
+}
+
+impl Validator<Tenant> for ValidTenant {
+    async fn validate(
+        &self,
+        _: &AdmissionRequest,
+        tenant: Option<&Tenant>,
+        _: Option<&Tenant>,
+    ) -> Verdict {
+        let Some(tenant) = tenant else {
+            return Verdict::allow();
+        };
+        let problems = problems(tenant);
+        if problems.is_empty() {
+            Verdict::allow()
+        } else {
+            Verdict::deny(format!("Tenant is invalid: {}", problems.join(", ")))
+                .with_code(422, "Invalid")
+        }
+    }
+}
+
+/// The webhook server with both handlers.
+pub fn server() -> WebhookServer {
+    WebhookServer::new()
+        .defaulter(DEFAULT_PATH, DefaultOwner)
+        .validator(VALIDATE_PATH, ValidTenant)
+}
+
+/// The Mutating- and ValidatingWebhookConfiguration sending Tenant creates and updates to
+/// the server at `base` (`https://host:port`); `caBundle` left for the server to fill in.
+pub fn configurations(base: &str) -> Vec<Value> {
+    let hook = |name: &str, path: &str| {
+        json!({
+            "name": name,
+            "clientConfig": {"url": format!("{base}{path}")},
+            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["platform.plinth.dev"],
+                "apiVersions": ["v1alpha1"], "resources": ["tenants"], "scope": "Cluster"}],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        })
+    };
+    vec![
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": CONFIGURATION},
+            "webhooks": [hook("default.tenants.platform.plinth.dev", DEFAULT_PATH)]}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": CONFIGURATION},
+            "webhooks": [hook("validate.tenants.platform.plinth.dev", VALIDATE_PATH)]}),
+    ]
+}
