@@ -720,6 +720,10 @@ impl Caches {
     /// # Errors
     /// The store's error if its current revision cannot be read.
     pub async fn consistent(&self, cacher: &Cacher) -> Result<Option<Revision>, StoreError> {
+        if !self.store.progress_is_reliable() {
+            // The cache cannot know it has every change up to a revision: storage answers.
+            return Ok(None);
+        }
         let wanted = self.store.current_revision().await?;
         self.reach(cacher, wanted).await
     }

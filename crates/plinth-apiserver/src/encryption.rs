@@ -539,6 +539,10 @@ impl Store for EncryptedStore {
         self.inner.progress_is_local()
     }
 
+    fn progress_is_reliable(&self) -> bool {
+        self.inner.progress_is_reliable()
+    }
+
     async fn current_revision(&self) -> StoreResult<Revision> {
         self.inner.current_revision().await
     }

@@ -120,6 +120,9 @@ pub struct ResourceDef {
     /// Subresources that answer a create from their parent object, storing nothing
     /// (`serviceaccounts/<name>/token`).
     pub answered_subresources: Vec<(&'static str, SubAnswer)>,
+    /// A custom resource whose CRD converts by webhook: objects are stored in its storage
+    /// version and converted on the way in and out.
+    pub conversion: Option<Arc<crate::conversion::ConversionWebhook>>,
 }
 
 /// Answers a create on a subresource: from the asker, the parent object and the request
@@ -182,7 +185,15 @@ impl ResourceDef {
             deprecation: None,
             answer: None,
             answered_subresources: Vec::new(),
+            conversion: None,
         }
+    }
+
+    /// Whether objects go out as they are stored (lists and watches then send the watch
+    /// cache's encoded bytes): the strategy's view is the identity and no conversion webhook
+    /// changes them.
+    pub fn serves_stored_form(&self) -> bool {
+        self.conversion.is_none() && self.strategy.serves_stored_form()
     }
 
     /// With a subresource answered by `answer`.

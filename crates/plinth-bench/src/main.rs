@@ -28,6 +28,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::json;
 
+mod admission;
 mod fairness;
 mod gc;
 mod reads;
@@ -133,6 +134,19 @@ enum Command {
         /// Seconds the other user is measured under the flood.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+    },
+    /// What admission webhooks cost a create: latency and throughput with 0, 1 and 5
+    /// validating webhooks (served by this process) in force.
+    Admission {
+        /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Sequential creates per webhook count.
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        /// Webhook counts, ascending.
+        #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
+        webhooks: Vec<usize>,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -593,6 +607,14 @@ async fn main() -> std::process::ExitCode {
             pid,
         } => match client(kubeconfig).await {
             Ok(client) => reads::run(client, objects, history, pid).await,
+            Err(e) => Err(e),
+        },
+        Command::Admission {
+            kubeconfig,
+            requests,
+            webhooks,
+        } => match client(kubeconfig).await {
+            Ok(client) => admission::run(client, requests, &webhooks).await,
             Err(e) => Err(e),
         },
         Command::Fairness {

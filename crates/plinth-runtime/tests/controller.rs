@@ -511,9 +511,10 @@ async fn stopping_is_visible_to_reconcilers_and_shutdown_is_bounded() {
         .await
         .expect("run returns at the shutdown timeout")
         .unwrap();
-    assert_eq!(
-        count("polite-saw-stop"),
-        1,
+    // (Once, or twice when an event re-queued it while it ran: a key queued before the stop
+    // is still handed out, as client-go's queue does, and sees the stop at once.)
+    assert!(
+        count("polite-saw-stop") >= 1,
         "the polite reconcile saw the stop"
     );
     env.stop().await;

@@ -45,6 +45,9 @@ pub struct EtcdStore {
     prefix: String,
     /// Each open watch's task listens here for progress requests to forward to etcd.
     progress: tokio::sync::broadcast::Sender<()>,
+    /// The server's progress reports can be trusted (its version has the fix for etcd
+    /// issue 15220).
+    reliable_progress: bool,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -114,7 +117,16 @@ impl EtcdStore {
             watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             prefix: prefix.to_owned(),
             progress: tokio::sync::broadcast::Sender::new(16),
+            reliable_progress: match client.maintenance_client().status().await {
+                Ok(status) => progress_fixed(status.version()),
+                Err(_) => false,
+            },
         };
+        if !store.reliable_progress {
+            tracing::warn!(
+                "this etcd may report watch progress ahead of its events (etcd issue 15220, fixed in 3.4.31 and 3.5.13): consistent reads are served from etcd, not from the watch cache"
+            );
+        }
         // Fail now, not on first use, if etcd does not answer.
         let named = endpoints
             .iter()
@@ -194,6 +206,10 @@ fn header_revision(response: &TxnResponse) -> Revision {
 
 #[async_trait]
 impl Store for EtcdStore {
+    fn progress_is_reliable(&self) -> bool {
+        self.reliable_progress
+    }
+
     async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
         validate_key(key)?;
         let response = self
@@ -432,6 +448,22 @@ impl Store for EtcdStore {
     }
 }
 
+/// Whether etcd `version` (`3.4.23`) has the fix for issue 15220: 3.4.31+, 3.5.13+, 3.6+.
+fn progress_fixed(version: &str) -> bool {
+    let parts: Vec<u64> = version
+        .split(['.', '-', '+'])
+        .take(3)
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    match parts.as_slice() {
+        [3, 4, patch, ..] => *patch >= 31,
+        [3, 5, patch, ..] => *patch >= 13,
+        [3, minor, ..] => *minor > 5,
+        [major, ..] => *major > 3,
+        [] => false,
+    }
+}
+
 /// Forwards the store's progress requests to one watch's gRPC stream until the watch is dropped.
 async fn forward_progress_requests(
     mut requests: etcd_client::WatchRequestSender,
@@ -476,6 +508,25 @@ impl EtcdStore {
                     prev,
                 })
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn progress_is_trusted_from_the_fixed_releases_on() {
+        for (version, fixed) in [
+            ("3.4.23", false),
+            ("3.4.31", true),
+            ("3.5.12", false),
+            ("3.5.13", true),
+            ("3.5.17", true),
+            ("3.6.0", true),
+            ("3.3.27", false),
+            ("", false),
+        ] {
+            assert_eq!(super::progress_fixed(version), fixed, "{version}");
         }
     }
 }

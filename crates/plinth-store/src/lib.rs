@@ -139,6 +139,14 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether a progress report can be trusted: that every change up to its revision was
+    /// delivered to the watch first. etcd before 3.4.31 and 3.5.13 may report progress ahead
+    /// of events it has still to send (etcd issue 15220); consistent reads then come from
+    /// storage, not from a watch cache, as kube-apiserver does.
+    fn progress_is_reliable(&self) -> bool {
+        true
+    }
+
     /// Whether `kv`, as this store returned it, should be written again even unchanged (a
     /// value encrypted with a key that no longer writes, by a store that encrypts).
     fn stale(&self, _kv: &KeyValue) -> bool {

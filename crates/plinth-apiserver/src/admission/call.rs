@@ -2,18 +2,12 @@
 //! webhook's timeout — a slow webhook costs only the requests it sees), the answer checked and
 //! a mutating webhook's JSONPatch applied.
 
-use axum::body::Body;
-use axum::http::{Request as HttpRequest, Uri, header};
 use base64::Engine;
-use hyper_util::rt::TokioIo;
 use plinth_core::ApiError;
 use serde_json::{Value, json};
 
-use super::webhook::{Endpoint, Matched, Webhook};
+use super::webhook::{Matched, Webhook};
 use super::{Request, denied};
-
-/// Largest answer read from a webhook.
-const MAX_RESPONSE: usize = 3 * 1024 * 1024;
 
 /// What a webhook said, when it allowed the write.
 #[derive(Debug, Default)]
@@ -79,75 +73,6 @@ fn review_body(
     json!({"apiVersion": hook.review_version, "kind": "AdmissionReview", "request": body})
 }
 
-/// The webhook's URL, with kube's `timeout` query parameter.
-fn url(hook: &Webhook) -> Result<String, String> {
-    let base = match &hook.endpoint {
-        Endpoint::Url(url) => url.clone(),
-        Endpoint::Service {
-            namespace, name, ..
-        } => {
-            return Err(format!(
-                "service \"{namespace}/{name}\": Services are not served yet; use clientConfig.url"
-            ));
-        }
-    };
-    let separator = if base.contains('?') { '&' } else { '?' };
-    Ok(format!(
-        "{base}{separator}timeout={}s",
-        hook.timeout.as_secs()
-    ))
-}
-
-/// POSTs `body` to `url` over TLS and returns the answer's body.
-async fn post(hook: &Webhook, url: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
-    let host = uri.host().ok_or("the URL has no host")?.to_owned();
-    let port = uri.port_u16().unwrap_or(443);
-    let address = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let server_name = rustls::pki_types::ServerName::try_from(address.clone())
-        .map_err(|e| format!("invalid server name {host}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(hook.tls.clone())
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    let request = HttpRequest::post(path)
-        .header(header::HOST, uri.authority().map_or("", |a| a.as_str()))
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json")
-        .body(Body::from(body))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let bytes = axum::body::to_bytes(Body::new(response.into_body()), MAX_RESPONSE)
-        .await
-        .map_err(|e| format!("reading the response: {e}"))?;
-    if !status.is_success() {
-        return Err(format!(
-            "the server responded with the status code {}: {}",
-            status.as_u16(),
-            String::from_utf8_lossy(&bytes).trim()
-        ));
-    }
-    Ok(bytes.to_vec())
-}
-
 /// kube's error for a webhook that could not be called or answered nonsense: 500 under
 /// `failurePolicy: Fail`, nothing (logged) under `Ignore`.
 fn failed(hook: &Webhook, why: &str) -> Result<Outcome, ApiError> {
@@ -170,12 +95,16 @@ pub(super) async fn review(
     old: Option<&Value>,
 ) -> Result<Outcome, ApiError> {
     let uid = uuid::Uuid::new_v4().to_string();
-    let url = match url(hook) {
+    let url = match crate::callout::url(&hook.endpoint, hook.timeout) {
         Ok(url) => url,
         Err(why) => return failed(hook, &format!("failed to call webhook: {why}")),
     };
     let body = review_body(hook, request, matched, &uid, object, old).to_string();
-    let answer = match tokio::time::timeout(hook.timeout, post(hook, &url, body.into_bytes())).await
+    let answer = match tokio::time::timeout(
+        hook.timeout,
+        crate::callout::post(&hook.tls, &url, body.into_bytes()),
+    )
+    .await
     {
         Ok(Ok(answer)) => answer,
         Ok(Err(why)) => {

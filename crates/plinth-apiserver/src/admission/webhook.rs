@@ -11,25 +11,8 @@ use plinth_core::selector::LabelSelector;
 use serde_json::Value;
 
 use super::{Operation, Request};
+pub use crate::callout::Endpoint;
 use crate::registry::Registry;
-
-/// Where a webhook is.
-#[derive(Clone, Debug)]
-pub enum Endpoint {
-    /// `clientConfig.url`.
-    Url(String),
-    /// `clientConfig.service` (namespace, name, path, port).
-    Service {
-        /// The Service's namespace.
-        namespace: String,
-        /// The Service's name.
-        name: String,
-        /// The path on it.
-        path: String,
-        /// Its port.
-        port: u16,
-    },
-}
 
 /// One rule of `rules`.
 #[derive(Clone, Debug, Default)]
@@ -108,32 +91,6 @@ fn selector(value: Option<&Value>) -> LabelSelector {
         .unwrap_or_default()
 }
 
-/// The TLS client configuration trusting `ca_bundle` (base64 PEM), or the system's roots.
-fn tls(ca_bundle: &str) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    if ca_bundle.is_empty() {
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
-        }
-    } else {
-        let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca_bundle)
-            .map_err(|e| format!("caBundle is not base64: {e}"))?;
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-            let cert: rustls::pki_types::CertificateDer<'_> =
-                cert.map_err(|e| format!("caBundle: {e}"))?;
-            roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
 /// The webhooks of a configuration object (`mutating`: a MutatingWebhookConfiguration), in
 /// their order; one that cannot be used (a caBundle that does not parse) is left out with a
 /// log line.
@@ -150,20 +107,8 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
     {
         let name = text(hook, "name").to_owned();
         let client = hook.get("clientConfig").unwrap_or(&Value::Null);
-        let endpoint = match client.get("service").filter(|s| s.is_object()) {
-            Some(service) => Endpoint::Service {
-                namespace: text(service, "namespace").to_owned(),
-                name: text(service, "name").to_owned(),
-                path: text(service, "path").to_owned(),
-                port: service
-                    .get("port")
-                    .and_then(Value::as_u64)
-                    .and_then(|p| u16::try_from(p).ok())
-                    .unwrap_or(443),
-            },
-            None => Endpoint::Url(text(client, "url").to_owned()),
-        };
-        let tls = match tls(text(client, "caBundle")) {
+        let endpoint = Endpoint::of(client);
+        let tls = match crate::callout::tls(text(client, "caBundle")) {
             Ok(tls) => Arc::new(tls),
             Err(e) => {
                 tracing::warn!(webhook = %name, error = %e, "webhook left out");

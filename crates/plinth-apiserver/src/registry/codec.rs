@@ -57,11 +57,53 @@ pub(super) fn decode_view(def: &ResourceDef, kv: &KeyValue) -> Result<Value, Api
     Ok(view(def, decode(kv)?))
 }
 
-/// A stored (decoded) object as `def` presents it, apiVersion and kind included.
+/// A stored (decoded) object as `def` presents it, apiVersion and kind included — but for a
+/// resource converted by webhook, as stored: [`converted`] converts it.
 pub(crate) fn view(def: &ResourceDef, object: Value) -> Value {
     let mut object = def.strategy.to_view(object);
-    set_type_meta(&mut object, def);
+    if def.conversion.is_none() {
+        set_type_meta(&mut object, def);
+    }
     object
+}
+
+/// An object read (and viewed) in `def`'s version: converted by the CRD's webhook when it
+/// is stored in another.
+pub(crate) async fn converted(def: &ResourceDef, object: Value) -> Result<Value, ApiError> {
+    let mut all = converted_all(def, vec![object]).await?;
+    all.pop()
+        .ok_or_else(|| ApiError::internal("conversion returned nothing"))
+}
+
+/// [`converted`] for several objects: one review for all that need it.
+pub(crate) async fn converted_all(
+    def: &ResourceDef,
+    objects: Vec<Value>,
+) -> Result<Vec<Value>, ApiError> {
+    match &def.conversion {
+        Some(webhook) => {
+            webhook
+                .convert(objects, &def.group_version.api_version())
+                .await
+        }
+        None => Ok(objects),
+    }
+}
+
+/// Encodes an object of `def` for storage, converted to the storage version first when its
+/// CRD converts by webhook.
+pub(super) async fn encode_converted(def: &ResourceDef, object: &Value) -> Result<Bytes, ApiError> {
+    match &def.conversion {
+        Some(webhook) if webhook.storage_version != def.group_version.version => {
+            let storage = webhook.api_version(&webhook.storage_version);
+            let mut stored = webhook.convert(vec![object.clone()], &storage).await?;
+            let stored = stored
+                .pop()
+                .ok_or_else(|| ApiError::internal("conversion returned nothing"))?;
+            encode_view(def, &stored)
+        }
+        _ => encode_view(def, object),
+    }
 }
 
 /// Encodes an object of `def` for storage (in the stored form, without resourceVersion).

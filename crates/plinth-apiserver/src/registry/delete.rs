@@ -126,6 +126,8 @@ impl Registry {
             UpdateError::Store(store) => store_error(def, name, store),
         })?;
         let mut outcome = outcome.ok_or_else(|| ApiError::internal("delete decided nothing"))?;
+        // (Marked in the stored form: metadata is the same in every version.)
+        outcome.object = super::codec::converted(def, outcome.object).await?;
         if !outcome.gone
             && !options.dry_run
             && let Some(meta) = metadata_mut(&mut outcome.object)

@@ -29,7 +29,7 @@ impl Registry {
             .await
             .map_err(|e| store_error(def, name, e))?
         {
-            Some(kv) => decode_view(def, &kv),
+            Some(kv) => super::codec::converted(def, decode_view(def, &kv)?).await,
             None => Err(ApiError::not_found(&def.group_resource(), name)),
         }
     }
@@ -103,11 +103,14 @@ impl Registry {
     ) -> Result<Listed, ApiError> {
         Self::check_field_selector(def, &options.fields)?;
         let prefix = def.list_prefix(namespace);
-        if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
-            return Ok(Listed::Encoded(list));
-        }
-        if let Some(page) = self.try_page_cached(def, &prefix, options).await? {
-            return Ok(Listed::Encoded(page));
+        // Objects a conversion webhook converts are read from storage and converted together.
+        if def.conversion.is_none() {
+            if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
+                return Ok(Listed::Encoded(list));
+            }
+            if let Some(page) = self.try_page_cached(def, &prefix, options).await? {
+                return Ok(Listed::Encoded(page));
+            }
         }
         self.caches.count_list(&def.key_prefix(), false);
         let (mut revision, mut start) = match &options.continue_token {
@@ -155,6 +158,7 @@ impl Registry {
                 _ => break,
             }
         }
+        let items = super::codec::converted_all(def, items).await?;
         let revision = revision.unwrap_or_default();
         let mut list_meta = json!({"resourceVersion": revision.to_string()});
         if let Some(start) = next {
@@ -259,7 +263,7 @@ impl Registry {
                 .terms
                 .iter()
                 .all(|t| cacher.extracts(&t.field))
-            || !def.strategy.serves_stored_form()
+            || !def.serves_stored_form()
             || (token.is_none() && !rv.is_empty())
         {
             return Ok(None);
@@ -373,7 +377,7 @@ impl Registry {
             .terms
             .iter()
             .all(|t| stored.field(&t.field).is_some())
-            && def.strategy.serves_stored_form()
+            && def.serves_stored_form()
             && meta.kind == def.kind
             && meta.api_version == def.group_version.api_version()
     }

@@ -41,6 +41,18 @@ impl WatchEvent {
         }
     }
 
+    /// The event with its object in `def`'s version (an ERROR event if it cannot be).
+    async fn converted(self, def: &ResourceDef) -> Self {
+        if matches!(self.kind, "BOOKMARK" | "ERROR") {
+            return self;
+        }
+        let object = (*self.object()).clone();
+        match super::codec::converted(def, object).await {
+            Ok(object) => Self::new(self.kind, object),
+            Err(e) => Self::new("ERROR", e.to_status()),
+        }
+    }
+
     /// An event of an object as the watch cache keeps it.
     pub(crate) fn cached(kind: &'static str, stored: crate::cache::Stored) -> Self {
         Self {
@@ -198,7 +210,17 @@ impl Registry {
         if send_initial_events {
             initial.push(bookmark(&def, snapshot, true));
         }
-        Ok(futures::stream::iter(initial).chain(live).boxed())
+        let events = futures::stream::iter(initial).chain(live);
+        if def.conversion.is_none() {
+            return Ok(events.boxed());
+        }
+        // Each object in the watched version, through the CRD's conversion webhook; a failed
+        // conversion ends the watch with its error (the client relists).
+        let converting = events.then(move |event| {
+            let def = def.clone();
+            async move { event.converted(&def).await }
+        });
+        Ok(ends_after_error(converting).boxed())
     }
 
     /// Where a watch starts: its initial events and the cache subscription after them (or the

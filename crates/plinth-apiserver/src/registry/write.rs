@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 
 use super::apply::{FieldShape, base_entries};
 use super::codec::{
-    current_rv, decode_view, encode_view, normalize, parse_rv, random_suffix, rv_of, set_type_meta,
-    store_error, strip_rv,
+    current_rv, decode_view, encode_converted, normalize, parse_rv, random_suffix, rv_of,
+    set_type_meta, store_error, strip_rv,
 };
 use super::{FieldValidation, Part, Registry, WriteOptions, Written, now};
 use crate::resources::{ResourceDef, name_causes};
@@ -328,7 +328,7 @@ impl Registry {
         }
         let revision = self
             .store
-            .create(&key, encode_view(def, &object)?)
+            .create(&key, encode_converted(def, &object).await?)
             .await
             .map_err(|e| store_error(def, &name, e))?;
         if let Some(meta) = metadata_mut(&mut object) {
@@ -460,7 +460,7 @@ impl Registry {
             let (next, result) = (&next, &result);
             let (admitted, user) = (&admitted, &user);
             Box::pin(async move {
-                let current = decoded?;
+                let current = super::codec::converted(def, decoded?).await?;
                 let mut new = next(&current)?;
                 let part = tracking.unwrap_or(Part::Main);
                 let mut warnings = Vec::new();
@@ -517,7 +517,7 @@ impl Registry {
                 let encoded = if unchanged || options.dry_run {
                     None
                 } else {
-                    Some(encode_view(def, &new)?)
+                    Some(encode_converted(def, &new).await?)
                 };
                 *result
                     .lock()

@@ -28,6 +28,7 @@
 //! configurations and CRDs that point here).
 
 mod cabundle;
+mod conversion;
 mod tls;
 
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use cabundle::{CaTarget, inject_ca_bundle};
+pub use conversion::Converter;
 pub use tls::{SelfSigned, TlsSource, self_signed};
 
 /// Largest review accepted (kube-apiserver sends at most its own request limit, 3 MiB, plus
@@ -170,6 +172,24 @@ trait Handler: Send + Sync {
     fn handle(&self, request: AdmissionRequest, object: Value, old: Value) -> Answer;
 }
 
+/// A conversion path's handler: a ConversionReview's `request` in, its `response` out.
+trait ConvertHandler: Send + Sync {
+    fn review(&self, request: &Value) -> Value;
+}
+
+impl<H: Send + Sync + 'static> ConvertHandler for Converter<H> {
+    fn review(&self, request: &Value) -> Value {
+        Converter::review(self, request)
+    }
+}
+
+/// What a path serves.
+#[derive(Clone)]
+enum Route {
+    Admission(Arc<dyn Handler>),
+    Conversion(Arc<dyn ConvertHandler>),
+}
+
 struct Validating<K, V> {
     inner: Arc<V>,
     kind: std::marker::PhantomData<fn() -> K>,
@@ -271,7 +291,7 @@ pub enum WebhookError {
 /// The webhook server: handlers by path.
 #[derive(Default)]
 pub struct WebhookServer {
-    routes: HashMap<String, Arc<dyn Handler>>,
+    routes: HashMap<String, Route>,
 }
 
 impl std::fmt::Debug for WebhookServer {
@@ -299,10 +319,10 @@ impl WebhookServer {
     {
         self.routes.insert(
             path.to_owned(),
-            Arc::new(Validating {
+            Route::Admission(Arc::new(Validating {
                 inner: Arc::new(validator),
                 kind: std::marker::PhantomData,
-            }),
+            })),
         );
         self
     }
@@ -316,11 +336,24 @@ impl WebhookServer {
     {
         self.routes.insert(
             path.to_owned(),
-            Arc::new(Defaulting {
+            Route::Admission(Arc::new(Defaulting {
                 inner: Arc::new(defaulter),
                 kind: std::marker::PhantomData,
-            }),
+            })),
         );
+        self
+    }
+
+    /// Serves CRD conversion by `converter` at `path` (the CRD's
+    /// `spec.conversion.webhook.clientConfig`).
+    #[must_use]
+    pub fn converter<H: Send + Sync + 'static>(
+        mut self,
+        path: &str,
+        converter: Converter<H>,
+    ) -> Self {
+        self.routes
+            .insert(path.to_owned(), Route::Conversion(Arc::new(converter)));
         self
     }
 
@@ -344,16 +377,23 @@ impl WebhookServer {
         let routes = Arc::new(self.routes);
         let (stop, mut stopping) = watch::channel(false);
         let task = tokio::spawn(async move {
+            // Dropped at shutdown: every open connection ends with it (clients keep theirs
+            // alive between reviews).
+            let mut connections = tokio::task::JoinSet::new();
             loop {
                 let accepted = tokio::select! {
                     accepted = listener.accept() => accepted,
                     _ = stopping.wait_for(|s| *s) => return,
                 };
+                while connections.try_join_next().is_some() {}
                 let Ok((stream, _)) = accepted else {
                     continue;
                 };
+                // Small answers: without this, Nagle's algorithm and the peer's delayed ACK
+                // hold each one ~40 ms.
+                let _ = stream.set_nodelay(true);
                 let (acceptor, routes) = (acceptor.clone(), routes.clone());
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let Ok(stream) = acceptor.accept(stream).await else {
                         return;
                     };
@@ -385,7 +425,7 @@ pub struct RunningWebhookServer {
 }
 
 impl RunningWebhookServer {
-    /// Stops accepting connections.
+    /// Stops accepting connections and closes the open ones.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
@@ -404,7 +444,7 @@ fn plain(code: StatusCode, text: String) -> Response<Full<Bytes>> {
 }
 
 async fn route(
-    routes: &HashMap<String, Arc<dyn Handler>>,
+    routes: &HashMap<String, Route>,
     request: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     if request.uri().path() == "/healthz" {
@@ -431,7 +471,11 @@ async fn route(
             );
         }
     };
-    match review(handler.as_ref(), &body).await {
+    let answered = match handler {
+        Route::Admission(handler) => review(handler.as_ref(), &body).await,
+        Route::Conversion(handler) => convert_review(handler.as_ref(), &body),
+    };
+    match answered {
         Ok(answer) => {
             let mut response = Response::new(Full::new(Bytes::from(answer.to_string())));
             response.headers_mut().insert(
@@ -442,6 +486,26 @@ async fn route(
         }
         Err(why) => plain(StatusCode::BAD_REQUEST, why),
     }
+}
+
+/// Decodes a ConversionReview and answers it in the same version.
+fn convert_review(handler: &dyn ConvertHandler, body: &[u8]) -> Result<Value, String> {
+    let review: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the review is not JSON: {e}"))?;
+    let api_version = review
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|v| *v == "apiextensions.k8s.io/v1" || *v == "apiextensions.k8s.io/v1beta1")
+        .ok_or("expected a ConversionReview of apiextensions.k8s.io/v1 or v1beta1")?
+        .to_owned();
+    let request = review
+        .get("request")
+        .filter(|r| r.is_object())
+        .ok_or("the review has no request")?;
+    Ok(
+        json!({"apiVersion": api_version, "kind": "ConversionReview",
+        "response": handler.review(request)}),
+    )
 }
 
 /// Decodes an AdmissionReview, runs the handler, and wraps its response in a review of the

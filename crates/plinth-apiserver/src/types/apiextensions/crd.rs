@@ -128,10 +128,81 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     validate_names(crd, &mut causes);
     validate_scope(crd, &mut causes);
     validate_versions(crd, &mut causes);
+    validate_conversion(crd, &mut causes);
     if let Some(old) = old {
         validate_immutable(crd, old, &mut causes);
     }
     causes
+}
+
+/// `spec.conversion`: `None`, or `Webhook` with where to call and which review versions.
+fn validate_conversion(crd: &Value, causes: &mut Vec<Cause>) {
+    let Some(conversion) = crd.pointer("/spec/conversion").filter(|c| !c.is_null()) else {
+        return;
+    };
+    let webhook = conversion.get("webhook").filter(|w| !w.is_null());
+    match conversion
+        .get("strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("None")
+    {
+        "None" => {
+            if webhook.is_some() {
+                causes.push(Cause::forbidden(
+                    "spec.conversion.webhook",
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+        }
+        "Webhook" => {
+            let Some(webhook) = webhook else {
+                causes.push(Cause::required(
+                    "spec.conversion.webhook",
+                    "required when strategy is set to Webhook",
+                ));
+                return;
+            };
+            let client = webhook.get("clientConfig").filter(|c| c.is_object());
+            let url = client.and_then(|c| c.get("url")).and_then(Value::as_str);
+            let service = client
+                .and_then(|c| c.get("service"))
+                .filter(|s| s.is_object());
+            match (url, service) {
+                (None, None) | (Some(_), Some(_)) => causes.push(Cause::required(
+                    "spec.conversion.webhook.clientConfig",
+                    "exactly one of url or service is required",
+                )),
+                (Some(url), None) if !url.starts_with("https://") => causes.push(Cause::invalid(
+                    "spec.conversion.webhook.clientConfig.url",
+                    &json!(url),
+                    "'https' is the only allowed URL scheme",
+                )),
+                _ => {}
+            }
+            let versions: Vec<&str> = webhook
+                .get("conversionReviewVersions")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if versions.is_empty() {
+                causes.push(Cause::required(
+                    "spec.conversion.webhook.conversionReviewVersions",
+                    "must specify one of v1, v1beta1",
+                ));
+            } else if !versions.iter().any(|v| *v == "v1" || *v == "v1beta1") {
+                causes.push(Cause::invalid(
+                    "spec.conversion.webhook.conversionReviewVersions",
+                    &json!(versions),
+                    "must include at least one of v1, v1beta1",
+                ));
+            }
+        }
+        other => causes.push(Cause::not_supported(
+            "spec.conversion.strategy",
+            &json!(other),
+            &["None", "Webhook"],
+        )),
+    }
 }
 
 /// `metadata.name`, `spec.group` and `spec.names`.

@@ -132,6 +132,7 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
             .unwrap_or_default()
     };
     let kind = text(crd, "/spec/names/kind");
+    let conversion = crate::conversion::ConversionWebhook::of(crd);
     let singular = match text(crd, "/spec/names/singular") {
         "" => kind.to_lowercase(),
         s => s.to_owned(),
@@ -180,6 +181,7 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
             def.delete_returns_object = true;
             def.scale = scale(version);
             def.terminating = terminating;
+            def.conversion = conversion.clone();
             def.openapi = version
                 .pointer("/schema/openAPIV3Schema")
                 .map(|s| Arc::new(published_schema(s)));

@@ -1,0 +1,153 @@
+//! `plinth-bench admission`: what admission webhooks cost a write. A validating webhook that
+//! allows everything is served here (plinth-runtime's server, a self-signed certificate); the
+//! server is given 0, 1 and 5 configurations sending ConfigMap creates to it, and the creates'
+//! latency (one client: p50/p99) and throughput (16 clients) are measured each time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use plinth_runtime::webhook::{AdmissionRequest, Validator, Verdict, WebhookServer, self_signed};
+use serde_json::json;
+
+use crate::{Error, percentile};
+
+const NAMESPACE: &str = "plinth-bench-admission";
+const LABEL: &str = "plinth-bench-admission";
+
+/// Allows everything; counts calls.
+struct Allow(Arc<AtomicU64>);
+
+impl Validator<ConfigMap> for Allow {
+    async fn validate(
+        &self,
+        _: &AdmissionRequest,
+        _: Option<&ConfigMap>,
+        _: Option<&ConfigMap>,
+    ) -> Verdict {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Verdict::allow()
+    }
+}
+
+fn configuration(i: usize, url: &str, ca: &[u8]) -> Result<ValidatingWebhookConfiguration, Error> {
+    let bundle = base64_of(ca);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": format!("plinth-bench-{i}")},
+        "webhooks": [{"name": format!("allow-{i}.bench.plinth.dev"),
+            "clientConfig": {"url": url, "caBundle": bundle},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "objectSelector": {"matchLabels": {LABEL: "yes"}},
+            "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+    }))?)
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_owned());
+    cm.metadata.labels = Some([(LABEL.to_owned(), "yes".to_owned())].into());
+    cm.data = Some([("payload".to_owned(), "a".repeat(1024))].into());
+    cm
+}
+
+/// Runs it and prints one table.
+///
+/// # Errors
+/// Any API or webhook-server failure.
+pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Result<(), Error> {
+    let dir = tempfile::tempdir()?;
+    let certificate = self_signed(dir.path(), &["127.0.0.1"])?;
+    let calls = Arc::new(AtomicU64::new(0));
+    let running = WebhookServer::new()
+        .validator("/allow", Allow(calls.clone()))
+        .bind("127.0.0.1:0".parse()?, certificate.source.clone())
+        .await?;
+    let url = format!("https://{}/allow", running.local_addr);
+    crate::ensure_namespace(&client, NAMESPACE).await?;
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("| webhooks | create p50 | create p99 | creates/s (16 clients) |");
+    println!("|---|---|---|---|");
+    let mut installed = 0;
+    for &count in counts {
+        while installed < count {
+            configs
+                .create(
+                    &PostParams::default(),
+                    &configuration(installed, &url, &certificate.ca_pem)?,
+                )
+                .await?;
+            installed += 1;
+        }
+        // In force once a create reaches all of them.
+        let started = Instant::now();
+        loop {
+            let before = calls.load(Ordering::Relaxed);
+            let probe = format!("probe-{count}-{}", crate::now_micros());
+            maps.create(&PostParams::default(), &config_map(&probe))
+                .await?;
+            if calls.load(Ordering::Relaxed) - before == count as u64 {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(format!("{count} webhooks not in force after 30 s").into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut times = Vec::with_capacity(requests);
+        for i in 0..requests {
+            let name = format!("seq-{count}-{i}-{}", crate::run_id());
+            let begun = Instant::now();
+            maps.create(&PostParams::default(), &config_map(&name))
+                .await?;
+            times.push(begun.elapsed());
+        }
+        times.sort();
+        let done = Arc::new(AtomicU64::new(0));
+        let window = Duration::from_secs(3);
+        let until = Instant::now() + window;
+        let mut tasks = Vec::new();
+        for client_no in 0..16 {
+            let (maps, done) = (maps.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0;
+                while Instant::now() < until {
+                    let name = format!("par-{count}-{client_no}-{i}-{}", crate::run_id());
+                    maps.create(&PostParams::default(), &config_map(&name))
+                        .await?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Ok::<(), Error>(())
+            }));
+        }
+        for task in tasks {
+            task.await??;
+        }
+        println!(
+            "| {count} | {:.2} ms | {:.2} ms | {:.0} |",
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.99)),
+            done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+        );
+    }
+    for i in 0..installed {
+        let _ = configs
+            .delete(&format!("plinth-bench-{i}"), &DeleteParams::default())
+            .await;
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
+    running.shutdown().await;
+    Ok(())
+}
