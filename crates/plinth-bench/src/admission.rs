@@ -16,7 +16,6 @@ use serde_json::json;
 
 use crate::{Error, percentile};
 
-const NAMESPACE: &str = "plinth-bench-admission";
 const LABEL: &str = "plinth-bench-admission";
 
 /// Allows everything; counts calls.
@@ -72,9 +71,11 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
         .bind("127.0.0.1:0".parse()?, certificate.source.clone())
         .await?;
     let url = format!("https://{}/allow", running.local_addr);
-    crate::ensure_namespace(&client, NAMESPACE).await?;
+    // A namespace of this run's own (an earlier run's may still be terminating).
+    let namespace = format!("plinth-bench-admission-{}", crate::run_id());
+    crate::ensure_namespace(&client, &namespace).await?;
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("| webhooks | create p50 | create p99 | creates/s (16 clients) |");
     println!("|---|---|---|---|");
@@ -147,7 +148,7 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
             .await;
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-    let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
+    let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
     running.shutdown().await;
     Ok(())
 }
