@@ -148,7 +148,9 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
             .await;
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-    let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
+    let _ = namespaces
+        .delete(&namespace, &DeleteParams::default())
+        .await;
     running.shutdown().await;
     Ok(())
 }

@@ -421,6 +421,11 @@ fn parse_error(source: &str, e: &cel::ParseErrors) -> String {
 /// Compiles `source`, refusing references other than `self`, `oldSelf` and comprehension
 /// variables (as cel-go's checker does). Runs on the large stack `Schema::compile` provides.
 fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
+    compile_with(source, node, &[])
+}
+
+/// [`compile`], with `variables` declared besides `self` and `oldSelf`.
+fn compile_with(source: &str, node: Option<&Node>, variables: &[&str]) -> Result<Program, String> {
     let size = source.chars().count();
     if size > MAX_SOURCE_CODE_POINTS {
         return Err(format!(
@@ -445,15 +450,6 @@ fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
         checker.check(program.expression(), &[])?;
     }
     let references = program.references();
-    if let Some(unknown) = references
-        .functions()
-        .into_iter()
-        .find(|f| !f.starts_with(['_', '@', '!', '-']) && !KNOWN_FUNCTIONS.contains(f))
-    {
-        return Err(format!(
-            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
-        ));
-    }
     if let Some(unknown) = references.variables().into_iter().find(|v| {
         // Function namespaces (`format.dns1123Label()`, `math.abs()`) are not variables.
         !matches!(
@@ -468,7 +464,17 @@ fn compile(source: &str, node: Option<&Node>) -> Result<Program, String> {
                 | "base64"
                 | "ip"
         ) && !bound.iter().any(|b| b == v)
+            && !variables.contains(v)
     }) {
+        return Err(format!(
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
+        ));
+    }
+    if let Some(unknown) = references
+        .functions()
+        .into_iter()
+        .find(|f| !f.starts_with(['_', '@', '!', '-']) && !KNOWN_FUNCTIONS.contains(f))
+    {
         return Err(format!(
             "compilation failed: ERROR: <input>:1:1: undeclared reference to '{unknown}' (in container '')"
         ));
@@ -1329,6 +1335,102 @@ impl<'a> Checker<'a> {
                 _ => Dyn,
             }),
             _ => Ok(Dyn),
+        }
+    }
+}
+
+/// A CEL expression over JSON values bound to names (admission's `object`, `oldObject`,
+/// `request`, `params`…), compiled once in the environment CRD rules use.
+pub struct Expression {
+    source: String,
+    program: Program,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expression")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an expression evaluated to, as far as admission cares.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Evaluated {
+    /// A bool.
+    Bool(bool),
+    /// A string.
+    String(String),
+    /// Anything else, as JSON where it converts (null for what does not).
+    Other(Value),
+}
+
+fn to_json(value: &cel::Value) -> Value {
+    match value {
+        cel::Value::Null => Value::Null,
+        cel::Value::Bool(b) => Value::Bool(*b),
+        cel::Value::Int(i) => Value::from(*i),
+        cel::Value::UInt(u) => Value::from(*u),
+        cel::Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        cel::Value::String(s) => Value::String(s.to_string()),
+        cel::Value::List(items) => Value::Array(items.iter().map(to_json).collect()),
+        cel::Value::Map(map) => Value::Object(
+            map.map
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Key::String(s) => s.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+impl Expression {
+    /// Compiles `source`, which may name `variables` (and nothing else but comprehension
+    /// variables and the library's functions).
+    ///
+    /// # Errors
+    /// cel-go's `compilation failed: ERROR: <input>:…` message.
+    pub fn compile(source: &str, variables: &[&str]) -> Result<Self, String> {
+        let program = crate::stack::on_stack(crate::stack::EVALUATE_STACK, || {
+            compile_with(source, None, variables)
+        })
+        .unwrap_or_else(|| Err("compilation failed: no thread could be started".to_owned()))?;
+        Ok(Self {
+            source: source.to_owned(),
+            program,
+        })
+    }
+
+    /// The expression's text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates it with each name bound to its JSON value.
+    ///
+    /// # Errors
+    /// cel-go's runtime error (`no such key: x`).
+    pub fn evaluate(&self, bindings: &[(&str, &Value)]) -> Result<Evaluated, String> {
+        let mut context = Context::with_env(env());
+        for (name, value) in bindings {
+            let converted: Result<Box<dyn cel::common::value::Val>, _> =
+                to_cel(value, None).try_into();
+            if let Ok(converted) = converted {
+                context.add_variable_as_val(*name, converted);
+            }
+        }
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Ok(Evaluated::Bool(b)),
+            Ok(cel::Value::String(s)) => Ok(Evaluated::String(s.to_string())),
+            Ok(other) => Ok(Evaluated::Other(to_json(&other))),
+            Err(cel::ExecutionError::NoSuchKey(key)) => Err(format!("no such key: {key}")),
+            Err(e) => Err(e.to_string()),
         }
     }
 }

@@ -16,6 +16,7 @@ mod format;
 mod stack;
 mod structural;
 
+pub use cel::{Evaluated, Expression};
 pub use structural::structural_errors;
 
 use std::collections::BTreeMap;

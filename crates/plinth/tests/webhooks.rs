@@ -352,6 +352,40 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
     let other = create(&plinth, "unhooked", "nothing", &["forbidden"]);
     assert!(other.status.success(), "{}", stderr(&other));
 
+    // matchConditions: only what they accept is sent (here, names under "checked-" created by
+    // the administrator).
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "conditional",
+            &[(
+                "conditional.plinth.test",
+                "/validate",
+                "  matchConditions:\n  - {name: checked, expression: \"object.metadata.name.startsWith('checked-')\"}\n  - {name: admin, expression: \"request.userInfo.username == 'plinth-admin' && oldObject == null\"}\n",
+            )],
+            &ca,
+            port,
+        ),
+    );
+    wait_in_force(&plinth, "conditional", &["forbidden"], |out| {
+        // The probe is not "checked-": allowed whether or not the webhook is in force.
+        out.status.success()
+    });
+    plinth.eventually("the conditional webhook is in force", || {
+        !create(&plinth, "checked-probe", "conditional", &["forbidden"])
+            .status
+            .success()
+    });
+    let refused = create(&plinth, "checked-a", "conditional", &["forbidden"]);
+    assert!(
+        stderr(&refused).contains("denied the request"),
+        "{}",
+        stderr(&refused)
+    );
+    let passed = create(&plinth, "free-a", "conditional", &["forbidden"]);
+    assert!(passed.status.success(), "not matched: {}", stderr(&passed));
+
     // Reinvocation: the first runs again after the second changed the object.
     plinth.kubectl_with(
         &["apply", "-f", "-"],
@@ -551,7 +585,7 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
 #[test]
 fn bad_configurations_are_refused_with_kubes_messages() {
     let plinth = Plinth::start(Backend::Embedded);
-    let bad = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: bad}\nwebhooks:\n- name: short\n  clientConfig: {url: \"http://127.0.0.1:1/x\"}\n  rules: [{operations: [PATCH], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps], scope: Everywhere}]\n  sideEffects: Some\n  timeoutSeconds: 31\n  admissionReviewVersions: [v2]\n  failurePolicy: Maybe\n- name: short\n  clientConfig: {}\n  admissionReviewVersions: [v1]\n";
+    let bad = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: bad}\nwebhooks:\n- name: short\n  clientConfig: {url: \"http://127.0.0.1:1/x\"}\n  rules: [{operations: [PATCH], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps], scope: Everywhere}]\n  sideEffects: Some\n  timeoutSeconds: 31\n  admissionReviewVersions: [v2]\n  failurePolicy: Maybe\n- name: short\n  clientConfig: {}\n  admissionReviewVersions: [v1]\n  matchConditions: [{name: c, expression: \"object.metadata.name ==\"}, {name: c, expression: \"authorizer.allowed()\"}]\n";
     let out = plinth.kubectl_stdin(&["create", "-f", "-"], bad);
     assert!(!out.status.success());
     let message = stderr(&out);
@@ -567,6 +601,9 @@ fn bad_configurations_are_refused_with_kubes_messages() {
         "webhooks[1].name: Duplicate value: \"short\"",
         "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
         "webhooks[1].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+        "webhooks[1].matchConditions[0].expression: Invalid value: \"object.metadata.name ==\": compilation failed: ERROR: <input>:1:",
+        "webhooks[1].matchConditions[1].name: Duplicate value: \"c\"",
+        "webhooks[1].matchConditions[1].expression: Invalid value: \"authorizer.allowed()\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'authorizer'",
     ] {
         assert!(
             message.contains(expected),

@@ -26,6 +26,22 @@ fn review_body(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Value {
+    let body = review_request(request, &matched.version, uid, object, old);
+    json!({"apiVersion": hook.review_version, "kind": "AdmissionReview", "request": body})
+}
+
+/// The review's `request`: the write, its user, and the objects in `version` (the one the
+/// webhook's rule names).
+pub(super) fn review_request(
+    request: &Request<'_>,
+    version: &str,
+    uid: &str,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Value {
+    let matched = Matched {
+        version: version.to_owned(),
+    };
     let def = request.def;
     let group = &def.group_version.group;
     let relabel = |o: &Value| {
@@ -70,7 +86,7 @@ fn review_body(
     if let Some(namespace) = request.namespace.filter(|n| !n.is_empty()) {
         body["namespace"] = json!(namespace);
     }
-    json!({"apiVersion": hook.review_version, "kind": "AdmissionReview", "request": body})
+    body
 }
 
 /// kube's error for a webhook that could not be called or answered nonsense: 500 under

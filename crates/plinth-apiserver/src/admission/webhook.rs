@@ -49,7 +49,12 @@ pub struct Webhook {
     pub review_version: &'static str,
     /// `reinvocationPolicy: IfNeeded`.
     pub reinvoke: bool,
+    /// `matchConditions`: all must hold for the webhook to be called.
+    match_conditions: Vec<(String, Arc<plinth_schema::Expression>)>,
 }
+
+/// The variables a match condition may name (kube's, but `authorizer`, which is not built).
+pub const MATCH_VARIABLES: [&str; 3] = ["object", "oldObject", "request"];
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +136,31 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
                 },
             })
             .collect();
+        let mut match_conditions = Vec::new();
+        let mut compiled = true;
+        for condition in hook
+            .get("matchConditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match plinth_schema::Expression::compile(
+                text(condition, "expression"),
+                &MATCH_VARIABLES,
+            ) {
+                Ok(expression) => {
+                    match_conditions
+                        .push((text(condition, "name").to_owned(), Arc::new(expression)));
+                }
+                Err(e) => {
+                    tracing::warn!(webhook = %name, error = %e, "webhook left out");
+                    compiled = false;
+                }
+            }
+        }
+        if !compiled {
+            continue;
+        }
         let versions = strings(hook, "admissionReviewVersions");
         let review_version = versions
             .iter()
@@ -159,6 +189,7 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
             ),
             review_version,
             reinvoke: mutating && text(hook, "reinvocationPolicy") == "IfNeeded",
+            match_conditions,
         });
     }
     out
@@ -271,6 +302,37 @@ impl Webhook {
             && !self.object_selector.matches(&labels(old))
         {
             return Ok(None);
+        }
+        if !self.match_conditions.is_empty() {
+            let null = Value::Null;
+            let review = super::call::review_request(request, &version, "", None, None);
+            let bindings = [
+                ("object", object.unwrap_or(&null)),
+                ("oldObject", old.unwrap_or(&null)),
+                ("request", &review),
+            ];
+            for (name, expression) in &self.match_conditions {
+                match expression.evaluate(&bindings) {
+                    Ok(plinth_schema::Evaluated::Bool(true)) => {}
+                    Ok(plinth_schema::Evaluated::Bool(false)) => return Ok(None),
+                    outcome => {
+                        let why = match outcome {
+                            Err(e) => e,
+                            Ok(other) => {
+                                format!("expression did not evaluate to a bool: {other:?}")
+                            }
+                        };
+                        if self.ignore_failures {
+                            tracing::warn!(webhook = %self.name, condition = %name, error = %why, "match condition failed, failing open");
+                            return Ok(None);
+                        }
+                        return Err(ApiError::internal(format!(
+                            "admission webhook {:?} matchCondition {name:?}: {why}",
+                            self.name
+                        )));
+                    }
+                }
+            }
         }
         if request.dry_run && !self.dry_run_safe {
             return Err(ApiError::bad_request(format!(

@@ -276,6 +276,52 @@ fn validate_rules(causes: &mut Vec<Cause>, hook: &Value, at: &str) {
     }
 }
 
+/// `matchConditions`: at most 64, named uniquely, each expression compiling.
+fn validate_match_conditions(causes: &mut Vec<Cause>, hook: &Value, at: &str) {
+    let conditions = hook
+        .get("matchConditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if conditions.len() > 64 {
+        causes.push(Cause::new(
+            "FieldValueTooMany",
+            format!("{at}.matchConditions"),
+            format!("Too many: {}: must have at most 64 items", conditions.len()),
+        ));
+    }
+    let mut names = std::collections::HashSet::new();
+    for (j, condition) in conditions.iter().enumerate() {
+        let at = format!("{at}.matchConditions[{j}]");
+        let name = condition.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            causes.push(Cause::required(format!("{at}.name"), ""));
+        } else if !names.insert(name) {
+            causes.push(Cause::new(
+                "FieldValueDuplicate",
+                format!("{at}.name"),
+                format!("Duplicate value: {name:?}"),
+            ));
+        }
+        let expression = condition
+            .get("expression")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if expression.is_empty() {
+            causes.push(Cause::required(format!("{at}.expression"), ""));
+        } else if let Err(e) = plinth_schema::Expression::compile(
+            expression,
+            &crate::admission::webhook::MATCH_VARIABLES,
+        ) {
+            causes.push(Cause::invalid(
+                format!("{at}.expression"),
+                &json!(expression),
+                &e,
+            ));
+        }
+    }
+}
+
 impl Strategy for WebhookConfigurations {
     fn prepare_create(&self, object: &mut Value) {
         for hook in object
@@ -378,6 +424,7 @@ impl Strategy for WebhookConfigurations {
                     "must include at least one of v1, v1beta1",
                 ));
             }
+            validate_match_conditions(&mut causes, hook, &at);
             for (key, field) in [
                 ("namespaceSelector", "namespaceSelector"),
                 ("objectSelector", "objectSelector"),
