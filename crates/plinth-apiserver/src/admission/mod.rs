@@ -9,6 +9,8 @@
 
 mod call;
 pub(crate) mod controller;
+mod matching;
+pub mod policy;
 pub mod webhook;
 
 use std::sync::{Arc, PoisonError, RwLock};
@@ -70,8 +72,8 @@ pub fn server_user() -> User {
 }
 
 /// Whether writes of `def` are admitted at all: never the admission configuration types
-/// themselves (a broken webhook could otherwise never be removed), nor types that are
-/// answered rather than stored.
+/// themselves (a broken webhook or policy could otherwise never be removed), nor types that
+/// are answered rather than stored.
 pub fn admits(def: &ResourceDef) -> bool {
     def.group_version.group != "admissionregistration.k8s.io" && def.answer.is_none()
 }
@@ -81,6 +83,7 @@ pub fn admits(def: &ResourceDef) -> bool {
 pub struct Admission {
     mutating: RwLock<Arc<Vec<Webhook>>>,
     validating: RwLock<Arc<Vec<Webhook>>>,
+    policies: RwLock<Arc<policy::Policies>>,
 }
 
 impl Admission {
@@ -95,9 +98,26 @@ impl Admission {
         *slot.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(webhooks);
     }
 
-    /// Whether any webhook is in force.
+    /// Replaces the ValidatingAdmissionPolicies and bindings in force.
+    pub fn set_policies(&self, policies: policy::Policies) {
+        *self
+            .policies
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(policies);
+    }
+
+    fn policies(&self) -> Arc<policy::Policies> {
+        self.policies
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether any webhook or policy binding is in force.
     pub fn has_webhooks(&self) -> bool {
-        !self.mutating().is_empty() || !self.validating().is_empty()
+        !self.mutating().is_empty()
+            || !self.validating().is_empty()
+            || !self.policies().bindings.is_empty()
     }
 
     fn mutating(&self) -> Arc<Vec<Webhook>> {
@@ -184,10 +204,15 @@ impl Admission {
         old: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
         let webhooks = self.validating();
-        if webhooks.is_empty() || !admits(request.def) {
+        let policies = self.policies();
+        if (webhooks.is_empty() && policies.bindings.is_empty()) || !admits(request.def) {
             return Ok(Vec::new());
         }
         let namespace_labels = namespace_labels(registry, request, object.or(old)).await;
+        // Policies first (kube's ValidatingAdmissionPolicy plugin precedes the webhooks).
+        let mut warnings = policies
+            .validate(registry, request, object, old, &namespace_labels)
+            .await?;
         let mut calls = Vec::new();
         for hook in webhooks.iter() {
             if let Some(matched) =
@@ -196,7 +221,6 @@ impl Admission {
                 calls.push(async move { call::review(hook, request, &matched, object, old).await });
             }
         }
-        let mut warnings = Vec::new();
         for outcome in futures::future::join_all(calls).await {
             warnings.extend(outcome?.warnings);
         }

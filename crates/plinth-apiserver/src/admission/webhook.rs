@@ -7,22 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plinth_core::ApiError;
-use plinth_core::selector::LabelSelector;
 use serde_json::Value;
 
-use super::{Operation, Request};
+use super::Request;
+use super::matching::Matcher;
+pub(super) use super::matching::labels;
 pub use crate::callout::Endpoint;
 use crate::registry::Registry;
-
-/// One rule of `rules`.
-#[derive(Clone, Debug, Default)]
-struct Rule {
-    operations: Vec<String>,
-    groups: Vec<String>,
-    versions: Vec<String>,
-    resources: Vec<String>,
-    scope: String,
-}
 
 /// One webhook, ready to match and call.
 #[derive(Clone)]
@@ -35,12 +26,9 @@ pub struct Webhook {
     pub endpoint: Endpoint,
     /// TLS settings: the configuration's `caBundle` as trust (the system's without one).
     pub tls: Arc<rustls::ClientConfig>,
-    rules: Vec<Rule>,
+    matcher: Matcher,
     /// `failurePolicy: Ignore`.
     pub ignore_failures: bool,
-    equivalent: bool,
-    namespace_selector: LabelSelector,
-    object_selector: LabelSelector,
     /// `sideEffects` is `None` or `NoneOnDryRun`: it may see dry-run requests.
     pub dry_run_safe: bool,
     /// `timeoutSeconds`.
@@ -90,12 +78,6 @@ fn text<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-fn selector(value: Option<&Value>) -> LabelSelector {
-    value
-        .and_then(|v| LabelSelector::from_object(v).ok())
-        .unwrap_or_default()
-}
-
 /// The webhooks of a configuration object (`mutating`: a MutatingWebhookConfiguration), in
 /// their order; one that cannot be used (a caBundle that does not parse) is left out with a
 /// log line.
@@ -120,22 +102,6 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
                 continue;
             }
         };
-        let rules = hook
-            .get("rules")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|r| Rule {
-                operations: strings(r, "operations"),
-                groups: strings(r, "apiGroups"),
-                versions: strings(r, "apiVersions"),
-                resources: strings(r, "resources"),
-                scope: match text(r, "scope") {
-                    "" => "*".to_owned(),
-                    s => s.to_owned(),
-                },
-            })
-            .collect();
         let mut match_conditions = Vec::new();
         let mut compiled = true;
         for condition in hook
@@ -175,11 +141,14 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
             configuration: config_name.clone(),
             endpoint,
             tls,
-            rules,
+            matcher: Matcher::parse(
+                hook.get("rules"),
+                None,
+                text(hook, "matchPolicy"),
+                hook.get("namespaceSelector"),
+                hook.get("objectSelector"),
+            ),
             ignore_failures: text(hook, "failurePolicy") == "Ignore",
-            equivalent: text(hook, "matchPolicy") != "Exact",
-            namespace_selector: selector(hook.get("namespaceSelector")),
-            object_selector: selector(hook.get("objectSelector")),
             dry_run_safe: matches!(text(hook, "sideEffects"), "None" | "NoneOnDryRun"),
             timeout: Duration::from_secs(
                 hook.get("timeoutSeconds")
@@ -193,56 +162,6 @@ pub fn parse(configuration: &Value, mutating: bool) -> Vec<Webhook> {
         });
     }
     out
-}
-
-fn listed(list: &[String], value: &str) -> bool {
-    list.iter().any(|v| v == "*" || v == value)
-}
-
-/// Whether `entry` of a rule's `resources` names `resource` with `subresource`: `pods`,
-/// `pods/status`, `pods/*` (the resource and its subresources), `*/status`, `*` (every
-/// resource, no subresource), `*/*` — kube's rule matcher.
-fn names_resource(entry: &str, resource: &str, subresource: &str) -> bool {
-    let (r, s) = entry.split_once('/').unwrap_or((entry, ""));
-    (r == "*" || r == resource) && (s == "*" || s == subresource)
-}
-
-impl Rule {
-    fn matches(
-        &self,
-        operation: Operation,
-        group: &str,
-        version: &str,
-        request: &Request<'_>,
-    ) -> bool {
-        let namespaced = request.def.namespaced;
-        let scope_ok = match self.scope.as_str() {
-            "Cluster" => !namespaced,
-            "Namespaced" => namespaced,
-            _ => true,
-        };
-        scope_ok
-            && listed(&self.operations, operation.as_str())
-            && listed(&self.groups, group)
-            && listed(&self.versions, version)
-            && self
-                .resources
-                .iter()
-                .any(|r| names_resource(r, &request.def.plural, request.subresource))
-    }
-}
-
-/// An object's labels (none for no object).
-pub(super) fn labels(object: Option<&Value>) -> BTreeMap<String, String> {
-    object
-        .and_then(|o| o.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl Webhook {
@@ -259,50 +178,12 @@ impl Webhook {
         old: Option<&Value>,
         namespace_labels: &Option<BTreeMap<String, String>>,
     ) -> Result<Option<Matched>, ApiError> {
-        let def = request.def;
-        let group = def.group_version.group.as_str();
-        let version = def.group_version.version.as_str();
-        let exact = self
-            .rules
-            .iter()
-            .any(|r| r.matches(request.operation, group, version, request));
-        let version = if exact {
-            version.to_owned()
-        } else if self.equivalent {
-            // The same resource in another version it is served in.
-            let other = registry
-                .resources
-                .all()
-                .into_iter()
-                .filter(|d| {
-                    d.group_version.group == group
-                        && d.plural == def.plural
-                        && d.group_version.version != version
-                })
-                .map(|d| d.group_version.version.clone())
-                .find(|v| {
-                    self.rules
-                        .iter()
-                        .any(|r| r.matches(request.operation, group, v, request))
-                });
-            match other {
-                Some(v) => v,
-                None => return Ok(None),
-            }
-        } else {
+        let Some(version) = self
+            .matcher
+            .matches(registry, request, object, old, namespace_labels)
+        else {
             return Ok(None);
         };
-        if let Some(ns_labels) = namespace_labels
-            && !self.namespace_selector.matches(ns_labels)
-        {
-            return Ok(None);
-        }
-        if !self.object_selector.is_empty()
-            && !self.object_selector.matches(&labels(object))
-            && !self.object_selector.matches(&labels(old))
-        {
-            return Ok(None);
-        }
         if !self.match_conditions.is_empty() {
             let null = Value::Null;
             let review = super::call::review_request(request, &version, "", None, None);
@@ -341,24 +222,5 @@ impl Webhook {
             )));
         }
         Ok(Some(Matched { version }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resource_entries_name_subresources_as_kube_does() {
-        assert!(names_resource("pods", "pods", ""));
-        assert!(!names_resource("pods", "pods", "status"));
-        assert!(names_resource("pods/status", "pods", "status"));
-        assert!(names_resource("pods/*", "pods", "status"));
-        assert!(names_resource("pods/*", "pods", ""));
-        assert!(names_resource("*/status", "widgets", "status"));
-        assert!(names_resource("*", "widgets", ""));
-        assert!(!names_resource("*", "widgets", "status"));
-        assert!(names_resource("*/*", "widgets", "status"));
-        assert!(names_resource("*/*", "widgets", ""));
     }
 }

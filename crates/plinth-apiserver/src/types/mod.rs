@@ -37,6 +37,8 @@ pub fn builtin() -> Vec<ResourceDef> {
         flowcontrol::prioritylevel::resource(),
         admissionregistration::webhookconfiguration::mutating(),
         admissionregistration::webhookconfiguration::validating(),
+        admissionregistration::policy::policies(),
+        admissionregistration::policy::bindings(),
     ]
     .into_iter()
     .chain(authorization::resources())
