@@ -1,6 +1,6 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
-//! collector, the namespace lifecycle, the root CA publisher and the client-certificate
-//! signer.
+//! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer
+//! and the resource quota controller.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -9,10 +9,12 @@
 pub mod csrsigning;
 pub mod gc;
 pub mod namespace;
+pub mod quota;
 pub mod rootca;
 
 pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
+pub use quota::spawn_quota_controller;
 pub use rootca::spawn_root_ca_publisher;
 
 /// The cluster's CA, as the controllers that need it see it.
@@ -33,6 +35,7 @@ pub fn spawn_all(
     let ca_pem = &ca.pem;
     csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
     spawn_namespace_controller(registry.clone(), stopping.clone());
+    spawn_quota_controller(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

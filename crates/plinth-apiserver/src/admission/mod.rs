@@ -11,6 +11,7 @@ mod call;
 pub(crate) mod controller;
 mod matching;
 pub mod policy;
+pub mod quota;
 pub mod webhook;
 
 use std::sync::{Arc, PoisonError, RwLock};
@@ -84,6 +85,11 @@ pub struct Admission {
     mutating: RwLock<Arc<Vec<Webhook>>>,
     validating: RwLock<Arc<Vec<Webhook>>>,
     policies: RwLock<Arc<policy::Policies>>,
+    /// When each quota (namespace, name) last counted a create in: the quota controller
+    /// leaves a count it would lower alone for a while after, as the object may not be
+    /// stored yet.
+    quota_counted:
+        std::sync::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>,
 }
 
 impl Admission {
@@ -96,6 +102,25 @@ impl Admission {
             &self.validating
         };
         *slot.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(webhooks);
+    }
+
+    /// When quota `name` in `namespace` last counted a create made through this server.
+    pub fn quota_counted_at(&self, namespace: &str, name: &str) -> Option<std::time::Instant> {
+        self.quota_counted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    pub(crate) fn note_quota_counted(&self, namespace: &str, name: &str) {
+        self.quota_counted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                (namespace.to_owned(), name.to_owned()),
+                std::time::Instant::now(),
+            );
     }
 
     /// Replaces the ValidatingAdmissionPolicies and bindings in force.
@@ -203,9 +228,14 @@ impl Admission {
         object: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<Vec<String>, ApiError> {
+        if !admits(request.def) {
+            return Ok(Vec::new());
+        }
         let webhooks = self.validating();
         let policies = self.policies();
-        if (webhooks.is_empty() && policies.bindings.is_empty()) || !admits(request.def) {
+        if webhooks.is_empty() && policies.bindings.is_empty() {
+            // ResourceQuota runs last, once the others have allowed the write.
+            quota::admit(registry, request).await?;
             return Ok(Vec::new());
         }
         let namespace_labels = namespace_labels(registry, request, object.or(old)).await;
@@ -224,6 +254,7 @@ impl Admission {
         for outcome in futures::future::join_all(calls).await {
             warnings.extend(outcome?.warnings);
         }
+        quota::admit(registry, request).await?;
         Ok(warnings)
     }
 }

@@ -24,6 +24,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::configmap::resource(),
         self::core::secret::resource(),
         self::core::serviceaccount::resource(),
+        self::core::resourcequota::resource(),
         self::core::event::resource(),
         events::event::resource(),
         coordination::lease::resource(),

@@ -3,6 +3,7 @@
 pub mod configmap;
 pub mod event;
 pub mod namespace;
+pub mod resourcequota;
 pub mod secret;
 pub mod serviceaccount;
 

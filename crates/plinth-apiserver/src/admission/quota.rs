@@ -1,0 +1,144 @@
+//! kube's ResourceQuota admission, for object counts: a create in a namespace with quotas on
+//! its resource (`count/widgets.example.com`, `count/configmaps`, or the older `configmaps`,
+//! `secrets`, …) is counted in each quota's `status.used` — a guaranteed update of the quota,
+//! so two creates cannot both take the last place — or refused when it would pass `hard`.
+
+use plinth_core::ApiError;
+use serde_json::{Value, json};
+
+use super::{Operation, Request};
+use crate::registry::{ListOptions, Part, Registry, WriteOptions};
+use crate::resources::ResourceDef;
+use crate::types::core::resourcequota::count_of;
+
+/// The core resources quotas may also name without `count/`.
+const LEGACY: [&str; 7] = [
+    "configmaps",
+    "secrets",
+    "services",
+    "pods",
+    "persistentvolumeclaims",
+    "replicationcontrollers",
+    "resourcequotas",
+];
+
+/// The quota resource names a create of `def` counts against.
+pub fn counted_as(def: &ResourceDef) -> Vec<String> {
+    let (group, plural) = (&def.group_version.group, &def.plural);
+    if group.is_empty() {
+        let mut names = vec![format!("count/{plural}")];
+        if LEGACY.contains(&plural.as_str()) {
+            names.push(plural.clone());
+        }
+        names
+    } else {
+        vec![format!("count/{plural}.{group}")]
+    }
+}
+
+/// The resource a quota resource name counts (`count/widgets.example.com` →
+/// (`example.com`, `widgets`)).
+pub fn resource_of(name: &str) -> Option<(String, String)> {
+    if let Some(rest) = name.strip_prefix("count/") {
+        return Some(match rest.split_once('.') {
+            Some((plural, group)) => (group.to_owned(), plural.to_owned()),
+            None => (String::new(), rest.to_owned()),
+        });
+    }
+    LEGACY
+        .contains(&name)
+        .then(|| (String::new(), name.to_owned()))
+}
+
+/// Counts a create against the quotas of its namespace.
+///
+/// # Errors
+/// 403 `exceeded quota: …` or `status unknown for quota: …`, as kube words them.
+pub fn admit<'a>(
+    registry: &'a Registry,
+    request: &'a Request<'a>,
+) -> futures::future::BoxFuture<'a, Result<(), ApiError>> {
+    // Boxed: counting writes the quota, whose write is admitted in turn.
+    Box::pin(count_create(registry, request))
+}
+
+async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), ApiError> {
+    let def = request.def;
+    if request.operation != Operation::Create || !def.namespaced || !request.subresource.is_empty()
+    {
+        return Ok(());
+    }
+    let (Some(namespace), Some(quotas)) = (
+        request.namespace,
+        registry.resources.get("", "v1", "resourcequotas"),
+    ) else {
+        return Ok(());
+    };
+    let names = counted_as(def);
+    let any_state = ListOptions {
+        resource_version: Some("0".into()),
+        ..ListOptions::default()
+    };
+    let list = registry.list(&quotas, Some(namespace), &any_state).await?;
+    for quota in list["items"].as_array().into_iter().flatten() {
+        let Some(hard) = quota.pointer("/spec/hard").and_then(Value::as_object) else {
+            continue;
+        };
+        let limited: Vec<&String> = names.iter().filter(|n| hard.contains_key(*n)).collect();
+        if limited.is_empty() {
+            continue;
+        }
+        let quota_name = plinth_core::meta::name(quota).unwrap_or("").to_owned();
+        let refuse =
+            |why: String| ApiError::forbidden(Some(&def.group_resource()), request.name, &why);
+        let count = |current: &mut Value| -> Result<bool, ApiError> {
+            for name in &limited {
+                let Some(limit) = current
+                    .pointer("/status/hard")
+                    .and_then(|h| h.get(name.as_str()))
+                    .and_then(count_of)
+                else {
+                    return Err(refuse(format!(
+                        "status unknown for quota: {quota_name}, resource: {name}"
+                    )));
+                };
+                let used = current
+                    .pointer("/status/used")
+                    .and_then(|u| u.get(name.as_str()))
+                    .and_then(count_of)
+                    .unwrap_or(0);
+                if used + 1 > limit {
+                    return Err(refuse(format!(
+                        "exceeded quota: {quota_name}, requested: {name}=1, used: {name}={used}, limited: {name}={limit}"
+                    )));
+                }
+                if !current.get("status").is_some_and(Value::is_object) {
+                    current["status"] = json!({});
+                }
+                if !current["status"].get("used").is_some_and(Value::is_object) {
+                    current["status"]["used"] = json!({});
+                }
+                current["status"]["used"][name.as_str()] = json!((used + 1).to_string());
+            }
+            Ok(true)
+        };
+        if request.dry_run {
+            count(&mut quota.clone())?;
+            continue;
+        }
+        registry
+            .modify(
+                &quotas,
+                Some(namespace),
+                &quota_name,
+                Part::Status,
+                &WriteOptions::internal("resourcequota-admission"),
+                count,
+            )
+            .await?;
+        registry
+            .admission
+            .note_quota_counted(namespace, &quota_name);
+    }
+    Ok(())
+}

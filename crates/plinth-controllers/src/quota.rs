@@ -1,0 +1,158 @@
+//! The resource quota controller (kube-controller-manager's `resourcequota`): each quota's
+//! `status.hard` follows its spec and `status.used` counts what its namespace holds — at
+//! once for a new or changed quota, and every few seconds for all (objects deleted give their
+//! place back). Resource names other than object counts (`requests.cpu`, …) are shown as
+//! used `0`: compute resources are not counted.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_apiserver::admission::quota::resource_of;
+use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+/// How often every quota is recounted.
+const RESYNC: Duration = Duration::from_secs(2);
+/// How long after admission counted a create a lower count is not written (the object may
+/// still be on its way to storage).
+const IN_FLIGHT: Duration = Duration::from_secs(10);
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_quota_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    tokio::spawn(run(registry, stopping));
+}
+
+fn any_state() -> ListOptions {
+    ListOptions {
+        resource_version: Some("0".into()),
+        ..ListOptions::default()
+    }
+}
+
+/// A consistent list (what storage holds now, not what the cache may still be catching up to).
+fn current() -> ListOptions {
+    ListOptions::default()
+}
+
+/// `status` as it should be for `quota`.
+async fn desired(registry: &Registry, quota: &Value) -> Value {
+    let namespace = plinth_core::meta::namespace(quota).unwrap_or("");
+    let hard = quota
+        .pointer("/spec/hard")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut used = Map::new();
+    for name in hard.keys() {
+        let mut count = 0usize;
+        if let Some((group, plural)) = resource_of(name) {
+            let def = registry
+                .resources
+                .all()
+                .into_iter()
+                .find(|d| d.group_version.group == group && d.plural == plural && d.namespaced);
+            if let Some(def) = def
+                && let Ok(list) = registry.list(&def, Some(namespace), &current()).await
+            {
+                count = list["items"].as_array().map_or(0, Vec::len);
+            }
+        }
+        used.insert(name.clone(), json!(count.to_string()));
+    }
+    json!({"hard": hard, "used": used})
+}
+
+async fn recount(registry: &Registry, quota: &Value) {
+    let Some(def) = registry.resources.get("", "v1", "resourcequotas") else {
+        return;
+    };
+    let (Some(namespace), Some(name)) = (
+        plinth_core::meta::namespace(quota),
+        plinth_core::meta::name(quota),
+    ) else {
+        return;
+    };
+    let counted_at = registry.admission.quota_counted_at(namespace, name);
+    let status = desired(registry, quota).await;
+    if quota.get("status") == Some(&status) {
+        return;
+    }
+    let recent = counted_at.is_some_and(|at| at.elapsed() < IN_FLIGHT);
+    let written = registry
+        .modify(
+            &def,
+            Some(namespace),
+            name,
+            Part::Status,
+            &WriteOptions::internal("kube-controller-manager"),
+            |current| {
+                if current.get("status") == Some(&status) {
+                    return Ok(false);
+                }
+                let mut status = status.clone();
+                // Counts admission has just raised stay until their objects can be seen.
+                if recent {
+                    for (resource, value) in status["used"].as_object_mut().into_iter().flatten() {
+                        let shown = current
+                            .pointer("/status/used")
+                            .and_then(|u| u.get(resource))
+                            .and_then(plinth_apiserver::types::core::resourcequota::count_of);
+                        let counted = plinth_apiserver::types::core::resourcequota::count_of(value);
+                        if let (Some(shown), Some(counted)) = (shown, counted)
+                            && shown > counted
+                        {
+                            *value = json!(shown.to_string());
+                        }
+                    }
+                }
+                if current.get("status") == Some(&status) {
+                    return Ok(false);
+                }
+                current["status"] = status;
+                Ok(true)
+            },
+        )
+        .await;
+    if let Err(e) = written
+        && e.reason != plinth_core::StatusReason::NotFound
+    {
+        tracing::warn!(quota = name, namespace, error = %e.message, "could not update the quota's status");
+    }
+}
+
+async fn run(registry: Registry, stopping: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(RESYNC);
+    loop {
+        let Some((def, mut events)) = registry
+            .watch_until_stopped(
+                ("", "resourcequotas"),
+                &stopping,
+                "resource quota controller",
+            )
+            .await
+        else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else { break };
+                    if matches!(event.kind, "ADDED" | "MODIFIED") {
+                        recount(&registry, &event.object()).await;
+                    }
+                }
+                _ = ticks.tick() => {
+                    if let Ok(list) = registry.list(&def, None, &any_state()).await {
+                        for quota in list["items"].as_array().into_iter().flatten() {
+                            recount(&registry, quota).await;
+                        }
+                    }
+                }
+            }
+        }
+        if *stopping.borrow() {
+            return;
+        }
+    }
+}

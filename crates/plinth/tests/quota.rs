@@ -1,0 +1,205 @@
+//! ResourceQuota object counts end to end through kubectl: the (n+1)th object is refused with
+//! kube's message, a deleted one gives its place back, custom resources count as
+//! `count/<plural>.<group>`, concurrent creates never pass the limit, and kubectl shows the
+//! usage.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Backend, Plinth};
+
+const WIDGETS: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+fn quota(namespace: &str, hard: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: objects, namespace: {namespace}}}\nspec:\n  hard: {{{hard}}}\n"
+    )
+}
+
+fn counted(plinth: &Plinth, namespace: &str, resource: &str) -> Option<String> {
+    let quota = plinth.json(&["-n", namespace, "get", "resourcequota", "objects"]);
+    quota["status"]["used"][resource]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[test]
+fn quotas_count_objects_and_refuse_past_the_limit() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let crd = plinth.dir.path().join("widgets.yaml");
+    std::fs::write(&crd, WIDGETS).unwrap();
+    plinth.install_crds(&[crd], "60s");
+    plinth.kubectl(&["create", "namespace", "limited"]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &quota(
+            "limited",
+            "secrets: \"2\", count/widgets.example.com: \"1\", count/configmaps: \"10\"",
+        ),
+    );
+    plinth.eventually("the quota's status", || {
+        counted(&plinth, "limited", "secrets").as_deref() == Some("0")
+    });
+    // The namespace's kube-root-ca.crt counts as a ConfigMap.
+    plinth.eventually("ConfigMaps counted", || {
+        counted(&plinth, "limited", "count/configmaps").as_deref() == Some("1")
+    });
+
+    for name in ["s1", "s2"] {
+        plinth.kubectl(&[
+            "-n",
+            "limited",
+            "create",
+            "secret",
+            "generic",
+            name,
+            "--from-literal=k=v",
+        ]);
+    }
+    let refused = plinth.kubectl_output(&[
+        "-n",
+        "limited",
+        "create",
+        "secret",
+        "generic",
+        "s3",
+        "--from-literal=k=v",
+    ]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("secrets \"s3\" is forbidden: exceeded quota: objects, requested: secrets=1, used: secrets=2, limited: secrets=2"),
+        "{message}"
+    );
+    assert_eq!(
+        plinth
+            .kubectl_output(&["-n", "limited", "get", "secret", "s3"])
+            .status
+            .code(),
+        Some(1),
+        "nothing stored"
+    );
+    // A dry run is judged the same, and counts nothing.
+    let dry = plinth.kubectl_output(&[
+        "-n",
+        "limited",
+        "create",
+        "secret",
+        "generic",
+        "s3",
+        "--from-literal=k=v",
+        "--dry-run=server",
+    ]);
+    assert!(!dry.status.success());
+    // A deleted Secret gives its place back.
+    plinth.kubectl(&["-n", "limited", "delete", "secret", "s1"]);
+    plinth.eventually("the freed place", || {
+        counted(&plinth, "limited", "secrets").as_deref() == Some("1")
+    });
+    plinth.kubectl(&[
+        "-n",
+        "limited",
+        "create",
+        "secret",
+        "generic",
+        "s3",
+        "--from-literal=k=v",
+    ]);
+
+    // Custom resources: count/<plural>.<group>.
+    let widget = |name: &str| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: limited}}\n"
+        )
+    };
+    plinth.kubectl_with(&["create", "-f", "-"], &widget("w1"));
+    let refused = plinth.kubectl_stdin(&["create", "-f", "-"], &widget("w2"));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(
+            "exceeded quota: objects, requested: count/widgets.example.com=1, used: count/widgets.example.com=1, limited: count/widgets.example.com=1"
+        ),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // Other namespaces are not limited.
+    plinth.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "elsewhere",
+        "--from-literal=k=v",
+    ]);
+
+    // kubectl's view: used/hard per resource.
+    plinth.eventually("kubectl shows the usage", || {
+        let table = plinth.kubectl(&["-n", "limited", "get", "quota"]);
+        table.contains("secrets: 2/2") && table.contains("count/widgets.example.com: 1/1")
+    });
+    let header: Vec<String> = plinth
+        .kubectl(&["-n", "limited", "get", "quota"])
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(header, ["NAME", "AGE", "REQUEST", "LIMIT"]);
+}
+
+#[test]
+fn concurrent_creates_never_pass_the_limit() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "race"]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &quota("race", "secrets: \"3\""));
+    plinth.eventually("the quota's status", || {
+        counted(&plinth, "race", "secrets").as_deref() == Some("0")
+    });
+    let creates: Vec<_> = (0..8)
+        .map(|i| {
+            let (kubeconfig, cache) = (
+                plinth.kubeconfig.clone(),
+                plinth.dir.path().join(format!("cache-{i}")),
+            );
+            std::thread::spawn(move || {
+                std::process::Command::new("kubectl")
+                    .args([
+                        "-n",
+                        "race",
+                        "create",
+                        "secret",
+                        "generic",
+                        &format!("s{i}"),
+                        "--from-literal=k=v",
+                    ])
+                    .env("KUBECONFIG", kubeconfig)
+                    .env("KUBECACHEDIR", cache)
+                    .output()
+                    .unwrap()
+                    .status
+                    .success()
+            })
+        })
+        .collect();
+    let succeeded = creates
+        .into_iter()
+        .map(|c| c.join().unwrap())
+        .filter(|ok| *ok)
+        .count();
+    assert_eq!(succeeded, 3, "exactly the quota's three");
+    let listed = plinth.json(&["-n", "race", "get", "secrets"]);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 3);
+}
