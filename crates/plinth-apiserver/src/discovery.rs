@@ -235,6 +235,85 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
     entry
 }
 
+/// `/apis` with the groups extension servers serve (APIServices) added.
+pub fn with_remotes(
+    mut list: Value,
+    remotes: &[std::sync::Arc<crate::aggregator::Remote>],
+) -> Value {
+    let Some(groups) = list.get_mut("groups").and_then(Value::as_array_mut) else {
+        return list;
+    };
+    for remote in remotes {
+        let gv = format!("{}/{}", remote.group, remote.version);
+        let entry = json!({"groupVersion": gv, "version": remote.version});
+        match groups
+            .iter_mut()
+            .find(|g| g["name"] == remote.group.as_str())
+        {
+            Some(group) => {
+                if let Some(versions) = group.get_mut("versions").and_then(Value::as_array_mut)
+                    && !versions.contains(&entry)
+                {
+                    versions.push(entry);
+                }
+            }
+            None => groups.push(json!({"name": remote.group, "versions": [entry.clone()],
+                "preferredVersion": entry})),
+        }
+    }
+    list
+}
+
+/// `/apis/<group>` of a group only extension servers serve.
+pub fn remote_group(
+    remotes: &[std::sync::Arc<crate::aggregator::Remote>],
+    group: &str,
+) -> Option<Value> {
+    let versions: Vec<Value> = remotes
+        .iter()
+        .filter(|r| r.group == group)
+        .map(
+            |r| json!({"groupVersion": format!("{}/{}", r.group, r.version), "version": r.version}),
+        )
+        .collect();
+    let preferred = versions.first()?.clone();
+    Some(
+        json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
+        "preferredVersion": preferred}),
+    )
+}
+
+/// The aggregated `/apis` with the versions extension servers serve, from their last
+/// discovery check (a version that has not passed one yet is left out).
+pub fn with_remotes_aggregated(
+    mut list: Value,
+    remotes: &[std::sync::Arc<crate::aggregator::Remote>],
+) -> Value {
+    let Some(items) = list.get_mut("items").and_then(Value::as_array_mut) else {
+        return list;
+    };
+    for remote in remotes {
+        let Some(version) = crate::aggregator::aggregated_versions(remote) else {
+            continue;
+        };
+        match items
+            .iter_mut()
+            .find(|g| g.pointer("/metadata/name") == Some(&json!(remote.group)))
+        {
+            Some(group) => {
+                if let Some(versions) = group.get_mut("versions").and_then(Value::as_array_mut) {
+                    versions.push(version);
+                }
+            }
+            None => items.push(
+                json!({"metadata": {"name": remote.group, "creationTimestamp": null},
+                "versions": [version]}),
+            ),
+        }
+    }
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

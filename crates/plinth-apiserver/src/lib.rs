@@ -14,6 +14,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod admission;
+pub mod aggregator;
 pub mod audit;
 pub mod auth;
 pub mod cache;

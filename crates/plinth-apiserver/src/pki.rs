@@ -271,6 +271,22 @@ impl ClusterSigner {
         })
     }
 
+    /// A new key and a client certificate for `user` signed with it (PEM: certificate, key),
+    /// valid `seconds` — the API server's own identity toward extension API servers.
+    ///
+    /// # Errors
+    /// A key or certificate that cannot be made.
+    pub fn client_identity(&self, user: &str, seconds: i64) -> Result<(String, String), String> {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut params = CertificateParams::new(Vec::new()).map_err(|e| e.to_string())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        let request = params
+            .serialize_request(&key)
+            .and_then(|r| r.pem())
+            .map_err(|e| e.to_string())?;
+        Ok((self.sign_client(&request, seconds)?, key.serialize_pem()))
+    }
+
     /// A client certificate (PEM) for the PEM certificate request `request`, valid
     /// `seconds`: its subject as requested (CN the user, O the groups), usable for client
     /// authentication only.

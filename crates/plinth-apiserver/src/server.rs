@@ -221,6 +221,22 @@ pub async fn start(
     crate::admission::controller::start(&registry, &registry.admission, &stopping)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
+    crate::aggregator::bootstrap(&registry, &credentials.ca_pem)
+        .await
+        .map_err(|e| ServeError::Bootstrap(e.message))?;
+    let aggregator = Arc::new(crate::aggregator::Aggregator::default());
+    let proxy_identity = signer
+        .client_identity(crate::aggregator::PROXY_CLIENT, 365 * 24 * 3600)
+        .map_err(|reason| ServeError::Credentials {
+            step: "make the proxy client certificate",
+            reason,
+        })?;
+    crate::aggregator::spawn(
+        registry.clone(),
+        aggregator.clone(),
+        proxy_identity,
+        stopping.clone(),
+    );
     let state = Arc::new(AppState {
         registry: registry.clone(),
         authenticator,
@@ -234,6 +250,7 @@ pub async fn start(
             config.max_mutating_requests_inflight,
         ),
         audit,
+        aggregator,
     });
     tokio::spawn(compactor(
         registry.clone(),

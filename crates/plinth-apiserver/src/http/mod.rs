@@ -51,6 +51,8 @@ pub(crate) struct AppState {
     pub(crate) inflight: inflight::Inflight,
     /// The audit log, when one is configured.
     pub(crate) audit: Option<crate::audit::Audit>,
+    /// The extension API servers of aggregated group/versions.
+    pub(crate) aggregator: Arc<crate::aggregator::Aggregator>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -486,6 +488,16 @@ async fn handle(
         )
             .into_response());
     }
+    // A group/version an APIService gives to an extension server goes there, as is.
+    let aggregated = match &target {
+        Target::Resource { group, version, .. } | Target::ResourceList { group, version } => {
+            state.aggregator.remote(group, version)
+        }
+        _ => None,
+    };
+    if let Some(remote) = aggregated {
+        return crate::aggregator::proxy(&remote, method, request.uri, headers, body, &user).await;
+    }
     let format = negotiate(headers)?;
     if let Format::OpenApiV2Protobuf(media) = format
         && target != Target::OpenApiV2
@@ -590,11 +602,23 @@ fn document(
             Format::Aggregated(v) => owned(Some(discovery::aggregated(resources, true, v))),
             _ => owned(Some(discovery::core_versions(&state.server_address))),
         },
-        Target::Apis => match format {
-            Format::Aggregated(v) => owned(Some(discovery::aggregated(resources, false, v))),
-            _ => owned(Some(discovery::groups(resources))),
-        },
-        Target::Group(group) => owned(discovery::group(resources, &group)),
+        Target::Apis => {
+            let remotes = state.aggregator.remotes();
+            match format {
+                Format::Aggregated(v) => owned(Some(discovery::with_remotes_aggregated(
+                    discovery::aggregated(resources, false, v),
+                    &remotes,
+                ))),
+                _ => owned(Some(discovery::with_remotes(
+                    discovery::groups(resources),
+                    &remotes,
+                ))),
+            }
+        }
+        Target::Group(group) => owned(
+            discovery::group(resources, &group)
+                .or_else(|| discovery::remote_group(&state.aggregator.remotes(), &group)),
+        ),
         Target::ResourceList { group, version } => {
             owned(discovery::resource_list(resources, &group, &version))
         }

@@ -6,6 +6,7 @@
 
 pub mod admissionregistration;
 pub mod apiextensions;
+pub mod apiregistration;
 pub mod authentication;
 pub mod authorization;
 pub mod certificates;
@@ -40,6 +41,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         admissionregistration::webhookconfiguration::validating(),
         admissionregistration::policy::policies(),
         admissionregistration::policy::bindings(),
+        apiregistration::apiservice::resource(),
     ]
     .into_iter()
     .chain(authorization::resources())
