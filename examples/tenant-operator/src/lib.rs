@@ -26,6 +26,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+pub mod v1beta1;
 pub mod webhooks;
 
 /// The finalizer that archives a deleted tenant.
@@ -71,10 +72,42 @@ pub struct TenantStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// The Tenant CRD, generated from the types above.
+/// The Tenant CRD, generated from the types above (v1alpha1 only).
 pub fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     Tenant::crd()
+}
+
+/// The Tenant CRD with both versions, stored in v1beta1 and converted by the operator's
+/// webhook at `url` (`https://host:port`, served by `tenant-operator webhook`).
+///
+/// # Errors
+/// The two versions' CRDs do not merge (they always do; kube's merge checks it).
+pub fn crd_with_conversion(
+    url: &str,
+) -> Result<
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    String,
+> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    let mut crd =
+        kube::core::crd::merge_crds(vec![Tenant::crd(), v1beta1::Tenant::crd()], "v1beta1")
+            .map_err(|e| e.to_string())?;
+    crd.spec.conversion = Some(ext::CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(ext::WebhookConversion {
+            client_config: Some(ext::WebhookClientConfig {
+                url: Some(format!(
+                    "{}{}",
+                    url.trim_end_matches('/'),
+                    webhooks::CONVERT_PATH
+                )),
+                ..ext::WebhookClientConfig::default()
+            }),
+            conversion_review_versions: vec!["v1".into()],
+        }),
+    });
+    Ok(crd)
 }
 
 /// The RBAC the operator needs, and no more, for running as ServiceAccount

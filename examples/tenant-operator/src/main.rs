@@ -21,8 +21,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Prints the Tenant CRD (YAML).
-    Crd,
+    /// Prints the Tenant CRD (YAML): v1alpha1; with --conversion-url, v1alpha1 and v1beta1
+    /// stored in v1beta1 and converted by the webhook server at that URL.
+    Crd {
+        /// The webhook server's base URL (`https://127.0.0.1:9443`).
+        #[arg(long)]
+        conversion_url: Option<String>,
+    },
     /// Prints the RBAC the operator needs (YAML documents): its ServiceAccount in NAMESPACE,
     /// a ClusterRole and binding for what it manages, a Role for its Lease.
     Rbac {
@@ -69,16 +74,22 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => match serde_norway::to_string(&tenant_operator::crd()) {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
+        Command::Crd { conversion_url } => {
+            let crd = match conversion_url {
+                Some(url) => tenant_operator::crd_with_conversion(&url),
+                None => Ok(tenant_operator::crd()),
+            };
+            match crd.and_then(|c| serde_norway::to_string(&c).map_err(|e| e.to_string())) {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("tenant-operator: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("tenant-operator: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::WebhookConfig { url } => {
             print_yaml(&tenant_operator::webhooks::configurations(&url))
         }
@@ -163,12 +174,20 @@ async fn webhook(address: SocketAddr, cert_dir: PathBuf) -> Result<(), Box<dyn s
         .await?;
     let client = kube::Client::try_default().await?;
     let name = tenant_operator::webhooks::CONFIGURATION.to_owned();
-    inject_ca_bundle(
-        &client,
-        &certificate.ca_pem,
-        &[CaTarget::Mutating(name.clone()), CaTarget::Validating(name)],
-    )
-    .await?;
+    let mut targets = vec![CaTarget::Mutating(name.clone()), CaTarget::Validating(name)];
+    // The CRD's conversion webhook too, when the CRD converts through this server.
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(client.clone());
+    if crds
+        .get_opt("tenants.platform.plinth.dev")
+        .await?
+        .and_then(|c| c.spec.conversion)
+        .is_some_and(|c| c.strategy == "Webhook")
+    {
+        targets.push(CaTarget::Conversion("tenants.platform.plinth.dev".into()));
+    }
+    inject_ca_bundle(&client, &certificate.ca_pem, &targets).await?;
     println!("https://{}", running.local_addr);
     terminated().await;
     running.shutdown().await;

@@ -2,7 +2,9 @@
 //! user who created it) and a validator (owners non-empty and well-formed; a name that makes a
 //! valid namespace), and the configurations that send Tenants to them.
 
-use plinth_runtime::webhook::{AdmissionRequest, Defaulter, Validator, Verdict, WebhookServer};
+use plinth_runtime::webhook::{
+    AdmissionRequest, Converter, Defaulter, Validator, Verdict, WebhookServer,
+};
 use serde_json::{Value, json};
 
 use crate::Tenant;
@@ -13,6 +15,10 @@ pub const DEFAULT_PATH: &str = "/default-platform-plinth-dev-v1alpha1-tenant";
 pub const VALIDATE_PATH: &str = "/validate-platform-plinth-dev-v1alpha1-tenant";
 /// The name of both webhook configurations.
 pub const CONFIGURATION: &str = "tenant-operator";
+/// Where conversion is served.
+pub const CONVERT_PATH: &str = "/convert";
+/// Where v1alpha1 keeps the roles of owners (v1beta1's) it cannot say, for the way back.
+pub const ROLES_ANNOTATION: &str = "platform.plinth.dev/owner-roles";
 
 /// Fills in the owners of a Tenant that names none: the user creating it.
 #[derive(Debug)]
@@ -84,11 +90,88 @@ impl Validator<Tenant> for ValidTenant {
     }
 }
 
-/// The webhook server with both handlers.
+/// v1alpha1 → v1beta1: each owner becomes `{name, role}`, the role from the annotation a
+/// conversion down left, else `owner`.
+pub fn to_v1beta1(tenant: Tenant) -> crate::v1beta1::Tenant {
+    let mut metadata = tenant.metadata;
+    let roles: std::collections::BTreeMap<String, String> = metadata
+        .annotations
+        .as_mut()
+        .and_then(|a| a.remove(ROLES_ANNOTATION))
+        .and_then(|r| serde_json::from_str(&r).ok())
+        .unwrap_or_default();
+    if metadata
+        .annotations
+        .as_ref()
+        .is_some_and(std::collections::BTreeMap::is_empty)
+    {
+        metadata.annotations = None;
+    }
+    let owners = tenant
+        .spec
+        .owners
+        .into_iter()
+        .map(|name| crate::v1beta1::Owner {
+            role: roles.get(&name).cloned().unwrap_or_else(|| "owner".into()),
+            name,
+        })
+        .collect();
+    crate::v1beta1::Tenant {
+        metadata,
+        spec: crate::v1beta1::TenantSpec {
+            owners,
+            config: tenant.spec.config,
+        },
+        status: tenant.status,
+    }
+}
+
+/// v1beta1 → v1alpha1: owners' names; roles other than `owner` kept in an annotation.
+pub fn to_v1alpha1(tenant: &crate::v1beta1::Tenant) -> Tenant {
+    let mut metadata = tenant.metadata.clone();
+    let roles: std::collections::BTreeMap<&str, &str> = tenant
+        .spec
+        .owners
+        .iter()
+        .filter(|o| o.role != "owner")
+        .map(|o| (o.name.as_str(), o.role.as_str()))
+        .collect();
+    if !roles.is_empty() {
+        metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                ROLES_ANNOTATION.into(),
+                serde_json::to_string(&roles).unwrap_or_default(),
+            );
+    }
+    Tenant {
+        metadata,
+        spec: crate::TenantSpec {
+            owners: tenant.spec.owners.iter().map(|o| o.name.clone()).collect(),
+            config: tenant.spec.config.clone(),
+        },
+        status: tenant.status.clone(),
+    }
+}
+
+/// The hub-and-spoke converter: v1beta1 the hub.
+pub fn converter() -> Converter<crate::v1beta1::Tenant> {
+    Converter::new()
+        .version(
+            "platform.plinth.dev/v1beta1",
+            |t: crate::v1beta1::Tenant| t,
+            crate::v1beta1::Tenant::clone,
+        )
+        .version("platform.plinth.dev/v1alpha1", to_v1beta1, to_v1alpha1)
+}
+
+/// The webhook server with every handler.
 pub fn server() -> WebhookServer {
     WebhookServer::new()
         .defaulter(DEFAULT_PATH, DefaultOwner)
         .validator(VALIDATE_PATH, ValidTenant)
+        .converter(CONVERT_PATH, converter())
 }
 
 /// The Mutating- and ValidatingWebhookConfiguration sending Tenant creates and updates to

@@ -569,7 +569,13 @@ fn the_webhooks_default_and_validate_tenants() {
         assert!(out.status.success());
         out.stdout
     };
-    ok(kubectl(&["apply", "-f", "-"], Some(&operator(&["crd"]))));
+    // Both versions, stored in v1beta1, converted by the same webhook server.
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}");
+    ok(kubectl(
+        &["apply", "-f", "-"],
+        Some(&operator(&["crd", "--conversion-url", &url])),
+    ));
     ok(kubectl(
         &[
             "wait",
@@ -578,8 +584,6 @@ fn the_webhooks_default_and_validate_tenants() {
         ],
         None,
     ));
-    let port = free_port();
-    let url = format!("https://127.0.0.1:{port}");
     ok(kubectl(
         &["apply", "-f", "-"],
         Some(&operator(&["webhook-config", "--url", &url])),
@@ -624,6 +628,21 @@ fn the_webhooks_default_and_validate_tenants() {
             "{kind}"
         );
     }
+    let conversion_bundle = ok(kubectl(
+        &[
+            "get",
+            "crd",
+            "tenants.platform.plinth.dev",
+            "-o",
+            "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
+        ],
+        None,
+    ));
+    assert_eq!(
+        base64_decode(&conversion_bundle),
+        std::fs::read(dir.join("certs/ca.crt")).unwrap(),
+        "the CRD's conversion webhook trusts it too"
+    );
     let tenant = |name: &str, owners: &str| {
         format!(
             "apiVersion: platform.plinth.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {{owners: {owners}}}\n"
@@ -649,7 +668,13 @@ fn the_webhooks_default_and_validate_tenants() {
         Some(tenant("acme", "[]").as_bytes()),
     ));
     let owners = ok(kubectl(
-        &["get", "tenant", "acme", "-o", "jsonpath={.spec.owners}"],
+        &[
+            "get",
+            "tenants.v1alpha1.platform.plinth.dev",
+            "acme",
+            "-o",
+            "jsonpath={.spec.owners}",
+        ],
         None,
     ));
     assert_eq!(owners, r#"["plinth-admin"]"#, "defaulted to the creator");
@@ -665,7 +690,13 @@ fn the_webhooks_default_and_validate_tenants() {
         Some(tenant("carols", "[]").as_bytes()),
     ));
     let owners = ok(kubectl(
-        &["get", "tenant", "carols", "-o", "jsonpath={.spec.owners}"],
+        &[
+            "get",
+            "tenants.v1alpha1.platform.plinth.dev",
+            "carols",
+            "-o",
+            "jsonpath={.spec.owners}",
+        ],
         None,
     ));
     assert_eq!(owners, r#"["carol"]"#);
@@ -703,10 +734,115 @@ fn the_webhooks_default_and_validate_tenants() {
         [
             "tenant.platform.plinth.dev/acme",
             "tenant.platform.plinth.dev/carols",
-            "tenant.platform.plinth.dev/given"
+            "tenant.platform.plinth.dev/given",
         ],
         "the refused ones were not stored"
     );
+    // Conversion: v1alpha1 objects read in v1beta1 (owners with roles), v1beta1 ones in
+    // v1alpha1 (roles kept in an annotation for the way back), lists in both; stored in
+    // v1beta1; a v1beta1 create defaulted and validated through the v1alpha1 webhooks.
+    let beta = ok(kubectl(
+        &[
+            "get",
+            "tenants.v1beta1.platform.plinth.dev",
+            "acme",
+            "-o",
+            "jsonpath={.spec.owners}",
+        ],
+        None,
+    ));
+    assert_eq!(beta, r#"[{"name":"plinth-admin","role":"owner"}]"#);
+    ok(kubectl(
+        &["create", "-f", "-"],
+        Some(b"apiVersion: platform.plinth.dev/v1beta1\nkind: Tenant\nmetadata: {name: beta}\nspec: {owners: [{name: bob, role: admin}]}\n"),
+    ));
+    let alpha: serde_json::Value = serde_json::from_str(&ok(kubectl(
+        &[
+            "get",
+            "tenants.v1alpha1.platform.plinth.dev",
+            "beta",
+            "-o",
+            "json",
+        ],
+        None,
+    )))
+    .unwrap();
+    assert_eq!(alpha["spec"]["owners"], json!(["bob"]));
+    assert_eq!(
+        alpha["metadata"]["annotations"]["platform.plinth.dev/owner-roles"],
+        r#"{"bob":"admin"}"#
+    );
+    let beta = ok(kubectl(
+        &[
+            "get",
+            "tenants.v1beta1.platform.plinth.dev",
+            "beta",
+            "-o",
+            "jsonpath={.spec.owners}",
+        ],
+        None,
+    ));
+    assert_eq!(
+        beta, r#"[{"name":"bob","role":"admin"}]"#,
+        "the role survives"
+    );
+    ok(kubectl(
+        &["create", "-f", "-"],
+        Some(b"apiVersion: platform.plinth.dev/v1beta1\nkind: Tenant\nmetadata: {name: beta-defaulted}\nspec: {owners: []}\n"),
+    ));
+    let defaulted = ok(kubectl(
+        &[
+            "get",
+            "tenants.v1beta1.platform.plinth.dev",
+            "beta-defaulted",
+            "-o",
+            "jsonpath={.spec.owners}",
+        ],
+        None,
+    ));
+    assert_eq!(defaulted, r#"[{"name":"plinth-admin","role":"owner"}]"#);
+    let refused = kubectl(
+        &["create", "-f", "-"],
+        Some(b"apiVersion: platform.plinth.dev/v1beta1\nkind: Tenant\nmetadata: {name: beta-bad}\nspec: {owners: [{name: \"bad owner\", role: owner}]}\n"),
+    );
+    assert!(
+        !refused.status.success(),
+        "validated through the v1alpha1 webhook"
+    );
+    let alpha_list: serde_json::Value = serde_json::from_str(&ok(kubectl(
+        &["get", "tenants.v1alpha1.platform.plinth.dev", "-o", "json"],
+        None,
+    )))
+    .unwrap();
+    assert!(
+        alpha_list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["apiVersion"] == "platform.plinth.dev/v1alpha1"
+                && t["spec"]["owners"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(serde_json::Value::is_string)),
+        "{alpha_list}"
+    );
+    let table = ok(kubectl(
+        &["get", "tenants.v1alpha1.platform.plinth.dev"],
+        None,
+    ));
+    assert!(table.contains("beta") && table.contains("acme"), "{table}");
+    let stored = ok(kubectl(
+        &[
+            "get",
+            "crd",
+            "tenants.platform.plinth.dev",
+            "-o",
+            "jsonpath={.status.storedVersions}",
+        ],
+        None,
+    ));
+    assert_eq!(stored, r#"["v1beta1"]"#);
     // Updates are validated too.
     let refused = kubectl(
         &[

@@ -110,6 +110,27 @@ pub(super) async fn review(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<Outcome, ApiError> {
+    // Matched in another version of a resource whose CRD converts by webhook: the webhook
+    // sees the objects converted to its version (and its patch is converted back).
+    let conversion = request
+        .def
+        .conversion
+        .as_ref()
+        .filter(|_| matched.version != request.def.group_version.version);
+    let (object, old) = match conversion {
+        Some(webhook) => {
+            let target = webhook.api_version(&matched.version);
+            let mut both = Vec::new();
+            both.extend(object.cloned());
+            both.extend(old.cloned());
+            let mut converted = webhook.convert(both, &target).await?.into_iter();
+            let object = object.and_then(|_| converted.next());
+            let old = old.and_then(|_| converted.next());
+            (object, old)
+        }
+        None => (object.cloned(), old.cloned()),
+    };
+    let (object, old) = (object.as_ref(), old.as_ref());
     let uid = uuid::Uuid::new_v4().to_string();
     let url = match crate::callout::url(&hook.endpoint, hook.timeout) {
         Ok(url) => url,
@@ -221,6 +242,14 @@ pub(super) async fn review(
     let mut patched = object.clone();
     if let Err(e) = json_patch::patch(&mut patched, &patch) {
         return failed(hook, &format!("JSONPatch failed: {e}"));
+    }
+    if let Some(webhook) = conversion {
+        let back = request.def.group_version.api_version();
+        patched = webhook
+            .convert(vec![patched], &back)
+            .await?
+            .pop()
+            .ok_or_else(|| ApiError::internal("conversion returned nothing"))?;
     }
     outcome.patched = Some(patched);
     Ok(outcome)
