@@ -376,6 +376,21 @@ fn user_json(user: &User) -> Value {
     info
 }
 
+impl Record {
+    /// Adds annotations (admission's) to the events still to be written.
+    pub fn annotate(&mut self, annotations: Vec<(String, String)>) {
+        if annotations.is_empty() {
+            return;
+        }
+        if !self.event.get("annotations").is_some_and(Value::is_object) {
+            self.event["annotations"] = json!({});
+        }
+        for (key, value) in annotations {
+            self.event["annotations"][key] = Value::String(value);
+        }
+    }
+}
+
 impl Audit {
     /// The policy in `policy`, events to `log` (rotated past `max_mb`, `max_backups` kept).
     ///

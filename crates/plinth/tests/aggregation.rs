@@ -42,6 +42,10 @@ fn answer(request: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
             "items": [{"kind": "Flunder", "apiVersion": "wardle.example.com/v1alpha1",
                 "metadata": {"name": "seen", "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z",
                     "annotations": {"seen": seen.to_string()}}}]})
+    } else if path == format!("/openapi/v3{GROUP_VERSION}") {
+        json!({"openapi": "3.0.0", "info": {"title": "wardle", "version": "v1alpha1"}, "paths": {},
+            "components": {"schemas": {"io.example.wardle.v1alpha1.Flunder": {"type": "object",
+                "description": "A flunder, from the extension server"}}}})
     } else {
         let mut response = Response::new(Full::new(Bytes::from("not found")));
         *response.status_mut() = hyper::StatusCode::NOT_FOUND;
@@ -213,6 +217,14 @@ fn an_extension_server_behind_an_apiservice() {
     assert_eq!(
         http.get("/apis/wardle.example.com").json()["preferredVersion"]["version"],
         "v1alpha1"
+    );
+    // OpenAPI: the root lists the extension's group/version, which the extension serves.
+    let root = http.get("/openapi/v3").json();
+    let listed = &root["paths"]["apis/wardle.example.com/v1alpha1"]["serverRelativeURL"];
+    let document = http.get(listed.as_str().unwrap()).json();
+    assert_eq!(
+        document["components"]["schemas"]["io.example.wardle.v1alpha1.Flunder"]["description"],
+        "A flunder, from the extension server"
     );
     // The extension server takes nobody but the proxy: a request without its certificate is
     // refused at the handshake.

@@ -213,7 +213,23 @@ fn manifest(case: &Case) -> String {
 
 #[test]
 fn policies_deny_warn_and_audit_with_params() {
-    let plinth = Plinth::start(Backend::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = dir.path().join("audit.log");
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &[
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
     plinth.kubectl_with(&["apply", "-f", "-"], SETUP);
     // In force once the over-limit probe is refused (a dry run: nothing stored meanwhile).
     plinth.eventually("the policies are in force", || {
@@ -247,6 +263,25 @@ fn policies_deny_warn_and_audit_with_params() {
             assert!(stderr.contains(warning), "{}: {stderr}", case.what);
         }
     }
+    // Audit: the failure is in the audit event's annotations.
+    let audited = std::fs::read_to_string(&log).unwrap();
+    let event = audited
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["annotations"]
+                    .get("validation.policy.admission.k8s.io/validation_failure")
+                    .is_some()
+        })
+        .expect("an audit event with the validation failure");
+    let failure = event["annotations"]["validation.policy.admission.k8s.io/validation_failure"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{event}"));
+    let failure: serde_json::Value = serde_json::from_str(failure).unwrap();
+    assert_eq!(failure[0]["policy"], "team-label");
+    assert_eq!(failure[0]["binding"], "team-label-warn");
+    assert_eq!(failure[0]["message"], "a team label is required");
     // Updates too: raising the count past the limit is refused.
     let refused = plinth.kubectl_output(&[
         "-n",

@@ -54,7 +54,9 @@ impl Validator<ConfigMap> for Policy {
             return Verdict::deny("data.forbidden is not allowed here");
         }
         if data.contains_key("legacy") {
-            return Verdict::allow().with_warning("data.legacy is deprecated");
+            return Verdict::allow()
+                .with_warning("data.legacy is deprecated")
+                .with_audit_annotation("legacy", "true");
         }
         Verdict::allow()
     }
@@ -239,7 +241,23 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
         ))
         .unwrap();
     let port = running.local_addr.port();
-    let plinth = Plinth::start(Backend::Embedded);
+    // With an audit log: the webhooks' auditAnnotations land in it.
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = dir.path().join("audit.log");
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &[
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
 
     // A validating and a mutating webhook.
     plinth.kubectl_with(
@@ -308,6 +326,20 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
         stderr(&warned).contains("Warning: data.legacy is deprecated"),
         "{}",
         stderr(&warned)
+    );
+    let audited = std::fs::read_to_string(&log).unwrap();
+    let annotated = audited
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == "create"
+                && e["annotations"].get("policy.plinth.test/legacy").is_some()
+        })
+        .expect("the create's audit event, annotated");
+    assert_eq!(
+        annotated["annotations"]["policy.plinth.test/legacy"], "true",
+        "{annotated}"
     );
     let created = plinth.json(&["get", "configmap", "old"]);
     assert_eq!(

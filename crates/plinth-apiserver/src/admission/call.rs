@@ -200,6 +200,17 @@ pub(super) async fn review(
         .filter_map(Value::as_str)
         .map(str::to_owned)
         .collect();
+    // `auditAnnotations`, under the webhook's name, whatever it decided.
+    for (key, value) in response
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(value) = value.as_str() {
+            super::annotate(format!("{}/{key}", hook.name), value.to_owned());
+        }
+    }
     if response.get("allowed") != Some(&Value::Bool(true)) {
         return Err(denied(&hook.name, response.get("status")));
     }

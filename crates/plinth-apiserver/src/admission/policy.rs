@@ -248,7 +248,16 @@ impl Policies {
                     ));
                 }
                 if binding.audit {
-                    tracing::info!(policy = %policy.name, binding = %binding.name, %message, "validation failure (Audit)");
+                    let mut actions = vec!["Audit"];
+                    if binding.warn {
+                        actions.insert(0, "Warn");
+                    }
+                    super::annotate(
+                        "validation.policy.admission.k8s.io/validation_failure".into(),
+                        serde_json::json!([{"message": message, "policy": policy.name,
+                            "binding": binding.name, "validationActions": actions}])
+                        .to_string(),
+                    );
                 }
             }
         }

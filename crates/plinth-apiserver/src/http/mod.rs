@@ -212,7 +212,22 @@ async fn dispatch(
                 peer: peer.as_ref(),
                 address,
             };
-            handle(&state, &request, bytes, target, &mut audited).await
+            let scoped = async {
+                let result = handle(&state, &request, bytes, target, &mut audited).await;
+                let annotations = crate::admission::AUDIT_ANNOTATIONS.with(|a| {
+                    std::mem::take(
+                        &mut *a.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                    )
+                });
+                (result, annotations)
+            };
+            let (result, annotations) = crate::admission::AUDIT_ANNOTATIONS
+                .scope(std::sync::Mutex::new(Vec::new()), scoped)
+                .await;
+            if let Some((record, _)) = &mut audited {
+                record.annotate(annotations);
+            }
+            result
         }
         Err(error) => Err(error),
     };
@@ -493,6 +508,11 @@ async fn handle(
         Target::Resource { group, version, .. } | Target::ResourceList { group, version } => {
             state.aggregator.remote(group, version)
         }
+        // An extension server's OpenAPI is its own to serve.
+        Target::OpenApiV3(Some(path)) => match path.split('/').collect::<Vec<_>>().as_slice() {
+            ["apis", group, version] => state.aggregator.remote(group, version),
+            _ => None,
+        },
         _ => None,
     };
     if let Some(remote) = aggregated {
@@ -622,7 +642,19 @@ fn document(
         Target::ResourceList { group, version } => {
             owned(discovery::resource_list(resources, &group, &version))
         }
-        Target::OpenApiV3(None) => answer(Some(&state.openapi.documents(resources).root)),
+        Target::OpenApiV3(None) => {
+            let mut root = state.openapi.documents(resources).root.clone();
+            if let Some(paths) = root.get_mut("paths").and_then(Value::as_object_mut) {
+                for remote in state.aggregator.remotes() {
+                    let path = format!("apis/{}/{}", remote.group, remote.version);
+                    paths.insert(
+                        path.clone(),
+                        serde_json::json!({"serverRelativeURL": format!("/openapi/v3/{path}")}),
+                    );
+                }
+            }
+            owned(Some(root))
+        }
         Target::OpenApiV3(Some(path)) => {
             let documents = state.openapi.documents(resources);
             answer(documents.by_path.get(&path).map(|d| &**d))

@@ -95,6 +95,7 @@ pub struct Verdict {
     code: u16,
     reason: String,
     warnings: Vec<String>,
+    audit_annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Verdict {
@@ -106,6 +107,7 @@ impl Verdict {
             code: 200,
             reason: String::new(),
             warnings: Vec::new(),
+            audit_annotations: std::collections::BTreeMap::new(),
         }
     }
 
@@ -118,6 +120,7 @@ impl Verdict {
             code: 403,
             reason: "Forbidden".into(),
             warnings: Vec::new(),
+            audit_annotations: std::collections::BTreeMap::new(),
         }
     }
 
@@ -133,6 +136,18 @@ impl Verdict {
     #[must_use]
     pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
         self.warnings.push(warning.into());
+        self
+    }
+
+    /// An annotation for the request's audit event (the server files it under this
+    /// webhook's name: `<webhook>/<key>`).
+    #[must_use]
+    pub fn with_audit_annotation(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.audit_annotations.insert(key.into(), value.into());
         self
     }
 
@@ -217,6 +232,9 @@ fn response(uid: &str, verdict: &Verdict) -> Value {
     }
     if !verdict.warnings.is_empty() {
         out["warnings"] = json!(verdict.warnings);
+    }
+    if !verdict.audit_annotations.is_empty() {
+        out["auditAnnotations"] = json!(verdict.audit_annotations);
     }
     out
 }
