@@ -46,6 +46,85 @@ fn configuration(i: usize, url: &str, ca: &[u8]) -> Result<ValidatingWebhookConf
     }))?)
 }
 
+/// Sleeps past any timeout.
+struct Sleepy;
+
+impl Validator<ConfigMap> for Sleepy {
+    async fn validate(
+        &self,
+        _: &AdmissionRequest,
+        _: Option<&ConfigMap>,
+        _: Option<&ConfigMap>,
+    ) -> Verdict {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Verdict::allow()
+    }
+}
+
+/// How long a create takes against a webhook that outlasts its 1 s timeout, under each
+/// failure policy (kube's promise: refused or passed within the timeout, plus little).
+async fn slow_webhook(client: &Client, url: &str, ca: &[u8], namespace: &str) -> Result<(), Error> {
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for policy in ["Fail", "Ignore"] {
+        let mut config = configuration(99, url, ca)?;
+        if let Some(hook) = config.webhooks.as_mut().and_then(|w| w.first_mut()) {
+            hook.timeout_seconds = Some(1);
+            hook.failure_policy = Some(policy.into());
+            hook.object_selector =
+                serde_json::from_value(json!({"matchLabels": {"plinth-bench-slow": "yes"}}))?;
+        }
+        let _ = configs
+            .delete("plinth-bench-99", &DeleteParams::default())
+            .await;
+        configs.create(&PostParams::default(), &config).await?;
+        let slow = |name: String| {
+            let mut cm = config_map(&name);
+            cm.metadata.labels = Some([("plinth-bench-slow".to_owned(), "yes".to_owned())].into());
+            cm
+        };
+        // In force once a create takes the timeout (Fail: refused; Ignore: passed).
+        let mut times = Vec::new();
+        for i in 0..20 {
+            let begun = Instant::now();
+            let outcome = maps
+                .create(
+                    &PostParams::default(),
+                    &slow(format!("slow-{policy}-{i}-{}", crate::run_id())),
+                )
+                .await;
+            let took = begun.elapsed();
+            let answered = match (policy, &outcome) {
+                ("Fail", Err(_)) | ("Ignore", Ok(_)) => took >= Duration::from_millis(900),
+                _ => false,
+            };
+            if answered {
+                times.push(took);
+            }
+            if times.len() == 5 {
+                break;
+            }
+        }
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "| slow webhook, timeoutSeconds 1, failurePolicy {policy} | {} | {:.0} ms min, {:.0} ms max ({} creates) |",
+            if policy == "Fail" {
+                "refused"
+            } else {
+                "created"
+            },
+            ms(times.first().copied().unwrap_or_default()),
+            ms(times.last().copied().unwrap_or_default()),
+            times.len()
+        );
+    }
+    let _ = configs
+        .delete("plinth-bench-99", &DeleteParams::default())
+        .await;
+    Ok(())
+}
+
 fn base64_of(bytes: &[u8]) -> String {
     base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
 }
@@ -68,6 +147,7 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
     let calls = Arc::new(AtomicU64::new(0));
     let running = WebhookServer::new()
         .validator("/allow", Allow(calls.clone()))
+        .validator("/sleep", Sleepy)
         .bind("127.0.0.1:0".parse()?, certificate.source.clone())
         .await?;
     let url = format!("https://{}/allow", running.local_addr);
@@ -142,6 +222,11 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
             done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
         );
     }
+    println!();
+    println!("| case | outcome | create time |");
+    println!("|---|---|---|");
+    let sleepy = format!("https://{}/sleep", running.local_addr);
+    slow_webhook(&client, &sleepy, &certificate.ca_pem, &namespace).await?;
     for i in 0..installed {
         let _ = configs
             .delete(&format!("plinth-bench-{i}"), &DeleteParams::default())

@@ -592,28 +592,28 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
     };
     let source = |text: &str, prefix: &str| counted(text, prefix, from_cache);
     let other = |text: &str, prefix: &str| counted(text, prefix, !from_cache);
-    assert_eq!(
-        source(&after, "/secrets") - source(&before, "/secrets"),
-        20,
-        "{after}"
-    );
+    let secrets_listed = source(&after, "/secrets") - source(&before, "/secrets");
     // The paginated list too: its pages come from the cache at the first page's revision
     // (from storage, as every page, when the cache is not used).
-    assert_eq!(
-        source(&after, "/configmaps") - source(&before, "/configmaps"),
-        21,
-        "{after}"
-    );
-    assert_eq!(
-        other(&after, "/configmaps"),
-        other(&before, "/configmaps"),
-        "{after}"
-    );
-    assert_eq!(
-        other(&after, "/secrets"),
-        other(&before, "/secrets"),
-        "{after}"
-    );
+    let configmaps_listed = source(&after, "/configmaps") - source(&before, "/configmaps");
+    if from_cache {
+        assert_eq!(secrets_listed, 20, "{after}");
+        assert_eq!(configmaps_listed, 21, "{after}");
+        assert_eq!(
+            other(&after, "/configmaps"),
+            other(&before, "/configmaps"),
+            "{after}"
+        );
+        assert_eq!(
+            other(&after, "/secrets"),
+            other(&before, "/secrets"),
+            "{after}"
+        );
+    } else {
+        // (Background controllers read storage too meanwhile: at least these.)
+        assert!(secrets_listed >= 20, "{after}");
+        assert!(configmaps_listed >= 21, "{after}");
+    }
 }
 
 /// Whether the etcd on this machine has the fix for etcd issue 15220 (`etcd --version`).
