@@ -15,7 +15,6 @@ use axum::http::{HeaderMap, HeaderValue, Method, Request as HttpRequest, Uri, he
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
-use hyper_util::rt::TokioIo;
 use plinth_core::ApiError;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -233,28 +232,8 @@ async fn send(
     let uri: Uri = format!("{base}{path_and_query}")
         .parse()
         .map_err(|e| format!("invalid URL: {e}"))?;
-    let host = uri.host().ok_or("the URL has no host")?.to_owned();
-    let port = uri.port_u16().unwrap_or(443);
-    let address = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let name = rustls::pki_types::ServerName::try_from(address)
-        .map_err(|e| format!("invalid server name {host}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(remote.tls.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let mut sender = crate::callout::dial(&remote.tls, &uri).await?;
+    sender.ready().await.map_err(|e| e.to_string())?;
     let mut request = HttpRequest::builder()
         .method(method)
         .uri(path_and_query)

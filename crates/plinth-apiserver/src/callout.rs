@@ -97,7 +97,7 @@ pub(crate) fn url(endpoint: &Endpoint, timeout: Duration) -> Result<String, Stri
 /// Idle connections kept per webhook (its TLS trust and authority) for the next calls.
 const IDLE_PER_WEBHOOK: usize = 32;
 
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
 /// Idle HTTP/1 connections by webhook: a call takes one (or dials), and gives it back when
 /// the answer was read whole — a TLS handshake per connection, not per call.
@@ -110,7 +110,8 @@ fn idle() -> &'static std::sync::Mutex<Pool> {
     IDLE.get_or_init(Default::default)
 }
 
-async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
+/// An HTTP/1 connection over TLS to `uri`'s host, trusting (and presenting) what `tls` says.
+pub(crate) async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
     let host = uri.host().ok_or("the URL has no host")?.to_owned();
     let port = uri.port_u16().unwrap_or(443);
     let address = host
