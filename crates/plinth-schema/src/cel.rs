@@ -1412,6 +1412,39 @@ impl Expression {
         &self.source
     }
 
+    /// The field paths the expression selects from each of `roots` (`object.spec.replicas` →
+    /// (`object`, [`spec`, `replicas`])), each path once, `has()` tests included.
+    pub fn selections(&self, roots: &[&str]) -> Vec<(String, Vec<String>)> {
+        fn chain<'e>(expr: &'e Expr, roots: &[&str]) -> Option<(&'e str, Vec<&'e str>)> {
+            match expr {
+                Expr::Ident(name) if roots.contains(&name.as_str()) => {
+                    Some((name.as_str(), Vec::new()))
+                }
+                Expr::Select(select) => {
+                    let (root, mut path) = chain(&select.operand.expr, roots)?;
+                    path.push(select.field.as_str());
+                    Some((root, path))
+                }
+                _ => None,
+            }
+        }
+        let mut found: Vec<(String, Vec<String>)> = Vec::new();
+        let mut pending = vec![&self.program.expression().expr];
+        while let Some(expr) = pending.pop() {
+            if let Some((root, path)) = chain(expr, roots).filter(|(_, p)| !p.is_empty()) {
+                let entry = (
+                    root.to_owned(),
+                    path.iter().map(|s| (*s).to_owned()).collect(),
+                );
+                if !found.contains(&entry) {
+                    found.push(entry);
+                }
+            }
+            pending.extend(children(expr));
+        }
+        found
+    }
+
     /// Evaluates it with each name bound to its JSON value.
     ///
     /// # Errors

@@ -338,10 +338,30 @@ fn policies_deny_warn_and_audit_with_params() {
             .status
             .success()
     });
-    // The policy's status: the generation checked.
+    // The policy's status: the generation checked, and its expressions type-checked against
+    // the types it matches — clean here, a warning for a field ConfigMaps do not have.
     plinth.eventually("the policy's status", || {
         let policy = plinth.json(&["get", "validatingadmissionpolicy", "count-limit"]);
         policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
+    });
+    let policy = plinth.json(&["get", "validatingadmissionpolicy", "count-limit"]);
+    assert_eq!(
+        policy["status"]["typeChecking"],
+        serde_json::json!({}),
+        "{policy}"
+    );
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: typo}\nspec:\n  matchConstraints:\n    resourceRules:\n    - {operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}\n  validations:\n  - {expression: \"object.metadata.name != ''\"}\n  - {expression: \"has(object.dataa) && object.data.size() > 0\"}\n",
+    );
+    plinth.eventually("the typo's warning", || {
+        let policy = plinth.json(&["get", "validatingadmissionpolicy", "typo"]);
+        let warnings = &policy["status"]["typeChecking"]["expressionWarnings"];
+        warnings[0]["fieldRef"] == "spec.validations[1].expression"
+            && warnings[0]["warning"].as_str().is_some_and(|w| {
+                w.contains("v1, Kind=ConfigMap: ERROR: <input>:1:1: undefined field 'dataa'")
+            })
+            && warnings.as_array().is_some_and(|w| w.len() == 1)
     });
     let table = plinth.kubectl(&["get", "validatingadmissionpolicybindings"]);
     assert!(table.starts_with("NAME"), "{table}");

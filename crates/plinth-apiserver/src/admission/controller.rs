@@ -66,9 +66,8 @@ fn publish_policies(admission: &Admission, seen: &Seen) {
     admission.set_policies(policies);
 }
 
-/// kube's policy status: the generation checked and its type checking (no warnings: the
-/// expressions compiled when the policy was written; checking them against the matched
-/// types' schemas is not built).
+/// kube's policy status: the generation checked and its type checking (fields the matched
+/// types do not declare).
 async fn report_status(registry: &Registry, def: &crate::resources::ResourceDef, policy: &Value) {
     let generation = policy
         .pointer("/metadata/generation")
@@ -80,6 +79,7 @@ async fn report_status(registry: &Registry, def: &crate::resources::ResourceDef,
     let Some(name) = plinth_core::meta::name(policy) else {
         return;
     };
+    let type_checking = super::policy::type_check(registry, policy);
     let options =
         crate::registry::WriteOptions::internal("validatingadmissionpolicy-status-controller");
     let written = registry
@@ -97,8 +97,8 @@ async fn report_status(registry: &Registry, def: &crate::resources::ResourceDef,
                 if current.pointer("/status/observedGeneration") == Some(&generation) {
                     return Ok(false);
                 }
-                current["status"] =
-                    serde_json::json!({"observedGeneration": generation, "typeChecking": {}});
+                current["status"] = serde_json::json!({"observedGeneration": generation,
+                    "typeChecking": type_checking.clone()});
                 Ok(true)
             },
         )

@@ -411,3 +411,183 @@ async fn evaluate(
     }
     failures
 }
+
+/// The first field of `path` the type of `def` does not declare (`None`: all declared, or
+/// the schema cannot tell — maps, preserved unknown fields, metadata's own fields).
+fn undeclared(def: &crate::resources::ResourceDef, path: &[String]) -> Option<String> {
+    if path.first().is_some_and(|f| f == "metadata") {
+        return None;
+    }
+    if let Some(openapi) = &def.openapi {
+        let mut node: &Value = openapi;
+        for field in path {
+            if node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+                return None;
+            }
+            if let Some(child) = node.get("properties").and_then(|p| p.get(field)) {
+                node = child;
+                continue;
+            }
+            match node.get("additionalProperties") {
+                Some(Value::Bool(true)) => return None,
+                Some(child) if child.is_object() => {
+                    node = child;
+                    continue;
+                }
+                _ => {}
+            }
+            let is_object = node.get("properties").is_some()
+                || node.get("type").and_then(Value::as_str) == Some("object");
+            return is_object.then(|| field.clone());
+        }
+        return None;
+    }
+    let mut node: &crate::schema::Schema = &def.schema;
+    for field in path {
+        match node {
+            crate::schema::Schema::Object(fields) => {
+                match fields.iter().find(|(name, _)| name == field) {
+                    Some((_, child)) => node = child,
+                    None => return Some(field.clone()),
+                }
+            }
+            crate::schema::Schema::Map(inner) => node = inner,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// kube's `status.typeChecking` of a policy: each validation's references to `object` and
+/// `oldObject` checked against the types its `matchConstraints` name exactly (a wildcard
+/// names none), a warning for each field a type does not declare.
+pub fn type_check(registry: &Registry, policy: &Value) -> Value {
+    let mut defs = Vec::new();
+    for rule in policy
+        .pointer("/spec/matchConstraints/resourceRules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let list = |key: &str| -> Vec<String> {
+            rule.get(key)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for group in list("apiGroups").iter().filter(|g| *g != "*") {
+            for version in list("apiVersions").iter().filter(|v| *v != "*") {
+                for resource in list("resources")
+                    .iter()
+                    .filter(|r| !r.contains('*') && !r.contains('/'))
+                {
+                    if let Some(def) = registry.resources.get(group, version, resource)
+                        && !defs
+                            .iter()
+                            .any(|d: &std::sync::Arc<crate::resources::ResourceDef>| {
+                                d.key_prefix() == def.key_prefix()
+                                    && d.group_version == def.group_version
+                            })
+                    {
+                        defs.push(def);
+                    }
+                }
+            }
+        }
+    }
+    let mut warnings = Vec::new();
+    for (i, validation) in policy
+        .pointer("/spec/validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let source = validation
+            .get("expression")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Ok(expression) = Expression::compile(source, &POLICY_VARIABLES) else {
+            continue;
+        };
+        let selections = expression.selections(&["object", "oldObject"]);
+        let mut found = Vec::new();
+        for def in &defs {
+            for (_, path) in &selections {
+                if let Some(field) = undeclared(def, path) {
+                    let gv = def.group_version.api_version();
+                    let line = format!(
+                        "{gv}, Kind={}: ERROR: <input>:1:1: undefined field '{field}'",
+                        def.kind
+                    );
+                    if !found.contains(&line) {
+                        found.push(line);
+                    }
+                }
+            }
+        }
+        if !found.is_empty() {
+            warnings.push(serde_json::json!({
+                "fieldRef": format!("spec.validations[{i}].expression"),
+                "warning": found.join("\n"),
+            }));
+        }
+    }
+    if warnings.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({"expressionWarnings": warnings})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undeclared_fields_are_found_in_built_in_and_custom_schemas() {
+        let configmaps = crate::types::core::configmap::resource();
+        let path = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            undeclared(&configmaps, &path(&["data", "anything"])),
+            None,
+            "a map"
+        );
+        assert_eq!(
+            undeclared(&configmaps, &path(&["metadata", "whatever"])),
+            None
+        );
+        assert_eq!(
+            undeclared(&configmaps, &path(&["dataa"])).as_deref(),
+            Some("dataa")
+        );
+        let mut widgets =
+            crate::resources::ResourceDef::new("example.com", "v1", "Widget", "widgets");
+        widgets.openapi = Some(std::sync::Arc::new(
+            serde_json::json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "size": {"type": "integer"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}),
+        ));
+        assert_eq!(undeclared(&widgets, &path(&["spec", "size"])), None);
+        assert_eq!(undeclared(&widgets, &path(&["spec", "labels", "x"])), None);
+        assert_eq!(
+            undeclared(&widgets, &path(&["spec", "free", "x", "y"])),
+            None
+        );
+        assert_eq!(
+            undeclared(&widgets, &path(&["spec", "sise"])).as_deref(),
+            Some("sise")
+        );
+        assert_eq!(
+            undeclared(&widgets, &path(&["status"])).as_deref(),
+            Some("status")
+        );
+    }
+}
