@@ -154,21 +154,7 @@ fn client_tls(
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
     } else {
-        let mut roots = rustls::RootCertStore::empty();
-        if ca_bundle.is_empty() {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        } else {
-            let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca_bundle)
-                .map_err(|e| format!("caBundle is not base64: {e}"))?;
-            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-                roots
-                    .add(cert.map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        builder.with_root_certificates(roots)
+        builder.with_root_certificates(crate::callout::roots(ca_bundle)?)
     };
     let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
         rustls::pki_types::CertificateDer::pem_slice_iter(identity.0.as_bytes())

@@ -54,6 +54,19 @@ impl Endpoint {
 
 /// The TLS client configuration trusting `ca_bundle` (base64 PEM), or the system's roots.
 pub(crate) fn tls(ca_bundle: &str) -> Result<rustls::ClientConfig, String> {
+    let roots = roots(ca_bundle)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The certificates a `caBundle` (base64 PEM) trusts, or the system's when it is empty.
+pub(crate) fn roots(ca_bundle: &str) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
     if ca_bundle.is_empty() {
         for cert in rustls_native_certs::load_native_certs().certs {
@@ -68,14 +81,7 @@ pub(crate) fn tls(ca_bundle: &str) -> Result<rustls::ClientConfig, String> {
             roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok(roots)
 }
 
 /// The webhook's URL, with kube's `timeout` query parameter.

@@ -213,23 +213,7 @@ fn manifest(case: &Case) -> String {
 
 #[test]
 fn policies_deny_warn_and_audit_with_params() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let log = dir.path().join("audit.log");
-    let plinth = Plinth::start_with(
-        Backend::Embedded,
-        &[
-            "--audit-policy-file",
-            policy.to_str().unwrap(),
-            "--audit-log-path",
-            log.to_str().unwrap(),
-        ],
-    );
+    let (plinth, _audit, log) = Plinth::start_audited(Backend::Embedded);
     plinth.kubectl_with(&["apply", "-f", "-"], SETUP);
     // In force once the over-limit probe is refused (a dry run: nothing stored meanwhile).
     plinth.eventually("the policies are in force", || {
@@ -264,10 +248,8 @@ fn policies_deny_warn_and_audit_with_params() {
         }
     }
     // Audit: the failure is in the audit event's annotations.
-    let audited = std::fs::read_to_string(&log).unwrap();
-    let event = audited
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let event = common::audit_events(&log)
+        .into_iter()
         .find(|e| {
             e["stage"] == "ResponseComplete"
                 && e["annotations"]

@@ -242,22 +242,7 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
         .unwrap();
     let port = running.local_addr.port();
     // With an audit log: the webhooks' auditAnnotations land in it.
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let log = dir.path().join("audit.log");
-    let plinth = Plinth::start_with(
-        Backend::Embedded,
-        &[
-            "--audit-policy-file",
-            policy.to_str().unwrap(),
-            "--audit-log-path",
-            log.to_str().unwrap(),
-        ],
-    );
+    let (plinth, _audit, log) = Plinth::start_audited(Backend::Embedded);
 
     // A validating and a mutating webhook.
     plinth.kubectl_with(
@@ -327,10 +312,8 @@ fn webhooks_mutate_deny_warn_and_fail_as_configured() {
         "{}",
         stderr(&warned)
     );
-    let audited = std::fs::read_to_string(&log).unwrap();
-    let annotated = audited
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let annotated = common::audit_events(&log)
+        .into_iter()
         .find(|e| {
             e["stage"] == "ResponseComplete"
                 && e["verb"] == "create"

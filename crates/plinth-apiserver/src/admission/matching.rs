@@ -21,7 +21,8 @@ pub(crate) struct Rule {
     scope: String,
 }
 
-fn strings(value: &Value, key: &str) -> Vec<String> {
+/// The strings of the list at `key` (none when absent).
+pub(super) fn strings(value: &Value, key: &str) -> Vec<String> {
     value
         .get(key)
         .and_then(Value::as_array)

@@ -469,17 +469,7 @@ pub fn type_check(registry: &Registry, policy: &Value) -> Value {
         .into_iter()
         .flatten()
     {
-        let list = |key: &str| -> Vec<String> {
-            rule.get(key)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |key: &str| super::matching::strings(rule, key);
         for group in list("apiGroups").iter().filter(|g| *g != "*") {
             for version in list("apiVersions").iter().filter(|v| *v != "*") {
                 for resource in list("resources")

@@ -10,8 +10,8 @@ use plinth_core::ApiError;
 use serde_json::Value;
 
 use super::Request;
-use super::matching::Matcher;
 pub(super) use super::matching::labels;
+use super::matching::{Matcher, strings};
 pub use crate::callout::Endpoint;
 use crate::registry::Registry;
 
@@ -59,19 +59,6 @@ impl std::fmt::Debug for Webhook {
 pub struct Matched {
     /// The API version the webhook sees.
     pub version: String,
-}
-
-fn strings(value: &Value, key: &str) -> Vec<String> {
-    value
-        .get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {

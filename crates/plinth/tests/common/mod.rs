@@ -50,6 +50,29 @@ impl Plinth {
         plinth
     }
 
+    /// Starts with an audit log of every request at `Metadata` level; returns the directory
+    /// holding the policy and the log (kept as long as it lives) and the log's path.
+    pub fn start_audited(backend: Backend) -> (Self, tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("audit-policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+        )
+        .unwrap();
+        let log = dir.path().join("audit.log");
+        let plinth = Self::start_with(
+            backend,
+            &[
+                "--audit-policy-file",
+                policy.to_str().unwrap(),
+                "--audit-log-path",
+                log.to_str().unwrap(),
+            ],
+        );
+        (plinth, dir, log)
+    }
+
     pub async fn start_etcd() -> Self {
         let etcd = EtcdProcess::start().await.expect("start etcd");
         Self::start(Backend::Etcd(etcd))
@@ -339,6 +362,15 @@ impl Drop for Plinth {
             let _ = child.wait();
         }
     }
+}
+
+/// The events of an audit log, parsed.
+pub fn audit_events(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// Generates `embedded::<name>` and `etcd::<name>` tests, each running `<name>(&mut Plinth)` on a
