@@ -23,13 +23,6 @@ pub fn spawn_quota_controller(registry: Registry, stopping: watch::Receiver<bool
     tokio::spawn(run(registry, stopping));
 }
 
-fn any_state() -> ListOptions {
-    ListOptions {
-        resource_version: Some("0".into()),
-        ..ListOptions::default()
-    }
-}
-
 /// A consistent list (what storage holds now, not what the cache may still be catching up to).
 fn current() -> ListOptions {
     ListOptions::default()
@@ -73,12 +66,10 @@ async fn recount(registry: &Registry, quota: &Value) {
     ) else {
         return;
     };
-    let counted_at = registry.admission.quota_counted_at(namespace, name);
     let status = desired(registry, quota).await;
     if quota.get("status") == Some(&status) {
         return;
     }
-    let recent = counted_at.is_some_and(|at| at.elapsed() < IN_FLIGHT);
     let written = registry
         .modify(
             &def,
@@ -91,7 +82,12 @@ async fn recount(registry: &Registry, quota: &Value) {
                     return Ok(false);
                 }
                 let mut status = status.clone();
-                // Counts admission has just raised stay until their objects can be seen.
+                // Counts admission has just raised stay until their objects can be seen
+                // (asked as the write is decided: admission notes a count before writing it).
+                let recent = registry
+                    .admission
+                    .quota_counted_at(namespace, name)
+                    .is_some_and(|at| at.elapsed() < IN_FLIGHT);
                 if recent {
                     for (resource, value) in status["used"].as_object_mut().into_iter().flatten() {
                         let shown = current
@@ -143,7 +139,7 @@ async fn run(registry: Registry, stopping: watch::Receiver<bool>) {
                     }
                 }
                 _ = ticks.tick() => {
-                    if let Ok(list) = registry.list(&def, None, &any_state()).await {
+                    if let Ok(list) = registry.list(&def, None, &ListOptions::any_state()).await {
                         for quota in list["items"].as_array().into_iter().flatten() {
                             recount(&registry, quota).await;
                         }

@@ -75,11 +75,9 @@ async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), 
         return Ok(());
     };
     let names = counted_as(def);
-    let any_state = ListOptions {
-        resource_version: Some("0".into()),
-        ..ListOptions::default()
-    };
-    let list = registry.list(&quotas, Some(namespace), &any_state).await?;
+    let list = registry
+        .list(&quotas, Some(namespace), &ListOptions::any_state())
+        .await?;
     for quota in list["items"].as_array().into_iter().flatten() {
         let Some(hard) = quota.pointer("/spec/hard").and_then(Value::as_object) else {
             continue;
@@ -126,6 +124,11 @@ async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), 
             count(&mut quota.clone())?;
             continue;
         }
+        // Noted before the count is written: the controller, seeing the write, must already
+        // know that this create's object may not be stored yet.
+        registry
+            .admission
+            .note_quota_counted(namespace, &quota_name);
         registry
             .modify(
                 &quotas,
@@ -136,9 +139,6 @@ async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), 
                 count,
             )
             .await?;
-        registry
-            .admission
-            .note_quota_counted(namespace, &quota_name);
     }
     Ok(())
 }

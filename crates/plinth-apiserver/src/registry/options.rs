@@ -144,6 +144,16 @@ pub struct ListOptions {
     pub resource_version_match: Option<ResourceVersionMatch>,
 }
 
+impl ListOptions {
+    /// `resourceVersion=0`: any state, as the watch cache has it now (no wait for the store).
+    pub fn any_state() -> Self {
+        Self {
+            resource_version: Some("0".into()),
+            ..Self::default()
+        }
+    }
+}
+
 /// Options of a watch.
 #[derive(Clone, Debug, Default)]
 pub struct WatchOptions {
