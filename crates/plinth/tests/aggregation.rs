@@ -260,3 +260,33 @@ fn an_extension_server_behind_an_apiservice() {
         "{table}"
     );
 }
+
+#[test]
+fn bad_apiservices_are_refused_with_kubes_messages() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1.wrong.example.com}\nspec:\n  group: wardle.example.com\n  version: v1\n  service: {namespace: a, name: b}\n  insecureSkipTLSVerify: true\n  caBundle: eA==\n  groupPriorityMinimum: 0\n  versionPriority: 5000\n",
+    );
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "metadata.name: Invalid value: \"v1.wrong.example.com\": must be `spec.version+\".\"+spec.group`",
+        "spec.groupPriorityMinimum: Invalid value: 0: must be positive and less than 20000",
+        "spec.versionPriority: Invalid value: 5000: must be positive and less than 1000",
+        "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present",
+    ] {
+        assert!(
+            message.contains(expected),
+            "missing {expected:?} in {message}"
+        );
+    }
+    assert_eq!(
+        plinth
+            .kubectl_output(&["get", "apiservice", "v1.wrong.example.com"])
+            .status
+            .code(),
+        Some(1),
+        "nothing stored"
+    );
+}

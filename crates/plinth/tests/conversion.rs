@@ -261,3 +261,51 @@ fn objects_read_and_write_in_every_version_through_the_webhook() {
     assert_eq!(stored["apiVersion"], "example.com/v2");
     assert_eq!(stored["spec"]["size"], "7Gi");
 }
+
+#[test]
+fn bad_conversion_settings_are_refused_with_kubes_messages() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let crd = |conversion: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gizmos.example.com}}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {{plural: gizmos, kind: Gizmo}}\n  conversion: {conversion}\n  versions:\n  - {{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object}}}}}}\n"
+        )
+    };
+    for (conversion, expected) in [
+        (
+            "{strategy: Webhook}",
+            "spec.conversion.webhook: Required value: required when strategy is set to Webhook",
+        ),
+        (
+            "{strategy: Webhook, webhook: {clientConfig: {url: \"http://x\"}, conversionReviewVersions: [v3]}}",
+            "spec.conversion.webhook.clientConfig.url: Invalid value: \"http://x\": 'https' is the only allowed URL scheme",
+        ),
+        (
+            "{strategy: Webhook, webhook: {clientConfig: {url: \"https://x\"}, conversionReviewVersions: [v3]}}",
+            "spec.conversion.webhook.conversionReviewVersions: Invalid value: [\"v3\"]: must include at least one of v1, v1beta1",
+        ),
+        (
+            "{strategy: None, webhook: {clientConfig: {url: \"https://x\"}, conversionReviewVersions: [v1]}}",
+            "spec.conversion.webhook: Forbidden: should not be set when strategy is not set to Webhook",
+        ),
+        (
+            "{strategy: Sometimes}",
+            "spec.conversion.strategy: Unsupported value: \"Sometimes\": supported values: \"None\", \"Webhook\"",
+        ),
+    ] {
+        let out = plinth.kubectl_stdin(&["create", "-f", "-"], &crd(conversion));
+        assert!(!out.status.success(), "{conversion}");
+        let message = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            message.contains(expected),
+            "{conversion}: missing {expected:?} in {message}"
+        );
+    }
+    assert_eq!(
+        plinth
+            .kubectl_output(&["get", "crd", "gizmos.example.com"])
+            .status
+            .code(),
+        Some(1),
+        "nothing stored"
+    );
+}

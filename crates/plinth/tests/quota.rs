@@ -203,3 +203,31 @@ fn concurrent_creates_never_pass_the_limit() {
     let listed = plinth.json(&["-n", "race", "get", "secrets"]);
     assert_eq!(listed["items"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn bad_quotas_are_refused_with_kubes_messages() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        &quota("default", "secrets: \"lots\", configmaps: \"-1\""),
+    );
+    assert!(!out.status.success());
+    let message = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "spec.hard[secrets]: Invalid value: \"lots\": quantities must match the regular expression",
+        "spec.hard[configmaps]: Invalid value: \"-1\": must be greater than or equal to 0",
+    ] {
+        assert!(
+            message.contains(expected),
+            "missing {expected:?} in {message}"
+        );
+    }
+    assert_eq!(
+        plinth
+            .kubectl_output(&["get", "resourcequota", "objects"])
+            .status
+            .code(),
+        Some(1),
+        "nothing stored"
+    );
+}
