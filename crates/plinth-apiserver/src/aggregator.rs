@@ -139,7 +139,7 @@ impl rustls::client::danger::ServerCertVerifier for NoVerification {
 
 /// The TLS configuration toward one extension server: its `caBundle` trusted (or nothing
 /// checked), this server's proxy client certificate presented.
-fn client_tls(
+pub(crate) fn client_tls(
     ca_bundle: &str,
     skip_verify: bool,
     identity: &(String, String),

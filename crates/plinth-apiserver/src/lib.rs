@@ -25,6 +25,7 @@ pub mod discovery;
 pub mod encryption;
 mod http;
 pub mod metrics;
+pub mod nodes;
 pub mod openapi;
 pub mod openapi_v2_proto;
 pub mod pki;

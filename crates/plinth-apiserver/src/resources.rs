@@ -123,6 +123,42 @@ pub struct ResourceDef {
     /// A custom resource whose CRD converts by webhook: objects are stored in its storage
     /// version and converted on the way in and out.
     pub conversion: Option<Arc<crate::conversion::ConversionWebhook>>,
+    /// Subresources served by something other than storage — a node agent
+    /// (`pods/<name>/log`): the handler gets the parent object and the request.
+    pub connect_subresources: Vec<(&'static str, Connect)>,
+}
+
+/// Serves a connect subresource ([`ResourceDef::connect_subresources`]).
+pub type Connect = for<'a> fn(
+    ConnectRequest<'a>,
+) -> futures::future::BoxFuture<
+    'a,
+    Result<axum::response::Response, plinth_core::ApiError>,
+>;
+
+/// A request to a connect subresource.
+#[derive(Debug)]
+pub struct ConnectRequest<'a> {
+    /// The parent object, as stored.
+    pub object: Value,
+    /// The HTTP method.
+    pub method: axum::http::Method,
+    /// The query parameters, decoded.
+    pub query: Vec<(String, String)>,
+    /// The registry.
+    pub registry: &'a crate::registry::Registry,
+    /// The way to node agents.
+    pub nodes: &'a crate::nodes::NodeProxy,
+}
+
+impl ConnectRequest<'_> {
+    /// The first value of the query parameter `key`.
+    pub fn query(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Answers a create on a subresource: from the asker, the parent object and the request
@@ -186,7 +222,20 @@ impl ResourceDef {
             answer: None,
             answered_subresources: Vec::new(),
             conversion: None,
+            connect_subresources: Vec::new(),
         }
+    }
+
+    /// With a subresource served by `handler` (see [`Connect`]).
+    pub fn connect(mut self, name: &'static str, handler: Connect) -> Self {
+        self.connect_subresources.push((name, handler));
+        self
+    }
+
+    /// In these categories (`all`).
+    pub fn categories(mut self, categories: &[&str]) -> Self {
+        self.categories = categories.iter().map(|s| (*s).to_owned()).collect();
+        self
     }
 
     /// Whether objects go out as they are stored (lists and watches then send the watch

@@ -237,6 +237,18 @@ pub async fn start(
         proxy_identity,
         stopping.clone(),
     );
+    let node_identity = signer
+        .client_identity(crate::nodes::NODE_CLIENT, 365 * 24 * 3600)
+        .map_err(|reason| ServeError::Credentials {
+            step: "make the node client certificate",
+            reason,
+        })?;
+    let nodes = Arc::new(
+        crate::nodes::NodeProxy::new(&node_identity).map_err(|reason| ServeError::Credentials {
+            step: "use the node client certificate",
+            reason,
+        })?,
+    );
     let state = Arc::new(AppState {
         registry: registry.clone(),
         authenticator,
@@ -251,6 +263,7 @@ pub async fn start(
         ),
         audit,
         aggregator,
+        nodes,
     });
     tokio::spawn(compactor(
         registry.clone(),

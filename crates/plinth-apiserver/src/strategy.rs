@@ -76,6 +76,13 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// The grace period of a delete asking for `requested` seconds (kube's
+    /// `CheckGracefulDelete`): above 0, the object is only marked — `deletionTimestamp` that
+    /// far ahead — until its owner (a node agent) deletes it with 0. Most types have none.
+    fn deletion_grace(&self, _object: &Value, _requested: Option<i64>) -> i64 {
+        0
+    }
+
     /// Marks an object whose deletion began (a namespace turns `Terminating`).
     fn mark_deleting(&self, _object: &mut Value) {}
 

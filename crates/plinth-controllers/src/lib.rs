@@ -1,16 +1,19 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
-//! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer
-//! and the resource quota controller.
+//! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
+//! the resource quota controller, the node IPAM controller and the scheduler.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod csrsigning;
+pub mod events;
 pub mod gc;
 pub mod namespace;
+pub mod nodeipam;
 pub mod quota;
 pub mod rootca;
+pub mod scheduler;
 
 pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
@@ -36,6 +39,8 @@ pub fn spawn_all(
     csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
     spawn_namespace_controller(registry.clone(), stopping.clone());
     spawn_quota_controller(registry.clone(), stopping.clone());
+    nodeipam::spawn_node_ipam(registry.clone(), stopping.clone());
+    scheduler::spawn_scheduler(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -12,6 +12,7 @@ pub mod gvk;
 pub mod jsonpath;
 pub mod managed;
 pub mod meta;
+pub mod quantity;
 pub mod selector;
 pub mod smp;
 pub mod status;

@@ -408,52 +408,14 @@ fn get_escaped_path(this: &CelString<'_>) -> Result<CelString<'static>, Executio
     Ok(parts(this)?.path.to_owned().into())
 }
 
-/// A Kubernetes quantity's value (`1Gi`, `500m`, `1e3`), as a float.
-fn parse_quantity(text: &str) -> Option<f64> {
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    if number.is_empty() || number == "+" || number == "-" || number.matches('.').count() > 1 {
-        return None;
-    }
-    let value: f64 = number.parse().ok()?;
-    let scale = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exponent => {
-            let digits = exponent
-                .strip_prefix('e')
-                .or_else(|| exponent.strip_prefix('E'))?;
-            let power: i32 = digits.parse().ok()?;
-            10f64.powi(power)
-        }
-    };
-    Some(value * scale)
-}
-
 fn quantity_value(text: &str) -> Result<f64, ExecutionError> {
-    parse_quantity(text).ok_or_else(|| {
+    plinth_core::quantity::parse(text).ok_or_else(|| {
         ExecutionError::function_error("quantity", format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text:?}"))
     })
 }
 
 fn is_quantity(text: &CelString<'_>) -> CelBool {
-    parse_quantity(text).is_some().into()
+    plinth_core::quantity::parse(text).is_some().into()
 }
 
 fn quantity(text: &CelString<'_>) -> Result<CelString<'static>, ExecutionError> {

@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once
 enum Command {
     /// Runs the API server; writes DIR/kubeconfig and prints its path.
     Serve {
@@ -74,6 +75,34 @@ enum Command {
         /// Rotated audit logs kept (0: all).
         #[arg(long, default_value_t = 10)]
         audit_log_maxbackup: usize,
+        /// Run no node agent in the server's process.
+        #[arg(long, default_value_t = false)]
+        no_node: bool,
+        /// The node agent's settings.
+        #[command(flatten)]
+        node: node::NodeArgs,
+    },
+    /// Runs a node agent against a Plinth (or Kubernetes) API server: it registers a Node
+    /// and runs the Pods bound to it as local processes.
+    Node {
+        /// The kubeconfig to reach the API server with.
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: PathBuf,
+        /// Where pods' files and logs live (default: the data directory's `node-NAME`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The agent's settings.
+        #[command(flatten)]
+        node: node::NodeArgs,
+    },
+    /// The container sandbox the node agent runs (not for people).
+    #[command(hide = true)]
+    Sandbox {
+        /// The second stage (inside the new namespaces).
+        #[arg(long)]
+        stage2: bool,
+        /// What to run (JSON).
+        spec: String,
     },
     /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
     /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
@@ -123,6 +152,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(seconds))
 }
 
+mod node;
 mod rewrite;
 
 /// Runs `work` on a runtime from `builder`.
@@ -173,17 +203,10 @@ fn main() -> ExitCode {
             audit_log_path,
             audit_log_maxsize,
             audit_log_maxbackup,
+            no_node,
+            node,
         } => {
-            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into());
-            let subscriber = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr);
-            if log_format == "json" {
-                subscriber.json().init();
-            } else {
-                subscriber.init();
-            }
+            init_logging(&log_format);
             let backend = if etcd_servers.is_empty() {
                 Backend::Embedded
             } else {
@@ -214,10 +237,45 @@ fn main() -> ExitCode {
                     }
                 }),
             };
+            let node = (!no_node).then_some(node);
             run(
                 tokio::runtime::Builder::new_multi_thread(),
-                serve(config, storage),
+                serve(config, storage, node),
             )
+        }
+        Command::Node {
+            kubeconfig,
+            data_dir,
+            node,
+        } => {
+            init_logging("text");
+            run(tokio::runtime::Builder::new_multi_thread(), async move {
+                let base = default_data_dir();
+                let config = match node::config(&node, Path::new(".")) {
+                    Ok(mut config) => {
+                        config.data_dir =
+                            data_dir.unwrap_or_else(|| base.join(format!("node-{}", config.name)));
+                        config
+                    }
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let (stop, stopping) = tokio::sync::watch::channel(false);
+                tokio::spawn(stop_on_signal(stop));
+                match node::run(config, &kubeconfig, stopping).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            })
+        }
+        Command::Sandbox { stage2, spec } => {
+            let code = plinth_node::sandbox::main(&spec, stage2);
+            ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
         }
         Command::Kubeconfig {
             data_dir,
@@ -251,6 +309,36 @@ fn main() -> ExitCode {
             })
         }
     }
+}
+
+fn init_logging(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        subscriber.json().init();
+    } else {
+        subscriber.init();
+    }
+}
+
+/// Sends `true` on `stop` at SIGTERM or Ctrl-C.
+async fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot handle SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+    let _ = stop.send(true);
 }
 
 /// Where objects are stored and how: the binary picks the backend (and wraps it in
@@ -300,7 +388,8 @@ async fn open_store(
     )))
 }
 
-async fn serve(config: ServerConfig, storage: Storage) -> ExitCode {
+async fn serve(config: ServerConfig, storage: Storage, node: Option<node::NodeArgs>) -> ExitCode {
+    let data_dir = config.data_dir.clone();
     let started = match open_store(&config, storage).await {
         Ok(store) => plinth_apiserver::start(config, store).await,
         Err(e) => Err(e),
@@ -321,23 +410,29 @@ async fn serve(config: ServerConfig, storage: Storage) -> ExitCode {
         },
     );
     println!("{}", server.kubeconfig.display());
-    let stop = server.stopper();
-    tokio::spawn(async move {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot handle SIGTERM");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("shutting down");
-        let _ = stop.send(true);
-    });
+    let agent = match node {
+        Some(args) => match node::config(&args, &data_dir) {
+            Ok(mut config) => {
+                config.data_dir = data_dir.join("node");
+                let kubeconfig = server.kubeconfig.clone();
+                let stopping = server.stopping();
+                Some(tokio::spawn(async move {
+                    if let Err(e) = node::run(config, &kubeconfig, stopping).await {
+                        tracing::error!(error = %e, "the node agent stopped");
+                    }
+                }))
+            }
+            Err(e) => {
+                eprintln!("plinth: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    tokio::spawn(stop_on_signal(server.stopper()));
     server.wait().await;
+    if let Some(agent) = agent {
+        let _ = agent.await;
+    }
     ExitCode::SUCCESS
 }

@@ -145,6 +145,29 @@ impl Call<'_> {
         {
             return self.answer_subresource(*answer, method, &body).await;
         }
+        if let Some((_, connect)) = self
+            .def
+            .connect_subresources
+            .iter()
+            .find(|(sub, _)| Some(*sub) == self.subresource.as_deref())
+        {
+            let name = self
+                .name
+                .as_deref()
+                .ok_or_else(ApiError::method_not_allowed)?;
+            let object = self
+                .registry()
+                .get(&self.def, self.namespace()?, name)
+                .await?;
+            let request = crate::resources::ConnectRequest {
+                object,
+                method: method.clone(),
+                query: self.query.pairs(),
+                registry: self.registry(),
+                nodes: &self.state.nodes,
+            };
+            return connect(request).await;
+        }
         let part = match self.subresource.as_deref() {
             None => Part::Main,
             Some("status") if self.def.status_subresource => Part::Status,

@@ -53,6 +53,8 @@ pub(crate) struct AppState {
     pub(crate) audit: Option<crate::audit::Audit>,
     /// The extension API servers of aggregated group/versions.
     pub(crate) aggregator: Arc<crate::aggregator::Aggregator>,
+    /// The way to node agents.
+    pub(crate) nodes: Arc<crate::nodes::NodeProxy>,
 }
 
 impl std::fmt::Debug for AppState {

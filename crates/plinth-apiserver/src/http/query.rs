@@ -47,6 +47,11 @@ impl Query {
         )
     }
 
+    /// Every parameter, in order.
+    pub(crate) fn pairs(&self) -> Vec<(String, String)> {
+        self.0.clone()
+    }
+
     /// The last value of `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0

@@ -76,6 +76,12 @@ impl Registry {
             check_preconditions(options, def, name, &current)?;
             let had = finalizers(&current);
             let wanted = deletion_finalizers(&had, options.propagation);
+            let grace = def
+                .strategy
+                .deletion_grace(&current, options.grace_period_seconds);
+            if grace > 0 {
+                return graceful(def, current, grace, &had, &wanted, options, &mut outcome);
+            }
             if wanted.is_empty() && !def.strategy.deletion_pending(&current) {
                 outcome = Some(Deleted {
                     object: current,
@@ -105,17 +111,7 @@ impl Registry {
                     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
                 }
             }
-            def.strategy.mark_deleting(&mut marked);
-            let encoded = encode_view(def, &marked)?;
-            outcome = Some(Deleted {
-                object: marked,
-                gone: false,
-            });
-            Ok(if options.dry_run {
-                Update::Unchanged
-            } else {
-                Update::Write(encoded)
-            })
+            write_marked(def, marked, options, &mut outcome)
         };
         let written = guaranteed_update::<_, _, UpdateError>(&*self.store, &key, |kv| {
             Box::pin(std::future::ready(decide(kv)))
@@ -139,6 +135,65 @@ impl Registry {
         }
         Ok(outcome)
     }
+}
+
+/// The first step of a graceful delete: the object is marked to go `grace` seconds from now
+/// (or sooner, when it already was marked with a longer period), and stays until its owner
+/// deletes it with no grace.
+fn graceful(
+    def: &ResourceDef,
+    current: Value,
+    grace: i64,
+    had: &[String],
+    wanted: &[String],
+    options: &DeleteOptions,
+    outcome: &mut Option<Deleted>,
+) -> Result<Update, UpdateError> {
+    let pending = current
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64);
+    let same = had.len() == wanted.len() && wanted.iter().all(|f| had.contains(f));
+    if pending.is_some_and(|p| p <= grace) && same {
+        *outcome = Some(Deleted {
+            object: current,
+            gone: false,
+        });
+        return Ok(Update::Unchanged);
+    }
+    let mut marked = current;
+    if let Some(meta) = metadata_mut(&mut marked) {
+        if !same {
+            meta.insert("finalizers".into(), json!(wanted));
+        }
+        if pending.is_none_or(|p| p > grace) {
+            meta.insert(
+                "deletionTimestamp".into(),
+                json!(format_time(now() + grace)),
+            );
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        }
+    }
+    write_marked(def, marked, options, outcome)
+}
+
+/// Stores an object marked for deletion (unless a dry run), as the delete's outcome.
+fn write_marked(
+    def: &ResourceDef,
+    mut marked: Value,
+    options: &DeleteOptions,
+    outcome: &mut Option<Deleted>,
+) -> Result<Update, UpdateError> {
+    def.strategy.mark_deleting(&mut marked);
+    let encoded = encode_view(def, &marked)?;
+    *outcome = Some(Deleted {
+        object: marked,
+        gone: false,
+    });
+    Ok(if options.dry_run {
+        Update::Unchanged
+    } else {
+        Update::Write(encoded)
+    })
 }
 
 /// The finalizers an object gets when deleted with `propagation` (kube-apiserver's

@@ -94,6 +94,10 @@ impl Plinth {
             Backend::Embedded => {}
         }
         command.args(&self.extra_args);
+        // A node agent only where a test names its node.
+        if !self.runs_node() {
+            command.arg("--no-node");
+        }
         let mut child = command
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -110,6 +114,11 @@ impl Plinth {
             "plinth prints its kubeconfig path"
         );
         self.child = Some(child);
+    }
+
+    /// Whether the server runs a node agent (the test gave `--node-name`).
+    pub fn runs_node(&self) -> bool {
+        self.extra_args.iter().any(|a| a == "--node-name")
     }
 
     /// The etcd endpoint this server stores in, if any.
@@ -358,6 +367,18 @@ impl Plinth {
 impl Drop for Plinth {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A node agent stops its pods' processes when the server stops: SIGTERM first.
+            if self.runs_node() {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+                for _ in 0..300 {
+                    if child.try_wait().ok().flatten().is_some() {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -3,6 +3,10 @@
 pub mod configmap;
 pub mod event;
 pub mod namespace;
+pub mod node;
+pub mod pod;
+pub mod podspec;
+pub mod podtemplate;
 pub mod resourcequota;
 pub mod secret;
 pub mod serviceaccount;

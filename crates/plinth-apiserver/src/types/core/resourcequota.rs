@@ -106,20 +106,6 @@ pub fn count_of(value: &Value) -> Option<i64> {
     }
 }
 
-/// apimachinery's quantity syntax.
-fn is_quantity(text: &str) -> bool {
-    let number_end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(number_end);
-    !number.is_empty()
-        && number.chars().any(|c| c.is_ascii_digit())
-        && [
-            "", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "n", "u",
-        ]
-        .contains(&suffix)
-}
-
 #[derive(Debug)]
 struct ResourceQuotas;
 
@@ -138,7 +124,7 @@ impl Strategy for ResourceQuotas {
                 other => other.to_string(),
             };
             let field = format!("spec.hard[{name}]");
-            if !is_quantity(&text) {
+            if plinth_core::quantity::parse(&text).is_none() {
                 causes.push(Cause::invalid(
                     field,
                     &json!(text),

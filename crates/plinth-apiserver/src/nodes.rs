@@ -1,0 +1,124 @@
+//! The way from the API server to node agents (kube-apiserver's kubelet client): HTTPS to
+//! the address and port a Node reports (`status.addresses`, `status.daemonEndpoints`),
+//! presenting the client certificate of [`NODE_CLIENT`] signed by the cluster CA — the
+//! identity a node agent trusts. The agent's serving certificate is not checked, as
+//! kube-apiserver does not check it without `--kubelet-certificate-authority`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Request as HttpRequest, Uri, header};
+use axum::response::Response;
+use plinth_core::ApiError;
+use serde_json::Value;
+
+use crate::registry::Registry;
+
+/// The common name of the API server's client certificate toward node agents.
+pub const NODE_CLIENT: &str = "kube-apiserver-kubelet-client";
+
+/// Connections to node agents.
+pub struct NodeProxy {
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for NodeProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeProxy").finish_non_exhaustive()
+    }
+}
+
+impl NodeProxy {
+    /// A proxy presenting `identity` (PEM certificate and key).
+    ///
+    /// # Errors
+    /// An identity rustls cannot use.
+    pub fn new(identity: &(String, String)) -> Result<Self, String> {
+        let tls = crate::aggregator::client_tls("", true, identity)?;
+        Ok(Self {
+            tls: Some(Arc::new(tls)),
+        })
+    }
+
+    /// A proxy that reaches no node (an API server without a CA key).
+    pub fn none() -> Self {
+        Self { tls: None }
+    }
+
+    /// `https://address:port` of the node agent of `node`.
+    ///
+    /// # Errors
+    /// 404 for an unknown node, 400 for one that reports no address.
+    pub async fn base(&self, registry: &Registry, node: &str) -> Result<String, ApiError> {
+        let def = registry
+            .resources
+            .get("", "v1", "nodes")
+            .ok_or_else(|| ApiError::internal("nodes are not served"))?;
+        let object = registry.get(&def, None, node).await?;
+        address_of(&object).ok_or_else(|| {
+            ApiError::bad_request(format!("node {node:?} reports no address for its agent"))
+        })
+    }
+
+    /// GETs `path` from the agent of `node` and streams its answer back as it is.
+    ///
+    /// # Errors
+    /// As [`NodeProxy::base`]; 500 when the agent cannot be reached.
+    pub async fn get(
+        &self,
+        registry: &Registry,
+        node: &str,
+        path: &str,
+    ) -> Result<Response, ApiError> {
+        let tls = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("this server has no identity toward nodes"))?;
+        let base = self.base(registry, node).await?;
+        let uri: Uri = format!("{base}{path}")
+            .parse()
+            .map_err(|e| ApiError::bad_request(format!("invalid node path: {e}")))?;
+        let unreachable = |why: String| ApiError::internal(format!("Get \"{base}{path}\": {why}"));
+        let mut sender = crate::callout::dial(tls, &uri).await.map_err(unreachable)?;
+        sender
+            .ready()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut request = HttpRequest::get(path)
+            .body(Body::empty())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(authority) = uri.authority()
+            && let Ok(value) = HeaderValue::from_str(authority.as_str())
+        {
+            request.headers_mut().insert(header::HOST, value);
+        }
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let (parts, body) = response.into_parts();
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// `https://<InternalIP>:<kubelet port>` of a Node object.
+pub fn address_of(node: &Value) -> Option<String> {
+    let addresses = node.pointer("/status/addresses")?.as_array()?;
+    let pick = |kind: &str| {
+        addresses
+            .iter()
+            .find(|a| a["type"] == kind)
+            .and_then(|a| a["address"].as_str())
+    };
+    let address = pick("InternalIP").or_else(|| pick("Hostname"))?;
+    let port = node
+        .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+        .and_then(Value::as_u64)
+        .filter(|p| *p > 0)?;
+    let host = if address.contains(':') {
+        format!("[{address}]")
+    } else {
+        address.to_owned()
+    };
+    Some(format!("https://{host}:{port}"))
+}

@@ -1,0 +1,330 @@
+//! The image map: which local executable a container `image` stands for, with the entry
+//! point and default arguments an image would carry (`ENTRYPOINT`, `CMD`), and kube's
+//! rules for `command`/`args` with `$(VAR)` expansion.
+//!
+//! A map file (`--images FILE`) is YAML, patterns to entries, the first match winning, the
+//! file's before the built-in ones:
+//!
+//! ```yaml
+//! "redis:*": /usr/bin/redis-server          # the entry point; no default arguments
+//! "example.com/tools/*":
+//!   entrypoint: [/usr/local/bin/tool]
+//!   cmd: [--serve]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// What an image runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// The image's entry point (replaced by a container's `command`).
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    /// Its default arguments (replaced by `args`).
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// A program the command runs under when it is installed (`busybox` runs its applets:
+    /// `sh -c …` becomes `busybox sh -c …`).
+    #[serde(default)]
+    pub wrapper: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileEntry {
+    Path(String),
+    Entry(Entry),
+}
+
+/// Patterns (`*` matches any run of characters) and their entries, in order.
+#[derive(Clone, Debug)]
+pub struct ImageMap {
+    entries: Vec<(String, Entry)>,
+}
+
+impl Default for ImageMap {
+    fn default() -> Self {
+        Self { entries: builtin() }
+    }
+}
+
+/// The built-in map: `redis` runs `redis-server` bound to the pod's address, `busybox`
+/// runs `busybox` applets (or the machine's own commands when busybox is not installed).
+fn builtin() -> Vec<(String, Entry)> {
+    let entry = |entrypoint: &[&str], cmd: &[&str], wrapper: Option<&str>| Entry {
+        entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
+        cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+        wrapper: wrapper.map(str::to_owned),
+    };
+    vec![
+        (
+            "redis".into(),
+            entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None),
+        ),
+        (
+            "redis:*".into(),
+            entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None),
+        ),
+        ("busybox".into(), entry(&[], &["sh"], Some("busybox"))),
+        ("busybox:*".into(), entry(&[], &["sh"], Some("busybox"))),
+    ]
+}
+
+/// Why a map file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("image map {path}: {reason}")]
+pub struct MapError {
+    path: String,
+    reason: String,
+}
+
+impl ImageMap {
+    /// The built-in map after the entries of the YAML file at `path`.
+    ///
+    /// # Errors
+    /// A file that cannot be read or is not a map of patterns to entries.
+    pub fn load(path: &Path) -> Result<Self, MapError> {
+        let error = |reason: String| MapError {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let file: BTreeMap<String, FileEntry> =
+            serde_norway::from_str(&text).map_err(|e| error(e.to_string()))?;
+        let mut entries: Vec<(String, Entry)> = file
+            .into_iter()
+            .map(|(pattern, entry)| {
+                let entry = match entry {
+                    FileEntry::Path(path) => Entry {
+                        entrypoint: vec![path],
+                        ..Entry::default()
+                    },
+                    FileEntry::Entry(entry) => entry,
+                };
+                (pattern, entry)
+            })
+            .collect();
+        // More specific (longer) patterns first among the file's.
+        entries.sort_by_key(|(p, _)| std::cmp::Reverse(p.replace('*', "").len()));
+        entries.extend(builtin());
+        Ok(Self { entries })
+    }
+
+    /// The entry for `image`, if the map has one.
+    pub fn lookup(&self, image: &str) -> Option<&Entry> {
+        let image = normalize(image);
+        self.entries
+            .iter()
+            .find(|(pattern, _)| glob(&normalize(pattern), &image))
+            .map(|(_, e)| e)
+    }
+}
+
+/// `docker.io/library/redis:7` → `redis:7`.
+fn normalize(image: &str) -> String {
+    let image = image.trim();
+    let image = image.strip_prefix("docker.io/").unwrap_or(image);
+    let image = image.strip_prefix("library/").unwrap_or(image);
+    image.to_owned()
+}
+
+/// Whether `text` matches `pattern`, `*` matching any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// kube's `$(VAR)` expansion: a defined variable is replaced, an undefined one kept as
+/// written, `$$` is a literal `$`.
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'$' && i + 1 < bytes.len() {
+            match bytes[i + 1] {
+                b'$' => {
+                    out.push('$');
+                    i += 2;
+                    continue;
+                }
+                b'(' => {
+                    if let Some(end) = text[i + 2..].find(')') {
+                        let name = &text[i + 2..i + 2 + end];
+                        match lookup(name) {
+                            Some(value) => out.push_str(&value),
+                            None => out.push_str(&text[i..i + 3 + end]),
+                        }
+                        i += 3 + end;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let ch = text[i..].chars().next().unwrap_or('$');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
+/// The argument vector of a container (kube's entry point rules): `command` replaces the
+/// image's entry point and its default arguments; `args` replaces the default arguments.
+/// Both are expanded with `lookup`.
+pub fn argv(
+    entry: &Entry,
+    command: Option<&[String]>,
+    args: Option<&[String]>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let expanded =
+        |list: &[String]| -> Vec<String> { list.iter().map(|s| expand(s, lookup)).collect() };
+    let mut argv = match (command.filter(|c| !c.is_empty()), args) {
+        (Some(command), args) => {
+            let mut v = expanded(command);
+            v.extend(expanded(args.unwrap_or(&[])));
+            v
+        }
+        (None, Some(args)) if !args.is_empty() => {
+            let mut v = expanded(&entry.entrypoint);
+            v.extend(expanded(args));
+            v
+        }
+        (None, _) => {
+            let mut v = expanded(&entry.entrypoint);
+            v.extend(expanded(&entry.cmd));
+            v
+        }
+    };
+    if let Some(wrapper) = entry.wrapper.as_deref().and_then(which)
+        && argv.first().is_some_and(|program| runs(&wrapper, program))
+    {
+        argv.insert(0, wrapper);
+    }
+    argv
+}
+
+/// Whether the multi-call program `wrapper` (busybox) has an applet named as `program`.
+fn runs(wrapper: &str, program: &str) -> bool {
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(program);
+    std::process::Command::new(wrapper)
+        .arg("--list")
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == name)
+        })
+}
+
+/// The full path of `program` on `PATH`, if it is installed.
+pub fn which(program: &str) -> Option<String> {
+    if program.contains('/') {
+        return Path::new(program).is_file().then(|| program.to_owned());
+    }
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    path.split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(name: &str) -> Option<String> {
+        match name {
+            "POD_IP" => Some("127.64.0.2".into()),
+            "PORT" => Some("7000".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn expansion_follows_kube() {
+        assert_eq!(
+            expand("--bind $(POD_IP):$(PORT)", &vars),
+            "--bind 127.64.0.2:7000"
+        );
+        assert_eq!(
+            expand("$(UNDEFINED) $$(PORT) $x $", &vars),
+            "$(UNDEFINED) $(PORT) $x $"
+        );
+        assert_eq!(expand("$(unterminated", &vars), "$(unterminated");
+    }
+
+    #[test]
+    fn images_map_and_args_replace_defaults() {
+        let map = ImageMap::default();
+        assert!(map.lookup("docker.io/library/redis:7.2").is_some());
+        assert!(map.lookup("redis").is_some());
+        assert!(map.lookup("nginx:1.27").is_none());
+        let redis = map.lookup("redis:7").cloned().unwrap_or_default();
+        assert_eq!(
+            argv(&redis, None, None, &vars),
+            ["redis-server", "--bind", "127.64.0.2"]
+        );
+        let args = vec!["redis-server".to_owned(), "--port".into(), "$(PORT)".into()];
+        assert_eq!(
+            argv(&redis, None, Some(&args), &vars),
+            ["redis-server", "--port", "7000"]
+        );
+        let command = vec!["sleep".to_owned()];
+        let args = vec!["5".to_owned()];
+        assert_eq!(
+            argv(&redis, Some(&command), Some(&args), &vars),
+            ["sleep", "5"]
+        );
+        assert!(glob("a*c*e", "abcde") && !glob("a*c", "abd") && glob("*", ""));
+    }
+
+    #[test]
+    fn a_map_file_comes_first() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("images.yaml");
+        std::fs::write(
+            &path,
+            "\"redis:*\": /opt/redis/bin/redis-server\ntool:\n  entrypoint: [/bin/tool]\n  cmd: [--serve]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let map = ImageMap::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            map.lookup("redis:6").map(|e| e.entrypoint.clone()),
+            Some(vec!["/opt/redis/bin/redis-server".to_owned()])
+        );
+        assert_eq!(
+            map.lookup("tool").map(|e| e.cmd.clone()),
+            Some(vec!["--serve".to_owned()])
+        );
+        std::fs::write(&path, "tool: {entry: 1}").unwrap_or_else(|e| panic!("{e}"));
+        assert!(ImageMap::load(&path).is_err());
+    }
+}

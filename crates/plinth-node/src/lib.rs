@@ -1,0 +1,119 @@
+//! The node agent: registers its Node, heartbeats its Lease, and runs the Pods bound to it
+//! as local processes — images mapped to executables, volumes as directories, each container
+//! in its own mount and PID namespace where the machine allows, probes, restarts with
+//! kube's back-off, graceful termination, per-container logs served to the API server.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod images;
+mod logs;
+mod node;
+mod pods;
+mod probes;
+pub mod sandbox;
+mod server;
+mod volumes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use images::ImageMap;
+
+/// How an agent runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The Node's name.
+    pub name: String,
+    /// Where pods' directories, volumes and logs live.
+    pub data_dir: PathBuf,
+    /// Which executables images stand for.
+    pub images: ImageMap,
+    /// The executable that has the `sandbox` command (`plinth`); `None`: containers run as
+    /// plain child processes, without namespaces.
+    pub sandbox: Option<PathBuf>,
+    /// The address the agent's server (logs) listens on; port 0 picks one.
+    pub listen: std::net::SocketAddr,
+    /// How often the Node's status and Lease are renewed.
+    pub heartbeat: std::time::Duration,
+}
+
+impl Config {
+    /// An agent named `name` keeping its files in `data_dir`, with the built-in image map,
+    /// no sandbox, a server on a loopback port of its choosing and a 10 s heartbeat.
+    pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            name: name.into(),
+            data_dir: data_dir.into(),
+            images: ImageMap::default(),
+            sandbox: None,
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            heartbeat: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The data directory cannot be used.
+    #[error("data directory {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    /// The agent's server could not start.
+    #[error("agent server: {0}")]
+    Server(String),
+    /// The API server refused the Node.
+    #[error("registering node {0}: {1}")]
+    Register(String, kube::Error),
+}
+
+/// What the parts of a running agent share.
+pub(crate) struct Agent {
+    pub(crate) config: Config,
+    pub(crate) client: kube::Client,
+    pub(crate) pods: pods::Registry,
+    /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
+    pub(crate) ips: std::sync::Mutex<node::Addresses>,
+}
+
+/// Runs an agent until `stopping` becomes true: it then stops every container it started
+/// (as its node is going away) and returns.
+///
+/// # Errors
+/// See [`AgentError`].
+pub async fn run(
+    config: Config,
+    client: kube::Client,
+    root_certs: Vec<Vec<u8>>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), AgentError> {
+    std::fs::create_dir_all(config.data_dir.join("pods"))
+        .map_err(|e| AgentError::DataDir(config.data_dir.clone(), e))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| AgentError::Server(format!("listen on {}: {e}", config.listen)))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| AgentError::Server(e.to_string()))?
+        .port();
+    let agent = Arc::new(Agent {
+        config,
+        client,
+        pods: pods::Registry::default(),
+        ips: std::sync::Mutex::new(node::Addresses::default()),
+    });
+    let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
+    tokio::spawn(server::serve(
+        agent.clone(),
+        listener,
+        tls,
+        stopping.clone(),
+    ));
+    node::register(&agent, port).await?;
+    tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
+    let pods_done = tokio::spawn(pods::run(agent.clone(), stopping.clone()));
+    let _ = stopping.wait_for(|s| *s).await;
+    let _ = pods_done.await;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! Container logs in the CRI format the kubelet reads (`<RFC 3339 nano time> <stream> F
+//! <line>`), one file per container run (`<restart count>.log`), and their reading with
+//! `PodLogOptions`: `previous`, `sinceSeconds`/`sinceTime`, `tailLines`, `limitBytes`,
+//! `timestamps`, `follow` (to the end of the run).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+/// Marks a run's log complete (the container exited): a follower stops there.
+pub(crate) fn done_marker(log: &Path) -> PathBuf {
+    log.with_extension("done")
+}
+
+/// `2006-01-02T15:04:05.999999999Z` for now.
+pub(crate) fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let base = plinth_core::meta::format_time(seconds);
+    format!("{}.{:09}Z", base.trim_end_matches('Z'), now.subsec_nanos())
+}
+
+/// Copies `from` into `file` line by line, as `stream`.
+pub(crate) async fn copy(
+    from: impl AsyncRead + Unpin,
+    stream: &'static str,
+    file: Arc<Mutex<tokio::fs::File>>,
+) {
+    let mut lines = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let (body, tag) = match line.strip_suffix(b"\n") {
+            Some(body) => (body, "F"),
+            None => (line.as_slice(), "P"),
+        };
+        let mut record = format!("{} {stream} {tag} ", timestamp()).into_bytes();
+        record.extend_from_slice(body);
+        record.push(b'\n');
+        let mut file = file.lock().await;
+        if file.write_all(&record).await.is_err() {
+            return;
+        }
+        let _ = file.flush().await;
+    }
+}
+
+/// What a reader asked for.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Options {
+    pub(crate) follow: bool,
+    pub(crate) timestamps: bool,
+    pub(crate) tail_lines: Option<usize>,
+    pub(crate) limit_bytes: Option<usize>,
+    /// Lines before this time (RFC 3339) are skipped.
+    pub(crate) since: Option<String>,
+}
+
+/// One line of a CRI log: its time and its text.
+fn parse(line: &str) -> Option<(&str, &str, bool)> {
+    let (time, rest) = line.split_once(' ')?;
+    let (_stream, rest) = rest.split_once(' ')?;
+    let (tag, text) = rest.split_once(' ').unwrap_or((rest, ""));
+    Some((time, text, tag == "F"))
+}
+
+fn render(time: &str, text: &str, full: bool, options: &Options) -> String {
+    let newline = if full { "\n" } else { "" };
+    if options.timestamps {
+        format!("{time} {text}{newline}")
+    } else {
+        format!("{text}{newline}")
+    }
+}
+
+/// The lines of `log` as the options select them, then (following) the lines that come
+/// until the run ends; sent in chunks through `out`.
+pub(crate) async fn read(
+    log: PathBuf,
+    options: Options,
+    out: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>,
+) {
+    let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+    let mut lines: Vec<&str> = text.lines().collect();
+    if let Some(since) = &options.since {
+        lines.retain(|l| parse(l).is_some_and(|(t, _, _)| t >= since.as_str()));
+    }
+    if let Some(tail) = options.tail_lines {
+        let skip = lines.len().saturating_sub(tail);
+        lines.drain(..skip);
+    }
+    let mut budget = options.limit_bytes.unwrap_or(usize::MAX);
+    let send = |chunk: String, budget: &mut usize| -> Option<bytes::Bytes> {
+        if *budget == 0 {
+            return None;
+        }
+        let bytes = chunk.into_bytes();
+        let take = bytes.len().min(*budget);
+        *budget -= take;
+        Some(bytes::Bytes::from(bytes[..take].to_vec()))
+    };
+    let mut chunk = String::new();
+    for line in &lines {
+        if let Some((time, body, full)) = parse(line) {
+            chunk.push_str(&render(time, body, full, &options));
+        }
+    }
+    if let Some(bytes) = send(chunk, &mut budget)
+        && out.send(Ok(bytes)).await.is_err()
+    {
+        return;
+    }
+    if !options.follow {
+        return;
+    }
+    let mut offset = text.len();
+    loop {
+        let finished = done_marker(&log).exists();
+        let now = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+        if now.len() > offset {
+            let fresh = &now[offset..];
+            // Only whole lines; a line being written is read next time.
+            let whole = fresh.rfind('\n').map_or(0, |i| i + 1);
+            let mut chunk = String::new();
+            for line in fresh[..whole].lines() {
+                if let Some((time, body, full)) = parse(line) {
+                    chunk.push_str(&render(time, body, full, &options));
+                }
+            }
+            offset += whole;
+            if !chunk.is_empty() {
+                match send(chunk, &mut budget) {
+                    Some(bytes) => {
+                        if out.send(Ok(bytes)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                }
+            }
+        }
+        if finished || out.is_closed() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_lines_parse() {
+        let (time, text, full) =
+            parse("2026-12-01T10:00:00.000000001Z stdout F hello world").unwrap_or_default();
+        assert_eq!(
+            (time, text, full),
+            ("2026-12-01T10:00:00.000000001Z", "hello world", true)
+        );
+        let (_, text, full) = parse("2026-12-01T10:00:00.1Z stderr P part").unwrap_or_default();
+        assert_eq!((text, full), ("part", false));
+        assert!(timestamp().ends_with('Z') && timestamp().len() == 30);
+    }
+}

@@ -1,0 +1,191 @@
+//! Probes as the kubelet runs them: `tcpSocket` (a connection), `httpGet` (a status from 200
+//! to 399), `exec` (exit code 0, run inside the container's namespaces), each bounded by
+//! `timeoutSeconds`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A probe's result: `Err` carries the kubelet-style message of a failure.
+pub(crate) type Outcome = Result<(), String>;
+
+/// Where a probe runs: the pod's address, the container (its ports), and the way to run a
+/// command in it.
+pub(crate) struct Target<'a> {
+    pub(crate) pod_ip: &'a str,
+    pub(crate) container: &'a Value,
+    /// The PID whose namespaces an exec probe enters (the sandbox's init), if any.
+    pub(crate) sandbox_pid: Option<u32>,
+    pub(crate) env: &'a [(String, String)],
+}
+
+fn port_of(target: &Target<'_>, port: &Value) -> Result<u16, String> {
+    match port {
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| format!("invalid port {n}")),
+        Value::String(name) => {
+            if let Ok(n) = name.parse::<u16>() {
+                return Ok(n);
+            }
+            target
+                .container
+                .get("ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == name.as_str())
+                .and_then(|p| p["containerPort"].as_u64())
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or_else(|| format!("unable to find port {name:?}"))
+        }
+        _ => Err("no port".into()),
+    }
+}
+
+/// Runs `probe` once.
+pub(crate) async fn run(probe: &Value, target: &Target<'_>) -> Outcome {
+    let timeout = Duration::from_secs(probe["timeoutSeconds"].as_u64().unwrap_or(1).max(1));
+    let attempt = async {
+        if let Some(tcp) = probe.get("tcpSocket").filter(|v| v.is_object()) {
+            let port = port_of(target, &tcp["port"])?;
+            let host = tcp["host"]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .unwrap_or(target.pod_ip);
+            tokio::net::TcpStream::connect((host, port))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("dial tcp {host}:{port}: connect: {}", short(&e)))
+        } else if let Some(get) = probe.get("httpGet").filter(|v| v.is_object()) {
+            http_get(get, target).await
+        } else if let Some(exec) = probe.get("exec").filter(|v| v.is_object()) {
+            let command: Vec<String> = exec["command"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect();
+            exec_probe(&command, target).await
+        } else if probe.get("grpc").is_some_and(Value::is_object) {
+            Err("grpc probes are not supported by this node agent yet".into())
+        } else {
+            Err("no probe handler".into())
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("probe timed out after {}s", timeout.as_secs())),
+    }
+}
+
+fn short(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        _ => e.to_string(),
+    }
+}
+
+async fn http_get(get: &Value, target: &Target<'_>) -> Outcome {
+    let port = port_of(target, &get["port"])?;
+    let host = get["host"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .unwrap_or(target.pod_ip);
+    let path = get["path"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    if get["scheme"]
+        .as_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    {
+        return Err("HTTPS probes are not supported by this node agent yet".into());
+    }
+    let url = format!("http://{host}:{port}{path}");
+    let mut stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| {
+            format!(
+                "Get \"{url}\": dial tcp {host}:{port}: connect: {}",
+                short(&e)
+            )
+        })?;
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\nConnection: close\r\n"
+    );
+    for header in get["httpHeaders"].as_array().into_iter().flatten() {
+        request.push_str(&format!(
+            "{}: {}\r\n",
+            header["name"].as_str().unwrap_or(""),
+            header["value"].as_str().unwrap_or("")
+        ));
+    }
+    request.push_str("\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("Get \"{url}\": {e}"))?;
+    let mut head = vec![0u8; 1024];
+    let n = stream
+        .read(&mut head)
+        .await
+        .map_err(|e| format!("Get \"{url}\": {e}"))?;
+    let line = String::from_utf8_lossy(&head[..n]);
+    let code: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("Get \"{url}\": malformed HTTP response"))?;
+    if (200..400).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("HTTP probe failed with statuscode: {code}"))
+    }
+}
+
+/// The command line that runs `command` inside the sandbox of `pid` (its mount and PID
+/// namespaces and root), or as it is without a sandbox.
+pub(crate) fn in_sandbox(command: &[String], pid: Option<u32>) -> Vec<String> {
+    match pid {
+        Some(pid) => {
+            let mut argv = vec![
+                "nsenter".to_owned(),
+                format!("--target={pid}"),
+                "--mount".into(),
+                "--pid".into(),
+                "--root".into(),
+                "--wd".into(),
+                "--".into(),
+            ];
+            argv.extend(command.iter().cloned());
+            argv
+        }
+        None => command.to_vec(),
+    }
+}
+
+async fn exec_probe(command: &[String], target: &Target<'_>) -> Outcome {
+    let argv = in_sandbox(command, target.sandbox_pid);
+    let Some((program, args)) = argv.split_first() else {
+        return Err("no command".into());
+    };
+    let output = tokio::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(target.env.iter().cloned())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("exec {program}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        Err(text.trim().to_owned())
+    }
+}

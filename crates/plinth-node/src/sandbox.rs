@@ -1,0 +1,374 @@
+//! The container sandbox: a container's process in its own mount and PID namespaces, seeing
+//! the machine's files (bound read-write, as they are), a private `/tmp`, its own `/proc`,
+//! and its pod's volumes at their mount paths — so two pods see neither each other's volumes
+//! nor each other's processes.
+//!
+//! It runs as a separate program (`plinth sandbox <spec>`, the agent's own executable) in
+//! two stages: the first, in the agent's namespaces, joins the container's cgroup, unshares
+//! the mount and PID namespaces and starts the second, which is PID 1 of the new namespace:
+//! it builds the container's root, changes into it and runs the container's command, reaping
+//! orphans and passing on signals. Each stage exits with the command's exit code (`128 + N`
+//! when signal `N` ended it), which is what the agent reports. When the first stage is killed
+//! the second gets `SIGKILL` too, and with it everything in the namespace.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// What the sandbox runs, handed to it as one JSON argument.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Spec {
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+    /// The whole environment.
+    pub env: Vec<(String, String)>,
+    /// The working directory, inside the container.
+    pub cwd: Option<String>,
+    /// An empty directory the container's root is built in.
+    pub root: PathBuf,
+    /// Host directories (or files) and where they appear, read-only or not.
+    pub mounts: Vec<Mount>,
+    /// The cgroup directories to join before anything starts.
+    pub cgroups: Vec<PathBuf>,
+    /// The user and group to run as.
+    pub user: Option<(u32, u32)>,
+    /// The host name inside (the pod's name); needs a UTS namespace.
+    pub hostname: Option<String>,
+    /// Host directories the container must not see (the agent's data, other pods'
+    /// volumes among it): an empty directory is put over each.
+    pub hide: Vec<PathBuf>,
+}
+
+/// A volume mount.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Mount {
+    /// On the host.
+    pub source: PathBuf,
+    /// Inside the container.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// Where the host's top-level directories stay as they are (system files), apart from those
+/// the sandbox makes its own.
+const OWN: &[&str] = &["proc", "tmp", "dev", "sys"];
+
+/// Runs the first stage with `spec` (JSON) and returns the exit code to leave with.
+pub fn main(spec: &str, second_stage: bool) -> i32 {
+    let spec: Spec = match serde_json::from_str(spec) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("sandbox: bad spec: {e}");
+            return 126;
+        }
+    };
+    let result = if second_stage {
+        second(&spec)
+    } else {
+        first(&spec)
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sandbox: {e}");
+            126
+        }
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// Passes the usual termination signals on to the process whose PID `target` holds (none
+/// while it is 0). Started before `unshare`: a process cannot make threads after unsharing
+/// its PID namespace.
+fn forward_signals() -> Result<std::sync::Arc<std::sync::atomic::AtomicI32>, String> {
+    use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+    use std::sync::atomic::{AtomicI32, Ordering};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
+            .map_err(|e| format!("signals: {e}"))?;
+    let target = std::sync::Arc::new(AtomicI32::new(0));
+    let to = target.clone();
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            let pid = to.load(Ordering::SeqCst);
+            if pid > 0
+                && let Ok(signal) = Signal::try_from(signal)
+            {
+                let _ = kill(Pid::from_raw(pid), signal);
+            }
+        }
+    });
+    Ok(target)
+}
+
+/// Waits for `child` to exit and returns its code; as PID 1 (`reap`), every other child
+/// that exits is collected too.
+fn wait_for(child: u32, reap: bool) -> Result<i32, String> {
+    let target = Pid::from_raw(i32::try_from(child).map_err(|e| e.to_string())?);
+    loop {
+        let waited = if reap {
+            waitpid(None, Some(WaitPidFlag::__WALL))
+        } else {
+            waitpid(target, None)
+        };
+        match waited {
+            Ok(WaitStatus::Exited(pid, code)) if pid == target => return Ok(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == target => {
+                return Ok(128 + signal as i32);
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(format!("wait: {e}")),
+        }
+    }
+}
+
+fn supervise(child: u32, reap: bool, target: &std::sync::atomic::AtomicI32) -> Result<i32, String> {
+    target.store(
+        i32::try_from(child).map_err(|e| e.to_string())?,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    wait_for(child, reap)
+}
+
+fn first(spec: &Spec) -> Result<i32, String> {
+    // The container goes with the agent: if it dies, so does this stage, and with it the
+    // namespace.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    for cgroup in &spec.cgroups {
+        std::fs::write(cgroup.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(|e| format!("join cgroup {}: {e}", cgroup.display()))?;
+    }
+    let forward = forward_signals()?;
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    if spec.hostname.is_some() {
+        flags |= CloneFlags::CLONE_NEWUTS;
+    }
+    unshare(flags).map_err(|e| format!("unshare: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let encoded = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let child = Command::new(exe)
+        .arg("sandbox")
+        .arg("--stage2")
+        .arg(encoded)
+        .spawn()
+        .map_err(|e| format!("start the sandbox: {e}"))?;
+    supervise(child.id(), false, &forward)
+}
+
+fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind {} on {}: {e}", source.display(), target.display()))?;
+    if read_only {
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .map_err(|e| format!("make {} read-only: {e}", target.display()))?;
+    }
+    Ok(())
+}
+
+/// The path `target` (absolute, inside the container) under `root`, with no `..` escaping it.
+fn inside(root: &Path, target: &str) -> PathBuf {
+    let mut path = root.to_path_buf();
+    for part in Path::new(target).components() {
+        if let std::path::Component::Normal(p) = part {
+            path.push(p);
+        }
+    }
+    path
+}
+
+fn build_root(spec: &Spec) -> Result<(), String> {
+    let root = &spec.root;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make mounts private: {e}"))?;
+    std::fs::create_dir_all(root).map_err(|e| format!("root: {e}"))?;
+    mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID,
+        Some("mode=755"),
+    )
+    .map_err(|e| format!("root tmpfs: {e}"))?;
+    let entries = std::fs::read_dir("/").map_err(|e| format!("read /: {e}"))?;
+    for entry in entries.flatten() {
+        let name: OsString = entry.file_name();
+        let Some(text) = name.to_str() else { continue };
+        if OWN.contains(&text) {
+            continue;
+        }
+        let host = Path::new("/").join(&name);
+        let target = root.join(&name);
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_symlink() {
+            if let Ok(link) = std::fs::read_link(&host) {
+                let _ = std::os::unix::fs::symlink(link, &target);
+            }
+        } else if kind.is_dir() {
+            std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+            bind(&host, &target, false)?;
+        }
+    }
+    for dir in ["dev", "sys"] {
+        let target = root.join(dir);
+        std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+        bind(&Path::new("/").join(dir), &target, false)?;
+    }
+    let tmp = root.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+    mount(
+        Some("tmpfs"),
+        &tmp,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .map_err(|e| format!("/tmp: {e}"))?;
+    let proc = root.join("proc");
+    std::fs::create_dir_all(&proc).map_err(|e| e.to_string())?;
+    mount(
+        Some("proc"),
+        &proc,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("/proc: {e}"))?;
+    for hidden in &spec.hide {
+        let target = inside(root, &hidden.to_string_lossy());
+        if target.is_dir() {
+            mount(
+                Some("tmpfs"),
+                &target,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("mode=700"),
+            )
+            .map_err(|e| format!("hide {}: {e}", hidden.display()))?;
+        }
+    }
+    for m in &spec.mounts {
+        let target = inside(root, &m.target);
+        if m.source.is_dir() {
+            std::fs::create_dir_all(&target)
+                .map_err(|e| format!("mount point {}: {e}", m.target))?;
+        } else {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("mount point {}: {e}", m.target))?;
+            }
+            if !target.exists() {
+                std::fs::write(&target, b"")
+                    .map_err(|e| format!("mount point {}: {e}", m.target))?;
+            }
+        }
+        bind(&m.source, &target, m.read_only)?;
+    }
+    Ok(())
+}
+
+fn second(spec: &Spec) -> Result<i32, String> {
+    // The namespace ends with the first stage: if it is killed, so is this one.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    if let Some(name) = &spec.hostname {
+        nix::unistd::sethostname(name).map_err(|e| format!("hostname: {e}"))?;
+    }
+    let forward = forward_signals()?;
+    build_root(spec)?;
+    nix::unistd::chroot(&spec.root).map_err(|e| format!("chroot: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    let Some((program, args)) = spec.argv.split_first() else {
+        return Err("no command".into());
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(spec.env.iter().cloned());
+    if let Some(cwd) = &spec.cwd {
+        let _ = std::fs::create_dir_all(cwd);
+        command.current_dir(cwd);
+    }
+    if let Some((uid, gid)) = spec.user {
+        std::os::unix::process::CommandExt::uid(&mut command, uid);
+        std::os::unix::process::CommandExt::gid(&mut command, gid);
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("exec {program}: {e}");
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
+    let code = supervise(child.id(), true, &forward)?;
+    // Whatever is left in the namespace goes with its init.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    Ok(code)
+}
+
+/// Whether this machine lets the agent make namespaces (root, or unprivileged user
+/// namespaces in a later version): checked once by running `true` in a sandbox.
+pub fn available(exe: &Path) -> bool {
+    let spec = Spec {
+        argv: vec!["/bin/true".into()],
+        env: Vec::new(),
+        root: std::env::temp_dir().join(format!("plinth-sandbox-probe-{}", std::process::id())),
+        ..Spec::default()
+    };
+    let Ok(encoded) = serde_json::to_string(&spec) else {
+        return false;
+    };
+    let ok = Command::new(exe)
+        .arg("sandbox")
+        .arg(encoded)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_dir(&spec.root);
+    ok
+}
+
+/// Exit code of a finished process as the sandbox reports it.
+pub fn code_of(status: ExitStatus) -> i32 {
+    exit_code(status)
+}

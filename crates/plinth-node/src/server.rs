@@ -1,0 +1,228 @@
+//! The agent's own HTTPS server, which the API server's `pods/<name>/log` reaches: it takes
+//! only clients presenting a certificate from the cluster CA for the API server's node
+//! client identity (the CA comes from the agent's kubeconfig).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+
+use crate::Agent;
+use crate::logs;
+
+/// The common name of the API server's client certificate toward node agents.
+pub(crate) const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// The TLS configuration: a self-signed serving certificate, client certificates from
+/// `roots` (DER) required.
+pub(crate) fn tls(name: &str, roots: &[Vec<u8>]) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut store = rustls::RootCertStore::empty();
+    for der in roots {
+        store
+            .add(rustls::pki_types::CertificateDer::from(der.clone()))
+            .map_err(|e| format!("cluster CA: {e}"))?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(store),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| format!("client verifier: {e}"))?;
+    let names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        name.to_owned(),
+    ];
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let cert = rcgen::CertificateParams::new(names)
+        .and_then(|p| p.self_signed(&key))
+        .map_err(|e| e.to_string())?;
+    let key_der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| e.to_string())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert.der().clone()], key_der)
+        .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned)
+}
+
+/// Serves until `stopping`.
+pub(crate) async fn serve(
+    agent: Arc<Agent>,
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let acceptor = acceptor.clone();
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let allowed = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| common_name(c))
+                .is_some_and(|cn| cn == API_SERVER_CLIENT);
+            let service = hyper::service::service_fn(move |request| {
+                let agent = agent.clone();
+                async move { Ok::<_, std::convert::Infallible>(route(&agent, request, allowed).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn plain(code: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(text))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = code;
+    response
+}
+
+/// A kube `Status` error, as the kubelet answers.
+fn status(code: StatusCode, message: &str) -> Response<Body> {
+    let reason = match code {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::FORBIDDEN => "Forbidden",
+        _ => "InternalError",
+    };
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()});
+    let mut response = plain(code, body.to_string());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn route(agent: &Agent, request: Request<Incoming>, allowed: bool) -> Response<Body> {
+    if !allowed {
+        return status(
+            StatusCode::FORBIDDEN,
+            "only the API server may use this node agent",
+        );
+    }
+    let path = request.uri().path().to_owned();
+    let query: Vec<(String, String)> = request
+        .uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+                .map(|(k, v)| (k.to_owned(), percent_decode(v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let get = |key: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let flag = |key: &str| get(key).is_some_and(|v| v == "true" || v == "1");
+    if path == "/healthz" {
+        return plain(StatusCode::OK, "ok".into());
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let ["containerLogs", namespace, pod, container] = parts.as_slice() else {
+        return status(StatusCode::NOT_FOUND, &format!("no such path: {path}"));
+    };
+    let log = match agent
+        .pods
+        .log_file(namespace, pod, container, flag("previous"))
+    {
+        Ok(log) => log,
+        Err(message) => return status(StatusCode::BAD_REQUEST, &message),
+    };
+    let number = |key: &str| get(key).and_then(|v| v.parse::<i64>().ok());
+    let since = number("sinceSeconds")
+        .map(|s| {
+            let at = crate::node::now() - s;
+            plinth_core::meta::format_time(at)
+        })
+        .or_else(|| get("sinceTime").map(str::to_owned));
+    let options = logs::Options {
+        follow: flag("follow"),
+        timestamps: flag("timestamps"),
+        tail_lines: number("tailLines").and_then(|n| usize::try_from(n).ok()),
+        limit_bytes: number("limitBytes").and_then(|n| usize::try_from(n).ok()),
+        since,
+    };
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(logs::read(log, options, sender));
+    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver
+            .recv()
+            .await
+            .map(|chunk| (chunk.map(Frame::data), receiver))
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain"),
+    );
+    response
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
