@@ -116,8 +116,11 @@ fn idle() -> &'static std::sync::Mutex<Pool> {
     IDLE.get_or_init(Default::default)
 }
 
-/// An HTTP/1 connection over TLS to `uri`'s host, trusting (and presenting) what `tls` says.
-pub(crate) async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
+/// A TLS connection to `uri`'s host, trusting (and presenting) what `tls` says.
+async fn connect(
+    tls: &Arc<rustls::ClientConfig>,
+    uri: &Uri,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let host = uri.host().ok_or("the URL has no host")?.to_owned();
     let port = uri.port_u16().unwrap_or(443);
     let address = host
@@ -130,15 +133,35 @@ pub(crate) async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<S
     let _ = tcp.set_nodelay(true);
     let server_name = rustls::pki_types::ServerName::try_from(address.clone())
         .map_err(|e| format!("invalid server name {host}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(tls.clone())
+    tokio_rustls::TlsConnector::from(tls.clone())
         .connect(server_name, tcp)
         .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .map_err(|e| format!("tls: {e}"))
+}
+
+/// An HTTP/1 connection over TLS to `uri`'s host, trusting (and presenting) what `tls` says.
+pub(crate) async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
+    let stream = connect(tls, uri).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// As [`dial`], on a connection that may switch protocols (`101`).
+pub(crate) async fn dial_upgradable(
+    tls: &Arc<rustls::ClientConfig>,
+    uri: &Uri,
+) -> Result<Sender, String> {
+    let stream = connect(tls, uri).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.with_upgrades().await;
     });
     Ok(sender)
 }

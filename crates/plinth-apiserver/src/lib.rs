@@ -24,6 +24,7 @@ pub mod conversion;
 pub mod discovery;
 pub mod encryption;
 mod http;
+mod kubernetes_service;
 pub mod metrics;
 pub mod nodes;
 pub mod openapi;

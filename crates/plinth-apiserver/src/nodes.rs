@@ -60,6 +60,98 @@ impl NodeProxy {
         })
     }
 
+    /// GETs `path` from the agent of `node` with `headers`, on a connection that may switch
+    /// protocols when `upgradable`.
+    async fn send(
+        &self,
+        registry: &Registry,
+        node: &str,
+        path: &str,
+        headers: &[(axum::http::HeaderName, HeaderValue)],
+        upgradable: bool,
+    ) -> Result<axum::http::Response<hyper::body::Incoming>, ApiError> {
+        let tls = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("this server has no identity toward nodes"))?;
+        let base = self.base(registry, node).await?;
+        let uri: Uri = format!("{base}{path}")
+            .parse()
+            .map_err(|e| ApiError::bad_request(format!("invalid node path: {e}")))?;
+        let unreachable = |why: String| ApiError::internal(format!("Get \"{base}{path}\": {why}"));
+        let dialled = if upgradable {
+            crate::callout::dial_upgradable(tls, &uri).await
+        } else {
+            crate::callout::dial(tls, &uri).await
+        };
+        let mut sender = dialled.map_err(unreachable)?;
+        sender
+            .ready()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut request = HttpRequest::get(path)
+            .body(Body::empty())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        for (name, value) in headers {
+            request.headers_mut().append(name.clone(), value.clone());
+        }
+        if let Some(authority) = uri.authority()
+            && let Ok(value) = HeaderValue::from_str(authority.as_str())
+        {
+            request.headers_mut().insert(header::HOST, value);
+        }
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(e.to_string()))
+    }
+
+    /// Sends a request for `path` to the agent of `node` with the client's upgrade headers
+    /// (`Connection`, `Upgrade`, `Sec-WebSocket-*`); when the agent switches protocols, so
+    /// does the client's connection, and the bytes flow through both ways until either end
+    /// closes. Any other answer goes back as it is.
+    ///
+    /// # Errors
+    /// As [`NodeProxy::get`]; 400 when the client asked for no upgrade.
+    pub async fn upgrade(
+        &self,
+        registry: &Registry,
+        node: &str,
+        path: &str,
+        incoming: &axum::http::HeaderMap,
+        upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Result<Response, ApiError> {
+        let Some(client_side) = upgrade.filter(|_| incoming.contains_key(header::UPGRADE)) else {
+            return Err(ApiError::bad_request("Upgrade request required"));
+        };
+        let passed: Vec<_> = incoming
+            .iter()
+            .filter(|(name, _)| {
+                let lower = name.as_str();
+                lower == "connection" || lower == "upgrade" || lower.starts_with("sec-websocket-")
+            })
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        let mut response = self.send(registry, node, path, &passed, true).await?;
+        if response.status() != axum::http::StatusCode::SWITCHING_PROTOCOLS {
+            let (parts, body) = response.into_parts();
+            return Ok(Response::from_parts(parts, Body::new(body)));
+        }
+        let agent_side = hyper::upgrade::on(&mut response);
+        let mut answer = Response::new(Body::empty());
+        *answer.status_mut() = axum::http::StatusCode::SWITCHING_PROTOCOLS;
+        *answer.headers_mut() = response.headers().clone();
+        tokio::spawn(async move {
+            let (Ok(client), Ok(agent)) = (client_side.await, agent_side.await) else {
+                return;
+            };
+            let mut client = hyper_util::rt::TokioIo::new(client);
+            let mut agent = hyper_util::rt::TokioIo::new(agent);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut agent).await;
+        });
+        Ok(answer)
+    }
+
     /// GETs `path` from the agent of `node` and streams its answer back as it is.
     ///
     /// # Errors
@@ -70,32 +162,7 @@ impl NodeProxy {
         node: &str,
         path: &str,
     ) -> Result<Response, ApiError> {
-        let tls = self
-            .tls
-            .as_ref()
-            .ok_or_else(|| ApiError::internal("this server has no identity toward nodes"))?;
-        let base = self.base(registry, node).await?;
-        let uri: Uri = format!("{base}{path}")
-            .parse()
-            .map_err(|e| ApiError::bad_request(format!("invalid node path: {e}")))?;
-        let unreachable = |why: String| ApiError::internal(format!("Get \"{base}{path}\": {why}"));
-        let mut sender = crate::callout::dial(tls, &uri).await.map_err(unreachable)?;
-        sender
-            .ready()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let mut request = HttpRequest::get(path)
-            .body(Body::empty())
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Some(authority) = uri.authority()
-            && let Ok(value) = HeaderValue::from_str(authority.as_str())
-        {
-            request.headers_mut().insert(header::HOST, value);
-        }
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let response = self.send(registry, node, path, &[], false).await?;
         let (parts, body) = response.into_parts();
         Ok(Response::from_parts(parts, Body::new(body)))
     }

@@ -123,10 +123,20 @@ pub struct ResourceDef {
     /// A custom resource whose CRD converts by webhook: objects are stored in its storage
     /// version and converted on the way in and out.
     pub conversion: Option<Arc<crate::conversion::ConversionWebhook>>,
+    /// Addresses (or other shared numbers) a new object is given before it is stored, from
+    /// what the others hold (a Service's ClusterIP and node ports).
+    pub allocate: Option<Allocate>,
     /// Subresources served by something other than storage — a node agent
     /// (`pods/<name>/log`): the handler gets the parent object and the request.
     pub connect_subresources: Vec<(&'static str, Connect)>,
 }
+
+/// Gives a new object what it must not share with others ([`ResourceDef::allocate`]).
+pub type Allocate = for<'a> fn(
+    &'a crate::registry::Registry,
+    &'a mut Value,
+)
+    -> futures::future::BoxFuture<'a, Result<(), plinth_core::ApiError>>;
 
 /// Serves a connect subresource ([`ResourceDef::connect_subresources`]).
 pub type Connect = for<'a> fn(
@@ -145,6 +155,10 @@ pub struct ConnectRequest<'a> {
     pub method: axum::http::Method,
     /// The query parameters, decoded.
     pub query: Vec<(String, String)>,
+    /// The request's headers.
+    pub headers: axum::http::HeaderMap,
+    /// The connection's upgrade, when the client asks for one (WebSocket).
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// The registry.
     pub registry: &'a crate::registry::Registry,
     /// The way to node agents.
@@ -152,6 +166,15 @@ pub struct ConnectRequest<'a> {
 }
 
 impl ConnectRequest<'_> {
+    /// Every value of the query parameter `key`.
+    pub fn query_all(&self, key: &str) -> Vec<&str> {
+        self.query
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     /// The first value of the query parameter `key`.
     pub fn query(&self, key: &str) -> Option<&str> {
         self.query
@@ -223,6 +246,7 @@ impl ResourceDef {
             answered_subresources: Vec::new(),
             conversion: None,
             connect_subresources: Vec::new(),
+            allocate: None,
         }
     }
 

@@ -1,16 +1,18 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
-//! the resource quota controller, the node IPAM controller and the scheduler.
+//! the resource quota controller, the node IPAM and lifecycle controllers and the scheduler.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod csrsigning;
+pub mod endpoints;
 pub mod events;
 pub mod gc;
 pub mod namespace;
 pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod quota;
 pub mod rootca;
 pub mod scheduler;
@@ -29,17 +31,33 @@ pub struct ClusterCa {
     pub signer: std::sync::Arc<plinth_apiserver::pki::ClusterSigner>,
 }
 
+/// How the controllers that have settings run (kube-controller-manager's flags).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Settings {
+    /// The node lifecycle controller's periods.
+    pub node_lifecycle: nodelifecycle::NodeLifecycle,
+    /// The pods' addresses.
+    pub cluster_cidr: nodeipam::ClusterCidr,
+}
+
 /// Starts every built-in controller on `registry`; they stop when `stopping` becomes true.
 pub fn spawn_all(
     registry: plinth_apiserver::registry::Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,
+    settings: &Settings,
 ) {
     let ca_pem = &ca.pem;
     csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
     spawn_namespace_controller(registry.clone(), stopping.clone());
     spawn_quota_controller(registry.clone(), stopping.clone());
-    nodeipam::spawn_node_ipam(registry.clone(), stopping.clone());
+    nodeipam::spawn_node_ipam(registry.clone(), settings.cluster_cidr, stopping.clone());
+    endpoints::spawn_endpoints(registry.clone(), stopping.clone());
+    nodelifecycle::spawn_node_lifecycle(
+        registry.clone(),
+        settings.node_lifecycle,
+        stopping.clone(),
+    );
     scheduler::spawn_scheduler(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);

@@ -160,16 +160,6 @@ fn tolerates(pod: &Value, taint: &Value) -> bool {
         })
 }
 
-fn labels(object: &Value) -> BTreeMap<String, String> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-        .collect()
-}
-
 /// One `nodeSelectorRequirement` against a node's labels.
 fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bool {
     let key = requirement["key"].as_str().unwrap_or("");
@@ -197,7 +187,7 @@ fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bo
 }
 
 fn affinity_met(pod: &Value, node: &Value) -> bool {
-    let node_labels = labels(node);
+    let node_labels = plinth_core::meta::labels(node);
     let selector_ok = pod
         .pointer("/spec/nodeSelector")
         .and_then(Value::as_object)
@@ -257,7 +247,7 @@ fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
             .get("labelSelector")
             .filter(|s| s.is_object())
             .and_then(|s| LabelSelector::from_object(s).ok());
-        same_namespace && selector.is_some_and(|s| s.matches(&labels(candidate)))
+        same_namespace && selector.is_some_and(|s| s.matches(&plinth_core::meta::labels(candidate)))
     };
     let own = terms(pod);
     others.iter().any(|other| {

@@ -228,6 +228,33 @@ pub fn argv(
     argv
 }
 
+/// A directory of links to each applet of the multi-call program `wrapper` (as a busybox
+/// image's `/bin`), made under `base` the first time; `None` when it is not installed.
+pub fn applet_dir(wrapper: &str, base: &Path) -> Option<std::path::PathBuf> {
+    let program = which(wrapper)?;
+    let dir = base.join("applets").join(wrapper);
+    if dir.join(".complete").exists() {
+        return Some(dir);
+    }
+    std::fs::create_dir_all(&dir).ok()?;
+    let list = std::process::Command::new(&program)
+        .arg("--list")
+        .output()
+        .ok()?;
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        let applet = applet.trim();
+        if applet.is_empty() || applet.contains('/') {
+            continue;
+        }
+        let link = dir.join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink(&program, &link).ok()?;
+        }
+    }
+    std::fs::write(dir.join(".complete"), b"").ok()?;
+    Some(dir)
+}
+
 /// Whether the multi-call program `wrapper` (busybox) has an applet named as `program`.
 fn runs(wrapper: &str, program: &str) -> bool {
     let name = Path::new(program)

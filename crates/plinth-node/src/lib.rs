@@ -1,21 +1,25 @@
 //! The node agent: registers its Node, heartbeats its Lease, and runs the Pods bound to it
 //! as local processes — images mapped to executables, volumes as directories, each container
 //! in its own mount and PID namespace where the machine allows, probes, restarts with
-//! kube's back-off, graceful termination, per-container logs served to the API server.
+//! kube's back-off, graceful termination, per-container logs, exec and attach served to the
+//! API server, and a service proxy for ClusterIPs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod exec;
 pub mod images;
 mod logs;
 mod node;
 mod pods;
 mod probes;
+mod proxy;
 pub mod sandbox;
 mod server;
 mod volumes;
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -73,6 +77,8 @@ pub(crate) struct Agent {
     pub(crate) config: Config,
     pub(crate) client: kube::Client,
     pub(crate) pods: pods::Registry,
+    /// The service proxy (and the Services containers learn of).
+    pub(crate) proxy: Arc<proxy::Proxy>,
     /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
     pub(crate) ips: std::sync::Mutex<node::Addresses>,
 }
@@ -88,8 +94,17 @@ pub async fn run(
     root_certs: Vec<Vec<u8>>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), AgentError> {
-    std::fs::create_dir_all(config.data_dir.join("pods"))
-        .map_err(|e| AgentError::DataDir(config.data_dir.clone(), e))?;
+    // The agent's files (pods' volumes, secrets among them, and logs) are its own.
+    for dir in [config.data_dir.clone(), config.data_dir.join("pods")] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .and_then(|()| {
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            })
+            .map_err(|e| AgentError::DataDir(dir.clone(), e))?;
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| AgentError::Server(format!("listen on {}: {e}", config.listen)))?;
@@ -101,6 +116,7 @@ pub async fn run(
         config,
         client,
         pods: pods::Registry::default(),
+        proxy: Arc::new(proxy::Proxy::default()),
         ips: std::sync::Mutex::new(node::Addresses::default()),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
@@ -112,8 +128,10 @@ pub async fn run(
     ));
     node::register(&agent, port).await?;
     tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
+    let proxy_done = tokio::spawn(proxy::run(agent.clone(), stopping.clone()));
     let pods_done = tokio::spawn(pods::run(agent.clone(), stopping.clone()));
     let _ = stopping.wait_for(|s| *s).await;
     let _ = pods_done.await;
+    let _ = proxy_done.await;
     Ok(())
 }

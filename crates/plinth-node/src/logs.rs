@@ -121,37 +121,56 @@ pub(crate) async fn read(
     if !options.follow {
         return;
     }
-    let mut offset = text.len();
+    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::channel::<String>(64);
+    tokio::spawn(follow(log, text.len(), lines_tx));
+    while let Some(line) = lines_rx.recv().await {
+        let Some((time, body, full)) = parse(&line) else {
+            continue;
+        };
+        match send(render(time, body, full, &options), &mut budget) {
+            Some(bytes) => {
+                if out.send(Ok(bytes)).await.is_err() {
+                    return;
+                }
+            }
+            None => return,
+        }
+    }
+}
+
+/// The whole lines written to `log` after byte `start`, as they are stored, until the run
+/// ends or the receiver goes (a line being written is sent once it is whole).
+pub(crate) async fn follow(log: PathBuf, start: usize, out: tokio::sync::mpsc::Sender<String>) {
+    let mut offset = start;
     loop {
         let finished = done_marker(&log).exists();
         let now = tokio::fs::read_to_string(&log).await.unwrap_or_default();
         if now.len() > offset {
             let fresh = &now[offset..];
-            // Only whole lines; a line being written is read next time.
             let whole = fresh.rfind('\n').map_or(0, |i| i + 1);
-            let mut chunk = String::new();
             for line in fresh[..whole].lines() {
-                if let Some((time, body, full)) = parse(line) {
-                    chunk.push_str(&render(time, body, full, &options));
+                if out.send(line.to_owned()).await.is_err() {
+                    return;
                 }
             }
             offset += whole;
-            if !chunk.is_empty() {
-                match send(chunk, &mut budget) {
-                    Some(bytes) => {
-                        if out.send(Ok(bytes)).await.is_err() {
-                            return;
-                        }
-                    }
-                    None => return,
-                }
-            }
         }
         if finished || out.is_closed() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// A stored line's stream and text (with its newline when the line was whole).
+pub(crate) fn stream_and_text(line: &str) -> (String, String) {
+    let mut parts = line.splitn(4, ' ');
+    let (_, stream, tag, text) = (parts.next(), parts.next(), parts.next(), parts.next());
+    let newline = if tag == Some("F") { "\n" } else { "" };
+    (
+        stream.unwrap_or("stdout").to_owned(),
+        format!("{}{newline}", text.unwrap_or("")),
+    )
 }
 
 #[cfg(test)]

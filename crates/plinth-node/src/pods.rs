@@ -23,8 +23,20 @@ use crate::probes;
 use crate::sandbox;
 use crate::volumes;
 
-/// (namespace, pod, container) → its log directory and the current run's number.
-type LogIndex = HashMap<(String, String, String), (PathBuf, u32)>;
+/// What the agent's server needs of a container: its log directory, the current run's
+/// number, and how to run a command in it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Running {
+    pub(crate) dir: PathBuf,
+    pub(crate) run: u32,
+    /// The PID whose namespaces a command enters (the sandbox's init), if any.
+    pub(crate) sandbox_pid: Option<u32>,
+    /// The container's environment.
+    pub(crate) env: Vec<(String, String)>,
+}
+
+/// (namespace, pod, container) → what is known of the container.
+type LogIndex = HashMap<(String, String, String), Running>;
 
 /// Where the pods' containers' logs are, for the agent's server.
 #[derive(Debug, Default)]
@@ -42,12 +54,8 @@ impl Registry {
         container: &str,
         previous: bool,
     ) -> Result<PathBuf, String> {
-        let logs = self.logs.lock().map_err(|_| "poisoned".to_owned())?;
-        let Some((dir, run)) = logs.get(&(namespace.into(), pod.into(), container.into())) else {
-            return Err(format!(
-                "container \"{container}\" in pod \"{pod}\" is waiting to start: ContainerCreating"
-            ));
-        };
+        let running = self.running(namespace, pod, container)?;
+        let (dir, run) = (&running.dir, &running.run);
         if previous {
             if *run == 0 {
                 return Err(format!(
@@ -59,7 +67,22 @@ impl Registry {
         Ok(dir.join(format!("{run}.log")))
     }
 
-    fn set_log(&self, pod: &Pod, container: &str, dir: PathBuf, run: u32) {
+    /// What is known of a container that has started.
+    pub(crate) fn running(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<Running, String> {
+        let logs = self.logs.lock().map_err(|_| "poisoned".to_owned())?;
+        logs.get(&(namespace.into(), pod.into(), container.into()))
+            .cloned()
+            .ok_or_else(|| {
+                format!("container \"{container}\" in pod \"{pod}\" is waiting to start: ContainerCreating")
+            })
+    }
+
+    fn set_running(&self, pod: &Pod, container: &str, running: Running) {
         if let Ok(mut logs) = self.logs.lock() {
             logs.insert(
                 (
@@ -67,7 +90,7 @@ impl Registry {
                     pod.metadata.name.clone().unwrap_or_default(),
                     container.to_owned(),
                 ),
-                (dir, run),
+                running,
             );
         }
     }
@@ -565,6 +588,12 @@ impl Worker {
             ),
             ("HOME".into(), "/root".into()),
         ];
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        env.extend(self.agent.proxy.environment(&namespace, links));
         let set = |env: &mut Vec<(String, String)>, key: String, value: String| {
             env.retain(|(k, _)| *k != key);
             env.push((key, value));
@@ -772,7 +801,16 @@ impl Worker {
                     continue;
                 }
             };
-            self.agent.pods.set_log(&pod, &name, log_dir.clone(), run);
+            self.agent.pods.set_running(
+                &pod,
+                &name,
+                Running {
+                    dir: log_dir.clone(),
+                    run,
+                    sandbox_pid: None,
+                    env: env.clone(),
+                },
+            );
             let log = log_dir.join(format!("{run}.log"));
             let _ = std::fs::remove_file(logs::done_marker(&log));
             let started = Instant::now();
@@ -850,6 +888,31 @@ impl Worker {
         let pod = self.current();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let cgroup = memory_cgroup(&self.agent.config.name, &uid, &name, run, container);
+        // A multi-call image (busybox) finds its applets first on `PATH`, as in its image.
+        let mut env = env;
+        let mut extra_mounts = Vec::new();
+        let applets = container["image"]
+            .as_str()
+            .and_then(|image| self.agent.config.images.lookup(image))
+            .and_then(|entry| entry.wrapper.clone())
+            .and_then(|wrapper| images::applet_dir(&wrapper, &self.agent.config.data_dir));
+        if let Some(dir) = applets {
+            let inside = if self.agent.config.sandbox.is_some() {
+                extra_mounts.push(sandbox::Mount {
+                    source: dir,
+                    target: APPLETS.to_owned(),
+                    read_only: true,
+                });
+                APPLETS.to_owned()
+            } else {
+                dir.display().to_string()
+            };
+            for (key, value) in &mut env {
+                if key == "PATH" {
+                    *value = format!("{inside}:{value}");
+                }
+            }
+        }
         let mut command = match &self.agent.config.sandbox {
             Some(exe) => {
                 let root = self.dir.join("root").join(&name);
@@ -862,7 +925,11 @@ impl Worker {
                         .filter(|w| !w.is_empty())
                         .map(str::to_owned),
                     root,
-                    mounts: self.mounts(container),
+                    mounts: self
+                        .mounts(container)
+                        .into_iter()
+                        .chain(extra_mounts)
+                        .collect(),
                     cgroups: cgroup.iter().cloned().collect(),
                     user: None,
                     hostname: pod.metadata.name.clone(),
@@ -933,6 +1000,19 @@ impl Worker {
         } else {
             None
         };
+        self.agent.pods.set_running(
+            &pod,
+            &name,
+            Running {
+                dir: log
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default(),
+                run,
+                sandbox_pid,
+                env: env.clone(),
+            },
+        );
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);
         let probes: Vec<_> = ["startupProbe", "readinessProbe", "livenessProbe"]
             .into_iter()
@@ -1398,6 +1478,9 @@ async fn find_child(parent: u32) -> Option<u32> {
     }
     None
 }
+
+/// Where a multi-call image's applets appear in its containers.
+const APPLETS: &str = "/.plinth/applets";
 
 const MEMORY_CGROUPS: &str = "/sys/fs/cgroup/memory";
 

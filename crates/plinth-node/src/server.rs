@@ -98,6 +98,7 @@ pub(crate) async fn serve(
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
                 .await;
         });
     }
@@ -131,7 +132,7 @@ fn status(code: StatusCode, message: &str) -> Response<Body> {
     response
 }
 
-async fn route(agent: &Agent, request: Request<Incoming>, allowed: bool) -> Response<Body> {
+async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> Response<Body> {
     if !allowed {
         return status(
             StatusCode::FORBIDDEN,
@@ -160,6 +161,68 @@ async fn route(agent: &Agent, request: Request<Incoming>, allowed: bool) -> Resp
         return plain(StatusCode::OK, "ok".into());
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if let [kind @ ("exec" | "attach"), namespace, pod, container] = parts.as_slice() {
+        let running = match agent.pods.running(namespace, pod, container) {
+            Ok(running) => running,
+            Err(message) => return status(StatusCode::BAD_REQUEST, &message),
+        };
+        let streams = crate::exec::Streams {
+            stdin: flag("stdin"),
+            stdout: flag("stdout"),
+            stderr: flag("stderr"),
+        };
+        let command: Vec<String> = query
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect();
+        let offered = request
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let key = request
+            .headers()
+            .get("sec-websocket-key")
+            .map(|k| accept_key(k.as_bytes()));
+        let (Some(protocol), Some(accept)) = (crate::exec::pick_protocol(&offered), key) else {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "a WebSocket upgrade with one of the subprotocols v5.channel.k8s.io, v4.channel.k8s.io is required",
+            );
+        };
+        let upgrade = hyper::upgrade::on(&mut request);
+        let kind = (*kind).to_owned();
+        let log = running.dir.join(format!("{}.log", running.run));
+        tokio::spawn(async move {
+            let Ok(upgraded) = upgrade.await else { return };
+            if kind == "exec" {
+                let argv = crate::probes::in_sandbox(&command, running.sandbox_pid);
+                crate::exec::exec(upgraded, argv, command, running.env, streams).await;
+            } else {
+                crate::exec::attach(upgraded, log, streams).await;
+            }
+        });
+        let mut response = plain(StatusCode::SWITCHING_PROTOCOLS, String::new());
+        let headers = response.headers_mut();
+        headers.insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("Upgrade"),
+        );
+        headers.insert(
+            hyper::header::UPGRADE,
+            hyper::header::HeaderValue::from_static("websocket"),
+        );
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
+            headers.insert("sec-websocket-accept", v);
+        }
+        headers.insert(
+            "sec-websocket-protocol",
+            hyper::header::HeaderValue::from_static(protocol),
+        );
+        return response;
+    }
     let ["containerLogs", namespace, pod, container] = parts.as_slice() else {
         return status(StatusCode::NOT_FOUND, &format!("no such path: {path}"));
     };
@@ -198,6 +261,15 @@ async fn route(agent: &Agent, request: Request<Incoming>, allowed: bool) -> Resp
         hyper::header::HeaderValue::from_static("text/plain"),
     );
     response
+}
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key` (RFC 6455).
+fn accept_key(key: &[u8]) -> String {
+    use base64::Engine;
+    let mut input = key.to_vec();
+    input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
 }
 
 fn percent_decode(text: &str) -> String {

@@ -99,6 +99,7 @@ impl TestEnv {
                 pem: server.ca_pem.clone(),
                 signer: server.signer.clone(),
             },
+            &plinth_controllers::Settings::default(),
         );
         let client = client_for(&server.kubeconfig).await?;
         Ok(Self {
@@ -197,6 +198,7 @@ impl TestEnv {
                 pem: server.ca_pem.clone(),
                 signer: server.signer.clone(),
             },
+            &plinth_controllers::Settings::default(),
         );
         self.server = Some(server);
         Ok(())

@@ -75,6 +75,26 @@ enum Command {
         /// Rotated audit logs kept (0: all).
         #[arg(long, default_value_t = 10)]
         audit_log_maxbackup: usize,
+        /// How long a node may go unheard before it is `Ready=Unknown` and tainted
+        /// unreachable (kube-controller-manager's flag).
+        #[arg(long, default_value = "40s", value_parser = parse_duration)]
+        node_monitor_grace_period: std::time::Duration,
+        /// How often the node lifecycle controller looks at nodes.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        node_monitor_period: std::time::Duration,
+        /// The `tolerationSeconds` of the `not-ready:NoExecute` toleration every pod gets
+        /// (kube-apiserver's DefaultTolerationSeconds plugin).
+        #[arg(long, default_value_t = 300)]
+        default_not_ready_toleration_seconds: i64,
+        /// The `tolerationSeconds` of the `unreachable:NoExecute` toleration every pod gets.
+        #[arg(long, default_value_t = 300)]
+        default_unreachable_toleration_seconds: i64,
+        /// The Services' addresses: a /16 of 127.0.0.0/8 (kube-apiserver's flag).
+        #[arg(long, default_value = "127.32.0.0/16")]
+        service_cluster_ip_range: String,
+        /// The pods' addresses, handed to nodes in /24s (kube-controller-manager's flag).
+        #[arg(long, default_value = "127.64.0.0/10")]
+        cluster_cidr: String,
         /// Run no node agent in the server's process.
         #[arg(long, default_value_t = false)]
         no_node: bool,
@@ -205,6 +225,12 @@ fn main() -> ExitCode {
             audit_log_maxbackup,
             no_node,
             node,
+            node_monitor_grace_period,
+            node_monitor_period,
+            default_not_ready_toleration_seconds,
+            default_unreachable_toleration_seconds,
+            service_cluster_ip_range,
+            cluster_cidr,
         } => {
             init_logging(&log_format);
             let backend = if etcd_servers.is_empty() {
@@ -238,9 +264,34 @@ fn main() -> ExitCode {
                 }),
             };
             let node = (!no_node).then_some(node);
+            plinth_apiserver::types::core::pod::set_default_toleration_seconds(
+                default_not_ready_toleration_seconds,
+                default_unreachable_toleration_seconds,
+            );
+            let cluster_cidr = match plinth_controllers::nodeipam::ClusterCidr::parse(&cluster_cidr)
+            {
+                Ok(range) => range,
+                Err(e) => {
+                    eprintln!("plinth: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(e) =
+                plinth_apiserver::types::core::service::set_service_range(&service_cluster_ip_range)
+            {
+                eprintln!("plinth: {e}");
+                return ExitCode::FAILURE;
+            }
+            let settings = plinth_controllers::Settings {
+                node_lifecycle: plinth_controllers::nodelifecycle::NodeLifecycle {
+                    grace: node_monitor_grace_period,
+                    period: node_monitor_period,
+                },
+                cluster_cidr,
+            };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
-                serve(config, storage, node),
+                serve(config, storage, node, settings),
             )
         }
         Command::Node {
@@ -388,7 +439,12 @@ async fn open_store(
     )))
 }
 
-async fn serve(config: ServerConfig, storage: Storage, node: Option<node::NodeArgs>) -> ExitCode {
+async fn serve(
+    config: ServerConfig,
+    storage: Storage,
+    node: Option<node::NodeArgs>,
+    settings: plinth_controllers::Settings,
+) -> ExitCode {
     let data_dir = config.data_dir.clone();
     let started = match open_store(&config, storage).await {
         Ok(store) => plinth_apiserver::start(config, store).await,
@@ -408,6 +464,7 @@ async fn serve(config: ServerConfig, storage: Storage, node: Option<node::NodeAr
             pem: server.ca_pem.clone(),
             signer: server.signer.clone(),
         },
+        &settings,
     );
     println!("{}", server.kubeconfig.display());
     let agent = match node {

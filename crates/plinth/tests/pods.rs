@@ -34,6 +34,14 @@ fn logs(plinth: &Plinth, args: &[&str]) -> String {
     String::from_utf8_lossy(&plinth.kubectl_output(&full).stdout).into_owned()
 }
 
+/// `kubectl create` of `manifest` fails with `expected` in its message.
+fn refused(plinth: &Plinth, manifest: &str, expected: &str) {
+    let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
+    assert!(!out.status.success(), "refused: {manifest}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+}
+
 fn redis_answers(ip: &str) -> bool {
     std::process::Command::new("redis-cli")
         .args(["-h", ip, "ping"])
@@ -67,7 +75,11 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
     ]);
     let pod = pod(&plinth, "redis");
     let ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
-    assert!(ip.starts_with("127.64."), "a loopback pod address: {ip}");
+    let octets: Vec<u8> = ip.split('.').map(|o| o.parse().unwrap()).collect();
+    assert!(
+        octets[0] == 127 && (64..128).contains(&octets[1]),
+        "a loopback pod address from the pod range: {ip}"
+    );
     assert_eq!(pod["spec"]["nodeName"], "node-a");
     assert_eq!(pod["status"]["phase"], "Running");
     assert_eq!(pod["status"]["qosClass"], "BestEffort");
@@ -192,6 +204,8 @@ spec:
     let row = plinth.kubectl(&["get", "pod", "done", "--no-headers"]);
     assert!(row.contains("0/1") && row.contains("Completed"), "{row}");
     assert!(logs(&plinth, &["done"]).contains("finished"));
+    // Following a finished container's log ends with it.
+    assert!(logs(&plinth, &["-f", "done"]).contains("finished"));
 
     plinth.eventually("a failed pod Failed", || {
         pod(&plinth, "failed")["status"]["phase"] == "Failed"
@@ -358,12 +372,7 @@ spec:
 #[test]
 fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
     let plinth = Plinth::start(Backend::Embedded);
-    let refused = |manifest: &str, expected: &str| {
-        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
-        assert!(!out.status.success(), "refused: {manifest}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
-    };
+    let refused = |manifest: &str, expected: &str| refused(&plinth, manifest, expected);
     refused(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: empty}\nspec: {containers: []}\n",
         "spec.containers: Required value",
@@ -465,4 +474,376 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
     assert!(out.contains("tailLines"), "{out}");
     // An unscheduled pod is deleted at once (nothing to stop).
     plinth.kubectl(&["delete", "pod", "one", "--timeout=30s"]);
+}
+
+/// A `plinth node` process against a test server, stopped by its PID.
+struct Agent {
+    child: Option<std::process::Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(plinth: &Plinth, name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+            .args(["node", "--kubeconfig"])
+            .arg(&plinth.kubeconfig)
+            .args([
+                "--node-name",
+                name,
+                "--node-status-update-frequency",
+                "1s",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        Self {
+            child: Some(child),
+            _dir: dir,
+        }
+    }
+
+    /// SIGKILL: the agent is gone at once, as a crashed machine's would be.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn pods_spread_by_anti_affinity_and_leave_a_node_that_stops_heartbeating() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &[
+            "--node-name",
+            "node-1",
+            "--node-status-update-frequency",
+            "1s",
+            "--node-monitor-grace-period",
+            "4s",
+            "--node-monitor-period",
+            "1s",
+            "--default-unreachable-toleration-seconds",
+            "2",
+        ],
+    );
+    let mut agent = Agent::start(&plinth, "node-2");
+    for node in ["node-1", "node-2"] {
+        plinth.eventually("both nodes are Ready", || {
+            let out = plinth.kubectl_output(&["get", "node", node, "--no-headers"]);
+            String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+        });
+    }
+    let spread = |name: &str| {
+        format!(
+            r"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: spread}}}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector: {{matchLabels: {{app: spread}}}}
+        topologyKey: kubernetes.io/hostname
+  containers: [{{name: main, image: busybox:1.36, command: [sleep, '3600']}}]
+"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &spread("one"));
+    plinth.kubectl_with(&["apply", "-f", "-"], &spread("two"));
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/one",
+        "pod/two",
+        "--timeout=120s",
+    ]);
+    let node_of = |name: &str| {
+        pod(&plinth, name)["spec"]["nodeName"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (first, second) = (node_of("one"), node_of("two"));
+    assert_ne!(first, second, "anti-affinity puts them on different nodes");
+    // Default tolerations, as DefaultTolerationSeconds gives them.
+    let tolerations = pod(&plinth, "one")["spec"]["tolerations"].clone();
+    assert!(
+        tolerations
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/unreachable"
+                && t["tolerationSeconds"] == 2
+                && t["effect"] == "NoExecute"),
+        "{tolerations}"
+    );
+    // A third one fits nowhere.
+    plinth.kubectl_with(&["apply", "-f", "-"], &spread("three"));
+    plinth.eventually("the third pod's FailedScheduling", || {
+        let events = plinth.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=three,reason=FailedScheduling",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        events.contains("0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules.")
+    });
+    plinth.kubectl(&["delete", "pod", "three", "--timeout=30s"]);
+
+    agent.kill();
+    plinth.eventually("the silent node is NotReady", || {
+        let node = plinth.json(&["get", "node", "node-2"]);
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| {
+                c["type"] == "Ready"
+                    && c["status"] == "Unknown"
+                    && c["reason"] == "NodeStatusUnknown"
+            })
+    });
+    let row = plinth.kubectl(&["get", "node", "node-2", "--no-headers"]);
+    assert!(row.contains("NotReady"), "{row}");
+    plinth.eventually("the unreachable taint", || {
+        let taints = plinth.json(&["get", "node", "node-2"])["spec"]["taints"].clone();
+        taints.as_array().is_some_and(|t| {
+            t.iter()
+                .any(|t| t["key"] == "node.kubernetes.io/unreachable" && t["effect"] == "NoExecute")
+        })
+    });
+    let on_lost = if first == "node-2" { "one" } else { "two" };
+    let on_live = if first == "node-2" { "two" } else { "one" };
+    plinth.eventually("the lost node's pod is evicted", || {
+        pod(&plinth, on_lost)["metadata"]["deletionTimestamp"].is_string()
+    });
+    let events = plinth.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={on_lost},reason=TaintManagerEviction"),
+    ]);
+    assert!(
+        events.contains(&format!("Marking for deletion Pod default/{on_lost}")),
+        "{events}"
+    );
+    assert!(pod(&plinth, on_live)["metadata"]["deletionTimestamp"].is_null());
+    let live = plinth.kubectl(&["get", "node", "node-1", "--no-headers"]);
+    assert!(live.contains(" Ready "), "{live}");
+    plinth.kubectl(&["delete", "pod", on_live, "--timeout=60s"]);
+}
+
+const WEB: &str = r"apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: http}]
+";
+
+fn web_pod(name: &str) -> String {
+    format!(
+        r"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: web}}}}
+spec:
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: [sh, -c, 'mkdir -p /www; echo {name} > /www/index.html; exec httpd -f -p $(POD_IP):8080 -h /www']
+    env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
+    ports: [{{name: http, containerPort: 8080}}]
+    readinessProbe: {{httpGet: {{path: /, port: http}}, periodSeconds: 1, failureThreshold: 1}}
+"
+    )
+}
+
+fn fetch(address: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(stream, "GET / HTTP/1.0\r\nHost: web\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split("\r\n\r\n").nth(1).map(|b| b.trim().to_owned())
+}
+
+#[test]
+fn a_service_reaches_its_ready_pods_and_drops_one_that_is_not() {
+    let plinth = with_node("node-s");
+    plinth.kubectl_with(&["apply", "-f", "-"], WEB);
+    plinth.kubectl_with(&["apply", "-f", "-"], &web_pod("web-1"));
+    plinth.kubectl_with(&["apply", "-f", "-"], &web_pod("web-2"));
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/web-1",
+        "pod/web-2",
+        "--timeout=120s",
+    ]);
+    let service = plinth.json(&["get", "service", "web"]);
+    let ip = service["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    let kubernetes = plinth.json(&["get", "service", "kubernetes"]);
+    let first = kubernetes["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    assert!(
+        first.starts_with("127.") && first.ends_with(".0.1"),
+        "{first}"
+    );
+    let range = first.trim_end_matches("0.1");
+    assert!(
+        ip.starts_with(range),
+        "a ClusterIP from the service range: {ip}"
+    );
+    assert_eq!(service["spec"]["clusterIPs"][0], ip.as_str());
+    assert_eq!(service["spec"]["sessionAffinity"], "None");
+    assert_eq!(service["spec"]["ports"][0]["protocol"], "TCP");
+    let row = plinth.kubectl(&["get", "service", "web", "--no-headers"]);
+    assert!(
+        row.contains("ClusterIP") && row.contains(&ip) && row.contains("80/TCP"),
+        "{row}"
+    );
+    // The default Service points at the API server.
+    plinth.eventually("the kubernetes endpoints", || {
+        plinth
+            .kubectl(&["get", "endpoints", "kubernetes", "--no-headers"])
+            .contains("127.0.0.1:")
+    });
+
+    plinth.eventually("both pods in the EndpointSlice", || {
+        let slices = plinth.json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ]);
+        slices["items"][0]["endpoints"]
+            .as_array()
+            .is_some_and(|e| e.len() == 2 && e.iter().all(|e| e["conditions"]["ready"] == true))
+    });
+    let address = format!("{ip}:80");
+    let mut seen = std::collections::BTreeSet::new();
+    plinth.eventually("the ClusterIP reaches both pods", || {
+        if let Some(body) = fetch(&address) {
+            seen.insert(body);
+        }
+        seen.len() == 2
+    });
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["web-1", "web-2"]);
+    let endpoints = plinth.kubectl(&["get", "endpoints", "web", "--no-headers"]);
+    assert!(
+        endpoints.contains(":8080"),
+        "the named target port resolved: {endpoints}"
+    );
+
+    // web-2 stops passing its readiness probe: it leaves the ready endpoints.
+    plinth.kubectl(&["exec", "web-2", "--", "rm", "/www/index.html"]);
+    plinth.eventually("web-2 is not ready in the EndpointSlice", || {
+        let slices = plinth.json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ]);
+        slices["items"][0]["endpoints"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|e| e["targetRef"]["name"] == "web-2" && e["conditions"]["ready"] == false)
+        })
+    });
+    let endpoints = plinth.json(&["get", "endpoints", "web"]);
+    assert_eq!(
+        endpoints["subsets"][0]["notReadyAddresses"][0]["targetRef"]["name"], "web-2",
+        "{endpoints}"
+    );
+    plinth.eventually("the proxy sends everything to web-1", || {
+        (0..6).all(|_| fetch(&address).as_deref() == Some("web-1"))
+    });
+    // A pod started now learns of the Service from its environment.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: client}\nspec:\n  restartPolicy: Never\n  containers: [{name: main, image: busybox:1.36, command: [sh, -c, 'echo host=$WEB_SERVICE_HOST port=$WEB_SERVICE_PORT; wget -qO- http://$WEB_SERVICE_HOST:$WEB_SERVICE_PORT_HTTP/']}]\n",
+    );
+    plinth.eventually("the client pod finished", || {
+        pod(&plinth, "client")["status"]["phase"] == "Succeeded"
+    });
+    let out = logs(&plinth, &["client"]);
+    assert!(out.contains(&format!("host={ip} port=80")), "{out}");
+    assert!(out.contains("web-1"), "{out}");
+    // The Service's endpoints go with it.
+    plinth.kubectl(&["delete", "service", "web"]);
+    plinth.eventually("the EndpointSlice is collected", || {
+        plinth.json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ])["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+    plinth.kubectl(&["delete", "pod", "--all", "--timeout=60s"]);
+}
+
+#[test]
+fn bad_services_are_refused_with_kubes_messages() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let refused = |manifest: &str, expected: &str| refused(&plinth, manifest, expected);
+    refused(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: noports}\nspec: {selector: {a: b}}\n",
+        "spec.ports: Required value",
+    );
+    refused(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: kind}\nspec: {type: Magic, ports: [{port: 80}]}\n",
+        "spec.type: Unsupported value: \"Magic\"",
+    );
+    refused(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: taken}\nspec: {clusterIP: 127.32.0.1, ports: [{port: 80}]}\n",
+        "provided IP is already allocated",
+    );
+    refused(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: outside}\nspec: {clusterIP: 10.0.0.1, ports: [{port: 80}]}\n",
+        "is not in the valid range",
+    );
+    refused(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: two}\nspec: {ports: [{port: 80}, {port: 81}]}\n",
+        "spec.ports[0].name: Required value",
+    );
+    assert_eq!(
+        plinth.json(&["get", "services"])["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "only the kubernetes Service"
+    );
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: np}\nspec: {type: NodePort, ports: [{port: 80}]}\n",
+    );
+    let np = plinth.json(&["get", "service", "np"]);
+    let node_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port), "{np}");
+    let out = plinth.kubectl_fails(&[
+        "patch",
+        "service",
+        "np",
+        "--type=merge",
+        "-p",
+        "{\"spec\":{\"clusterIP\":\"127.32.9.9\"}}",
+    ]);
+    assert!(out.contains("may not change once set"), "{out}");
 }

@@ -31,6 +31,8 @@ pub(super) struct Call<'a> {
     pub(super) headers: &'a HeaderMap,
     /// Who asks.
     pub(super) user: &'a crate::auth::User,
+    /// The connection's upgrade, if it asks for one.
+    pub(super) upgrade: &'a std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
 impl Call<'_> {
@@ -163,6 +165,12 @@ impl Call<'_> {
                 object,
                 method: method.clone(),
                 query: self.query.pairs(),
+                headers: self.headers.clone(),
+                upgrade: self
+                    .upgrade
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
                 registry: self.registry(),
                 nodes: &self.state.nodes,
             };

@@ -185,17 +185,16 @@ fn parse_target(path: &str) -> Target {
 }
 
 /// Every request.
-async fn dispatch(
-    State(state): State<Arc<AppState>>,
-    peer: Option<axum::Extension<crate::auth::PeerCertificate>>,
-    address: Option<axum::Extension<PeerAddress>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let peer = peer.map(|axum::Extension(cert)| cert);
-    let address = address.map(|axum::Extension(PeerAddress(a))| a);
+async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let peer = parts.extensions.remove::<crate::auth::PeerCertificate>();
+    let address = parts
+        .extensions
+        .get::<PeerAddress>()
+        .map(|PeerAddress(a)| *a);
+    // A connection upgrade (exec, attach: WebSocket) is handed on to the node agent.
+    let upgrade = std::sync::Mutex::new(parts.extensions.remove::<hyper::upgrade::OnUpgrade>());
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let mut audited = None;
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
@@ -213,6 +212,7 @@ async fn dispatch(
                 headers: &headers,
                 peer: peer.as_ref(),
                 address,
+                upgrade: &upgrade,
             };
             let scoped = async {
                 let result = handle(&state, &request, bytes, target, &mut audited).await;
@@ -361,6 +361,8 @@ struct Request<'a> {
     headers: &'a HeaderMap,
     peer: Option<&'a crate::auth::PeerCertificate>,
     address: Option<std::net::SocketAddr>,
+    /// The connection's upgrade, taken by the one who serves it.
+    upgrade: &'a std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
 fn received<'a>(
@@ -569,6 +571,7 @@ async fn handle(
                 query: request.query,
                 headers,
                 user: &user,
+                upgrade: request.upgrade,
             };
             let mut response = call.run(method, body).await;
             // Every answer from a deprecated version carries its warning.

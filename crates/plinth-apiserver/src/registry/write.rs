@@ -290,6 +290,9 @@ impl Registry {
         if let Some(requester) = &options.requester {
             def.strategy.admit(&object, None, requester)?;
         }
+        if let Some(allocate) = def.allocate {
+            allocate(self, &mut object).await?;
+        }
         let final_name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
         admission.name = &final_name;
         warnings.extend(

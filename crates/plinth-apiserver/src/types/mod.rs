@@ -12,6 +12,7 @@ pub mod authorization;
 pub mod certificates;
 pub mod coordination;
 pub mod core;
+pub mod discovery;
 pub mod events;
 pub mod flowcontrol;
 pub mod rbac;
@@ -30,6 +31,9 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::pod::resource(),
         self::core::node::resource(),
         self::core::podtemplate::resource(),
+        self::core::service::resource(),
+        self::core::endpoints::resource(),
+        discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),
         apiextensions::crd::resource(),

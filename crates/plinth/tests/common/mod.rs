@@ -26,6 +26,62 @@ pub struct Plinth {
     backend: Backend,
     listen: String,
     extra_args: Vec<String>,
+    /// The address ranges of this server's pods and Services, when it runs a node.
+    slot: Option<Slot>,
+}
+
+/// A number no other test server on the machine holds while this one lives: its pods and
+/// Services get address ranges of their own (two clusters' agents on one range would
+/// answer each other's ClusterIPs).
+pub struct Slot {
+    pub number: u8,
+    file: PathBuf,
+}
+
+impl Slot {
+    pub fn take() -> Self {
+        let dir = std::env::temp_dir().join("plinth-test-slots");
+        std::fs::create_dir_all(&dir).unwrap();
+        for round in 0..600 {
+            for number in 0..64u8 {
+                let file = dir.join(number.to_string());
+                // A slot whose holder is gone is free again.
+                if let Ok(holder) = std::fs::read_to_string(&file)
+                    && !Path::new(&format!("/proc/{}", holder.trim())).exists()
+                {
+                    let _ = std::fs::remove_file(&file);
+                }
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&file)
+                {
+                    use std::io::Write;
+                    write!(f, "{}", std::process::id()).unwrap();
+                    return Self { number, file };
+                }
+            }
+            assert!(round < 599, "no free test slot");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        unreachable!()
+    }
+
+    /// `plinth serve` arguments giving the ranges.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--service-cluster-ip-range".into(),
+            format!("127.{}.0.0/16", 128 + u16::from(self.number)),
+            "--cluster-cidr".into(),
+            format!("127.{}.0.0/16", 64 + u16::from(self.number)),
+        ]
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
 }
 
 impl Plinth {
@@ -45,7 +101,11 @@ impl Plinth {
             backend,
             listen: "127.0.0.1:0".to_owned(),
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
+            slot: None,
         };
+        if plinth.runs_node() {
+            plinth.slot = Some(Slot::take());
+        }
         plinth.launch();
         plinth
     }
@@ -95,8 +155,13 @@ impl Plinth {
         }
         command.args(&self.extra_args);
         // A node agent only where a test names its node.
-        if !self.runs_node() {
-            command.arg("--no-node");
+        match &self.slot {
+            Some(slot) => {
+                command.args(slot.args());
+            }
+            None => {
+                command.arg("--no-node");
+            }
         }
         let mut child = command
             .env("RUST_LOG", "warn")

@@ -1,6 +1,7 @@
 //! The core API group (`v1`).
 
 pub mod configmap;
+pub mod endpoints;
 pub mod event;
 pub mod namespace;
 pub mod node;
@@ -9,6 +10,7 @@ pub mod podspec;
 pub mod podtemplate;
 pub mod resourcequota;
 pub mod secret;
+pub mod service;
 pub mod serviceaccount;
 
 use plinth_core::Cause;

@@ -49,7 +49,8 @@ fn address(node: &Value, kind: &str) -> String {
         .to_owned()
 }
 
-/// kubectl's `STATUS`: `Ready`, `NotReady` or `Unknown`, then `SchedulingDisabled`.
+/// kubectl's `STATUS`: `Ready`, `NotReady` (`False` or `Unknown`), `Unknown` (no condition),
+/// then `SchedulingDisabled`.
 fn status_cell(node: &Value) -> String {
     let ready = node
         .pointer("/status/conditions")
@@ -59,8 +60,7 @@ fn status_cell(node: &Value) -> String {
         .find(|c| c["type"] == "Ready")
         .map(|c| match c["status"].as_str() {
             Some("True") => "Ready",
-            Some("False") => "NotReady",
-            _ => "Unknown",
+            _ => "NotReady",
         })
         .unwrap_or("Unknown");
     let mut shown = vec![ready];

@@ -43,6 +43,8 @@ pub fn resource() -> ResourceDef {
         .answered_subresource("binding", binding)
         .answered_subresource("eviction", eviction)
         .connect("log", log)
+        .connect("exec", exec)
+        .connect("attach", attach)
 }
 
 /// The shape of a Pod.
@@ -256,6 +258,44 @@ pub fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
+/// The `tolerationSeconds` of the default `not-ready` and `unreachable` tolerations.
+static DEFAULT_TOLERATIONS: std::sync::RwLock<(i64, i64)> = std::sync::RwLock::new((300, 300));
+
+/// Sets how long new pods tolerate a not-ready and an unreachable node (kube-apiserver's
+/// `--default-not-ready-toleration-seconds`, `--default-unreachable-toleration-seconds`).
+pub fn set_default_toleration_seconds(not_ready: i64, unreachable: i64) {
+    if let Ok(mut seconds) = DEFAULT_TOLERATIONS.write() {
+        *seconds = (not_ready, unreachable);
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin: a pod that does not tolerate the
+/// `not-ready`/`unreachable` `NoExecute` taints gets tolerations of them for the default time.
+fn default_tolerations(spec: &mut Value) {
+    let (not_ready, unreachable) = DEFAULT_TOLERATIONS.read().map(|s| *s).unwrap_or((300, 300));
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    let list = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    for (key, seconds) in [
+        ("node.kubernetes.io/not-ready", not_ready),
+        ("node.kubernetes.io/unreachable", unreachable),
+    ] {
+        let covered = list.iter().any(|t| {
+            let effect = t["effect"].as_str().unwrap_or("");
+            (t["key"] == key
+                || (t["key"].as_str().unwrap_or("").is_empty() && t["operator"] == "Exists"))
+                && (effect.is_empty() || effect == "NoExecute")
+        });
+        if !covered {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}));
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Pods;
 
@@ -286,6 +326,7 @@ impl Strategy for Pods {
     fn prepare_create(&self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec") {
             default_pod_spec(spec);
+            default_tolerations(spec);
         }
         let qos = qos_class(object.get("spec").unwrap_or(&Value::Null));
         object["status"] = json!({"phase": "Pending", "qosClass": qos});
@@ -610,17 +651,9 @@ fn log(request: ConnectRequest<'_>) -> BoxFuture<'_, Result<axum::response::Resp
                 )],
             ));
         }
-        let node = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty());
+        let node = node_of(pod, &container)?;
         let namespace = plinth_core::meta::namespace(pod).unwrap_or("");
         let name = plinth_core::meta::name(pod).unwrap_or("");
-        let Some(node) = node else {
-            return Err(ApiError::bad_request(format!(
-                "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
-            )));
-        };
         let mut path = format!("/containerLogs/{namespace}/{name}/{container}");
         let params: Vec<String> = LOG_PARAMETERS
             .iter()
@@ -630,10 +663,88 @@ fn log(request: ConnectRequest<'_>) -> BoxFuture<'_, Result<axum::response::Resp
             path.push('?');
             path.push_str(&params.join("&"));
         }
-        request.nodes.get(request.registry, node, &path).await
+        request.nodes.get(request.registry, &node, &path).await
     })
 }
 
 fn urlencode(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+/// The node a pod runs on, or kube's answer for one that runs nowhere yet.
+fn node_of(pod: &Value, container: &str) -> Result<String, ApiError> {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "container \"{container}\" in pod \"{}\" is waiting to start: ContainerCreating",
+                plinth_core::meta::name(pod).unwrap_or("")
+            ))
+        })
+}
+
+/// The query string of a streaming request, as passed on to the node agent.
+fn query_string(request: &ConnectRequest<'_>, keys: &[&str]) -> String {
+    request
+        .query
+        .iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={}", urlencode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn stream_flags_ok(request: &ConnectRequest<'_>) -> bool {
+    ["stdin", "stdout", "stderr"]
+        .iter()
+        .any(|k| request.query(k).is_some_and(|v| v == "true" || v == "1"))
+}
+
+/// `pods/<name>/exec`: a command in a container, over the connection the client upgrades
+/// (WebSocket, `v5.channel.k8s.io`), served by the node agent.
+fn exec(request: ConnectRequest<'_>) -> BoxFuture<'_, Result<axum::response::Response, ApiError>> {
+    Box::pin(streamed(request, "exec"))
+}
+
+/// `pods/<name>/attach`: the streams of a running container's process.
+fn attach(
+    request: ConnectRequest<'_>,
+) -> BoxFuture<'_, Result<axum::response::Response, ApiError>> {
+    Box::pin(streamed(request, "attach"))
+}
+
+/// An exec or attach, checked and handed to the pod's node agent.
+async fn streamed(
+    request: ConnectRequest<'_>,
+    kind: &str,
+) -> Result<axum::response::Response, ApiError> {
+    let pod = request.object.clone();
+    let container = container_of(&pod, request.query("container"))?;
+    if kind == "exec" && request.query_all("command").is_empty() {
+        return Err(ApiError::bad_request("you must specify at least 1 command"));
+    }
+    if !stream_flags_ok(&request) {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    let node = node_of(&pod, &container)?;
+    let namespace = plinth_core::meta::namespace(&pod).unwrap_or("");
+    let name = plinth_core::meta::name(&pod).unwrap_or("");
+    let path = format!(
+        "/{kind}/{namespace}/{name}/{container}?{}",
+        query_string(&request, &["command", "stdin", "stdout", "stderr", "tty"])
+    );
+    request
+        .nodes
+        .upgrade(
+            request.registry,
+            &node,
+            &path,
+            &request.headers,
+            request.upgrade,
+        )
+        .await
 }

@@ -1,0 +1,3 @@
+//! discovery.k8s.io.
+
+pub mod endpointslice;

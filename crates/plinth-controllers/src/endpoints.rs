@@ -1,0 +1,380 @@
+//! The endpoints and EndpointSlice controllers (kube-controller-manager's `endpoint` and
+//! `endpointslice`): for every Service with a selector, the pods it selects that have an
+//! address become its Endpoints (`addresses` when ready, `notReadyAddresses` otherwise) and
+//! its EndpointSlice (each endpoint with `ready`, `serving` and `terminating`), ports
+//! resolved from the pods' named container ports. Both are owned by the Service (so the
+//! garbage collector removes them with it; kube's endpoints controller deletes Endpoints
+//! itself).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_core::StatusReason;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const MANAGER: &str = "endpointslice-controller.k8s.io";
+
+/// Starts the controllers; they end when `stopping` becomes true.
+pub fn spawn_endpoints(registry: Registry, stopping: watch::Receiver<bool>) {
+    let (dirty_tx, dirty_rx) = tokio::sync::mpsc::unbounded_channel();
+    for plural in ["pods", "services"] {
+        tokio::spawn(watch_namespaces(
+            registry.clone(),
+            plural,
+            dirty_tx.clone(),
+            stopping.clone(),
+        ));
+    }
+    tokio::spawn(reconcile_loop(registry, dirty_rx, stopping));
+}
+
+/// Sends the namespace of every change of `plural`.
+async fn watch_namespaces(
+    registry: Registry,
+    plural: &'static str,
+    dirty: tokio::sync::mpsc::UnboundedSender<String>,
+    stopping: watch::Receiver<bool>,
+) {
+    loop {
+        let Some((_, mut events)) = registry
+            .watch_until_stopped(("", plural), &stopping, "endpoints controller")
+            .await
+        else {
+            return;
+        };
+        while let Some(event) = events.next().await {
+            let object = event.object();
+            if let Some(ns) = plinth_core::meta::namespace(&object)
+                && dirty.send(ns.to_owned()).is_err()
+            {
+                return;
+            }
+        }
+        if *stopping.borrow() {
+            return;
+        }
+    }
+}
+
+async fn reconcile_loop(
+    registry: Registry,
+    mut dirty: tokio::sync::mpsc::UnboundedReceiver<String>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut resync = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        let mut namespaces = BTreeSet::new();
+        tokio::select! {
+            ns = dirty.recv() => match ns {
+                Some(ns) => { namespaces.insert(ns); }
+                None => return,
+            },
+            _ = resync.tick() => { namespaces.insert(String::new()); }
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        // Changes that come together are handled together.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        while let Ok(ns) = dirty.try_recv() {
+            namespaces.insert(ns);
+        }
+        if namespaces.remove("") {
+            namespaces.extend(all_namespaces(&registry).await);
+        }
+        for ns in namespaces {
+            reconcile_namespace(&registry, &ns).await;
+        }
+    }
+}
+
+async fn all_namespaces(registry: &Registry) -> Vec<String> {
+    let Some(def) = registry.resources.get("", "v1", "services") else {
+        return Vec::new();
+    };
+    list(registry, &def, None)
+        .await
+        .iter()
+        .filter_map(|s| plinth_core::meta::namespace(s).map(str::to_owned))
+        .collect()
+}
+
+async fn list(
+    registry: &Registry,
+    def: &plinth_apiserver::resources::ResourceDef,
+    namespace: Option<&str>,
+) -> Vec<Value> {
+    registry
+        .list(def, namespace, &ListOptions::any_state())
+        .await
+        .ok()
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The container port `target` (a number or a port name) means in `pod`.
+fn resolve(target: &Value, pod: &Value) -> Option<i64> {
+    match target {
+        Value::Number(n) => n.as_i64(),
+        Value::String(name) => name.parse().ok().or_else(|| {
+            pod.pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+                .find(|p| p["name"] == name.as_str())
+                .and_then(|p| p["containerPort"].as_i64())
+        }),
+        _ => None,
+    }
+}
+
+async fn reconcile_namespace(registry: &Registry, namespace: &str) {
+    let (Some(services), Some(pods)) = (
+        registry.resources.get("", "v1", "services"),
+        registry.resources.get("", "v1", "pods"),
+    ) else {
+        return;
+    };
+    let pods = list(registry, &pods, Some(namespace)).await;
+    for service in list(registry, &services, Some(namespace)).await {
+        let Some(selector) = service
+            .pointer("/spec/selector")
+            .and_then(Value::as_object)
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        if service.pointer("/spec/type") == Some(&json!("ExternalName")) {
+            continue;
+        }
+        let selected: Vec<&Value> = pods
+            .iter()
+            .filter(|p| {
+                let l = plinth_core::meta::labels(p);
+                selector
+                    .iter()
+                    .all(|(k, v)| l.get(k).map(String::as_str) == v.as_str())
+            })
+            .filter(|p| {
+                p.pointer("/status/podIP")
+                    .and_then(Value::as_str)
+                    .is_some_and(|ip| !ip.is_empty())
+            })
+            .filter(|p| {
+                !matches!(
+                    p.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                )
+            })
+            .collect();
+        write_endpoints(registry, &service, &selected).await;
+        write_slice(registry, &service, &selected).await;
+    }
+}
+
+fn owner(service: &Value) -> Value {
+    json!([{"apiVersion": "v1", "kind": "Service",
+        "name": plinth_core::meta::name(service),
+        "uid": plinth_core::meta::meta_str(service, "uid"),
+        "controller": true, "blockOwnerDeletion": true}])
+}
+
+fn target_ref(pod: &Value) -> Value {
+    json!({"kind": "Pod", "namespace": plinth_core::meta::namespace(pod),
+        "name": plinth_core::meta::name(pod), "uid": plinth_core::meta::meta_str(pod, "uid")})
+}
+
+fn service_ports(service: &Value) -> Vec<Value> {
+    service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A subset in the making: its ports, ready and not-ready addresses.
+type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
+
+async fn write_endpoints(registry: &Registry, service: &Value, pods: &[&Value]) {
+    let publish_all = service.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
+    // One subset per distinct set of resolved ports.
+    let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
+    for pod in pods {
+        let ports: Vec<Value> = service_ports(service)
+            .iter()
+            .filter_map(|p| {
+                let port = resolve(&p["targetPort"], pod)?;
+                let mut entry =
+                    json!({"port": port, "protocol": p["protocol"].as_str().unwrap_or("TCP")});
+                if let Some(name) = p["name"].as_str().filter(|n| !n.is_empty()) {
+                    entry["name"] = json!(name);
+                }
+                Some(entry)
+            })
+            .collect();
+        let key = serde_json::to_string(&ports).unwrap_or_default();
+        let address = json!({"ip": pod.pointer("/status/podIP"),
+            "nodeName": pod.pointer("/spec/nodeName"), "targetRef": target_ref(pod)});
+        let terminating = pod
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null());
+        let entry = subsets
+            .entry(key)
+            .or_insert_with(|| (ports, Vec::new(), Vec::new()));
+        if (pod_ready(pod) && !terminating) || publish_all {
+            entry.1.push(address);
+        } else if !terminating {
+            entry.2.push(address);
+        }
+    }
+    let subsets: Vec<Value> = subsets
+        .into_values()
+        .filter(|(_, ready, not_ready)| !ready.is_empty() || !not_ready.is_empty())
+        .map(|(ports, ready, not_ready)| {
+            let mut subset = json!({"ports": ports});
+            if !ready.is_empty() {
+                subset["addresses"] = json!(ready);
+            }
+            if !not_ready.is_empty() {
+                subset["notReadyAddresses"] = json!(not_ready);
+            }
+            subset
+        })
+        .collect();
+    let name = plinth_core::meta::name(service).unwrap_or("");
+    let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
+    let wanted = json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": namespace, "labels": plinth_core::meta::labels(service),
+            "ownerReferences": owner(service)},
+        "subsets": subsets});
+    upsert(
+        registry,
+        "",
+        "endpoints",
+        namespace,
+        name,
+        wanted,
+        &["subsets"],
+    )
+    .await;
+}
+
+async fn write_slice(registry: &Registry, service: &Value, pods: &[&Value]) {
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .map(|pod| {
+            let terminating = pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
+            let ready = pod_ready(pod);
+            json!({
+                "addresses": [pod.pointer("/status/podIP")],
+                "conditions": {"ready": ready && !terminating, "serving": ready, "terminating": terminating},
+                "nodeName": pod.pointer("/spec/nodeName"),
+                "targetRef": target_ref(pod),
+            })
+        })
+        .collect();
+    let ports: Vec<Value> = service_ports(service)
+        .iter()
+        .filter_map(|p| {
+            let port = pods
+                .iter()
+                .find_map(|pod| resolve(&p["targetPort"], pod))
+                .or_else(|| p["targetPort"].as_i64())?;
+            Some(
+                json!({"name": p["name"].as_str().unwrap_or(""), "port": port,
+                "protocol": p["protocol"].as_str().unwrap_or("TCP")}),
+            )
+        })
+        .collect();
+    let service_name = plinth_core::meta::name(service).unwrap_or("");
+    let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
+    let uid = plinth_core::meta::meta_str(service, "uid").unwrap_or("");
+    let name = format!(
+        "{service_name}-{}",
+        &uid.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(5)
+            .collect::<String>()
+    );
+    let mut labels = plinth_core::meta::labels(service);
+    labels.insert("kubernetes.io/service-name".into(), service_name.to_owned());
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        MANAGER.into(),
+    );
+    let wanted = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+            "ownerReferences": owner(service)},
+        "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
+    upsert(
+        registry,
+        "discovery.k8s.io",
+        "endpointslices",
+        namespace,
+        &name,
+        wanted,
+        &["endpoints", "ports"],
+    )
+    .await;
+}
+
+/// Creates `wanted`, or makes the stored object agree with it in `fields`.
+async fn upsert(
+    registry: &Registry,
+    group: &str,
+    plural: &str,
+    namespace: &str,
+    name: &str,
+    wanted: Value,
+    fields: &[&str],
+) {
+    let Some(def) = registry.resources.get(group, "v1", plural) else {
+        return;
+    };
+    let options = WriteOptions::internal("kube-controller-manager");
+    let written = registry
+        .modify(
+            &def,
+            Some(namespace),
+            name,
+            Part::Main,
+            &options,
+            |current| {
+                let same = fields.iter().all(|f| current.get(*f) == wanted.get(*f));
+                if same {
+                    return Ok(false);
+                }
+                for f in fields {
+                    current[*f] = wanted[*f].clone();
+                }
+                Ok(true)
+            },
+        )
+        .await;
+    match written {
+        Err(e) if e.reason == StatusReason::NotFound => {
+            if let Err(e) = registry
+                .create(&def, Some(namespace), wanted, &options)
+                .await
+                && e.reason != StatusReason::AlreadyExists
+                && e.reason != StatusReason::NotFound
+            {
+                tracing::warn!(%name, resource = plural, error = %e.message, "endpoints not created");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(%name, resource = plural, error = %e.message, "endpoints not written")
+        }
+        Ok(_) => {}
+    }
+}

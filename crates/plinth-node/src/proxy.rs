@@ -1,0 +1,374 @@
+//! The service proxy (kube-proxy in userspace): every Service's `ClusterIP:port` (and node
+//! port, on `127.0.0.1`) is a TCP listener here that passes each connection on to one of the
+//! Service's ready endpoints (its EndpointSlices'), in turn or — with `sessionAffinity:
+//! ClientIP` — the same one for the same client. Listeners use `SO_REUSEPORT`, so the agents
+//! of one machine can all serve the same addresses. Also the source of the Service
+//! environment variables containers get.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::watcher;
+use serde_json::Value;
+
+use crate::Agent;
+
+/// What one listener serves: a Service's port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Target {
+    namespace: String,
+    service: String,
+    port_name: String,
+    affinity: Option<Duration>,
+}
+
+/// Objects by namespace and name.
+type Objects = BTreeMap<(String, String), Value>;
+
+/// Services and endpoints as the watches last said.
+#[derive(Default)]
+pub(crate) struct Proxy {
+    services: Mutex<Objects>,
+    slices: Mutex<Objects>,
+    listeners: Mutex<HashMap<SocketAddr, (Target, tokio::task::JoinHandle<()>)>>,
+    turn: std::sync::atomic::AtomicUsize,
+    sessions: Mutex<HashMap<(SocketAddr, IpAddr), (SocketAddr, Instant)>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").finish_non_exhaustive()
+    }
+}
+
+fn key(object: &Value) -> (String, String) {
+    (
+        plinth_core::meta::namespace(object)
+            .unwrap_or("")
+            .to_owned(),
+        plinth_core::meta::name(object).unwrap_or("").to_owned(),
+    )
+}
+
+/// `my-svc` → `MY_SVC`.
+fn env_name(name: &str) -> String {
+    name.to_uppercase().replace('-', "_")
+}
+
+impl Proxy {
+    /// The Service variables of a container in `namespace` (kube's `getServiceEnvVarMap`):
+    /// all of the namespace's Services with a ClusterIP when `links`, and the `kubernetes`
+    /// Service of `default` always.
+    pub(crate) fn environment(&self, namespace: &str, links: bool) -> Vec<(String, String)> {
+        let services = self.services.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut env = Vec::new();
+        for ((ns, name), service) in &services {
+            let wanted = (links && ns == namespace) || (ns == "default" && name == "kubernetes");
+            let ip = service
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !wanted || ip.is_empty() || ip == "None" {
+                continue;
+            }
+            let ports = service
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let Some(first) = ports.first() else { continue };
+            let prefix = env_name(name);
+            env.push((format!("{prefix}_SERVICE_HOST"), ip.to_owned()));
+            env.push((format!("{prefix}_SERVICE_PORT"), first["port"].to_string()));
+            for port in &ports {
+                if let Some(port_name) = port["name"].as_str().filter(|n| !n.is_empty()) {
+                    env.push((
+                        format!("{prefix}_SERVICE_PORT_{}", env_name(port_name)),
+                        port["port"].to_string(),
+                    ));
+                }
+            }
+            let protocol = first["protocol"].as_str().unwrap_or("TCP").to_lowercase();
+            env.push((
+                format!("{prefix}_PORT"),
+                format!("{protocol}://{ip}:{}", first["port"]),
+            ));
+            for port in &ports {
+                let protocol = port["protocol"].as_str().unwrap_or("TCP");
+                let number = &port["port"];
+                let base = format!("{prefix}_PORT_{number}_{protocol}");
+                env.push((
+                    base.clone(),
+                    format!("{}://{ip}:{number}", protocol.to_lowercase()),
+                ));
+                env.push((format!("{base}_PROTO"), protocol.to_lowercase()));
+                env.push((format!("{base}_PORT"), number.to_string()));
+                env.push((format!("{base}_ADDR"), ip.to_owned()));
+            }
+        }
+        env
+    }
+
+    /// The ready endpoints (address and port) of a Service's port.
+    fn endpoints(&self, target: &Target) -> Vec<SocketAddr> {
+        let slices = self.slices.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut found = Vec::new();
+        for ((ns, _), slice) in &slices {
+            let owner = slice
+                .pointer("/metadata/labels/kubernetes.io~1service-name")
+                .and_then(Value::as_str);
+            if *ns != target.namespace || owner != Some(target.service.as_str()) {
+                continue;
+            }
+            let Some(port) = slice["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"].as_str().unwrap_or("") == target.port_name)
+                .and_then(|p| p["port"].as_u64())
+                .and_then(|p| u16::try_from(p).ok())
+            else {
+                continue;
+            };
+            for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
+                if endpoint.pointer("/conditions/ready") == Some(&Value::Bool(false)) {
+                    continue;
+                }
+                for address in endpoint["addresses"].as_array().into_iter().flatten() {
+                    if let Some(ip) = address.as_str().and_then(|a| a.parse::<IpAddr>().ok()) {
+                        found.push(SocketAddr::new(ip, port));
+                    }
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    fn pick(&self, listen: SocketAddr, client: IpAddr, target: &Target) -> Option<SocketAddr> {
+        let endpoints = self.endpoints(target);
+        if endpoints.is_empty() {
+            return None;
+        }
+        if let Some(timeout) = target.affinity
+            && let Ok(mut sessions) = self.sessions.lock()
+        {
+            if let Some((chosen, at)) = sessions.get(&(listen, client)).copied()
+                && at.elapsed() < timeout
+                && endpoints.contains(&chosen)
+            {
+                sessions.insert((listen, client), (chosen, Instant::now()));
+                return Some(chosen);
+            }
+            let chosen = endpoints[self.next() % endpoints.len()];
+            sessions.insert((listen, client), (chosen, Instant::now()));
+            return Some(chosen);
+        }
+        Some(endpoints[self.next() % endpoints.len()])
+    }
+
+    fn next(&self) -> usize {
+        self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The listeners the Services call for now.
+    fn wanted(&self) -> HashMap<SocketAddr, Target> {
+        let services = self.services.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut wanted = HashMap::new();
+        for ((namespace, name), service) in services {
+            let ip = service
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let Ok(ip) = ip.parse::<IpAddr>() else {
+                continue;
+            };
+            let affinity = (service.pointer("/spec/sessionAffinity")
+                == Some(&Value::from("ClientIP")))
+            .then(|| {
+                Duration::from_secs(
+                    service
+                        .pointer("/spec/sessionAffinityConfig/clientIP/timeoutSeconds")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(10800),
+                )
+            });
+            for port in service
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if port["protocol"].as_str().unwrap_or("TCP") != "TCP" {
+                    continue;
+                }
+                let target = Target {
+                    namespace: namespace.clone(),
+                    service: name.clone(),
+                    port_name: port["name"].as_str().unwrap_or("").to_owned(),
+                    affinity,
+                };
+                if let Some(number) = port["port"].as_u64().and_then(|p| u16::try_from(p).ok()) {
+                    wanted.insert(SocketAddr::new(ip, number), target.clone());
+                }
+                if let Some(node_port) = port["nodePort"]
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                {
+                    wanted.insert(SocketAddr::from(([127, 0, 0, 1], node_port)), target);
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Opens and closes listeners to match the Services.
+    fn sync(self: &Arc<Self>) {
+        let wanted = self.wanted();
+        let Ok(mut listeners) = self.listeners.lock() else {
+            return;
+        };
+        listeners.retain(|address, (target, task)| {
+            let keep = wanted.get(address) == Some(target);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (address, target) in wanted {
+            if listeners.contains_key(&address) {
+                continue;
+            }
+            match listen(address) {
+                Ok(listener) => {
+                    let task = tokio::spawn(self.clone().serve(listener, address, target.clone()));
+                    listeners.insert(address, (target, task));
+                }
+                Err(e) => tracing::warn!(%address, error = %e, "service proxy: cannot listen"),
+            }
+        }
+    }
+
+    async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        address: SocketAddr,
+        target: Target,
+    ) {
+        loop {
+            let Ok((mut inbound, client)) = listener.accept().await else {
+                continue;
+            };
+            let Some(endpoint) = self.pick(address, client.ip(), &target) else {
+                // No ready endpoint: the connection is refused, as kube-proxy's REJECT.
+                drop(inbound);
+                continue;
+            };
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(endpoint).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    }
+
+    fn stop(&self) {
+        if let Ok(mut listeners) = self.listeners.lock() {
+            for (_, (_, task)) in listeners.drain() {
+                task.abort();
+            }
+        }
+    }
+}
+
+fn listen(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)
+}
+
+/// A watch event with its object as JSON.
+fn as_json<K: serde::Serialize>(event: watcher::Event<K>) -> watcher::Event<Value> {
+    let json = |k: K| serde_json::to_value(k).unwrap_or(Value::Null);
+    match event {
+        watcher::Event::Apply(k) => watcher::Event::Apply(json(k)),
+        watcher::Event::Delete(k) => watcher::Event::Delete(json(k)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(k) => watcher::Event::InitApply(json(k)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// Follows Services and EndpointSlices until `stopping`, keeping the listeners in step.
+pub(crate) async fn run(agent: Arc<Agent>, mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let proxy = agent.proxy.clone();
+    let services = watcher(
+        Api::<Service>::all(agent.client.clone()),
+        watcher::Config::default(),
+    )
+    .map(|e| (true, e.map(as_json)));
+    let slices = watcher(
+        Api::<EndpointSlice>::all(agent.client.clone()),
+        watcher::Config::default(),
+    )
+    .map(|e| (false, e.map(as_json)));
+    let mut events = futures::stream::select(services.boxed(), slices.boxed());
+    let mut fresh: (Objects, Objects) = Default::default();
+    loop {
+        let next = tokio::select! {
+            next = events.next() => next,
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let Some((is_service, event)) = next else {
+            break;
+        };
+        let store = if is_service {
+            &proxy.services
+        } else {
+            &proxy.slices
+        };
+        let staging = if is_service {
+            &mut fresh.0
+        } else {
+            &mut fresh.1
+        };
+        match event {
+            Ok(watcher::Event::Apply(v)) => {
+                if let Ok(mut s) = store.lock() {
+                    s.insert(key(&v), v);
+                }
+            }
+            Ok(watcher::Event::Delete(v)) => {
+                if let Ok(mut s) = store.lock() {
+                    s.remove(&key(&v));
+                }
+            }
+            Ok(watcher::Event::Init) => staging.clear(),
+            Ok(watcher::Event::InitApply(v)) => {
+                staging.insert(key(&v), v);
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Ok(mut s) = store.lock() {
+                    *s = std::mem::take(staging);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "service proxy watch failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        }
+        if is_service {
+            proxy.sync();
+        }
+    }
+    proxy.stop();
+}
