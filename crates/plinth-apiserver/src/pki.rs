@@ -126,10 +126,16 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Ser
         token
     };
 
+    // The in-cluster names too: pods reach the server through the `kubernetes` Service.
     let mut names = vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
+        crate::types::core::service::kubernetes_ip(),
+        "kubernetes".to_owned(),
+        "kubernetes.default".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+        "kubernetes.default.svc.cluster.local".to_owned(),
     ];
     let host = listen.ip();
     if !host.is_unspecified() && !names.contains(&host.to_string()) {

@@ -123,12 +123,34 @@ pub struct ResourceDef {
     /// A custom resource whose CRD converts by webhook: objects are stored in its storage
     /// version and converted on the way in and out.
     pub conversion: Option<Arc<crate::conversion::ConversionWebhook>>,
+    /// For a resource read from elsewhere than storage (metrics.k8s.io, from the node
+    /// agents): what answers its gets and lists; nothing else is served.
+    pub computed: Option<Computed>,
     /// Addresses (or other shared numbers) a new object is given before it is stored, from
     /// what the others hold (a Service's ClusterIP and node ports).
     pub allocate: Option<Allocate>,
     /// Subresources served by something other than storage — a node agent
     /// (`pods/<name>/log`): the handler gets the parent object and the request.
     pub connect_subresources: Vec<(&'static str, Connect)>,
+}
+
+/// Answers a get (`name`) or list of a computed resource ([`ResourceDef::computed`]).
+pub type Computed =
+    for<'a> fn(Reading<'a>) -> futures::future::BoxFuture<'a, Result<Value, plinth_core::ApiError>>;
+
+/// A read of a computed resource.
+#[derive(Debug)]
+pub struct Reading<'a> {
+    /// The registry.
+    pub registry: &'a crate::registry::Registry,
+    /// The way to node agents.
+    pub nodes: &'a crate::nodes::NodeProxy,
+    /// The namespace in the path.
+    pub namespace: Option<&'a str>,
+    /// The name in the path (a get), or none (a list).
+    pub name: Option<&'a str>,
+    /// The list's label selector.
+    pub labels: plinth_core::selector::LabelSelector,
 }
 
 /// Gives a new object what it must not share with others ([`ResourceDef::allocate`]).
@@ -247,6 +269,7 @@ impl ResourceDef {
             conversion: None,
             connect_subresources: Vec::new(),
             allocate: None,
+            computed: None,
         }
     }
 
@@ -384,6 +407,9 @@ impl ResourceDef {
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.answer.is_some() {
             return vec!["create"];
+        }
+        if self.computed.is_some() {
+            return vec!["get", "list"];
         }
         vec![
             "create",

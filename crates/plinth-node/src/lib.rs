@@ -17,6 +17,7 @@ mod probes;
 mod proxy;
 pub mod sandbox;
 mod server;
+mod stats;
 mod volumes;
 
 use std::os::unix::fs::DirBuilderExt;
@@ -79,6 +80,8 @@ pub(crate) struct Agent {
     pub(crate) pods: pods::Registry,
     /// The service proxy (and the Services containers learn of).
     pub(crate) proxy: Arc<proxy::Proxy>,
+    /// Resource usage.
+    pub(crate) stats: stats::Stats,
     /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
     pub(crate) ips: std::sync::Mutex<node::Addresses>,
 }
@@ -117,6 +120,7 @@ pub async fn run(
         client,
         pods: pods::Registry::default(),
         proxy: Arc::new(proxy::Proxy::default()),
+        stats: stats::Stats::default(),
         ips: std::sync::Mutex::new(node::Addresses::default()),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
@@ -129,6 +133,7 @@ pub async fn run(
     node::register(&agent, port).await?;
     tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
     let proxy_done = tokio::spawn(proxy::run(agent.clone(), stopping.clone()));
+    tokio::spawn(stats::run(agent.clone(), stopping.clone()));
     let pods_done = tokio::spawn(pods::run(agent.clone(), stopping.clone()));
     let _ = stopping.wait_for(|s| *s).await;
     let _ = pods_done.await;

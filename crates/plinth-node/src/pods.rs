@@ -33,6 +33,9 @@ pub(crate) struct Running {
     pub(crate) sandbox_pid: Option<u32>,
     /// The container's environment.
     pub(crate) env: Vec<(String, String)>,
+    /// The PID the agent started (the sandbox's first stage, or the command itself); 0
+    /// before it runs.
+    pub(crate) pid: u32,
 }
 
 /// (namespace, pod, container) → what is known of the container.
@@ -93,6 +96,23 @@ impl Registry {
                 running,
             );
         }
+    }
+
+    /// Every running container: (namespace, pod, container), the PID whose descendants
+    /// are the container's processes, and whether that PID is the sandbox's (not counted).
+    pub(crate) fn processes(&self) -> Vec<((String, String, String), u32, bool)> {
+        self.logs
+            .lock()
+            .map(|logs| {
+                logs.iter()
+                    .filter(|(_, r)| r.pid > 0)
+                    .map(|(k, r)| match r.sandbox_pid {
+                        Some(init) => (k.clone(), init, true),
+                        None => (k.clone(), r.pid, false),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn forget(&self, pod: &Pod) {
@@ -809,6 +829,7 @@ impl Worker {
                     run,
                     sandbox_pid: None,
                     env: env.clone(),
+                    pid: 0,
                 },
             );
             let log = log_dir.join(format!("{run}.log"));
@@ -1011,6 +1032,7 @@ impl Worker {
                 run,
                 sandbox_pid,
                 env: env.clone(),
+                pid,
             },
         );
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);

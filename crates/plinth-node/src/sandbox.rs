@@ -193,12 +193,42 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The path `target` (absolute, inside the container) under `root`, with no `..` escaping it.
+/// The path `target` (absolute, inside the container) under `root`: symbolic links on the
+/// way are followed as the container will see them (`/var/run` → `/run` is `root/run`, not
+/// the host's), and nothing climbs out of `root`.
 fn inside(root: &Path, target: &str) -> PathBuf {
     let mut path = root.to_path_buf();
-    for part in Path::new(target).components() {
-        if let std::path::Component::Normal(p) = part {
-            path.push(p);
+    let mut pending: Vec<std::ffi::OsString> = Path::new(target)
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(p) => Some(p.to_owned()),
+            _ => None,
+        })
+        .collect();
+    let mut links = 0;
+    while let Some(part) = pending.pop() {
+        let next = path.join(&part);
+        match std::fs::read_link(&next) {
+            Ok(link) if links < 40 => {
+                links += 1;
+                if link.is_absolute() {
+                    path = root.to_path_buf();
+                }
+                for c in link.components().rev() {
+                    match c {
+                        std::path::Component::Normal(p) => pending.push(p.to_owned()),
+                        std::path::Component::ParentDir => pending.push("..".into()),
+                        _ => {}
+                    }
+                }
+            }
+            _ if part == ".." => {
+                if path != root {
+                    path.pop();
+                }
+            }
+            _ => path = next,
         }
     }
     path

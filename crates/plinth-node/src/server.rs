@@ -160,6 +160,17 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
     if path == "/healthz" {
         return plain(StatusCode::OK, "ok".into());
     }
+    if path == "/stats/summary" {
+        let mut response = plain(
+            StatusCode::OK,
+            agent.stats.summary(&agent.config.name).to_string(),
+        );
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        return response;
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if let [kind @ ("exec" | "attach"), namespace, pod, container] = parts.as_slice() {
         let running = match agent.pods.running(namespace, pod, container) {

@@ -847,3 +847,151 @@ fn bad_services_are_refused_with_kubes_messages() {
     ]);
     assert!(out.contains("may not change once set"), "{out}");
 }
+
+#[test]
+fn memory_limits_kill_with_oom_and_kubectl_top_shows_usage() {
+    let plinth = with_node("node-m");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, 'x=$(head -c 200000000 /dev/zero | tr "\0" a); echo ${#x}']
+    resources: {limits: {memory: 32Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: busy, labels: {load: high}}
+spec:
+  containers:
+  - {name: spin, image: busybox:1.36, command: [sh, -c, 'while true; do :; done']}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: idle}
+spec:
+  containers:
+  - {name: rest, image: busybox:1.36, command: [sleep, '3600']}
+"#,
+    );
+    plinth.eventually("the memory hog is OOMKilled", || {
+        container_status(&plinth, "hog")["state"]["terminated"]["reason"] == "OOMKilled"
+    });
+    let hog = container_status(&plinth, "hog");
+    assert_eq!(hog["state"]["terminated"]["exitCode"], 137);
+    let row = plinth.kubectl(&["get", "pod", "hog", "--no-headers"]);
+    assert!(row.contains("OOMKilled"), "{row}");
+
+    let millicores = |text: &str, pod: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(pod))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|c| c.strip_suffix('m'))
+            .and_then(|c| c.parse().ok())
+    };
+    plinth.eventually("kubectl top shows the busy pod's CPU", || {
+        let out = plinth.kubectl_output(&["top", "pods"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        millicores(&text, "busy").is_some_and(|m| m > 100) && millicores(&text, "idle").is_some()
+    });
+    let out = plinth.kubectl(&["top", "pods", "-l", "load=high", "--containers"]);
+    assert!(out.contains("spin") && !out.contains("idle"), "{out}");
+    let nodes = plinth.kubectl(&["top", "nodes"]);
+    assert!(nodes.contains("node-m"), "{nodes}");
+    let metrics: Value = serde_json::from_str(&plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/idle",
+    ]))
+    .unwrap();
+    assert_eq!(metrics["kind"], "PodMetrics");
+    assert_eq!(metrics["containers"][0]["name"], "rest");
+    plinth.kubectl(&[
+        "delete",
+        "pod",
+        "busy",
+        "idle",
+        "--grace-period=1",
+        "--timeout=60s",
+    ]);
+}
+
+#[test]
+fn pods_get_their_service_account_token_and_reach_the_api_through_the_kubernetes_service() {
+    let plinth = with_node("node-t");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sa}\nspec:\n  containers: [{name: main, image: busybox:1.36, command: [sleep, '3600']}]\n",
+    );
+    plinth.kubectl(&["wait", "--for=condition=Ready", "pod/sa", "--timeout=120s"]);
+    let stored = pod(&plinth, "sa");
+    assert_eq!(stored["spec"]["serviceAccountName"], "default");
+    let mount = &stored["spec"]["containers"][0]["volumeMounts"][0];
+    assert_eq!(
+        mount["mountPath"],
+        "/var/run/secrets/kubernetes.io/serviceaccount"
+    );
+    assert!(
+        mount["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("kube-api-access-"),
+        "{mount}"
+    );
+    let dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let namespace = plinth.kubectl(&["exec", "sa", "--", "cat", &format!("{dir}/namespace")]);
+    assert_eq!(namespace, "default");
+    let token = plinth.kubectl(&["exec", "sa", "--", "cat", &format!("{dir}/token")]);
+    let ca = plinth.kubectl(&["exec", "sa", "--", "cat", &format!("{dir}/ca.crt")]);
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+    // The token is the pod's account's, bound to the pod.
+    let whoami = plinth.kubectl(&["auth", "whoami", "--token", token.trim(), "-o", "json"]);
+    let whoami: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(
+        whoami["status"]["userInfo"]["username"],
+        "system:serviceaccount:default:default"
+    );
+    assert_eq!(
+        whoami["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"][0],
+        "sa"
+    );
+    // The in-cluster address: the kubernetes Service's ClusterIP, port 443, with the CA.
+    let env = plinth.kubectl(&["exec", "sa", "--", "env"]);
+    let host = env
+        .lines()
+        .find_map(|l| l.strip_prefix("KUBERNETES_SERVICE_HOST="))
+        .unwrap()
+        .to_owned();
+    let ca_file = plinth.dir.path().join("pod-ca.crt");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&ca_file)
+        .args(["-H", &format!("Authorization: Bearer {}", token.trim())])
+        .arg(format!(
+            "https://{host}:443/api/v1/namespaces/default/pods/sa"
+        ))
+        .output()
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    // The default account may not read pods: the answer is RBAC's, through TLS the CA trusts.
+    assert_eq!(
+        answer["kind"],
+        "Status",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(answer["code"], 403);
+    assert!(
+        answer["message"].as_str().unwrap().contains(
+            "User \"system:serviceaccount:default:default\" cannot get resource \"pods\""
+        ),
+        "{answer}"
+    );
+    plinth.kubectl(&["delete", "pod", "sa", "--grace-period=1", "--timeout=60s"]);
+}

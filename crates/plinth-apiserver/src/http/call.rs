@@ -147,6 +147,26 @@ impl Call<'_> {
         {
             return self.answer_subresource(*answer, method, &body).await;
         }
+        if let Some(computed) = self.def.computed {
+            if *method != Method::GET || self.subresource.is_some() || self.query.flag("watch") {
+                return Err(ApiError::method_not_allowed());
+            }
+            let labels = match self.query.get("labelSelector") {
+                Some(text) => plinth_core::selector::LabelSelector::parse(text).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
+                })?,
+                None => plinth_core::selector::LabelSelector::default(),
+            };
+            let reading = crate::resources::Reading {
+                registry: self.registry(),
+                nodes: &self.state.nodes,
+                namespace: self.namespace.as_deref(),
+                name: self.name.as_deref(),
+                labels,
+            };
+            let answer = computed(reading).await?;
+            return Ok(respond(StatusCode::OK, &answer, self.plain_format(), &[]));
+        }
         if let Some((_, connect)) = self
             .def
             .connect_subresources

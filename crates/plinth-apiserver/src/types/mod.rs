@@ -15,6 +15,7 @@ pub mod core;
 pub mod discovery;
 pub mod events;
 pub mod flowcontrol;
+pub mod metrics;
 pub mod rbac;
 
 use crate::resources::ResourceDef;
@@ -53,5 +54,6 @@ pub fn builtin() -> Vec<ResourceDef> {
     .into_iter()
     .chain(authorization::resources())
     .chain(authentication::resources())
+    .chain(metrics::resources())
     .collect()
 }

@@ -296,6 +296,69 @@ fn default_tolerations(spec: &mut Value) {
     }
 }
 
+/// Where the ServiceAccount token, CA and namespace appear in containers.
+pub const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The ServiceAccount admission plugin's part that needs no lookup: the pod runs as
+/// `default` unless it names an account, and (unless `automountServiceAccountToken: false`)
+/// gets kube's projected `kube-api-access-*` volume — a bound token, the cluster CA and the
+/// namespace — mounted read-only in every container.
+fn service_account(object: &mut Value) {
+    let suffix: String = plinth_core::meta::meta_str(object, "uid")
+        .unwrap_or("")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(5)
+        .collect();
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        spec.insert("serviceAccountName".into(), json!("default"));
+    }
+    if spec.get("automountServiceAccountToken") == Some(&json!(false)) {
+        return;
+    }
+    let name = format!("kube-api-access-{suffix}");
+    let volume = json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}});
+    let mut mounted = false;
+    for list in ["containers", "initContainers"] {
+        for container in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let mounts = container
+                .as_object_mut()
+                .map(|c| c.entry("volumeMounts").or_insert_with(|| json!([])));
+            let Some(mounts) = mounts.and_then(Value::as_array_mut) else {
+                continue;
+            };
+            if mounts.iter().any(|m| m["mountPath"] == TOKEN_MOUNT) {
+                continue;
+            }
+            mounts.push(json!({"name": name, "readOnly": true, "mountPath": TOKEN_MOUNT}));
+            mounted = true;
+        }
+    }
+    if mounted {
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(volumes) = volumes.as_array_mut() {
+            volumes.push(volume);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Pods;
 
@@ -324,6 +387,7 @@ fn frozen(spec: &Value) -> Value {
 
 impl Strategy for Pods {
     fn prepare_create(&self, object: &mut Value) {
+        service_account(object);
         if let Some(spec) = object.get_mut("spec") {
             default_pod_spec(spec);
             default_tolerations(spec);
