@@ -31,6 +31,7 @@ use serde_json::json;
 mod admission;
 mod fairness;
 mod gc;
+mod pods;
 mod reads;
 mod reconcile;
 
@@ -147,6 +148,22 @@ enum Command {
         /// Webhook counts, ascending.
         #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
         webhooks: Vec<usize>,
+    },
+    /// Starts pods on the server's node agents: pods Ready per second, create → Ready
+    /// latency, memory per pod.
+    Pods {
+        /// Kubeconfig of the server under test.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Namespace to create them in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// How many.
+        #[arg(long, default_value_t = 100)]
+        pods: usize,
+        /// The process running the node agent (`plinth serve`'s), for its memory.
+        #[arg(long)]
+        agent_pid: Option<u32>,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -640,6 +657,15 @@ async fn main() -> std::process::ExitCode {
                 _ => Err("--flood and --other are name:token".into()),
             }
         }
+        Command::Pods {
+            kubeconfig,
+            namespace,
+            pods: count,
+            agent_pid,
+        } => match client(kubeconfig).await {
+            Ok(client) => pods::run(client, &namespace, count, agent_pid).await,
+            Err(e) => Err(e),
+        },
         Command::Reconcile {
             kubeconfig,
             runtime,

@@ -294,25 +294,59 @@ impl Worker {
             tracing::warn!(pod = %uid, "no pod address left on this node");
             return;
         };
+        // A pod this node ran before (the agent restarted): its containers start again, each
+        // counted as a restart, what ran before as their last state.
+        let before = serde_json::to_value(pod.status.as_ref()).unwrap_or(Value::Null);
+        let previous = |name: &str| -> Option<Value> {
+            ["containerStatuses", "initContainerStatuses"]
+                .iter()
+                .filter_map(|k| before.get(*k).and_then(Value::as_array))
+                .flatten()
+                .find(|s| s["name"] == name)
+                .cloned()
+        };
         let statuses = containers(&pod)
             .into_iter()
-            .map(|(kind, c)| Status {
-                name: c["name"].as_str().unwrap_or("").to_owned(),
-                image: c["image"].as_str().unwrap_or("").to_owned(),
-                kind,
-                state: waiting(
-                    if kind == Kind::Regular && has_init(&pod) {
-                        "PodInitializing"
-                    } else {
-                        "ContainerCreating"
-                    },
-                    "",
-                ),
-                last_state: json!({}),
-                ready: false,
-                started: false,
-                restart_count: 0,
-                container_id: String::new(),
+            .map(|(kind, c)| {
+                let name = c["name"].as_str().unwrap_or("").to_owned();
+                let earlier = previous(&name);
+                let ran = earlier.as_ref().is_some_and(|s| {
+                    s.pointer("/state/running").is_some()
+                        || s.pointer("/state/terminated").is_some()
+                });
+                let last_state = match earlier.as_ref() {
+                    Some(s) if s.pointer("/state/running").is_some() => json!({"terminated": {
+                        "exitCode": 137, "reason": "Error",
+                        "message": "the node agent restarted",
+                        "startedAt": s.pointer("/state/running/startedAt"),
+                        "finishedAt": now_text()}}),
+                    Some(s) if ran => s["state"].clone(),
+                    Some(s) => s["lastState"].clone(),
+                    None => json!({}),
+                };
+                let restart_count = earlier
+                    .as_ref()
+                    .and_then(|s| s["restartCount"].as_i64())
+                    .unwrap_or(0)
+                    + i64::from(ran && kind != Kind::Init);
+                Status {
+                    name,
+                    image: c["image"].as_str().unwrap_or("").to_owned(),
+                    kind,
+                    state: waiting(
+                        if kind == Kind::Regular && has_init(&pod) {
+                            "PodInitializing"
+                        } else {
+                            "ContainerCreating"
+                        },
+                        "",
+                    ),
+                    last_state,
+                    ready: false,
+                    started: false,
+                    restart_count,
+                    container_id: String::new(),
+                }
             })
             .collect();
         let (stop, _) = watch::channel(None);

@@ -484,7 +484,11 @@ struct Agent {
 
 impl Agent {
     fn start(plinth: &Plinth, name: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(plinth, name, tempfile::tempdir().unwrap())
+    }
+
+    /// An agent keeping its files in `dir` (a restarted agent finds its pods' there).
+    fn start_in(plinth: &Plinth, name: &str, dir: tempfile::TempDir) -> Self {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
             .args(["node", "--kubeconfig"])
             .arg(&plinth.kubeconfig)
@@ -503,6 +507,13 @@ impl Agent {
             child: Some(child),
             _dir: dir,
         }
+    }
+
+    /// SIGKILL, and its data directory back for a new agent.
+    fn crash(mut self) -> tempfile::TempDir {
+        self.kill();
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self._dir, dir)
     }
 
     /// SIGKILL: the agent is gone at once, as a crashed machine's would be.
@@ -994,4 +1005,135 @@ fn pods_get_their_service_account_token_and_reach_the_api_through_the_kubernetes
         "{answer}"
     );
     plinth.kubectl(&["delete", "pod", "sa", "--grace-period=1", "--timeout=60s"]);
+}
+
+#[test]
+fn init_containers_sidecars_and_probes_follow_kubes_lifecycle() {
+    let plinth = with_node("node-l");
+    let marks = plinth.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let manifest = STAGED.replace("MARKS", &marks.display().to_string());
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest);
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/staged",
+        "--timeout=120s",
+    ]);
+
+    let row = plinth.kubectl(&["get", "pod", "staged", "--no-headers"]);
+    assert!(
+        row.contains("2/2") && row.contains("Running"),
+        "main and the sidecar: {row}"
+    );
+    let order = logs(&plinth, &["staged", "-c", "main"]);
+    assert_eq!(
+        order, "one\ntwo\nsidecar\n",
+        "init containers in order, then the sidecar"
+    );
+    let stored = pod(&plinth, "staged");
+    let init = stored["status"]["initContainerStatuses"]
+        .as_array()
+        .unwrap();
+    assert_eq!(init[0]["state"]["terminated"]["reason"], "Completed");
+    assert_eq!(init[1]["state"]["terminated"]["reason"], "Completed");
+    assert!(
+        init[2]["state"]["running"].is_object(),
+        "the sidecar runs: {}",
+        init[2]
+    );
+    assert_eq!(stored["status"]["containerStatuses"][0]["started"], true);
+
+    // Liveness fails (the file goes): the container is restarted.
+    plinth.kubectl(&["exec", "staged", "-c", "main", "--", "rm", "/tmp/started"]);
+    plinth.eventually("the liveness probe restarts main", || {
+        container_status(&plinth, "staged")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/staged",
+        "--timeout=120s",
+    ]);
+    // preStop runs before the container is stopped.
+    plinth.kubectl(&["delete", "pod", "staged", "--timeout=60s"]);
+    let stopped = std::fs::read_to_string(marks.join("stopped")).unwrap();
+    assert_eq!(stopped, "stopping\n");
+}
+
+const STAGED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: staged}
+spec:
+  volumes:
+  - {name: shared, emptyDir: {}}
+  - {name: marks, hostPath: {path: MARKS, type: Directory}}
+  initContainers:
+  - {name: first, image: busybox:1.36, command: [sh, -c, 'echo one >> /work/order'], volumeMounts: [{name: shared, mountPath: /work}]}
+  - {name: second, image: busybox:1.36, command: [sh, -c, 'echo two >> /work/order'], volumeMounts: [{name: shared, mountPath: /work}]}
+  - name: helper
+    image: busybox:1.36
+    restartPolicy: Always
+    command: [sh, -c, 'echo sidecar >> /work/order; exec sleep 3600']
+    volumeMounts: [{name: shared, mountPath: /work}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, 'cat /work/order; touch /tmp/started; exec sleep 3600']
+    volumeMounts: [{name: shared, mountPath: /work}, {name: marks, mountPath: /marks}]
+    startupProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1}
+    livenessProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1, failureThreshold: 2}
+    lifecycle:
+      preStop: {exec: {command: [sh, -c, 'echo stopping > /marks/stopped']}}
+"#;
+
+#[test]
+fn a_restarted_agent_starts_its_pods_again_at_their_addresses() {
+    let plinth = Plinth::start_with(Backend::Embedded, &["--node-name", "node-main"]);
+    let agent = Agent::start(&plinth, "node-r");
+    plinth.eventually("the agent's node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", "node-r", "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: kept}\nspec:\n  nodeSelector: {kubernetes.io/hostname: node-r}\n  containers:\n  - {name: redis, image: 'redis:7', readinessProbe: {tcpSocket: {port: 6379}, periodSeconds: 1}}\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/kept",
+        "--timeout=120s",
+    ]);
+    let ip = pod(&plinth, "kept")["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(redis_answers(&ip));
+    // The agent dies, and its containers with it.
+    let dir = agent.crash();
+    plinth.eventually("redis stopped with its agent", || !redis_answers(&ip));
+    let _agent = Agent::start_in(&plinth, "node-r", dir);
+    plinth.eventually("redis answers again", || redis_answers(&ip));
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/kept",
+        "--timeout=120s",
+    ]);
+    let status = container_status(&plinth, "kept");
+    assert_eq!(
+        pod(&plinth, "kept")["status"]["podIP"],
+        ip.as_str(),
+        "the same address"
+    );
+    assert_eq!(status["restartCount"], 1, "{status}");
+    assert_eq!(
+        status["lastState"]["terminated"]["message"],
+        "the node agent restarted"
+    );
+    plinth.kubectl(&["delete", "pod", "kept", "--timeout=60s"]);
 }
