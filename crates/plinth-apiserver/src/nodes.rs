@@ -128,7 +128,10 @@ impl NodeProxy {
             .iter()
             .filter(|(name, _)| {
                 let lower = name.as_str();
-                lower == "connection" || lower == "upgrade" || lower.starts_with("sec-websocket-")
+                lower == "connection"
+                    || lower == "upgrade"
+                    || lower.starts_with("sec-websocket-")
+                    || lower == "x-stream-protocol-version"
             })
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();

@@ -17,6 +17,7 @@ mod probes;
 mod proxy;
 pub mod sandbox;
 mod server;
+mod spdy;
 mod stats;
 mod volumes;
 

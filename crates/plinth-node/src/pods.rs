@@ -45,6 +45,8 @@ type LogIndex = HashMap<(String, String, String), Running>;
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     workers: Mutex<HashMap<String, watch::Sender<Option<Pod>>>>,
+    /// (namespace, pod) → its address, while it runs here.
+    addresses: Mutex<HashMap<(String, String), String>>,
     logs: Mutex<LogIndex>,
 }
 
@@ -115,9 +117,21 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// The address of a pod running here.
+    pub(crate) fn address(&self, namespace: &str, pod: &str) -> Option<String> {
+        self.addresses
+            .lock()
+            .ok()?
+            .get(&(namespace.to_owned(), pod.to_owned()))
+            .cloned()
+    }
+
     fn forget(&self, pod: &Pod) {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
+        if let Ok(mut addresses) = self.addresses.lock() {
+            addresses.remove(&(namespace.clone(), name.clone()));
+        }
         if let Ok(mut logs) = self.logs.lock() {
             logs.retain(|(ns, p, _), _| !(ns == &namespace && p == &name));
         }
@@ -349,6 +363,15 @@ impl Worker {
                 }
             })
             .collect();
+        if let Ok(mut addresses) = agent.pods.addresses.lock() {
+            addresses.insert(
+                (
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                ),
+                ip.clone(),
+            );
+        }
         let (stop, _) = watch::channel(None);
         let worker = Arc::new(Worker {
             agent: agent.clone(),

@@ -172,6 +172,9 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
         return response;
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if let ["portforward", namespace, pod] = parts.as_slice() {
+        return port_forward(agent, &mut request, namespace, pod);
+    }
     if let [kind @ ("exec" | "attach"), namespace, pod, container] = parts.as_slice() {
         let running = match agent.pods.running(namespace, pod, container) {
             Ok(running) => running,
@@ -270,6 +273,56 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain"),
+    );
+    response
+}
+
+/// `kubectl port-forward`: a SPDY/3.1 upgrade for `portforward.k8s.io`. (kubectl asks for a
+/// WebSocket tunnel first; that is refused, and it falls back to SPDY.)
+fn port_forward(
+    agent: &Agent,
+    request: &mut Request<Incoming>,
+    namespace: &str,
+    pod: &str,
+) -> Response<Body> {
+    let upgrade = request
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if !upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "port forwarding is served over SPDY/3.1 (Upgrade: SPDY/3.1) here",
+        );
+    }
+    let Some(ip) = agent.pods.address(namespace, pod) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            &format!("pod {namespace}/{pod} does not run on this node"),
+        );
+    };
+    let upgraded = hyper::upgrade::on(request);
+    let label = format!("{pod}_{namespace}");
+    tokio::spawn(async move {
+        if let Ok(upgraded) = upgraded.await {
+            crate::spdy::serve(TokioIo::new(upgraded), ip, label).await;
+        }
+    });
+    let mut response = plain(StatusCode::SWITCHING_PROTOCOLS, String::new());
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    headers.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static("SPDY/3.1"),
+    );
+    headers.insert(
+        "x-stream-protocol-version",
+        hyper::header::HeaderValue::from_static(crate::spdy::PROTOCOL),
     );
     response
 }

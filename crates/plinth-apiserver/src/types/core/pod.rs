@@ -45,6 +45,7 @@ pub fn resource() -> ResourceDef {
         .connect("log", log)
         .connect("exec", exec)
         .connect("attach", attach)
+        .connect("portforward", port_forward)
 }
 
 /// The shape of a Pod.
@@ -777,6 +778,39 @@ fn attach(
     request: ConnectRequest<'_>,
 ) -> BoxFuture<'_, Result<axum::response::Response, ApiError>> {
     Box::pin(streamed(request, "attach"))
+}
+
+/// `pods/<name>/portforward`: connections to the pod's ports, over the connection the client
+/// upgrades (SPDY/3.1, `portforward.k8s.io`), served by the node agent.
+fn port_forward(
+    request: ConnectRequest<'_>,
+) -> BoxFuture<'_, Result<axum::response::Response, ApiError>> {
+    Box::pin(async move {
+        let pod = request.object.clone();
+        let name = plinth_core::meta::name(&pod).unwrap_or("").to_owned();
+        let namespace = plinth_core::meta::namespace(&pod).unwrap_or("").to_owned();
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "unable to forward ports: pod {name} is not running on a node yet"
+                ))
+            })?;
+        let path = format!("/portforward/{namespace}/{name}");
+        request
+            .nodes
+            .upgrade(
+                request.registry,
+                &node,
+                &path,
+                &request.headers,
+                request.upgrade,
+            )
+            .await
+    })
 }
 
 /// An exec or attach, checked and handed to the pod's node agent.
