@@ -127,6 +127,26 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
             Err(e) => return Err(ServeError::Bootstrap(e.message)),
         }
     }
+    // The default StorageClass (Plinth's own provisioner).
+    if let Some(classes) = registry
+        .resources
+        .get("storage.k8s.io", "v1", "storageclasses")
+    {
+        let options = WriteOptions::internal("kube-apiserver");
+        match registry
+            .create(
+                &classes,
+                None,
+                crate::types::storage::storageclass::standard(),
+                &options,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}
+            Err(e) => return Err(ServeError::Bootstrap(e.message)),
+        }
+    }
     // The flow-control objects describing the server's fair queuing; a status given is
     // written through `/status` once the object is created.
     for (plural, object) in crate::types::flowcontrol::defaults() {

@@ -16,6 +16,7 @@ pub mod nodelifecycle;
 pub mod quota;
 pub mod rootca;
 pub mod scheduler;
+pub mod volumes;
 
 pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
@@ -32,12 +33,24 @@ pub struct ClusterCa {
 }
 
 /// How the controllers that have settings run (kube-controller-manager's flags).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// The node lifecycle controller's periods.
     pub node_lifecycle: nodelifecycle::NodeLifecycle,
     /// The pods' addresses.
     pub cluster_cidr: nodeipam::ClusterCidr,
+    /// Where provisioned volumes live.
+    pub volumes_dir: std::path::PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            node_lifecycle: nodelifecycle::NodeLifecycle::default(),
+            cluster_cidr: nodeipam::ClusterCidr::default(),
+            volumes_dir: std::env::temp_dir().join("plinth-volumes"),
+        }
+    }
 }
 
 /// Starts every built-in controller on `registry`; they stop when `stopping` becomes true.
@@ -53,6 +66,11 @@ pub fn spawn_all(
     spawn_quota_controller(registry.clone(), stopping.clone());
     nodeipam::spawn_node_ipam(registry.clone(), settings.cluster_cidr, stopping.clone());
     endpoints::spawn_endpoints(registry.clone(), stopping.clone());
+    volumes::spawn_volume_controller(
+        registry.clone(),
+        settings.volumes_dir.clone(),
+        stopping.clone(),
+    );
     nodelifecycle::spawn_node_lifecycle(
         registry.clone(),
         settings.node_lifecycle,

@@ -1,6 +1,6 @@
 //! A pod's volumes as directories under its own directory: `emptyDir`, `configMap`,
 //! `secret`, `downwardAPI`, `projected` (with the ServiceAccount token), `hostPath` and
-//! `persistentVolumeClaim` (a directory per claim that outlives the pod). The API-backed
+//! `persistentVolumeClaim` (its bound volume's `hostPath` or `local` directory). The API-backed
 //! ones are written again on every sync, so that a changed ConfigMap shows in its files.
 
 use std::collections::BTreeMap;
@@ -61,15 +61,7 @@ pub(crate) async fn sync(
             .get("persistentVolumeClaim")
             .filter(|v| v.is_object())
         {
-            let claim = claim["claimName"].as_str().unwrap_or("");
-            let path = agent
-                .config
-                .data_dir
-                .join("claims")
-                .join(&namespace)
-                .join(claim);
-            std::fs::create_dir_all(&path).map_err(|e| format!("claim {claim}: {e}"))?;
-            path
+            claim_path(agent, &namespace, claim["claimName"].as_str().unwrap_or("")).await?
         } else if volume.get("emptyDir").is_some_and(Value::is_object) {
             std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {name}: {e}"))?;
             dir
@@ -81,6 +73,40 @@ pub(crate) async fn sync(
         paths.insert(name, path);
     }
     Ok(paths)
+}
+
+/// The directory of the volume bound to claim `name`: its PersistentVolume's `hostPath` or
+/// `local` path (made if missing).
+async fn claim_path(agent: &Agent, namespace: &str, name: &str) -> Result<PathBuf, MountError> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(agent.client.clone(), namespace);
+    let claim = claims
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" not found"))?;
+    let volume = claim
+        .spec
+        .and_then(|s| s.volume_name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" is not bound"))?;
+    let volumes: Api<PersistentVolume> = Api::all(agent.client.clone());
+    let spec = volumes
+        .get(&volume)
+        .await
+        .map_err(|e| format!("persistentvolume \"{volume}\": {e}"))?
+        .spec
+        .unwrap_or_default();
+    let path = spec
+        .host_path
+        .map(|h| h.path)
+        .or_else(|| spec.local.map(|l| l.path))
+        .ok_or_else(|| {
+            format!("persistentvolume \"{volume}\" has no local path this node can mount")
+        })?;
+    let path = PathBuf::from(path);
+    std::fs::create_dir_all(&path).map_err(|e| format!("volume {volume}: {e}"))?;
+    Ok(path)
 }
 
 fn mode(item: &Value, default: u32) -> u32 {

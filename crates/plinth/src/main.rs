@@ -288,6 +288,7 @@ fn main() -> ExitCode {
                     period: node_monitor_period,
                 },
                 cluster_cidr,
+                volumes_dir: PathBuf::new(),
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
@@ -446,6 +447,8 @@ async fn serve(
     settings: plinth_controllers::Settings,
 ) -> ExitCode {
     let data_dir = config.data_dir.clone();
+    let mut settings = settings;
+    settings.volumes_dir = data_dir.join("volumes");
     let started = match open_store(&config, storage).await {
         Ok(store) => plinth_apiserver::start(config, store).await,
         Err(e) => Err(e),

@@ -1137,3 +1137,83 @@ fn a_restarted_agent_starts_its_pods_again_at_their_addresses() {
     );
     plinth.kubectl(&["delete", "pod", "kept", "--timeout=60s"]);
 }
+
+#[test]
+fn claims_get_volumes_that_outlive_their_pods() {
+    let plinth = with_node("node-v");
+    let class = plinth.json(&["get", "storageclass", "standard"]);
+    assert_eq!(class["provisioner"], "plinth.dev/local-path");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n",
+    );
+    plinth.eventually("the claim is bound", || {
+        plinth.json(&["get", "pvc", "data"])["status"]["phase"] == "Bound"
+    });
+    let claim = plinth.json(&["get", "pvc", "data"]);
+    assert_eq!(
+        claim["spec"]["storageClassName"], "standard",
+        "the default class"
+    );
+    let volume = claim["spec"]["volumeName"].as_str().unwrap().to_owned();
+    assert!(volume.starts_with("pvc-"), "{volume}");
+    let row = plinth.kubectl(&["get", "pvc", "data", "--no-headers"]);
+    assert!(
+        row.contains("Bound")
+            && row.contains(&volume)
+            && row.contains("1Gi")
+            && row.contains("RWO"),
+        "{row}"
+    );
+    let pv = plinth.json(&["get", "pv", &volume]);
+    assert_eq!(pv["status"]["phase"], "Bound");
+    assert_eq!(pv["spec"]["claimRef"]["name"], "data");
+
+    let user = |name: &str, command: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: Never\n  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]\n  containers: [{{name: main, image: busybox:1.36, command: [sh, -c, '{command}'], volumeMounts: [{{name: data, mountPath: /data}}]}}]\n"
+        )
+    };
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &user("writer", "echo kept > /data/note"),
+    );
+    plinth.eventually("the writer finished", || {
+        pod(&plinth, "writer")["status"]["phase"] == "Succeeded"
+    });
+    plinth.kubectl(&["delete", "pod", "writer"]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &user("reader", "cat /data/note"));
+    plinth.eventually("the reader finished", || {
+        pod(&plinth, "reader")["status"]["phase"] == "Succeeded"
+    });
+    assert_eq!(
+        logs(&plinth, &["reader"]),
+        "kept\n",
+        "the claim's data outlived the writer"
+    );
+    plinth.kubectl(&["delete", "pod", "reader"]);
+
+    // Deleting the claim deletes its volume (the class's reclaim policy).
+    plinth.kubectl(&["delete", "pvc", "data"]);
+    plinth.eventually("the volume is reclaimed", || {
+        !plinth
+            .kubectl_output(&["get", "pv", &volume])
+            .status
+            .success()
+    });
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: bad}\nspec: {resources: {requests: {storage: 1Gi}}}\n",
+        "spec.accessModes: Required value",
+    );
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: bad}\nspec: {accessModes: [ReadWriteSometimes], resources: {requests: {storage: 1Gi}}}\n",
+        "spec.accessModes: Unsupported value: \"ReadWriteSometimes\"",
+    );
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: bad}\nspec: {accessModes: [ReadWriteOnce]}\n",
+        "spec.resources[storage]: Required value",
+    );
+}

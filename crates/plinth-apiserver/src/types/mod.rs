@@ -17,6 +17,7 @@ pub mod events;
 pub mod flowcontrol;
 pub mod metrics;
 pub mod rbac;
+pub mod storage;
 
 use crate::resources::ResourceDef;
 
@@ -34,6 +35,9 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::podtemplate::resource(),
         self::core::service::resource(),
         self::core::endpoints::resource(),
+        self::core::persistentvolume::volumes(),
+        self::core::persistentvolume::claims(),
+        storage::storageclass::resource(),
         discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),

@@ -5,6 +5,7 @@ pub mod endpoints;
 pub mod event;
 pub mod namespace;
 pub mod node;
+pub mod persistentvolume;
 pub mod pod;
 pub mod podspec;
 pub mod podtemplate;

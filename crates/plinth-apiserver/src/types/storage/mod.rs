@@ -1,0 +1,3 @@
+//! storage.k8s.io.
+
+pub mod storageclass;

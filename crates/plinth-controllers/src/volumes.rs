@@ -1,0 +1,292 @@
+//! The volume controller (kube-controller-manager's `persistentvolume-binder`, with a local
+//! provisioner): a pending claim is bound to an available volume that fits it (class,
+//! access modes, size, the volume it names), or — when its StorageClass's provisioner is
+//! Plinth's — to a new volume, a directory under the volumes directory. A volume whose claim
+//! is gone is deleted (`Delete`) or `Released` (`Retain`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_apiserver::registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
+use plinth_apiserver::types::storage::storageclass::LOCAL_PROVISIONER;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const MANAGER: &str = "persistentvolume-binder";
+
+/// Starts the controller; provisioned volumes live under `dir`. It ends with `stopping`.
+pub fn spawn_volume_controller(registry: Registry, dir: PathBuf, stopping: watch::Receiver<bool>) {
+    tokio::spawn(run(registry, dir, stopping));
+}
+
+async fn run(registry: Registry, dir: PathBuf, mut stopping: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let Some((_, mut events)) = registry
+            .watch_until_stopped(
+                ("", "persistentvolumeclaims"),
+                &stopping,
+                "volume controller",
+            )
+            .await
+        else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                event = events.next() => if event.is_none() { break },
+                _ = ticks.tick() => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+            sync(&registry, &dir).await;
+        }
+        if *stopping.borrow() {
+            return;
+        }
+    }
+}
+
+async fn list(registry: &Registry, group: &str, plural: &str) -> Vec<Value> {
+    let Some(def) = registry.resources.get(group, "v1", plural) else {
+        return Vec::new();
+    };
+    registry
+        .list(&def, None, &ListOptions::default())
+        .await
+        .ok()
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {
+    o.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn bytes(o: &Value, pointer: &str) -> i64 {
+    o.pointer(pointer)
+        .and_then(plinth_core::quantity::bytes)
+        .unwrap_or(0)
+}
+
+/// Whether `volume` can take `claim`.
+fn fits(volume: &Value, claim: &Value) -> bool {
+    let free = volume.pointer("/spec/claimRef").is_none_or(Value::is_null)
+        && text(volume, "/status/phase") == "Available";
+    let class = text(volume, "/spec/storageClassName") == text(claim, "/spec/storageClassName");
+    let modes = claim["spec"]["accessModes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|m| {
+            volume["spec"]["accessModes"]
+                .as_array()
+                .is_some_and(|v| v.contains(m))
+        });
+    let size =
+        bytes(volume, "/spec/capacity/storage") >= bytes(claim, "/spec/resources/requests/storage");
+    let named = text(claim, "/spec/volumeName");
+    let by_name = named.is_empty() || named == text(volume, "/metadata/name");
+    free && class && modes && size && by_name
+}
+
+async fn sync(registry: &Registry, dir: &std::path::Path) {
+    let (Some(pvs), Some(pvcs)) = (
+        registry.resources.get("", "v1", "persistentvolumes"),
+        registry.resources.get("", "v1", "persistentvolumeclaims"),
+    ) else {
+        return;
+    };
+    let classes = list(registry, "storage.k8s.io", "storageclasses").await;
+    let claims = list(registry, "", "persistentvolumeclaims").await;
+    let mut volumes = list(registry, "", "persistentvolumes").await;
+    let options = WriteOptions::internal(MANAGER);
+    // New volumes become available.
+    for volume in &mut volumes {
+        if text(volume, "/status/phase") == "Pending"
+            && volume.pointer("/spec/claimRef").is_none_or(Value::is_null)
+        {
+            let name = text(volume, "/metadata/name").to_owned();
+            if let Ok(Some(written)) = registry
+                .modify(&pvs, None, &name, Part::Status, &options, |current| {
+                    current["status"] = json!({"phase": "Available"});
+                    Ok(true)
+                })
+                .await
+            {
+                *volume = written.object;
+            }
+        }
+    }
+    for claim in &claims {
+        if text(claim, "/status/phase") != "Pending"
+            || claim
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|t| !t.is_null())
+        {
+            continue;
+        }
+        let existing = volumes.iter().find(|v| fits(v, claim)).cloned();
+        let volume = match existing {
+            Some(volume) => Some(volume),
+            None => provision(registry, &pvs, &classes, claim, dir).await,
+        };
+        if let Some(volume) = volume {
+            bind(registry, &pvs, &pvcs, &volume, claim).await;
+            volumes.retain(|v| v["metadata"]["name"] != volume["metadata"]["name"]);
+        }
+    }
+    // Volumes whose claim is gone.
+    for volume in &volumes {
+        let Some(reference) = volume.pointer("/spec/claimRef").filter(|r| !r.is_null()) else {
+            continue;
+        };
+        let present = claims.iter().any(|c| {
+            c.pointer("/metadata/uid") == reference.get("uid")
+                || (reference.get("uid").is_none_or(Value::is_null)
+                    && c.pointer("/metadata/name") == reference.get("name")
+                    && c.pointer("/metadata/namespace") == reference.get("namespace"))
+        });
+        if present || text(volume, "/status/phase") == "Released" {
+            continue;
+        }
+        let name = text(volume, "/metadata/name").to_owned();
+        if text(volume, "/spec/persistentVolumeReclaimPolicy") == "Delete" {
+            let _ = registry
+                .delete(&pvs, None, &name, &DeleteOptions::default())
+                .await;
+            if let Some(path) = volume
+                .pointer("/spec/hostPath/path")
+                .and_then(Value::as_str)
+                && std::path::Path::new(path).starts_with(dir)
+            {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        } else {
+            let _ = registry
+                .modify(&pvs, None, &name, Part::Status, &options, |current| {
+                    current["status"] = json!({"phase": "Released"});
+                    Ok(true)
+                })
+                .await;
+        }
+    }
+}
+
+/// A new volume for `claim`, when its class is provisioned here.
+async fn provision(
+    registry: &Registry,
+    pvs: &plinth_apiserver::resources::ResourceDef,
+    classes: &[Value],
+    claim: &Value,
+    dir: &std::path::Path,
+) -> Option<Value> {
+    let class_name = text(claim, "/spec/storageClassName");
+    let class = classes
+        .iter()
+        .find(|c| text(c, "/metadata/name") == class_name)?;
+    if text(class, "/provisioner") != LOCAL_PROVISIONER
+        || !text(claim, "/spec/volumeName").is_empty()
+    {
+        return None;
+    }
+    let uid = text(claim, "/metadata/uid");
+    let name = format!("pvc-{uid}");
+    let path = dir.join(&name);
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": LOCAL_PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": claim.pointer("/spec/resources/requests/storage")},
+            "accessModes": claim.pointer("/spec/accessModes"),
+            "persistentVolumeReclaimPolicy": class.get("reclaimPolicy").cloned().unwrap_or(json!("Delete")),
+            "storageClassName": class_name,
+            "volumeMode": claim.pointer("/spec/volumeMode"),
+            "hostPath": {"path": path.display().to_string(), "type": "DirectoryOrCreate"},
+        },
+    });
+    match registry
+        .create(pvs, None, volume, &WriteOptions::internal(MANAGER))
+        .await
+    {
+        Ok(written) => Some(written.object),
+        Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {
+            registry.get(pvs, None, &format!("pvc-{uid}")).await.ok()
+        }
+        Err(e) => {
+            tracing::warn!(claim = text(claim, "/metadata/name"), error = %e.message, "volume not provisioned");
+            None
+        }
+    }
+}
+
+async fn bind(
+    registry: &Registry,
+    pvs: &plinth_apiserver::resources::ResourceDef,
+    pvcs: &plinth_apiserver::resources::ResourceDef,
+    volume: &Value,
+    claim: &Value,
+) {
+    let options = WriteOptions::internal(MANAGER);
+    let volume_name = text(volume, "/metadata/name").to_owned();
+    let claim_name = text(claim, "/metadata/name").to_owned();
+    let namespace = text(claim, "/metadata/namespace").to_owned();
+    let reference = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+        "namespace": namespace, "name": claim_name, "uid": claim.pointer("/metadata/uid")});
+    let bound = registry
+        .modify(pvs, None, &volume_name, Part::Main, &options, |current| {
+            current["spec"]["claimRef"] = reference.clone();
+            Ok(true)
+        })
+        .await;
+    if bound.is_err() {
+        return;
+    }
+    let _ = registry
+        .modify(pvs, None, &volume_name, Part::Status, &options, |current| {
+            current["status"] = json!({"phase": "Bound"});
+            Ok(true)
+        })
+        .await;
+    let _ = registry
+        .modify(
+            pvcs,
+            Some(&namespace),
+            &claim_name,
+            Part::Main,
+            &options,
+            |current| {
+                current["spec"]["volumeName"] = json!(volume_name);
+                let annotations = &mut current["metadata"]["annotations"];
+                if !annotations.is_object() {
+                    *annotations = json!({});
+                }
+                annotations["pv.kubernetes.io/bind-completed"] = json!("yes");
+                annotations["pv.kubernetes.io/bound-by-controller"] = json!("yes");
+                Ok(true)
+            },
+        )
+        .await;
+    let capacity = volume
+        .pointer("/spec/capacity")
+        .cloned()
+        .unwrap_or(json!({}));
+    let modes = volume
+        .pointer("/spec/accessModes")
+        .cloned()
+        .unwrap_or(json!([]));
+    let _ = registry
+        .modify(
+            pvcs,
+            Some(&namespace),
+            &claim_name,
+            Part::Status,
+            &options,
+            |current| {
+                current["status"] =
+                    json!({"phase": "Bound", "capacity": capacity, "accessModes": modes});
+                Ok(true)
+            },
+        )
+        .await;
+}
