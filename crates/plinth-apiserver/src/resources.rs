@@ -126,8 +126,9 @@ pub struct ResourceDef {
     /// For a resource read from elsewhere than storage (metrics.k8s.io, from the node
     /// agents): what answers its gets and lists; nothing else is served.
     pub computed: Option<Computed>,
-    /// What a new object is given before it is stored from what other objects hold: a
-    /// Service's ClusterIP and node ports, a claim's default StorageClass.
+    /// What a new object is given (or refused) before it is stored from what other objects
+    /// hold: a Service's ClusterIP and node ports, a claim's default StorageClass, a pod's
+    /// LimitRange defaults.
     pub allocate: Option<Allocate>,
     /// Subresources served by something other than storage — a node agent
     /// (`pods/<name>/log`): the handler gets the parent object and the request.

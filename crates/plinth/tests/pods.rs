@@ -474,6 +474,29 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
     assert!(out.contains("tailLines"), "{out}");
     // An unscheduled pod is deleted at once (nothing to stop).
     plinth.kubectl(&["delete", "pod", "one", "--timeout=30s"]);
+
+    // LimitRanger: the namespace's defaults, and its maximum.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: limits}\nspec:\n  limits:\n  - {type: Container, default: {cpu: 200m, memory: 64Mi}, defaultRequest: {cpu: 100m}, max: {cpu: '1'}}\n",
+    );
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: limited}\nspec: {containers: [{name: a, image: busybox}]}\n",
+    );
+    let limited = pod(&plinth, "limited");
+    let resources = &limited["spec"]["containers"][0]["resources"];
+    assert_eq!(resources["limits"]["cpu"], "200m", "{resources}");
+    assert_eq!(resources["limits"]["memory"], "64Mi");
+    assert_eq!(
+        resources["requests"]["memory"], "64Mi",
+        "requests follow the limits"
+    );
+    assert_eq!(limited["status"]["qosClass"], "Guaranteed", "{limited}");
+    refused(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec: {containers: [{name: a, image: busybox, resources: {limits: {cpu: '2'}}}]}\n",
+        "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2",
+    );
 }
 
 /// A `plinth node` process against a test server, stopped by its PID.

@@ -35,6 +35,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::podtemplate::resource(),
         self::core::service::resource(),
         self::core::endpoints::resource(),
+        self::core::limitrange::resource(),
         self::core::persistentvolume::volumes(),
         self::core::persistentvolume::claims(),
         storage::storageclass::resource(),

@@ -3,6 +3,7 @@
 pub mod configmap;
 pub mod endpoints;
 pub mod event;
+pub mod limitrange;
 pub mod namespace;
 pub mod node;
 pub mod persistentvolume;

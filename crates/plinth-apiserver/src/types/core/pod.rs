@@ -13,7 +13,7 @@ use crate::strategy::{FieldPath, ListMerge, Strategy};
 
 /// The `pods` resource.
 pub fn resource() -> ResourceDef {
-    ResourceDef::new("", "v1", "Pod", "pods")
+    let mut def = ResourceDef::new("", "v1", "Pod", "pods")
         .short_names(&["po"])
         .categories(&["all"])
         .with_status()
@@ -45,7 +45,9 @@ pub fn resource() -> ResourceDef {
         .connect("log", log)
         .connect("exec", exec)
         .connect("attach", attach)
-        .connect("portforward", port_forward)
+        .connect("portforward", port_forward);
+    def.allocate = Some(super::limitrange::admit);
+    def
 }
 
 /// The shape of a Pod.
