@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod events;
 mod exec;
 pub mod images;
 mod logs;
@@ -83,6 +84,8 @@ pub(crate) struct Agent {
     pub(crate) proxy: Arc<proxy::Proxy>,
     /// Resource usage.
     pub(crate) stats: stats::Stats,
+    /// Events on the pods.
+    pub(crate) events: events::Recorder,
     /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
     pub(crate) ips: std::sync::Mutex<node::Addresses>,
 }
@@ -122,6 +125,7 @@ pub async fn run(
         pods: pods::Registry::default(),
         proxy: Arc::new(proxy::Proxy::default()),
         stats: stats::Stats::default(),
+        events: events::Recorder::default(),
         ips: std::sync::Mutex::new(node::Addresses::default()),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;

@@ -460,6 +460,9 @@ impl Worker {
         }
         writer.abort();
         agent.pods.forget(&pod);
+        agent
+            .events
+            .forget(pod.metadata.uid.as_deref().unwrap_or(""));
         if let Ok(ip) = ip.parse()
             && !host_network
             && let Ok(mut ips) = agent.ips.lock()
@@ -468,6 +471,25 @@ impl Worker {
         }
         let _ = std::fs::remove_dir_all(worker.dir.join("volumes"));
         let _ = std::fs::remove_dir_all(worker.dir.join("root"));
+    }
+
+    /// Records an event on the pod (about `container`, if named).
+    async fn event(&self, container: Option<&str>, warning: bool, reason: &str, message: &str) {
+        let pod = self.current();
+        self.agent
+            .events
+            .record(
+                &self.agent.client,
+                &self.agent.config.name,
+                &pod,
+                crate::events::Said {
+                    container,
+                    warning,
+                    reason,
+                    message,
+                },
+            )
+            .await;
     }
 
     fn current(&self) -> Pod {
@@ -512,6 +534,13 @@ impl Worker {
                 }
                 Err(e) => {
                     tracing::info!(pod = ?pod.metadata.name, error = %e, "volumes not ready");
+                    self.event(
+                        None,
+                        true,
+                        "FailedMount",
+                        &format!("MountVolume.SetUp failed: {e}"),
+                    )
+                    .await;
                     if self.stopping_within(Duration::from_secs(2)).await {
                         self.mark_all_terminated();
                         return;
@@ -871,6 +900,13 @@ impl Worker {
             let (argv, env) = match prepared {
                 Ok(p) => p,
                 Err((reason, message)) => {
+                    let image = container["image"].as_str().unwrap_or("");
+                    let said = if reason == "ErrImagePull" {
+                        format!("Failed to pull image {image:?}: {message}")
+                    } else {
+                        format!("Error: {message}")
+                    };
+                    self.event(Some(&name), true, "Failed", &said).await;
                     self.update(&name, |s| s.state = waiting(&reason, &message));
                     if self.stopping_within(Duration::from_secs(2)).await {
                         return None;
@@ -892,6 +928,16 @@ impl Worker {
             let log = log_dir.join(format!("{run}.log"));
             let _ = std::fs::remove_file(logs::done_marker(&log));
             let started = Instant::now();
+            self.event(
+                Some(&name),
+                false,
+                "Pulled",
+                &format!(
+                    "Container image {:?} already present on machine",
+                    container["image"].as_str().unwrap_or("")
+                ),
+            )
+            .await;
             let outcome = self.run_once(&container, kind, argv, env, &log, run).await;
             let _ = std::fs::write(logs::done_marker(&log), b"");
             let (code, reason, started_text) = match outcome {
@@ -942,6 +988,13 @@ impl Worker {
                 s.last_state = terminated.clone();
                 s.state = waiting("CrashLoopBackOff", &message);
             });
+            self.event(
+                Some(&name),
+                true,
+                "BackOff",
+                &format!("Back-off restarting failed container {name} in pod {pod_label}"),
+            )
+            .await;
             if self.stopping_within(backoff).await {
                 return None;
             }
@@ -1063,6 +1116,20 @@ impl Worker {
             copies.push(tokio::spawn(logs::copy(err, "stderr", file.clone())));
         }
         let started_text = now_text();
+        self.event(
+            Some(&name),
+            false,
+            "Created",
+            &format!("Created container: {name}"),
+        )
+        .await;
+        self.event(
+            Some(&name),
+            false,
+            "Started",
+            &format!("Started container {name}"),
+        )
+        .await;
         let has_startup = container.get("startupProbe").is_some_and(Value::is_object);
         let has_readiness = container
             .get("readinessProbe")
@@ -1126,6 +1193,13 @@ impl Worker {
                 }
             } => {
                 tracing::info!(container = %name, %reason, "probe failed; restarting");
+                self.event(
+                    Some(&name),
+                    false,
+                    "Killing",
+                    &format!("Container {name} failed liveness probe, will be restarted"),
+                )
+                .await;
                 let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
                 let deadline = Instant::now() + Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(30));
                 self.terminate(container, &mut child, pid, sandbox_pid, &env, deadline).await;
@@ -1184,6 +1258,14 @@ impl Worker {
                 let _ = tokio::time::timeout(left, probes::run(&hook, &target)).await;
             }
         }
+        let name = container["name"].as_str().unwrap_or("");
+        self.event(
+            Some(name),
+            false,
+            "Killing",
+            &format!("Stopping container {name}"),
+        )
+        .await;
         signal(
             pid,
             self.agent.config.sandbox.is_none(),
@@ -1269,6 +1351,18 @@ impl Worker {
                     failures += 1;
                     successes = 0;
                     tracing::debug!(container = %name, probe = which, %message, "probe failed");
+                    let kind = match which {
+                        "readinessProbe" => "Readiness",
+                        "livenessProbe" => "Liveness",
+                        _ => "Startup",
+                    };
+                    self.event(
+                        Some(&name),
+                        true,
+                        "Unhealthy",
+                        &format!("{kind} probe failed: {message}"),
+                    )
+                    .await;
                     if failures >= failure_threshold {
                         match which {
                             "readinessProbe" => {

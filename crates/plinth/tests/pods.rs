@@ -115,6 +115,21 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         events.contains("Successfully assigned default/redis to node-a"),
         "{events}"
     );
+    for said in [
+        "Container image \"redis:7\" already present on machine",
+        "Created container: redis",
+        "Started container redis",
+    ] {
+        assert!(events.contains(said), "{said:?} in {events}");
+    }
+    let described = plinth.kubectl(&["describe", "pod", "redis"]);
+    assert!(described.contains("Started container redis"), "{described}");
+    assert!(
+        described
+            .lines()
+            .any(|l| l.starts_with("IP:") && l.trim_end().ends_with(ip.as_str())),
+        "{described}"
+    );
 
     // kubectl delete waits for the pod to be gone: the agent stopped redis first.
     plinth.kubectl(&["delete", "pod", "redis", "--timeout=60s"]);
@@ -178,6 +193,16 @@ spec:
             .as_i64()
             .unwrap_or(0)
             >= 1
+    });
+    plinth.eventually("the BackOff warning", || {
+        plinth
+            .kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=crash,reason=BackOff",
+            ])
+            .contains("Back-off restarting failed container main in pod crash_default(")
     });
     plinth.eventually("the previous run's log", || {
         logs(&plinth, &["crash", "--previous"]).contains("boom")
