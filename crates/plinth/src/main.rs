@@ -474,7 +474,18 @@ async fn serve(
         Some(args) => match node::config(&args, &data_dir) {
             Ok(mut config) => {
                 config.data_dir = data_dir.join("node");
-                let kubeconfig = server.kubeconfig.clone();
+                // The agent acts as its node (`system:node:<name>`, group `system:nodes`).
+                let kubeconfig = data_dir.join(format!("kubeconfig-node-{}", config.name));
+                let user = format!("system:node:{}", config.name);
+                if let Err(e) = plinth_apiserver::pki::write_user_kubeconfig(
+                    &data_dir,
+                    &user,
+                    &[plinth_apiserver::auth::bootstrap::NODES],
+                    &kubeconfig,
+                ) {
+                    eprintln!("plinth: {e}");
+                    return ExitCode::FAILURE;
+                }
                 let stopping = server.stopping();
                 Some(tokio::spawn(async move {
                     if let Err(e) = node::run(config, &kubeconfig, stopping).await {

@@ -38,6 +38,8 @@ fn aggregated(name: &str, labels: Value) -> Value {
 }
 
 const READ: &[&str] = &["get", "list", "watch"];
+/// The group of node agents' identities (`system:node:<name>`).
+pub const NODES: &str = "system:nodes";
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
 
 /// The default ClusterRoles.
@@ -135,6 +137,53 @@ pub fn cluster_roles() -> Vec<Value> {
                 &["/healthz", "/livez", "/readyz", "/version", "/version/"],
             )],
         ),
+        // What a node agent needs (kube gives nodes this through its Node authorizer; here the
+        // role is bound to the `system:nodes` group).
+        cluster_role(
+            "system:node",
+            json!({}),
+            vec![
+                rule(
+                    &["get", "list", "watch", "create", "update", "patch"],
+                    &[""],
+                    &["nodes"],
+                ),
+                rule(
+                    &["patch", "update"],
+                    &[""],
+                    &["nodes/status", "pods/status"],
+                ),
+                rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
+                rule(
+                    &["create", "patch", "update"],
+                    &["", "events.k8s.io"],
+                    &["events"],
+                ),
+                rule(
+                    READ,
+                    &[""],
+                    &["configmaps", "secrets", "services", "endpoints"],
+                ),
+                rule(
+                    &["get"],
+                    &[""],
+                    &["persistentvolumeclaims", "persistentvolumes"],
+                ),
+                rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
+                rule(&["create"], &[""], &["serviceaccounts/token"]),
+                rule(
+                    &["get", "create", "update", "patch", "delete"],
+                    &["coordination.k8s.io"],
+                    &["leases"],
+                ),
+                rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
+            ],
+        ),
         cluster_role(
             "system:basic-user",
             json!({}),
@@ -188,5 +237,6 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "system:public-info-viewer",
             &[super::AUTHENTICATED, super::UNAUTHENTICATED],
         ),
+        binding("system:node", "system:node", &[NODES]),
     ]
 }
