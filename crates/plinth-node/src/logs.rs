@@ -30,27 +30,58 @@ pub(crate) async fn copy(
     stream: &'static str,
     file: Arc<Mutex<tokio::fs::File>>,
 ) {
-    let mut lines = BufReader::new(from);
-    let mut line = Vec::new();
+    let mut reader = BufReader::new(from);
+    let mut line: Vec<u8> = Vec::new();
     loop {
-        line.clear();
-        match lines.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let (body, tag) = match line.strip_suffix(b"\n") {
-            Some(body) => (body, "F"),
-            None => (line.as_slice(), "P"),
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => {
+                // The stream ended: what is left is a partial line.
+                if !line.is_empty() {
+                    let _ = write_record(&file, stream, "P", &line).await;
+                }
+                return;
+            }
+            Ok(chunk) => chunk,
         };
-        let mut record = format!("{} {stream} {tag} ", timestamp()).into_bytes();
-        record.extend_from_slice(body);
-        record.push(b'\n');
-        let mut file = file.lock().await;
-        if file.write_all(&record).await.is_err() {
-            return;
+        let room = MAX_LINE - line.len();
+        let upto = chunk.len().min(room);
+        let (taken, whole) = match chunk[..upto].iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (upto, false),
+        };
+        line.extend_from_slice(&chunk[..taken]);
+        reader.consume(taken);
+        if whole {
+            line.pop();
+            if write_record(&file, stream, "F", &line).await.is_err() {
+                return;
+            }
+            line.clear();
+        } else if line.len() >= MAX_LINE {
+            // A long line is cut into partial records, as the kubelet cuts it.
+            if write_record(&file, stream, "P", &line).await.is_err() {
+                return;
+            }
+            line.clear();
         }
-        let _ = file.flush().await;
     }
+}
+
+/// The longest record; longer lines are split (`P` records, then the `F` one).
+const MAX_LINE: usize = 16 * 1024;
+
+async fn write_record(
+    file: &Mutex<tokio::fs::File>,
+    stream: &str,
+    tag: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut record = format!("{} {stream} {tag} ", timestamp()).into_bytes();
+    record.extend_from_slice(body);
+    record.push(b'\n');
+    let mut file = file.lock().await;
+    file.write_all(&record).await?;
+    file.flush().await
 }
 
 /// What a reader asked for.
@@ -88,7 +119,9 @@ pub(crate) async fn read(
     options: Options,
     out: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>,
 ) {
-    let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+    // Bytes, not text: a process may write anything (shown with replacement characters).
+    let raw = tokio::fs::read(&log).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
     let mut lines: Vec<&str> = text.lines().collect();
     if let Some(since) = &options.since {
         lines.retain(|l| parse(l).is_some_and(|(t, _, _)| t >= since.as_str()));
@@ -122,7 +155,7 @@ pub(crate) async fn read(
         return;
     }
     let (lines_tx, mut lines_rx) = tokio::sync::mpsc::channel::<String>(64);
-    tokio::spawn(follow(log, text.len(), lines_tx));
+    tokio::spawn(follow(log, raw.len(), lines_tx));
     while let Some(line) = lines_rx.recv().await {
         let Some((time, body, full)) = parse(&line) else {
             continue;
@@ -144,11 +177,11 @@ pub(crate) async fn follow(log: PathBuf, start: usize, out: tokio::sync::mpsc::S
     let mut offset = start;
     loop {
         let finished = done_marker(&log).exists();
-        let now = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+        let now = tokio::fs::read(&log).await.unwrap_or_default();
         if now.len() > offset {
             let fresh = &now[offset..];
-            let whole = fresh.rfind('\n').map_or(0, |i| i + 1);
-            for line in fresh[..whole].lines() {
+            let whole = fresh.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            for line in String::from_utf8_lossy(&fresh[..whole]).lines() {
                 if out.send(line.to_owned()).await.is_err() {
                     return;
                 }
@@ -176,6 +209,26 @@ pub(crate) fn stream_and_text(line: &str) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn long_lines_are_cut_into_partial_records() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("0.log");
+        let file = tokio::fs::File::create(&path)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut input = vec![b'a'; 40_000];
+        input.extend_from_slice(b"\nshort\ntail");
+        copy(input.as_slice(), "stdout", Arc::new(Mutex::new(file))).await;
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let records: Vec<(&str, &str, bool)> = text.lines().filter_map(parse).collect();
+        let tags: Vec<bool> = records.iter().map(|r| r.2).collect();
+        assert_eq!(tags, [false, false, true, true, false]);
+        let joined: String = records[..3].iter().map(|r| r.1).collect();
+        assert_eq!(joined.len(), 40_000);
+        assert_eq!(records[3].1, "short");
+        assert_eq!(records[4].1, "tail");
+    }
 
     #[test]
     fn cri_lines_parse() {
