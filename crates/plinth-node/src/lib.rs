@@ -86,6 +86,8 @@ pub(crate) struct Agent {
     pub(crate) stats: stats::Stats,
     /// Events on the pods.
     pub(crate) events: events::Recorder,
+    /// ServiceAccount tokens of the pods' volumes.
+    pub(crate) tokens: volumes::Tokens,
     /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
     pub(crate) ips: std::sync::Mutex<node::Addresses>,
 }
@@ -126,6 +128,7 @@ pub async fn run(
         proxy: Arc::new(proxy::Proxy::default()),
         stats: stats::Stats::default(),
         events: events::Recorder::default(),
+        tokens: volumes::Tokens::default(),
         ips: std::sync::Mutex::new(node::Addresses::default()),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;

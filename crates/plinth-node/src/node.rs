@@ -199,11 +199,31 @@ fn base_of(cidr: &str) -> Option<[u8; 3]> {
 
 async fn report(agent: &Agent, port: u16) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(agent.client.clone());
+    let mut status = status(agent, port);
+    // A condition that keeps its status keeps its transition time.
+    let stored = nodes
+        .get_opt(&agent.config.name)
+        .await?
+        .and_then(|n| serde_json::to_value(n.status).ok())
+        .unwrap_or(Value::Null);
+    for condition in status["conditions"].as_array_mut().into_iter().flatten() {
+        let before = stored["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == condition["type"]);
+        if let Some(before) = before
+            && before["status"] == condition["status"]
+            && before["lastTransitionTime"].is_string()
+        {
+            condition["lastTransitionTime"] = before["lastTransitionTime"].clone();
+        }
+    }
     nodes
         .patch_status(
             &agent.config.name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": status(agent, port)})),
+            &Patch::Merge(json!({"status": status})),
         )
         .await?;
     Ok(())

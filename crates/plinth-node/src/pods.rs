@@ -463,6 +463,7 @@ impl Worker {
         agent
             .events
             .forget(pod.metadata.uid.as_deref().unwrap_or(""));
+        volumes::forget_tokens(&agent, pod.metadata.uid.as_deref().unwrap_or(""));
         if let Ok(ip) = ip.parse()
             && !host_network
             && let Ok(mut ips) = agent.ips.lock()
@@ -663,7 +664,7 @@ impl Worker {
     /// Rewrites the API-backed volumes now and then, so that a changed ConfigMap shows.
     async fn refresh_volumes(self: Arc<Self>) {
         loop {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
             let pod = self.current();
             if let Ok(paths) = volumes::sync(&self.agent, &pod, &self.dir).await
                 && let Ok(mut v) = self.volumes.lock()

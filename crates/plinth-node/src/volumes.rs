@@ -3,7 +3,7 @@
 //! `persistentVolumeClaim` (its bound volume's `hostPath` or `local` directory). The API-backed
 //! ones are written again on every sync, so that a changed ConfigMap shows in its files.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -283,7 +283,38 @@ fn downward(pod: &Value, items: &[Value], default: u32, files: &mut Files) {
     }
 }
 
+/// Tokens asked for, by pod and path, with when they are to be renewed (at 80 % of their
+/// life, as the kubelet renews them).
+pub(crate) type Tokens = std::sync::Mutex<HashMap<(String, String), (Vec<u8>, std::time::Instant)>>;
+
 async fn token(agent: &Agent, pod: &Pod, source: &Value) -> Result<Vec<u8>, MountError> {
+    let key = (
+        pod.metadata.uid.clone().unwrap_or_default(),
+        source["path"].as_str().unwrap_or("token").to_owned(),
+    );
+    if let Ok(tokens) = agent.tokens.lock()
+        && let Some((token, renew_at)) = tokens.get(&key)
+        && std::time::Instant::now() < *renew_at
+    {
+        return Ok(token.clone());
+    }
+    let seconds = source["expirationSeconds"].as_u64().unwrap_or(3607);
+    let token = request_token(agent, pod, source).await?;
+    if let Ok(mut tokens) = agent.tokens.lock() {
+        let renew_at = std::time::Instant::now() + std::time::Duration::from_secs(seconds * 4 / 5);
+        tokens.insert(key, (token.clone(), renew_at));
+    }
+    Ok(token)
+}
+
+/// Forgets a pod's tokens.
+pub(crate) fn forget_tokens(agent: &Agent, uid: &str) {
+    if let Ok(mut tokens) = agent.tokens.lock() {
+        tokens.retain(|(u, _), _| u != uid);
+    }
+}
+
+async fn request_token(agent: &Agent, pod: &Pod, source: &Value) -> Result<Vec<u8>, MountError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let account = pod
         .spec
