@@ -1127,6 +1127,7 @@ spec:
     restartPolicy: Always
     command: [sh, -c, 'echo sidecar >> /work/order; exec sleep 3600']
     volumeMounts: [{name: shared, mountPath: /work}]
+    startupProbe: {exec: {command: [grep, -q, sidecar, /work/order]}, periodSeconds: 1}
   containers:
   - name: main
     image: busybox:1.36
