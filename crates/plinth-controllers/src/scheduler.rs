@@ -1,9 +1,10 @@
 //! The scheduler (kube-scheduler's default profile, its filters in small): a pending Pod of
 //! `default-scheduler` goes to a Ready, schedulable node whose taints it tolerates, whose
 //! labels its `nodeSelector` and required node affinity match, with room for its requests
-//! (CPU, memory, pod count) and no pod its required anti-affinity on `kubernetes.io/hostname`
-//! excludes; among those, the least loaded. A pod that fits nowhere gets kube's
-//! `FailedScheduling` event and `PodScheduled=False` (`Unschedulable`), and is tried again.
+//! (CPU, memory, pod count), no pod its required anti-affinity on `kubernetes.io/hostname`
+//! excludes and the pods its required affinity there asks for; among those, the least
+//! loaded. A pod that fits nowhere gets kube's `FailedScheduling` event and
+//! `PodScheduled=False` (`Unschedulable`), and is tried again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -220,6 +221,39 @@ fn affinity_met(pod: &Value, node: &Value) -> bool {
     selector_ok && affinity_ok
 }
 
+/// Whether `pod`'s required pod affinity on the node's hostname holds: each term's selector
+/// matches a pod already on the node.
+fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
+    pod.pointer("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|t| t["topologyKey"] == HOSTNAME)
+        .all(|term| {
+            let selector = term
+                .get("labelSelector")
+                .filter(|s| s.is_object())
+                .and_then(|s| LabelSelector::from_object(s).ok());
+            let namespaces: Vec<&str> = term["namespaces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            others.iter().any(|other| {
+                let namespace = plinth_core::meta::namespace(other).unwrap_or("");
+                let same = if namespaces.is_empty() {
+                    plinth_core::meta::namespace(pod) == Some(namespace)
+                } else {
+                    namespaces.contains(&namespace)
+                };
+                same && selector
+                    .as_ref()
+                    .is_some_and(|s| s.matches(&plinth_core::meta::labels(other)))
+            })
+        })
+}
+
 /// Whether a pod already on the node makes `pod`'s required anti-affinity (on the node's
 /// hostname) fail, or the other pod's anti-affinity rules out `pod`.
 fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
@@ -308,6 +342,9 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     }
     if anti_affinity_conflict(pod, on_node) {
         return Some("node(s) didn't match pod anti-affinity rules".into());
+    }
+    if !affinity_held(pod, on_node) {
+        return Some("node(s) didn't match pod affinity rules".into());
     }
     None
 }

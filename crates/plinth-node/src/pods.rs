@@ -1020,6 +1020,8 @@ impl Worker {
         let pod = self.current();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let cgroup = memory_cgroup(&self.agent.config.name, &uid, &name, run, container);
+        let cpu = cpu_cgroup(&self.agent.config.name, &uid, &name, run, container);
+        let cgroups: Vec<PathBuf> = cgroup.iter().chain(cpu.iter()).cloned().collect();
         // A multi-call image (busybox) finds its applets first on `PATH`, as in its image.
         let mut env = env;
         let mut extra_mounts = Vec::new();
@@ -1062,7 +1064,7 @@ impl Worker {
                         .into_iter()
                         .chain(extra_mounts)
                         .collect(),
-                    cgroups: cgroup.iter().cloned().collect(),
+                    cgroups: cgroups.clone(),
                     user: None,
                     hostname: pod.metadata.name.clone(),
                     hide: vec![self.agent.config.data_dir.clone()],
@@ -1104,10 +1106,10 @@ impl Worker {
             )
         })?;
         let pid = child.id().unwrap_or(0);
-        if self.agent.config.sandbox.is_none()
-            && let Some(cg) = &cgroup
-        {
-            let _ = std::fs::write(cg.join("cgroup.procs"), pid.to_string());
+        if self.agent.config.sandbox.is_none() {
+            for cg in &cgroups {
+                let _ = std::fs::write(cg.join("cgroup.procs"), pid.to_string());
+            }
         }
         let mut copies = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -1216,7 +1218,7 @@ impl Worker {
         let status = status.map_err(|e| e.to_string())?;
         let code = sandbox::code_of(status);
         let oom = cgroup.as_ref().is_some_and(|cg| oom_killed(cg));
-        if let Some(cg) = &cgroup {
+        for cg in &cgroups {
             let _ = std::fs::remove_dir(cg);
         }
         let reason = if oom {
@@ -1675,6 +1677,25 @@ fn memory_cgroup(
     std::fs::create_dir_all(&dir).ok()?;
     std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
     let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+    Some(dir)
+}
+
+const CPU_CGROUPS: &str = "/sys/fs/cgroup/cpu";
+
+/// A CPU cgroup with the container's limit as a CFS quota (kube's: the limit's millicores
+/// in 100 ms periods), when it has one and cgroups can be made here.
+fn cpu_cgroup(node: &str, uid: &str, container: &str, run: u32, spec: &Value) -> Option<PathBuf> {
+    let millicores = spec
+        .pointer("/resources/limits/cpu")
+        .and_then(plinth_core::quantity::millis)?;
+    let dir = PathBuf::from(CPU_CGROUPS)
+        .join(format!("plinth-{node}"))
+        .join(format!("{uid}-{container}-{run}"));
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(dir.join("cpu.cfs_period_us"), "100000").ok()?;
+    // kube's minimum quota is 1 ms.
+    let quota = (millicores * 100).max(1000);
+    std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).ok()?;
     Some(dir)
 }
 

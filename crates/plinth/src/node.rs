@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct NodeArgs {
     /// The Node's name (default: this machine's host name).
-    #[arg(long = "node-name")]
+    #[arg(long = "node-name", visible_alias = "name")]
     pub(crate) name: Option<String>,
     /// The image map: YAML, image patterns to local executables (`redis:*:
     /// /usr/bin/redis-server`), before the built-in ones.

@@ -647,6 +647,33 @@ spec:
                 && t["effect"] == "NoExecute"),
         "{tolerations}"
     );
+    // Required pod affinity: with the pod it names.
+    plinth.kubectl(&["label", "pod", "one", "first=yes"]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r"apiVersion: v1
+kind: Pod
+metadata: {name: buddy}
+spec:
+  affinity:
+    podAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector: {matchLabels: {first: 'yes'}}
+        topologyKey: kubernetes.io/hostname
+  containers: [{name: main, image: busybox:1.36, command: [sleep, '3600']}]
+",
+    );
+    plinth.eventually("the buddy is scheduled", || {
+        pod(&plinth, "buddy")["spec"]["nodeName"].is_string()
+    });
+    assert_eq!(node_of("buddy"), first, "next to the pod it asks for");
+    plinth.kubectl(&[
+        "delete",
+        "pod",
+        "buddy",
+        "--grace-period=1",
+        "--timeout=60s",
+    ]);
     // A third one fits nowhere.
     plinth.kubectl_with(&["apply", "-f", "-"], &spread("three"));
     plinth.eventually("the third pod's FailedScheduling", || {
@@ -809,6 +836,27 @@ fn a_service_reaches_its_ready_pods_and_drops_one_that_is_not() {
         "the named target port resolved: {endpoints}"
     );
 
+    // sessionAffinity: ClientIP keeps one client on one pod.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: sticky}\nspec:\n  selector: {app: web}\n  sessionAffinity: ClientIP\n  ports: [{name: http, port: 80, targetPort: http}]\n",
+    );
+    let sticky = plinth.json(&["get", "service", "sticky"]);
+    assert_eq!(
+        sticky["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"],
+        10800
+    );
+    let sticky_address = format!("{}:80", sticky["spec"]["clusterIP"].as_str().unwrap());
+    plinth.eventually("the sticky Service answers", || {
+        fetch(&sticky_address).is_some()
+    });
+    let first_answer = fetch(&sticky_address);
+    assert!(
+        (0..6).all(|_| fetch(&sticky_address) == first_answer),
+        "the same pod every time"
+    );
+    plinth.kubectl(&["delete", "service", "sticky"]);
+
     // web-2 stops passing its readiness probe: it leaves the ready endpoints.
     plinth.kubectl(&["exec", "web-2", "--", "rm", "/www/index.html"]);
     plinth.eventually("web-2 is not ready in the EndpointSlice", || {
@@ -938,6 +986,14 @@ spec:
   - {name: rest, image: busybox:1.36, command: [sleep, '3600']}
 "#,
     );
+    // A CPU limit is a CFS quota of the container's cgroup (100m: 10 ms per 100 ms).
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: capped}\nspec:\n  containers:\n  - name: main\n    image: busybox:1.36\n    command: [sh, -c, 'cat /sys/fs/cgroup/cpu$(grep :cpu: /proc/self/cgroup | cut -d: -f3)/cpu.cfs_quota_us; exec sleep 3600']\n    resources: {limits: {cpu: 100m}}\n",
+    );
+    plinth.eventually("the capped pod reports its quota", || {
+        logs(&plinth, &["capped"]).trim() == "10000"
+    });
     plinth.eventually("the memory hog is OOMKilled", || {
         container_status(&plinth, "hog")["state"]["terminated"]["reason"] == "OOMKilled"
     });
