@@ -1,6 +1,6 @@
 //! Probes as the kubelet runs them: `tcpSocket` (a connection), `httpGet` (a status from 200
-//! to 399), `exec` (exit code 0, run inside the container's namespaces), each bounded by
-//! `timeoutSeconds`.
+//! to 399), `exec` (exit code 0, run inside the container's namespaces), `grpc` (the health
+//! protocol's `SERVING`), each bounded by `timeoutSeconds`.
 
 use std::time::Duration;
 
@@ -69,8 +69,8 @@ pub(crate) async fn run(probe: &Value, target: &Target<'_>) -> Outcome {
                 .filter_map(|c| c.as_str().map(str::to_owned))
                 .collect();
             exec_probe(&command, target).await
-        } else if probe.get("grpc").is_some_and(Value::is_object) {
-            Err("grpc probes are not supported by this node agent yet".into())
+        } else if let Some(grpc) = probe.get("grpc").filter(|v| v.is_object()) {
+            grpc_check(grpc, target, timeout).await
         } else {
             Err("no probe handler".into())
         }
@@ -85,6 +85,82 @@ fn short(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
         _ => e.to_string(),
+    }
+}
+
+/// The gRPC health protocol's `Check` (`grpc.health.v1.Health`) over HTTP/2 without TLS, as
+/// the kubelet calls it: `SERVING` passes.
+async fn grpc_check(grpc: &Value, target: &Target<'_>, timeout: Duration) -> Outcome {
+    use http_body_util::BodyExt;
+    let port = port_of(target, &grpc["port"])?;
+    let host = target.pod_ip;
+    let service = grpc["service"].as_str().unwrap_or("");
+    let unreachable = |why: String| {
+        format!(
+            "timeout: failed to connect service \"{host}:{port}\" within {}s: {why}",
+            timeout.as_secs()
+        )
+    };
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .map_err(|e| unreachable(e.to_string()))?;
+    tokio::spawn(connection);
+    // HealthCheckRequest { service = 1 }, in a gRPC message (not compressed, its length).
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        message.push(u8::try_from(service.len()).map_err(|_| "service name too long")?);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut body = vec![0u8];
+    body.extend_from_slice(&u32::try_from(message.len()).unwrap_or(0).to_be_bytes());
+    body.extend_from_slice(&message);
+    let request = http::Request::post(format!("http://{host}:{port}/grpc.health.v1.Health/Check"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("user-agent", "kube-probe/1.32")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let status_of = |headers: &http::HeaderMap| {
+        headers
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let early = status_of(response.headers());
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("rpc error: {e}"))?;
+    let grpc_status = early.or_else(|| collected.trailers().and_then(status_of));
+    if grpc_status.as_deref() != Some("0") {
+        return Err(format!(
+            "rpc error: code = {}",
+            grpc_status.unwrap_or_else(|| "Unknown".into())
+        ));
+    }
+    // HealthCheckResponse { status = 1 }: a varint after the 5-byte prefix.
+    let bytes = collected.to_bytes();
+    let status = match bytes.get(5..) {
+        Some([0x08, value, ..]) => *value,
+        _ => 0,
+    };
+    match status {
+        1 => Ok(()),
+        2 => Err("service unhealthy (responded with \"NOT_SERVING\")".into()),
+        3 => Err("service unhealthy (responded with \"SERVICE_UNKNOWN\")".into()),
+        _ => Err("service unhealthy (responded with \"UNKNOWN\")".into()),
     }
 }
 

@@ -1322,3 +1322,90 @@ fn claims_get_volumes_that_outlive_their_pods() {
         "spec.resources[storage]: Required value",
     );
 }
+
+const HEALTH_SERVER: &str = r#"import os, time
+from concurrent import futures
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+servicer = health.HealthServicer()
+health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+server.add_insecure_port(os.environ["POD_IP"] + ":9090")
+servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+server.start()
+while True:
+    time.sleep(0.2)
+    if os.path.exists("/tmp/down"):
+        servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+"#;
+
+#[test]
+fn grpc_probes_ask_the_health_service() {
+    // A python image is the machine's Python (which has grpcio: the test script installs it).
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8_lossy(&python.stdout).trim().to_owned();
+    let images = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(images.path(), format!("\"python:*\": {python}\n")).unwrap();
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &[
+            "--node-name",
+            "node-g",
+            "--images",
+            images.path().to_str().unwrap(),
+        ],
+    );
+    plinth.eventually("the node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", "node-g", "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    let script = plinth.dir.path().join("server.py");
+    std::fs::write(&script, HEALTH_SERVER).unwrap();
+    plinth.kubectl(&[
+        "create",
+        "configmap",
+        "health",
+        &format!("--from-file={}", script.display()),
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r"apiVersion: v1
+kind: Pod
+metadata: {name: grpc}
+spec:
+  volumes: [{name: app, configMap: {name: health}}]
+  containers:
+  - name: server
+    image: python:3.11
+    args: [/app/server.py]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    volumeMounts: [{name: app, mountPath: /app}]
+    readinessProbe: {grpc: {port: 9090}, periodSeconds: 1, failureThreshold: 1}
+",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/grpc",
+        "--timeout=120s",
+    ]);
+    plinth.kubectl(&["exec", "grpc", "--", "touch", "/tmp/down"]);
+    plinth.eventually("NOT_SERVING makes the pod not ready", || {
+        container_status(&plinth, "grpc")["ready"] == false
+    });
+    plinth.eventually("the Unhealthy event says why", || {
+        plinth
+            .kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=grpc,reason=Unhealthy",
+            ])
+            .contains("Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")")
+    });
+    plinth.kubectl(&["delete", "pod", "grpc", "--grace-period=1", "--timeout=60s"]);
+}
