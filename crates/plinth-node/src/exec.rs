@@ -22,7 +22,24 @@ const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
+
+/// A terminal resize (`{"Width": 80, "Height": 24}`), applied with `stty`.
+async fn resize(tty: &std::path::Path, message: &[u8]) {
+    let Ok(size) = serde_json::from_slice::<serde_json::Value>(message) else {
+        return;
+    };
+    let (Some(width), Some(height)) = (size["Width"].as_u64(), size["Height"].as_u64()) else {
+        return;
+    };
+    let _ = tokio::process::Command::new("stty")
+        .arg("-F")
+        .arg(tty)
+        .args(["cols", &width.to_string(), "rows", &height.to_string()])
+        .status()
+        .await;
+}
 
 /// The subprotocol to answer with, from the client's `Sec-WebSocket-Protocol`.
 pub(crate) fn pick_protocol(offered: &str) -> Option<&'static str> {
@@ -36,6 +53,8 @@ pub(crate) struct Streams {
     pub(crate) stdin: bool,
     pub(crate) stdout: bool,
     pub(crate) stderr: bool,
+    /// A terminal (`kubectl exec -t`): output on stdout only, resizes on stream 4.
+    pub(crate) tty: bool,
 }
 
 fn status(code: Option<i32>, command: &[String]) -> serde_json::Value {
@@ -81,30 +100,55 @@ pub(crate) async fn exec(
         None,
     )
     .await;
+    // With a terminal, the command runs in its own session on a pty (`setsid -c` makes it
+    // the controlling terminal); its output is one stream.
+    let tty = if streams.tty {
+        match nix::pty::openpty(None, None) {
+            Ok(pty) => Some(pty),
+            Err(e) => {
+                let failure = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
+                    "message": format!("failed to allocate a terminal: {e}")});
+                let _ = ws.send(frame(ERROR, failure.to_string().as_bytes())).await;
+                let _ = ws.send(normal_close()).await;
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let mut argv = argv;
+    if tty.is_some() {
+        argv.splice(0..0, ["setsid".to_owned(), "-c".to_owned()]);
+    }
     let Some((program, args)) = argv.split_first() else {
         return;
     };
-    let spawned = tokio::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .stdin(if streams.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(if streams.stdout {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stderr(if streams.stderr {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .kill_on_drop(true)
-        .spawn();
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).env_clear().envs(env).kill_on_drop(true);
+    let slave_path = tty
+        .as_ref()
+        .and_then(|pty| nix::unistd::ttyname(&pty.slave).ok());
+    match &tty {
+        Some(pty) => {
+            let end = || {
+                pty.slave
+                    .try_clone()
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null())
+            };
+            command.stdin(end()).stdout(end()).stderr(end());
+        }
+        None => {
+            let pipe = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
+            command
+                .stdin(pipe(streams.stdin))
+                .stdout(pipe(streams.stdout))
+                .stderr(pipe(streams.stderr));
+        }
+    }
+    let spawned = command.spawn();
+    // The command's copies of the terminal's ends go (else the terminal never ends).
+    drop(command);
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
@@ -115,26 +159,37 @@ pub(crate) async fn exec(
             return;
         }
     };
+    type Reader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+    type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+    let (outputs, input): (Vec<(Reader, u8)>, Option<Writer>) = match tty {
+        Some(pty) => {
+            drop(pty.slave);
+            let master = std::fs::File::from(pty.master);
+            let reading = master.try_clone().ok().map(tokio::fs::File::from_std);
+            let outputs = reading
+                .map(|r| (Box::new(r) as Reader, STDOUT))
+                .into_iter()
+                .collect();
+            let input = streams
+                .stdin
+                .then(|| Box::new(tokio::fs::File::from_std(master)) as Writer);
+            (outputs, input)
+        }
+        None => {
+            let mut outputs = Vec::new();
+            if let Some(out) = child.stdout.take() {
+                outputs.push((Box::new(out) as Reader, STDOUT));
+            }
+            if let Some(err) = child.stderr.take() {
+                outputs.push((Box::new(err) as Reader, STDERR));
+            }
+            (outputs, child.stdin.take().map(|i| Box::new(i) as Writer))
+        }
+    };
     let (mut sink, mut source) = ws.split();
     let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Message>(32);
     let mut pumps = Vec::new();
-    for (pipe, channel) in [
-        (
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-            STDOUT,
-        ),
-        (
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-            STDERR,
-        ),
-    ] {
-        let Some(mut pipe) = pipe else { continue };
+    for (mut pipe, channel) in outputs {
         let tx = out_tx.clone();
         pumps.push(tokio::spawn(async move {
             let mut buffer = vec![0u8; 32 * 1024];
@@ -159,16 +214,22 @@ pub(crate) async fn exec(
         }
         sink
     });
-    let mut stdin = child.stdin.take();
+    let mut stdin = input;
     let reader = tokio::spawn(async move {
         while let Some(Ok(message)) = source.next().await {
             match message {
                 Message::Binary(data) if !data.is_empty() => match data[0] {
                     STDIN => {
                         if let Some(pipe) = stdin.as_mut()
-                            && pipe.write_all(&data[1..]).await.is_err()
+                            && (pipe.write_all(&data[1..]).await.is_err()
+                                || pipe.flush().await.is_err())
                         {
                             stdin = None;
+                        }
+                    }
+                    RESIZE => {
+                        if let Some(path) = &slave_path {
+                            resize(path, &data[1..]).await;
                         }
                     }
                     CLOSE if data.get(1) == Some(&STDIN) => stdin = None,

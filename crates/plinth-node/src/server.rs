@@ -184,6 +184,7 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
             stdin: flag("stdin"),
             stdout: flag("stdout"),
             stderr: flag("stderr"),
+            tty: flag("tty"),
         };
         let command: Vec<String> = query
             .iter()

@@ -105,6 +105,84 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         previous.contains("previous terminated container \"redis\" in pod \"redis\" not found"),
         "{previous}"
     );
+    // kubectl exec (WebSocket, v5.channel.k8s.io) runs inside the container's namespaces.
+    let answer = plinth.kubectl(&["exec", "redis", "--", "redis-cli", "-h", &ip, "ping"]);
+    assert_eq!(answer.trim(), "PONG");
+    let processes = plinth.kubectl(&["exec", "redis", "--", "ps", "ax"]);
+    assert!(processes.contains("redis-server"), "{processes}");
+    assert!(
+        processes.lines().count() < 8,
+        "only the pod's processes: {processes}"
+    );
+    let out = plinth.kubectl_output(&[
+        "exec",
+        "redis",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "the command's exit code");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
+    let echoed = plinth.kubectl_stdin(&["exec", "-i", "redis", "--", "cat"], "through stdin\n");
+    assert_eq!(String::from_utf8_lossy(&echoed.stdout), "through stdin\n");
+    let refused = plinth.kubectl_fails(&["exec", "redis", "-c", "nope", "--", "true"]);
+    assert!(
+        refused.contains("container nope is not valid for pod redis"),
+        "{refused}"
+    );
+    // With a terminal (`-it`; `script` gives kubectl one): the command runs on a pty.
+    let on_tty = std::process::Command::new("script")
+        .args([
+            "-qec",
+            "kubectl exec -it redis -- sh -c 'tty; exit 4'",
+            "/dev/null",
+        ])
+        .env("KUBECONFIG", &plinth.kubeconfig)
+        .env("KUBECACHEDIR", plinth.dir.path().join("kube-cache"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&on_tty.stdout);
+    assert!(shown.contains("/dev/pts/"), "{shown}");
+    assert!(
+        shown.contains("command terminated with exit code 4"),
+        "{shown}"
+    );
+
+    // kubectl port-forward (SPDY/3.1 after its WebSocket tunnel is refused) reaches redis.
+    let mut forward = plinth
+        .kubectl_command()
+        .args(["port-forward", "pod/redis", ":6379"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = forward.stdout.take().unwrap();
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    // kubectl goes on writing ("Handling connection…"): its output is read to the end.
+    let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let local = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap()
+        .to_owned();
+    let answer = std::process::Command::new("redis-cli")
+        .args(["-p", &local, "ping"])
+        .output()
+        .unwrap();
+    forward.kill().unwrap();
+    forward.wait().unwrap();
+    let _ = drain.join();
+    assert_eq!(
+        String::from_utf8_lossy(&answer.stdout).trim(),
+        "PONG",
+        "{line}"
+    );
+
     let events = plinth.kubectl(&[
         "get",
         "events",
@@ -1031,6 +1109,7 @@ spec:
         "pod",
         "busy",
         "idle",
+        "capped",
         "--grace-period=1",
         "--timeout=60s",
     ]);
