@@ -114,6 +114,21 @@ fn plain(code: StatusCode, text: String) -> Response<Body> {
     response
 }
 
+/// `101 Switching Protocols` to `protocol`.
+fn switching(protocol: &'static str) -> Response<Body> {
+    let mut response = plain(StatusCode::SWITCHING_PROTOCOLS, String::new());
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    headers.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static(protocol),
+    );
+    response
+}
+
 /// A kube `Status` error, as the kubelet answers.
 fn status(code: StatusCode, message: &str) -> Response<Body> {
     let reason = match code {
@@ -219,16 +234,8 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
                 crate::exec::attach(upgraded, log, streams).await;
             }
         });
-        let mut response = plain(StatusCode::SWITCHING_PROTOCOLS, String::new());
+        let mut response = switching("websocket");
         let headers = response.headers_mut();
-        headers.insert(
-            hyper::header::CONNECTION,
-            hyper::header::HeaderValue::from_static("Upgrade"),
-        );
-        headers.insert(
-            hyper::header::UPGRADE,
-            hyper::header::HeaderValue::from_static("websocket"),
-        );
         if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
             headers.insert("sec-websocket-accept", v);
         }
@@ -311,16 +318,8 @@ fn port_forward(
             crate::spdy::serve(TokioIo::new(upgraded), ip, label).await;
         }
     });
-    let mut response = plain(StatusCode::SWITCHING_PROTOCOLS, String::new());
+    let mut response = switching("SPDY/3.1");
     let headers = response.headers_mut();
-    headers.insert(
-        hyper::header::CONNECTION,
-        hyper::header::HeaderValue::from_static("Upgrade"),
-    );
-    headers.insert(
-        hyper::header::UPGRADE,
-        hyper::header::HeaderValue::from_static("SPDY/3.1"),
-    );
     headers.insert(
         "x-stream-protocol-version",
         hyper::header::HeaderValue::from_static(crate::spdy::PROTOCOL),

@@ -34,6 +34,17 @@ fn logs(plinth: &Plinth, args: &[&str]) -> String {
     String::from_utf8_lossy(&plinth.kubectl_output(&full).stdout).into_owned()
 }
 
+/// Deletes every pod of the default namespace (a second's grace) and waits for them to go.
+fn delete_all_pods(plinth: &Plinth) {
+    plinth.kubectl(&[
+        "delete",
+        "pod",
+        "--all",
+        "--grace-period=1",
+        "--timeout=60s",
+    ]);
+}
+
 /// `kubectl create` of `manifest` fails with `expected` in its message.
 fn refused(plinth: &Plinth, manifest: &str, expected: &str) {
     let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
@@ -389,13 +400,7 @@ spec:
     plinth.eventually("the ConfigMap's new value reaches the file", || {
         logs(&plinth, &["reader"]).contains("mode=second")
     });
-    plinth.kubectl(&[
-        "delete",
-        "pod",
-        "--all",
-        "--grace-period=1",
-        "--timeout=60s",
-    ]);
+    delete_all_pods(&plinth);
 }
 
 #[test]
@@ -463,13 +468,7 @@ spec:
         "pod/picky",
         "--timeout=120s",
     ]);
-    plinth.kubectl(&[
-        "delete",
-        "pod",
-        "--all",
-        "--grace-period=1",
-        "--timeout=60s",
-    ]);
+    delete_all_pods(&plinth);
 }
 
 #[test]

@@ -787,40 +787,39 @@ fn attach(
 fn port_forward(
     request: ConnectRequest<'_>,
 ) -> BoxFuture<'_, Result<axum::response::Response, ApiError>> {
-    Box::pin(async move {
-        let pod = request.object.clone();
-        let name = plinth_core::meta::name(&pod).unwrap_or("").to_owned();
-        let namespace = plinth_core::meta::namespace(&pod).unwrap_or("").to_owned();
+    Box::pin(streamed(request, "portforward"))
+}
+
+/// An exec, attach or port-forward, checked and handed to the pod's node agent.
+async fn streamed(
+    request: ConnectRequest<'_>,
+    kind: &str,
+) -> Result<axum::response::Response, ApiError> {
+    let pod = request.object.clone();
+    let namespace = plinth_core::meta::namespace(&pod).unwrap_or("");
+    let name = plinth_core::meta::name(&pod).unwrap_or("");
+    if kind == "portforward" {
         let node = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
-            .map(str::to_owned)
             .ok_or_else(|| {
                 ApiError::bad_request(format!(
                     "unable to forward ports: pod {name} is not running on a node yet"
                 ))
             })?;
         let path = format!("/portforward/{namespace}/{name}");
-        request
+        return request
             .nodes
             .upgrade(
                 request.registry,
-                &node,
+                node,
                 &path,
                 &request.headers,
                 request.upgrade,
             )
-            .await
-    })
-}
-
-/// An exec or attach, checked and handed to the pod's node agent.
-async fn streamed(
-    request: ConnectRequest<'_>,
-    kind: &str,
-) -> Result<axum::response::Response, ApiError> {
-    let pod = request.object.clone();
+            .await;
+    }
     let container = container_of(&pod, request.query("container"))?;
     if kind == "exec" && request.query_all("command").is_empty() {
         return Err(ApiError::bad_request("you must specify at least 1 command"));
@@ -831,8 +830,6 @@ async fn streamed(
         ));
     }
     let node = node_of(&pod, &container)?;
-    let namespace = plinth_core::meta::namespace(&pod).unwrap_or("");
-    let name = plinth_core::meta::name(&pod).unwrap_or("");
     let path = format!(
         "/{kind}/{namespace}/{name}/{container}?{}",
         query_string(&request, &["command", "stdin", "stdout", "stderr", "tty"])
