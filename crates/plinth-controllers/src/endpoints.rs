@@ -105,12 +105,14 @@ async fn list(
     def: &plinth_apiserver::resources::ResourceDef,
     namespace: Option<&str>,
 ) -> Vec<Value> {
-    registry
-        .list(def, namespace, &ListOptions::any_state())
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
+    let group = def.group_version.group.clone();
+    crate::items(
+        registry,
+        (&group, &def.plural),
+        namespace,
+        &ListOptions::any_state(),
+    )
+    .await
 }
 
 fn pod_ready(pod: &Value) -> bool {

@@ -23,6 +23,25 @@ pub use namespace::spawn_namespace_controller;
 pub use quota::spawn_quota_controller;
 pub use rootca::spawn_root_ca_publisher;
 
+/// The items of a list of `plural` in `group`'s v1 (none when it is not served or the list
+/// fails: the caller tries again at its next pass).
+pub(crate) async fn items(
+    registry: &plinth_apiserver::registry::Registry,
+    (group, plural): (&str, &str),
+    namespace: Option<&str>,
+    options: &plinth_apiserver::registry::ListOptions,
+) -> Vec<serde_json::Value> {
+    let Some(def) = registry.resources.get(group, "v1", plural) else {
+        return Vec::new();
+    };
+    registry
+        .list(&def, namespace, options)
+        .await
+        .ok()
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
 /// The cluster's CA, as the controllers that need it see it.
 #[derive(Clone, Debug)]
 pub struct ClusterCa {

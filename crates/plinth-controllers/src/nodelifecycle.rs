@@ -64,15 +64,13 @@ async fn run(registry: Registry, settings: NodeLifecycle, mut stopping: watch::R
 }
 
 async fn list(registry: &Registry, plural: &str, group: Option<&str>) -> Vec<Value> {
-    let Some(def) = registry.resources.get(group.unwrap_or(""), "v1", plural) else {
-        return Vec::new();
-    };
-    registry
-        .list(&def, None, &ListOptions::any_state())
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
+    crate::items(
+        registry,
+        (group.unwrap_or(""), plural),
+        None,
+        &ListOptions::any_state(),
+    )
+    .await
 }
 
 fn time_of(value: Option<&Value>) -> Option<i64> {

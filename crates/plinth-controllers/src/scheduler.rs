@@ -350,15 +350,7 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
 }
 
 async fn list(registry: &Registry, plural: &str) -> Vec<Value> {
-    let Some(def) = registry.resources.get("", "v1", plural) else {
-        return Vec::new();
-    };
-    registry
-        .list(&def, None, &ListOptions::default())
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
+    crate::items(registry, ("", plural), None, &ListOptions::default()).await
 }
 
 async fn schedule(registry: &Registry, pod: &Value, reported: &mut HashMap<String, String>) {

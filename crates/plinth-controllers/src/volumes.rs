@@ -48,15 +48,7 @@ async fn run(registry: Registry, dir: PathBuf, mut stopping: watch::Receiver<boo
 }
 
 async fn list(registry: &Registry, group: &str, plural: &str) -> Vec<Value> {
-    let Some(def) = registry.resources.get(group, "v1", plural) else {
-        return Vec::new();
-    };
-    registry
-        .list(&def, None, &ListOptions::default())
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
+    crate::items(registry, (group, plural), None, &ListOptions::default()).await
 }
 
 fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {
