@@ -253,8 +253,14 @@ pub(crate) async fn exec(
     }
 }
 
-/// Follows the container's log on stdout (and stderr) until the client goes.
-pub(crate) async fn attach(upgraded: Upgraded, log: std::path::PathBuf, streams: Streams) {
+/// Follows the container's log on stdout (and stderr) until the client goes; what the
+/// client sends on stdin goes to the process (when the container keeps its stdin open).
+pub(crate) async fn attach(
+    upgraded: Upgraded,
+    log: std::path::PathBuf,
+    stdin: Option<std::sync::Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>>,
+    streams: Streams,
+) {
     let ws = WebSocketStream::from_raw_socket(
         TokioIo::new(upgraded),
         tokio_tungstenite::tungstenite::protocol::Role::Server,
@@ -278,6 +284,13 @@ pub(crate) async fn attach(upgraded: Upgraded, log: std::path::PathBuf, streams:
             }
             message = source.next() => match message {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(Message::Binary(data))) if data.first() == Some(&STDIN) && streams.stdin => {
+                    if let Some(pipe) = &stdin {
+                        let mut pipe = pipe.lock().await;
+                        let _ = pipe.write_all(&data[1..]).await;
+                        let _ = pipe.flush().await;
+                    }
+                }
                 _ => {}
             },
         }

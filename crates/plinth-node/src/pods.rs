@@ -36,6 +36,9 @@ pub(crate) struct Running {
     /// The PID the agent started (the sandbox's first stage, or the command itself); 0
     /// before it runs.
     pub(crate) pid: u32,
+    /// The process's standard input, kept open for `kubectl attach -i` when the container
+    /// asks for one (`stdin: true`).
+    pub(crate) stdin: Option<Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>>,
 }
 
 /// (namespace, pod, container) → what is known of the container.
@@ -924,6 +927,7 @@ impl Worker {
                     sandbox_pid: None,
                     env: env.clone(),
                     pid: 0,
+                    stdin: None,
                 },
             );
             let log = log_dir.join(format!("{run}.log"));
@@ -1089,7 +1093,11 @@ impl Worker {
             }
         };
         command
-            .stdin(std::process::Stdio::null())
+            .stdin(if container["stdin"] == true {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let file = tokio::fs::OpenOptions::new()
@@ -1111,6 +1119,10 @@ impl Worker {
                 let _ = std::fs::write(cg.join("cgroup.procs"), pid.to_string());
             }
         }
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| Arc::new(tokio::sync::Mutex::new(s)));
         let mut copies = Vec::new();
         if let Some(out) = child.stdout.take() {
             copies.push(tokio::spawn(logs::copy(out, "stdout", file.clone())));
@@ -1160,6 +1172,7 @@ impl Worker {
                 sandbox_pid,
                 env: env.clone(),
                 pid,
+                stdin,
             },
         );
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);

@@ -231,7 +231,7 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
                 let argv = crate::probes::in_sandbox(&command, running.sandbox_pid);
                 crate::exec::exec(upgraded, argv, command, running.env, streams).await;
             } else {
-                crate::exec::attach(upgraded, log, streams).await;
+                crate::exec::attach(upgraded, log, running.stdin, streams).await;
             }
         });
         let mut response = switching("websocket");

@@ -376,6 +376,36 @@ spec:
         "pod/reader",
         "--timeout=120s",
     ]);
+    // kubectl attach -i reaches the stdin of a container that keeps one open.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: listener}\nspec:\n  containers: [{name: main, image: busybox:1.36, stdin: true, command: [sh, -c, 'while read line; do echo got:$line; done']}]\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/listener",
+        "--timeout=120s",
+    ]);
+    let mut attached = plinth
+        .kubectl_command()
+        .args(["attach", "-i", "listener"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = attached.stdin.take().unwrap();
+    plinth.eventually("what is typed reaches the process", || {
+        use std::io::Write;
+        let _ = input.write_all(b"hello\n");
+        let _ = input.flush();
+        logs(&plinth, &["listener"]).contains("got:hello")
+    });
+    drop(input);
+    attached.kill().unwrap();
+    attached.wait().unwrap();
+
     plinth.eventually("the reader reports what it sees", || {
         logs(&plinth, &["reader"]).contains("mode=first")
     });
@@ -1419,7 +1449,7 @@ while True:
 "#;
 
 #[test]
-fn grpc_probes_ask_the_health_service() {
+fn grpc_and_https_probes_ask_the_pods_servers() {
     // A python image is the machine's Python (which has grpcio: the test script installs it).
     let python = std::process::Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
@@ -1486,4 +1516,61 @@ spec:
             .contains("Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")")
     });
     plinth.kubectl(&["delete", "pod", "grpc", "--grace-period=1", "--timeout=60s"]);
+
+    // An HTTPS httpGet probe: the pod's self-signed certificate is not checked.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["tls".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (
+        plinth.dir.path().join("tls.crt"),
+        plinth.dir.path().join("tls.key"),
+    );
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    plinth.kubectl(&[
+        "create",
+        "secret",
+        "tls",
+        "serving",
+        &format!("--cert={}", cert_file.display()),
+        &format!("--key={}", key_file.display()),
+    ]);
+    let https = plinth.dir.path().join("https.py");
+    std::fs::write(&https, HTTPS_SERVER).unwrap();
+    plinth.kubectl(&[
+        "create",
+        "configmap",
+        "https",
+        &format!("--from-file={}", https.display()),
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r"apiVersion: v1
+kind: Pod
+metadata: {name: tls}
+spec:
+  volumes:
+  - {name: app, configMap: {name: https}}
+  - {name: tls, secret: {secretName: serving}}
+  containers:
+  - name: server
+    image: python:3.11
+    args: [/app/https.py]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    volumeMounts: [{name: app, mountPath: /app}, {name: tls, mountPath: /tls}]
+    readinessProbe: {httpGet: {scheme: HTTPS, port: 8443, path: /}, periodSeconds: 1}
+",
+    );
+    plinth.kubectl(&["wait", "--for=condition=Ready", "pod/tls", "--timeout=120s"]);
+    plinth.kubectl(&["delete", "pod", "tls", "--grace-period=1", "--timeout=60s"]);
 }
+
+const HTTPS_SERVER: &str = r#"import http.server, os, ssl
+server = http.server.HTTPServer((os.environ["POD_IP"], 8443), http.server.SimpleHTTPRequestHandler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/tls/tls.crt", "/tls/tls.key")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
