@@ -167,7 +167,7 @@ fn a_bad_configuration_stops_the_server_with_a_reason() {
         .spawn()
         .unwrap();
     // Were it to start after all, the guard stops it by its PID when the test ends.
-    let mut server = Stopped(Some(child));
+    let mut server = common::Stopped(Some(child));
     let mut status = None;
     plinth_testenv::eventually_blocking("the server refuses to start", || {
         status = server.0.as_mut().unwrap().try_wait().unwrap();
@@ -180,16 +180,4 @@ fn a_bad_configuration_stops_the_server_with_a_reason() {
         stderr.contains("provider \"kms\" is not supported"),
         "{stderr}"
     );
-}
-
-/// A child process killed (by its PID, through `Child::kill`) when dropped, if still held.
-struct Stopped(Option<std::process::Child>);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

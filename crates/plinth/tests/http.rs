@@ -1338,16 +1338,9 @@ fn the_data_directory_is_the_owners_alone() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    /// Stops the server by its pid, whatever the test's outcome.
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let stdout = child.stdout.take().unwrap();
-    let _server = Stop(child);
+    // Stopped by its PID whatever the test's outcome.
+    let _server = common::Stopped(Some(child));
     let mut kubeconfig = String::new();
     std::io::BufReader::new(stdout)
         .read_line(&mut kubeconfig)

@@ -171,6 +171,8 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         .spawn()
         .unwrap();
     let stdout = forward.stdout.take().unwrap();
+    // Stopped by its PID even if an assertion below fails.
+    let forward = common::Stopped(Some(forward));
     let mut reader = std::io::BufReader::new(stdout);
     let mut line = String::new();
     std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
@@ -185,8 +187,7 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         .args(["-p", &local, "ping"])
         .output()
         .unwrap();
-    forward.kill().unwrap();
-    forward.wait().unwrap();
+    drop(forward);
     let _ = drain.join();
     assert_eq!(
         String::from_utf8_lossy(&answer.stdout).trim(),
@@ -396,6 +397,7 @@ spec:
         .spawn()
         .unwrap();
     let mut input = attached.stdin.take().unwrap();
+    let attached = common::Stopped(Some(attached));
     plinth.eventually("what is typed reaches the process", || {
         use std::io::Write;
         let _ = input.write_all(b"hello\n");
@@ -403,8 +405,7 @@ spec:
         logs(&plinth, &["listener"]).contains("got:hello")
     });
     drop(input);
-    attached.kill().unwrap();
-    attached.wait().unwrap();
+    drop(attached);
 
     plinth.eventually("the reader reports what it sees", || {
         logs(&plinth, &["reader"]).contains("mode=first")

@@ -450,6 +450,19 @@ impl Drop for Plinth {
     }
 }
 
+/// A child process killed (by its PID, through `Child::kill`) when dropped, if still held:
+/// what a test starts is stopped even when an assertion fails first.
+pub struct Stopped(pub Option<Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The events of an audit log, parsed.
 pub fn audit_events(log: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(log)
