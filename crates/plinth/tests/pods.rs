@@ -1575,3 +1575,90 @@ context.load_cert_chain("/tls/tls.crt", "/tls/tls.key")
 server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
 "#;
+
+#[test]
+fn bad_nodes_endpoints_classes_limits_bindings_and_evictions_are_refused() {
+    let plinth = Plinth::start(Backend::Embedded);
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {taints: [{key: a, effect: Sometimes}]}\n",
+        "spec.taints[0].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"",
+    );
+    refused(
+        &plinth,
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: s1}\nendpoints: []\n",
+        "addressType: Required value",
+    );
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {name: e1}\nsubsets: [{addresses: [{ip: nope}], ports: [{port: 80}]}]\n",
+        "subsets[0].addresses[0].ip: Invalid value: \"nope\": must be a valid IP address",
+    );
+    refused(
+        &plinth,
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: c1}\nprovisioner: x\nvolumeBindingMode: Later\n",
+        "volumeBindingMode: Unsupported value: \"Later\"",
+    );
+    refused(
+        &plinth,
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: l1}\nspec: {limits: [{type: Cluster}]}\n",
+        "spec.limits[0].type: Unsupported value: \"Cluster\"",
+    );
+    for (resource, name) in [
+        ("nodes", "n1"),
+        ("endpointslices", "s1"),
+        ("endpoints", "e1"),
+        ("storageclasses", "c1"),
+        ("limitranges", "l1"),
+    ] {
+        let out = plinth.kubectl_output(&["get", resource, name]);
+        assert!(!out.status.success(), "{resource}/{name} was not stored");
+    }
+
+    // A pod already on a node cannot be bound again; an eviction names its pod.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: placed}\nspec: {nodeName: elsewhere, containers: [{name: a, image: busybox}]}\n",
+    );
+    let before = pod(&plinth, "placed")["metadata"]["resourceVersion"].clone();
+    let binding = plinth.dir.path().join("binding.json");
+    std::fs::write(
+        &binding,
+        r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"placed"},"target":{"kind":"Node","name":"other"}}"#,
+    )
+    .unwrap();
+    let out = plinth.kubectl_fails(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/default/pods/placed/binding",
+        "-f",
+        binding.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("pod placed is already assigned to node \"elsewhere\""),
+        "{out}"
+    );
+    let eviction = plinth.dir.path().join("eviction.json");
+    std::fs::write(
+        &eviction,
+        r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"someone-else"}}"#,
+    )
+    .unwrap();
+    let out = plinth.kubectl_fails(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/default/pods/placed/eviction",
+        "-f",
+        eviction.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("name in URL does not match name in Eviction object"),
+        "{out}"
+    );
+    let after = pod(&plinth, "placed");
+    assert_eq!(
+        after["metadata"]["resourceVersion"], before,
+        "nothing changed"
+    );
+    assert_eq!(after["spec"]["nodeName"], "elsewhere");
+}
