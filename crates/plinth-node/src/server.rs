@@ -158,12 +158,7 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
     let query: Vec<(String, String)> = request
         .uri()
         .query()
-        .map(|q| {
-            q.split('&')
-                .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-                .map(|(k, v)| (k.to_owned(), percent_decode(v)))
-                .collect()
-        })
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let get = |key: &str| {
         query
@@ -334,31 +329,4 @@ fn accept_key(key: &[u8]) -> String {
     input.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
     let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
     base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
