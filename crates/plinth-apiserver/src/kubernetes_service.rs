@@ -1,7 +1,7 @@
 //! kube-apiserver's bootstrap controller: the `default/kubernetes` Service (ClusterIP
 //! [`kubernetes_ip`](crate::types::core::service::kubernetes_ip), port 443) and its Endpoints
-//! and EndpointSlice pointing at this API server, created at start and put back every ten
-//! seconds if changed or deleted.
+//! and EndpointSlice pointing at this API server, written before the server takes requests
+//! and put back every ten seconds if changed or deleted.
 
 use serde_json::{Value, json};
 
@@ -90,30 +90,39 @@ async fn ensure(registry: &Registry, group: &str, plural: &str, wanted: Value, f
 }
 
 /// Keeps the Service and its endpoints until `stopping`; this server listens on `port`.
-pub(crate) fn spawn(
+/// Makes the Service and its endpoints what they should be for a server on `port`.
+async fn ensure_all(registry: &Registry, port: u16) {
+    let mut wanted = service();
+    wanted["spec"]["ports"][0]["targetPort"] = json!(port);
+    ensure(registry, "", "services", wanted, &[]).await;
+    ensure(registry, "", "endpoints", endpoints(port), &["subsets"]).await;
+    ensure(
+        registry,
+        "discovery.k8s.io",
+        "endpointslices",
+        slice(port),
+        &["endpoints", "ports"],
+    )
+    .await;
+}
+
+/// Writes the Service and its endpoints now (before the server takes requests, so that no
+/// client sees them appear), then keeps them until `stopping`; this server listens on `port`.
+pub(crate) async fn start(
     registry: Registry,
     port: u16,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
+    ensure_all(&registry, port).await;
     tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(10));
+        let period = std::time::Duration::from_secs(10);
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
                 _ = stopping.wait_for(|s| *s) => return,
             }
-            let mut wanted = service();
-            wanted["spec"]["ports"][0]["targetPort"] = json!(port);
-            ensure(&registry, "", "services", wanted, &[]).await;
-            ensure(&registry, "", "endpoints", endpoints(port), &["subsets"]).await;
-            ensure(
-                &registry,
-                "discovery.k8s.io",
-                "endpointslices",
-                slice(port),
-                &["endpoints", "ports"],
-            )
-            .await;
+            ensure_all(&registry, port).await;
         }
     });
 }

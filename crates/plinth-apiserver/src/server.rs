@@ -292,7 +292,7 @@ pub async fn start(
     ));
     let registry_handle = registry.clone();
     crate::auth::controller::spawn(registry.clone(), rbac, stopping.clone());
-    crate::kubernetes_service::spawn(registry.clone(), local_addr.port(), stopping.clone());
+    crate::kubernetes_service::start(registry.clone(), local_addr.port(), stopping.clone()).await;
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
