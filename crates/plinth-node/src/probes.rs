@@ -285,20 +285,18 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     }
 }
 
-/// The command line that runs `command` inside the sandbox of `pid` (its mount and PID
-/// namespaces and root), or as it is without a sandbox.
+/// The command line that runs `command` inside the sandbox of `pid` (its user namespace if
+/// it has one, its mount, PID and UTS namespaces and root), or as it is without a sandbox.
 pub(crate) fn in_sandbox(command: &[String], pid: Option<u32>) -> Vec<String> {
     match pid {
         Some(pid) => {
-            let mut argv = vec![
-                "nsenter".to_owned(),
-                format!("--target={pid}"),
-                "--mount".into(),
-                "--pid".into(),
-                "--root".into(),
-                "--wd".into(),
-                "--".into(),
-            ];
+            let mut argv = vec!["nsenter".to_owned(), format!("--target={pid}")];
+            if crate::sandbox::in_user_namespace() {
+                // Its credentials already are root's there; nsenter's own switch to root
+                // would call setgroups, which a user namespace without root refuses.
+                argv.extend(["--user", "--preserve-credentials"].map(String::from));
+            }
+            argv.extend(["--mount", "--pid", "--uts", "--root", "--wd", "--"].map(String::from));
             argv.extend(command.iter().cloned());
             argv
         }

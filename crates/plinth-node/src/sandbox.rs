@@ -154,6 +154,11 @@ fn first(spec: &Spec) -> Result<i32, String> {
         std::fs::write(cgroup.join("cgroup.procs"), std::process::id().to_string())
             .map_err(|e| format!("join cgroup {}: {e}", cgroup.display()))?;
     }
+    // Without root, the namespaces are made in a user namespace of their own, where the
+    // agent's user is root; it must come first, while this is the only thread.
+    if !nix::unistd::geteuid().is_root() {
+        own_user_namespace()?;
+    }
     let forward = forward_signals()?;
     let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
     if spec.hostname.is_some() {
@@ -171,6 +176,51 @@ fn first(spec: &Spec) -> Result<i32, String> {
     supervise(child.id(), false, &forward)
 }
 
+/// Moves this process into a new user namespace in which its user and group are root (and
+/// nothing else is mapped), as `unshare --map-root-user` does.
+fn own_user_namespace() -> Result<(), String> {
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare the user namespace: {e}"))?;
+    for (file, text) in [
+        ("/proc/self/setgroups", "deny".to_owned()),
+        ("/proc/self/uid_map", format!("0 {uid} 1")),
+        ("/proc/self/gid_map", format!("0 {gid} 1")),
+    ] {
+        std::fs::write(file, text).map_err(|e| format!("{file}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether the agent makes its sandboxes in user namespaces (it is not root): entering one
+/// then takes its user namespace too.
+pub fn in_user_namespace() -> bool {
+    !nix::unistd::geteuid().is_root()
+}
+
+/// The mount flags a bind mount of `path` keeps when remounted: in a user namespace the
+/// flags of a mount made outside it are locked, and a remount that drops one is refused.
+fn locked_flags(path: &Path) -> MsFlags {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(stat) = nix::sys::statvfs::statvfs(path) else {
+        return MsFlags::empty();
+    };
+    let flags = stat.flags();
+    let mut kept = MsFlags::empty();
+    for (from, to) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if flags.contains(from) {
+            kept |= to;
+        }
+    }
+    kept
+}
+
 fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
     mount(
         Some(source),
@@ -185,7 +235,7 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
             None::<&str>,
             target,
             None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked_flags(target),
             None::<&str>,
         )
         .map_err(|e| format!("make {} read-only: {e}", target.display()))?;
@@ -375,8 +425,9 @@ fn second(spec: &Spec) -> Result<i32, String> {
     Ok(code)
 }
 
-/// Whether this machine lets the agent make namespaces (root, or unprivileged user
-/// namespaces in a later version): checked once by running `true` in a sandbox.
+/// Whether this machine lets the agent make namespaces (as root, or in a user namespace of
+/// its own where unprivileged user namespaces are allowed): checked once by running `true`
+/// in a sandbox.
 pub fn available(exe: &Path) -> bool {
     let spec = Spec {
         argv: vec!["/bin/true".into()],

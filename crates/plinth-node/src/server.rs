@@ -280,24 +280,37 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
     response
 }
 
-/// `kubectl port-forward`: a SPDY/3.1 upgrade for `portforward.k8s.io`. (kubectl asks for a
-/// WebSocket tunnel first; that is refused, and it falls back to SPDY.)
+/// `kubectl port-forward`: SPDY/3.1 for `portforward.k8s.io`, either as the connection's
+/// upgrade or tunnelled in WebSocket binary messages (subprotocol
+/// `SPDY/3.1+portforward.k8s.io`, what kubectl 1.31+ asks for first).
 fn port_forward(
     agent: &Agent,
     request: &mut Request<Incoming>,
     namespace: &str,
     pod: &str,
 ) -> Response<Body> {
-    let upgrade = request
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let upgrade = header("upgrade");
+    let tunnelled = upgrade.eq_ignore_ascii_case("websocket")
+        && header("sec-websocket-protocol")
+            .split(',')
+            .any(|p| p.trim() == crate::spdy::TUNNEL_PROTOCOL);
+    let key = request
         .headers()
-        .get(hyper::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    if !upgrade.eq_ignore_ascii_case("SPDY/3.1") {
+        .get("sec-websocket-key")
+        .map(|k| accept_key(k.as_bytes()));
+    let spdy = upgrade.eq_ignore_ascii_case("SPDY/3.1");
+    if !(spdy || tunnelled && key.is_some()) {
         return status(
             StatusCode::BAD_REQUEST,
-            "port forwarding is served over SPDY/3.1 (Upgrade: SPDY/3.1) here",
+            "port forwarding needs an upgrade to SPDY/3.1, or to a WebSocket with the subprotocol SPDY/3.1+portforward.k8s.io",
         );
     }
     let Some(ip) = agent.pods.address(namespace, pod) else {
@@ -309,16 +322,29 @@ fn port_forward(
     let upgraded = hyper::upgrade::on(request);
     let label = format!("{pod}_{namespace}");
     tokio::spawn(async move {
-        if let Ok(upgraded) = upgraded.await {
+        let Ok(upgraded) = upgraded.await else { return };
+        if tunnelled {
+            crate::spdy::serve_tunnelled(upgraded, ip, label).await;
+        } else {
             crate::spdy::serve(TokioIo::new(upgraded), ip, label).await;
         }
     });
-    let mut response = switching("SPDY/3.1");
+    let mut response = switching(if tunnelled { "websocket" } else { "SPDY/3.1" });
     let headers = response.headers_mut();
-    headers.insert(
-        "x-stream-protocol-version",
-        hyper::header::HeaderValue::from_static(crate::spdy::PROTOCOL),
-    );
+    if tunnelled {
+        if let Some(Ok(accept)) = key.map(|k| hyper::header::HeaderValue::from_str(&k)) {
+            headers.insert("sec-websocket-accept", accept);
+        }
+        headers.insert(
+            "sec-websocket-protocol",
+            hyper::header::HeaderValue::from_static(crate::spdy::TUNNEL_PROTOCOL),
+        );
+    } else {
+        headers.insert(
+            "x-stream-protocol-version",
+            hyper::header::HeaderValue::from_static(crate::spdy::PROTOCOL),
+        );
+    }
     response
 }
 

@@ -15,6 +15,9 @@ use tokio::sync::mpsc;
 /// The upgrade a port-forward asks for.
 pub(crate) const PROTOCOL: &str = "portforward.k8s.io";
 
+/// The WebSocket subprotocol of SPDY tunnelled in WebSocket binary messages.
+pub(crate) const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+
 const VERSION: u16 = 3;
 const SYN_STREAM: u16 = 1;
 const SYN_REPLY: u16 = 2;
@@ -249,6 +252,57 @@ struct Pair {
     error: Option<u32>,
     data: Option<u32>,
     port: u16,
+}
+
+/// Serves port forwards on a WebSocket whose binary messages carry the SPDY connection's
+/// bytes (in any split: the messages are one byte stream each way).
+pub(crate) async fn serve_tunnelled(
+    upgraded: hyper::upgrade::Upgraded,
+    pod_ip: String,
+    label: String,
+) {
+    use futures::{SinkExt, StreamExt};
+    use tokio::io::AsyncReadExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        hyper_util::rt::TokioIo::new(upgraded),
+        tokio_tungstenite::tungstenite::protocol::Role::Server,
+        None,
+    )
+    .await;
+    let (mut sink, mut messages) = ws.split();
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    let serving = tokio::spawn(serve(ours, pod_ip, label));
+    let (mut from_spdy, mut to_spdy) = tokio::io::split(theirs);
+    let inbound = async move {
+        while let Some(Ok(message)) = messages.next().await {
+            let bytes = match message {
+                Message::Binary(bytes) => bytes,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if to_spdy.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_spdy.shutdown().await;
+    };
+    let outbound = async move {
+        let mut buffer = vec![0u8; 32 * 1024];
+        while let Ok(n) = from_spdy.read(&mut buffer).await {
+            if n == 0
+                || sink
+                    .send(Message::Binary(buffer[..n].to_vec().into()))
+                    .await
+                    .is_err()
+            {
+                break;
+            }
+        }
+        let _ = sink.send(Message::Close(None)).await;
+    };
+    tokio::join!(inbound, outbound);
+    serving.abort();
 }
 
 /// Serves port forwards to `pod_ip` on an upgraded connection until the client goes.

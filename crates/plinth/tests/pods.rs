@@ -162,38 +162,11 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         "{shown}"
     );
 
-    // kubectl port-forward (SPDY/3.1 after its WebSocket tunnel is refused) reaches redis.
-    let mut forward = plinth
-        .kubectl_command()
-        .args(["port-forward", "pod/redis", ":6379"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = forward.stdout.take().unwrap();
-    // Stopped by its PID even if an assertion below fails.
-    let forward = common::Stopped(Some(forward));
-    let mut reader = std::io::BufReader::new(stdout);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
-    // kubectl goes on writing ("Handling connection…"): its output is read to the end.
-    let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-    let local = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("127.0.0.1:"))
-        .unwrap()
-        .to_owned();
-    let answer = std::process::Command::new("redis-cli")
-        .args(["-p", &local, "ping"])
-        .output()
-        .unwrap();
-    drop(forward);
-    let _ = drain.join();
-    assert_eq!(
-        String::from_utf8_lossy(&answer.stdout).trim(),
-        "PONG",
-        "{line}"
-    );
+    // kubectl port-forward reaches redis: SPDY tunnelled in a WebSocket (kubectl's first
+    // choice), and SPDY as the connection's upgrade (with the tunnel turned off).
+    for websockets in ["true", "false"] {
+        assert_eq!(forwarded_ping(&plinth, websockets), "PONG", "{websockets}");
+    }
 
     let events = plinth.kubectl(&[
         "get",
@@ -224,6 +197,38 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
     // kubectl delete waits for the pod to be gone: the agent stopped redis first.
     plinth.kubectl(&["delete", "pod", "redis", "--timeout=60s"]);
     assert!(!redis_answers(&ip), "redis is stopped with its pod");
+}
+
+/// `redis-cli ping` through `kubectl port-forward pod/redis` (WebSocket tunnel or not).
+fn forwarded_ping(plinth: &Plinth, websockets: &str) -> String {
+    let mut forward = plinth
+        .kubectl_command()
+        .args(["port-forward", "pod/redis", ":6379"])
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = forward.stdout.take().unwrap();
+    // Stopped by its PID even if an assertion below fails.
+    let forward = common::Stopped(Some(forward));
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    // kubectl goes on writing ("Handling connection…"): its output is read to the end.
+    let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let local = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("kubectl port-forward says where: {line}"))
+        .to_owned();
+    let answer = std::process::Command::new("redis-cli")
+        .args(["-p", &local, "ping"])
+        .output()
+        .unwrap();
+    drop(forward);
+    let _ = drain.join();
+    String::from_utf8_lossy(&answer.stdout).trim().to_owned()
 }
 
 #[test]
@@ -645,9 +650,33 @@ impl Agent {
 
     /// An agent keeping its files in `dir` (a restarted agent finds its pods' there).
     fn start_in(plinth: &Plinth, name: &str, dir: tempfile::TempDir) -> Self {
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+        Self::start_as(plinth, name, dir, None)
+    }
+
+    /// An agent running as `user` (through `setpriv`; it owns `dir` and reads a copy of the
+    /// kubeconfig there), or as this process's user.
+    fn start_as(plinth: &Plinth, name: &str, dir: tempfile::TempDir, user: Option<u32>) -> Self {
+        let mut kubeconfig = plinth.kubeconfig.clone();
+        let mut command = match user {
+            Some(uid) => {
+                kubeconfig = dir.path().join("kubeconfig");
+                std::fs::copy(&plinth.kubeconfig, &kubeconfig).unwrap();
+                for path in [dir.path(), kubeconfig.as_path()] {
+                    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+                }
+                let mut command = std::process::Command::new("setpriv");
+                command
+                    .arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={uid}"))
+                    .arg("--clear-groups")
+                    .arg(env!("CARGO_BIN_EXE_plinth"));
+                command
+            }
+            None => std::process::Command::new(env!("CARGO_BIN_EXE_plinth")),
+        };
+        let child = command
             .args(["node", "--kubeconfig"])
-            .arg(&plinth.kubeconfig)
+            .arg(&kubeconfig)
             .args([
                 "--node-name",
                 name,
@@ -685,6 +714,101 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+#[test]
+fn an_agent_without_root_keeps_its_pods_apart_in_user_namespaces() {
+    // The machine must let users make user namespaces (Debian and this CI do).
+    let allowed = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["unshare", "--user", "--map-root-user", "true"])
+        .status()
+        .unwrap();
+    assert!(
+        allowed.success(),
+        "unprivileged user namespaces are allowed"
+    );
+    let plinth = Plinth::start_with(Backend::Embedded, &[]);
+    let agent = Agent::start_as(
+        &plinth,
+        "rootless",
+        tempfile::tempdir().unwrap(),
+        Some(65534),
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "node/rootless",
+        "--timeout=120s",
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo secret > /data/mine; echo ready > /tmp/ready; sleep 3600"]
+    volumeMounts: [{name: scratch, mountPath: /data}]
+    readinessProbe: {exec: {command: [cat, /tmp/ready]}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, "3600"]
+    volumeMounts: [{name: scratch, mountPath: /data}]
+"#,
+    );
+    // The exec probe runs in the writer's namespaces: its /tmp is its own.
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/writer",
+        "pod/reader",
+        "--timeout=120s",
+    ]);
+    let seen = plinth.kubectl(&[
+        "exec",
+        "reader",
+        "--",
+        "sh",
+        "-c",
+        "id -u; hostname; cat /proc/self/uid_map; echo files=$(ls -A /data | wc -l); \
+         echo processes=$(ls /proc | grep -c '^[0-9]'); ls /tmp/ready 2>&1; true",
+    ]);
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.first(), Some(&"0"), "root inside: {seen}");
+    assert_eq!(lines.get(1), Some(&"reader"), "the pod's host name: {seen}");
+    let map: Vec<&str> = lines.get(2).unwrap_or(&"").split_whitespace().collect();
+    assert_eq!(
+        map,
+        ["0", "65534", "1"],
+        "root inside is the agent's user: {seen}"
+    );
+    assert!(seen.contains("files=0"), "not the writer's /data: {seen}");
+    let processes: usize = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("processes="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(processes < 10, "its own few processes: {seen}");
+    assert!(
+        seen.contains("No such file"),
+        "not the writer's /tmp: {seen}"
+    );
+    // And the writer's file is where the writer looks.
+    let own = plinth.kubectl(&["exec", "writer", "--", "cat", "/data/mine"]);
+    assert_eq!(own.trim(), "secret");
+    delete_all_pods(&plinth);
+    drop(agent);
 }
 
 #[test]
