@@ -50,15 +50,25 @@ pub enum NameRule {
     PathSegment,
 }
 
-/// Where a custom resource keeps its replica counts (its `/scale` subresource).
+/// Where a resource keeps its replica counts (its `/scale` subresource).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scale {
     /// `specReplicasPath` as fields.
     pub spec_replicas: Vec<String>,
     /// `statusReplicasPath` as fields.
     pub status_replicas: Vec<String>,
-    /// `labelSelectorPath` as fields.
-    pub label_selector: Option<Vec<String>>,
+    /// Where the Scale's `status.selector` comes from.
+    pub label_selector: Option<ScaleSelector>,
+}
+
+/// The source of a Scale's `status.selector`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScaleSelector {
+    /// A string in the label selector syntax at these fields (a CRD's `labelSelectorPath`).
+    Text(Vec<String>),
+    /// A `metav1.LabelSelector` object at these fields (`spec.selector` of the built-in
+    /// workloads), written in the label selector syntax.
+    Object(Vec<String>),
 }
 
 /// One served resource.

@@ -29,6 +29,7 @@ use kube::{Client, Config};
 use serde_json::json;
 
 mod admission;
+mod deployments;
 mod fairness;
 mod gc;
 mod pods;
@@ -164,6 +165,22 @@ enum Command {
         /// The process running the node agent (`plinth serve`'s), for its memory.
         #[arg(long)]
         agent_pid: Option<u32>,
+    },
+    /// A Deployment on the server's node agents: the time until its replicas are available
+    /// and until a rolling update finishes, the server's memory.
+    Deployments {
+        /// Kubeconfig of the server under test.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Namespace to create it in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// Replicas.
+        #[arg(long, default_value_t = 100)]
+        replicas: usize,
+        /// The server's process (`plinth serve`, which runs the controllers), for its memory.
+        #[arg(long)]
+        server_pid: Option<u32>,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -664,6 +681,15 @@ async fn main() -> std::process::ExitCode {
             agent_pid,
         } => match client(kubeconfig).await {
             Ok(client) => pods::run(client, &namespace, count, agent_pid).await,
+            Err(e) => Err(e),
+        },
+        Command::Deployments {
+            kubeconfig,
+            namespace,
+            replicas,
+            server_pid,
+        } => match client(kubeconfig).await {
+            Ok(client) => deployments::run(client, &namespace, replicas, server_pid).await,
             Err(e) => Err(e),
         },
         Command::Reconcile {

@@ -1,22 +1,27 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
-//! the resource quota controller, the node IPAM and lifecycle controllers and the scheduler.
+//! the resource quota controller, the node IPAM and lifecycle controllers, the scheduler, the
+//! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod csrsigning;
+pub mod deployment;
 pub mod endpoints;
 pub mod events;
 pub mod gc;
+mod informer;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod quota;
+pub mod replicaset;
 pub mod rootca;
 pub mod scheduler;
 pub mod volumes;
+mod workload;
 
 pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
@@ -96,6 +101,8 @@ pub fn spawn_all(
         stopping.clone(),
     );
     scheduler::spawn_scheduler(registry.clone(), stopping.clone());
+    replicaset::spawn_replicaset_controller(registry.clone(), stopping.clone());
+    deployment::spawn_deployment_controller(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -53,6 +53,35 @@ pub struct LabelSelector {
     pub requirements: Vec<Requirement>,
 }
 
+/// The selector in the query syntax, as `labels.Selector.String()` writes it: requirements
+/// sorted by key, a single-valued `In` as `key=v`, `NotIn` as `key!=v` or `key notin (…)`,
+/// values sorted; empty for an empty selector.
+impl std::fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sorted: Vec<&Requirement> = self.requirements.iter().collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        let set = |values: &[String]| {
+            let mut values = values.to_vec();
+            values.sort();
+            values.join(",")
+        };
+        let terms: Vec<String> = sorted
+            .iter()
+            .map(|r| match &r.op {
+                Op::In(v) if v.len() == 1 => format!("{}={}", r.key, v[0]),
+                Op::In(v) => format!("{} in ({})", r.key, set(v)),
+                Op::NotIn(v) if v.len() == 1 => format!("{}!={}", r.key, v[0]),
+                Op::NotIn(v) => format!("{} notin ({})", r.key, set(v)),
+                Op::Exists => r.key.clone(),
+                Op::DoesNotExist => format!("!{}", r.key),
+                Op::GreaterThan(n) => format!("{}>{n}", r.key),
+                Op::LessThan(n) => format!("{}<{n}", r.key),
+            })
+            .collect();
+        f.write_str(&terms.join(","))
+    }
+}
+
 /// A selector that could not be parsed; the message is the one kube-apiserver gives.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -587,6 +616,18 @@ mod tests {
         assert!(select(serde_json::json!({})));
         assert!(select(serde_json::json!({"matchLabels": {"app": "web"}})));
         assert!(!select(serde_json::json!({"matchLabels": {"app": "db"}})));
+        let written = LabelSelector::from_object(&serde_json::json!({
+            "matchLabels": {"tier": "web", "app": "a"},
+            "matchExpressions": [{"key": "env", "operator": "In", "values": ["b", "a"]},
+                                 {"key": "old", "operator": "DoesNotExist"}]}))
+        .unwrap();
+        assert_eq!(written.to_string(), "app=a,env in (a,b),!old,tier=web");
+        assert_eq!(
+            LabelSelector::parse(&written.to_string())
+                .unwrap()
+                .to_string(),
+            written.to_string()
+        );
         assert!(select(serde_json::json!({"matchExpressions": [
             {"key": "tier", "operator": "In", "values": ["a", "b"]},
             {"key": "canary", "operator": "DoesNotExist"}]})));

@@ -31,6 +31,11 @@ pub struct Entry {
     /// `sh -c …` becomes `busybox sh -c …`).
     #[serde(default)]
     pub wrapper: Option<String>,
+    /// The program that arguments starting with `-` (or naming a `.conf` file) are given to,
+    /// as an image's entry point script does (redis's `docker-entrypoint.sh` turns
+    /// `args: [--port, "7000"]` into `redis-server --port 7000`).
+    #[serde(default)]
+    pub options_for: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -59,16 +64,15 @@ fn builtin() -> Vec<(String, Entry)> {
         entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
         cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
         wrapper: wrapper.map(str::to_owned),
+        options_for: None,
+    };
+    let redis = Entry {
+        options_for: Some("redis-server".into()),
+        ..entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None)
     };
     vec![
-        (
-            "redis".into(),
-            entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None),
-        ),
-        (
-            "redis:*".into(),
-            entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None),
-        ),
+        ("redis".into(), redis.clone()),
+        ("redis:*".into(), redis),
         ("busybox".into(), entry(&[], &["sh"], Some("busybox"))),
         ("busybox:*".into(), entry(&[], &["sh"], Some("busybox"))),
     ]
@@ -220,6 +224,13 @@ pub fn argv(
             v
         }
     };
+    if let Some(program) = &entry.options_for
+        && argv
+            .first()
+            .is_some_and(|first| first.starts_with('-') || first.ends_with(".conf"))
+    {
+        argv.insert(0, program.clone());
+    }
     if let Some(wrapper) = entry.wrapper.as_deref().and_then(which)
         && argv.first().is_some_and(|program| runs(&wrapper, program))
     {
@@ -318,6 +329,12 @@ mod tests {
         assert_eq!(
             argv(&redis, None, None, &vars),
             ["redis-server", "--bind", "127.64.0.2"]
+        );
+        let options = vec!["--port".to_owned(), "$(PORT)".into()];
+        assert_eq!(
+            argv(&redis, None, Some(&options), &vars),
+            ["redis-server", "--port", "7000"],
+            "options go to redis-server, as the image's entry point script gives them"
         );
         let args = vec!["redis-server".to_owned(), "--port".into(), "$(PORT)".into()];
         assert_eq!(

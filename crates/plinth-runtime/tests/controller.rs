@@ -321,9 +321,9 @@ async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
 /// A stop is honoured while the primary cache cannot sync (its resource is not served).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_whose_cache_cannot_sync_still_stops() {
-    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     let env = TestEnv::start().await.unwrap();
-    let api: Api<Deployment> = Api::namespaced(env.client(), "default");
+    let api: Api<NetworkPolicy> = Api::namespaced(env.client(), "default");
     let informer = Informer::spawn(api, Vec::new());
     let controller = Controller::new(&informer);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -426,7 +426,7 @@ async fn owns_matches_the_owners_group_as_well_as_its_kind() {
 /// and a cache that never syncs makes `run` give up at the cache-sync timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_caches_are_awaited_and_the_wait_times_out() {
-    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     let env = TestEnv::start().await.unwrap();
     let configmaps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut cm = ConfigMap::default();
@@ -436,9 +436,9 @@ async fn owned_caches_are_awaited_and_the_wait_times_out() {
         .await
         .unwrap();
     let primary = Informer::spawn(configmaps, Vec::new());
-    // Deployments are not served: their cache never syncs.
+    // NetworkPolicies are not served: their cache never syncs.
     let owned = Informer::spawn(
-        Api::<Deployment>::namespaced(env.client(), "default"),
+        Api::<NetworkPolicy>::namespaced(env.client(), "default"),
         Vec::new(),
     );
     let controller = Controller::new(&primary)

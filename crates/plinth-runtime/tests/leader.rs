@@ -328,12 +328,12 @@ async fn lost_leadership_stops_leader_work_before_run_returns() {
 /// `/readyz` says ready only once the caches the manager handed out have synced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_the_caches() {
-    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     let env = TestEnv::start().await.unwrap();
     let mut manager = Manager::new();
-    // Deployments are not served: this cache never syncs.
+    // NetworkPolicies are not served: this cache never syncs.
     let _unsynced =
-        manager.informer(|| kube::Api::<Deployment>::namespaced(env.client(), "default"));
+        manager.informer(|| kube::Api::<NetworkPolicy>::namespaced(env.client(), "default"));
     let health = manager
         .bind_health_probes(([127, 0, 0, 1], 0).into())
         .await

@@ -11,7 +11,7 @@ use plinth_core::meta::{format_micro_time, format_time};
 use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
 use serde_json::{Map, Value, json};
 
-use super::encode::{Field, Shape};
+use super::encode::{Field, Shape, Zero};
 
 /// What is wrong with a message.
 pub(crate) type Malformed = String;
@@ -51,6 +51,11 @@ pub(crate) fn message(fields: &[Field], mut buf: &[u8]) -> Result<Map<String, Va
             skip_field(wire, tag, &mut buf, DecodeContext::default()).map_err(|e| e.to_string())?;
             continue;
         };
+        if let Shape::Inline(inner) = field.shape {
+            expect(wire, WireType::LengthDelimited, field)?;
+            out.extend(message(inner, length_delimited(&mut buf)?)?);
+            continue;
+        }
         if let Shape::StringMap | Shape::BytesMap | Shape::Map(_) = field.shape {
             expect(wire, WireType::LengthDelimited, field)?;
             let (key, value) = entry(field, length_delimited(&mut buf)?)?;
@@ -94,6 +99,7 @@ fn entry(field: &Field, mut buf: &[u8]) -> Result<(String, Value), Malformed> {
                     }
                     Shape::Map(Shape::Message(fields)) => Value::Object(message(fields, bytes)?),
                     Shape::Map(Shape::Strings) => strings(bytes)?,
+                    Shape::Map(Shape::Quantity) => json!(first_string(bytes)?),
                     Shape::Map(_) => {
                         return Err(format!("field {} has an unreadable map value", field.json));
                     }
@@ -119,7 +125,7 @@ fn one_value(field: &Field, wire: WireType, buf: &mut &[u8]) -> Result<Option<Va
         Shape::Str => {
             expect(wire, WireType::LengthDelimited, field)?;
             let s = text(length_delimited(buf)?)?;
-            (!s.is_empty() || field.repeated).then(|| json!(s))
+            (!s.is_empty() || field.repeated || field.zero == Zero::Keep).then(|| json!(s))
         }
         Shape::I64 | Shape::I32 => {
             expect(wire, WireType::Varint, field)?;
@@ -130,11 +136,12 @@ fn one_value(field: &Field, wire: WireType, buf: &mut &[u8]) -> Result<Option<Va
             } else {
                 n
             };
-            (n != 0 || field.repeated).then(|| json!(n))
+            (n != 0 || field.repeated || field.zero == Zero::Keep).then(|| json!(n))
         }
         Shape::Bool => {
             expect(wire, WireType::Varint, field)?;
-            Some(json!(varint(buf)? != 0))
+            let b = varint(buf)? != 0;
+            (b || field.zero != Zero::Drop).then(|| json!(b))
         }
         Shape::Double => {
             expect(wire, WireType::SixtyFourBit, field)?;
@@ -158,6 +165,10 @@ fn one_value(field: &Field, wire: WireType, buf: &mut &[u8]) -> Result<Option<Va
         Shape::Time | Shape::MicroTime => {
             expect(wire, WireType::LengthDelimited, field)?;
             let (seconds, nanos) = time(length_delimited(buf)?)?;
+            // Go's zero time (an empty message) is JSON's null.
+            if (seconds, nanos) == (0, 0) {
+                return Ok(Some(Value::Null));
+            }
             Some(json!(match field.shape {
                 Shape::MicroTime => format_micro_time(seconds * 1_000_000 + nanos / 1000),
                 _ => format_time(seconds),
@@ -167,6 +178,15 @@ fn one_value(field: &Field, wire: WireType, buf: &mut &[u8]) -> Result<Option<Va
             expect(wire, WireType::LengthDelimited, field)?;
             Some(strings(length_delimited(buf)?)?)
         }
+        Shape::Quantity => {
+            expect(wire, WireType::LengthDelimited, field)?;
+            Some(json!(first_string(length_delimited(buf)?)?))
+        }
+        Shape::IntOrString => {
+            expect(wire, WireType::LengthDelimited, field)?;
+            Some(int_or_string(length_delimited(buf)?)?)
+        }
+        Shape::Inline(_) => return Err(format!("field {} read as a value", field.json)),
         Shape::RawJson => {
             expect(wire, WireType::LengthDelimited, field)?;
             let mut inner = length_delimited(buf)?;
@@ -189,6 +209,42 @@ fn one_value(field: &Field, wire: WireType, buf: &mut &[u8]) -> Result<Option<Va
         Shape::StringMap | Shape::BytesMap | Shape::Map(_) => {
             return Err(format!("field {} read as a map entry", field.json));
         }
+    })
+}
+
+/// Field 1 of a message, a string (`resource.Quantity`).
+fn first_string(mut buf: &[u8]) -> Result<String, Malformed> {
+    let mut found = String::new();
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).map_err(|e| e.to_string())?;
+        if tag == 1 && wire == WireType::LengthDelimited {
+            found = text(length_delimited(&mut buf)?)?;
+        } else {
+            skip_field(wire, tag, &mut buf, DecodeContext::default()).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(found)
+}
+
+/// `intstr.IntOrString`: a number (`type` 0, `intVal`) or a string (`type` 1, `strVal`).
+fn int_or_string(mut buf: &[u8]) -> Result<Value, Malformed> {
+    let (mut kind, mut number, mut string) = (0, 0i64, String::new());
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).map_err(|e| e.to_string())?;
+        match (tag, wire) {
+            (1, WireType::Varint) => kind = decode_varint(&mut buf).map_err(|e| e.to_string())?,
+            (2, WireType::Varint) => {
+                number = i64::from(decode_varint(&mut buf).map_err(|e| e.to_string())? as i32);
+            }
+            (3, WireType::LengthDelimited) => string = text(length_delimited(&mut buf)?)?,
+            _ => skip_field(wire, tag, &mut buf, DecodeContext::default())
+                .map_err(|e| e.to_string())?,
+        }
+    }
+    Ok(if kind == 1 {
+        json!(string)
+    } else {
+        json!(number)
     })
 }
 

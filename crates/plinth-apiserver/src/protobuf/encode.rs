@@ -51,6 +51,14 @@ pub(crate) enum Shape {
     /// A message whose field 1 holds the JSON of the value as bytes (`metav1.FieldsV1`,
     /// `runtime.RawExtension`).
     RawJson,
+    /// `resource.Quantity`: a string in JSON, its field 1 in protobuf.
+    Quantity,
+    /// `intstr.IntOrString`: a number or a string in JSON; `type` (1: 0 int, 1 string),
+    /// `intVal` (2), `strVal` (3) in protobuf.
+    IntOrString,
+    /// An embedded Go struct (`json:",inline"`): a nested message in protobuf whose fields
+    /// are the parent's own in JSON (a probe's handler, a volume's source).
+    Inline(&'static [Field]),
 }
 
 /// One field of a message.
@@ -64,6 +72,20 @@ pub(crate) struct Field {
     pub(crate) shape: Shape,
     /// A repeated field (a JSON array).
     pub(crate) repeated: bool,
+    /// What a zero value read from the wire becomes.
+    pub(crate) zero: Zero,
+}
+
+/// What decoding makes of a scalar's zero value (Go writes non-pointer fields even when
+/// zero; its JSON leaves them out only with `omitempty`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Zero {
+    /// Empty strings and zero numbers left out, `false` kept (the hand-written tables).
+    Usual,
+    /// Kept: a pointer field that was set, or one without `omitempty`.
+    Keep,
+    /// Left out: a non-pointer `omitempty` field.
+    Drop,
 }
 
 /// A field (`repeated: false`).
@@ -73,6 +95,23 @@ pub(crate) const fn one(json: &'static str, tag: u32, shape: Shape) -> Field {
         tag,
         shape,
         repeated: false,
+        zero: Zero::Usual,
+    }
+}
+
+/// A scalar field whose zero value is kept (a Go pointer, or no `omitempty`).
+pub(crate) const fn kept(json: &'static str, tag: u32, shape: Shape) -> Field {
+    Field {
+        zero: Zero::Keep,
+        ..one(json, tag, shape)
+    }
+}
+
+/// A scalar field whose zero value is left out (a Go value with `omitempty`).
+pub(crate) const fn dropped(json: &'static str, tag: u32, shape: Shape) -> Field {
+    Field {
+        zero: Zero::Drop,
+        ..one(json, tag, shape)
     }
 }
 
@@ -83,6 +122,7 @@ pub(crate) const fn many(json: &'static str, tag: u32, shape: Shape) -> Field {
         tag,
         shape,
         repeated: true,
+        zero: Zero::Usual,
     }
 }
 
@@ -101,7 +141,7 @@ pub(crate) fn message(fields: &[Field], value: &Value, path: &str) -> Result<Vec
     let type_meta = |k: &str| path.is_empty() && matches!(k, "apiVersion" | "kind");
     if let Some(unknown) = object
         .keys()
-        .find(|k| !type_meta(k) && !fields.iter().any(|f| f.json == k.as_str()))
+        .find(|k| !type_meta(k) && !declares(fields, k))
     {
         return Err(Unmapped(
             format!("{path}.{unknown}")
@@ -109,10 +149,31 @@ pub(crate) fn message(fields: &[Field], value: &Value, path: &str) -> Result<Vec
                 .to_owned(),
         ));
     }
+    fields_of(fields, object, path)
+}
+
+/// Whether the message (with its inlined ones) has a field called `json`.
+fn declares(fields: &[Field], json: &str) -> bool {
+    fields.iter().any(|f| match f.shape {
+        Shape::Inline(inner) => declares(inner, json),
+        _ => f.json == json,
+    })
+}
+
+/// The fields of `object` that `fields` declares, written in field-number order.
+fn fields_of(
+    fields: &[Field],
+    object: &Map<String, Value>,
+    path: &str,
+) -> Result<Vec<u8>, Unmapped> {
     let mut ordered: Vec<&Field> = fields.iter().collect();
     ordered.sort_by_key(|f| f.tag);
     let mut out = Vec::new();
     for field in ordered {
+        if let Shape::Inline(inner) = field.shape {
+            length_delimited(field.tag, &fields_of(inner, object, path)?, &mut out);
+            continue;
+        }
         let Some(v) = object.get(field.json) else {
             continue;
         };
@@ -254,6 +315,34 @@ fn one_value(field: &Field, v: &Value, at: &str, out: &mut Vec<u8>) -> Result<()
             }
             length_delimited(tag, &m, out);
         }
+        Shape::Quantity => {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => return Err(bad()),
+            };
+            let mut m = Vec::new();
+            length_delimited(1, text.as_bytes(), &mut m);
+            length_delimited(tag, &m, out);
+        }
+        Shape::IntOrString => {
+            let mut m = Vec::new();
+            match v {
+                Value::String(s) => {
+                    varint(1, 1, &mut m);
+                    varint(2, 0, &mut m);
+                    length_delimited(3, s.as_bytes(), &mut m);
+                }
+                other => {
+                    let n = i32::try_from(other.as_i64().ok_or_else(bad)?).map_err(|_| bad())?;
+                    varint(1, 0, &mut m);
+                    varint(2, i64::from(n) as u64, &mut m);
+                    length_delimited(3, b"", &mut m);
+                }
+            }
+            length_delimited(tag, &m, out);
+        }
+        Shape::Inline(_) => return Err(bad()),
         Shape::RawJson => {
             let raw = serde_json::to_vec(v).map_err(|_| bad())?;
             let mut m = Vec::new();

@@ -7,6 +7,7 @@
 
 mod decode;
 mod encode;
+mod generated;
 mod types;
 
 use plinth_core::ApiError;
@@ -277,12 +278,128 @@ mod tests {
         }
     }
 
+    /// A Deployment as `kubectl create deployment` sends it, with what the generated tables
+    /// add: a probe's inlined handler, a volume's inlined source, quantities, int-or-strings.
+    #[test]
+    fn workloads_decode_from_upstreams_bindings() {
+        use k8s_pb::api::apps::v1 as apps;
+        use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+        use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+        let container = core::Container {
+            name: Some("web".into()),
+            image: Some("redis:7".into()),
+            ports: vec![core::ContainerPort {
+                container_port: Some(6379),
+                ..Default::default()
+            }],
+            resources: Some(core::ResourceRequirements {
+                limits: [(
+                    "cpu".to_owned(),
+                    Quantity {
+                        string: Some("500m".into()),
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            readiness_probe: Some(core::Probe {
+                handler: Some(core::ProbeHandler {
+                    http_get: Some(core::HttpGetAction {
+                        path: Some("/ready".into()),
+                        port: Some(IntOrString {
+                            r#type: Some(1),
+                            int_val: Some(0),
+                            str_val: Some("http".into()),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                period_seconds: Some(5),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let deployment = apps::Deployment {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("web".into()),
+                ..Default::default()
+            }),
+            spec: Some(apps::DeploymentSpec {
+                replicas: Some(3),
+                selector: Some(meta::LabelSelector {
+                    match_labels: [("app".to_owned(), "web".to_owned())].into(),
+                    ..Default::default()
+                }),
+                template: Some(core::PodTemplateSpec {
+                    metadata: Some(meta::ObjectMeta {
+                        labels: [("app".to_owned(), "web".to_owned())].into(),
+                        ..Default::default()
+                    }),
+                    spec: Some(core::PodSpec {
+                        containers: vec![container],
+                        volumes: vec![core::Volume {
+                            name: Some("conf".into()),
+                            volume_source: Some(core::VolumeSource {
+                                config_map: Some(core::ConfigMapVolumeSource {
+                                    local_object_reference: Some(core::LocalObjectReference {
+                                        name: Some("settings".into()),
+                                    }),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                        }],
+                        ..Default::default()
+                    }),
+                }),
+                strategy: Some(apps::DeploymentStrategy {
+                    r#type: Some("RollingUpdate".into()),
+                    rolling_update: Some(apps::RollingUpdateDeployment {
+                        max_surge: Some(IntOrString {
+                            r#type: Some(0),
+                            int_val: Some(1),
+                            str_val: Some(String::new()),
+                        }),
+                        ..Default::default()
+                    }),
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let object = decode(&envelope(
+            "apps/v1",
+            "Deployment",
+            deployment.encode_to_vec(),
+        ))
+        .unwrap();
+        let spec = &object["spec"];
+        assert_eq!(spec["replicas"], 3);
+        assert_eq!(spec["selector"], json!({"matchLabels": {"app": "web"}}));
+        assert_eq!(spec["strategy"]["rollingUpdate"]["maxSurge"], 1);
+        let pod = &spec["template"]["spec"];
+        assert_eq!(
+            pod["volumes"][0],
+            json!({"name": "conf", "configMap": {"name": "settings"}})
+        );
+        let c = &pod["containers"][0];
+        assert_eq!(c["resources"]["limits"]["cpu"], "500m");
+        assert_eq!(c["ports"][0]["containerPort"], 6379);
+        assert_eq!(
+            c["readinessProbe"],
+            json!({"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 5})
+        );
+        // And what is encoded decodes to the same JSON.
+        assert_eq!(decode(&encode_object(&object).unwrap()).unwrap(), object);
+    }
+
     #[test]
     fn malformed_and_unknown_bodies_are_client_errors() {
         assert_eq!(decode(b"nope").unwrap_err().code(), 400);
         assert_eq!(decode(b"k8s\0\xff\xff").unwrap_err().code(), 400);
         assert_eq!(
-            decode(&envelope("apps/v1", "Deployment", vec![]))
+            decode(&envelope("apps/v1", "Widget", vec![]))
                 .unwrap_err()
                 .code(),
             415

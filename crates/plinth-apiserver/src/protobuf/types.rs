@@ -8,7 +8,8 @@ use super::encode::Shape::{
 };
 use super::encode::{Field, many, one};
 
-const OWNER_REFERENCE: &[Field] = &[
+/// `metav1.OwnerReference`.
+pub(crate) const OWNER_REFERENCE: &[Field] = &[
     one("kind", 1, Str),
     one("name", 3, Str),
     one("uid", 4, Str),
@@ -101,7 +102,7 @@ const LABEL_SELECTOR_REQUIREMENT: &[Field] = &[
 ];
 
 /// `metav1.LabelSelector`.
-const LABEL_SELECTOR: &[Field] = &[
+pub(crate) const LABEL_SELECTOR: &[Field] = &[
     one("matchLabels", 1, StringMap),
     many("matchExpressions", 2, Message(LABEL_SELECTOR_REQUIREMENT)),
 ];
@@ -681,8 +682,34 @@ static CRD: [Field; 3] = [
     one("status", 3, Message(CRD_STATUS)),
 ];
 
+/// `metav1.Condition`.
+pub(crate) const CONDITION: &[Field] = &[
+    one("type", 1, Str),
+    one("status", 2, Str),
+    one("observedGeneration", 3, I64),
+    one("lastTransitionTime", 4, Time),
+    one("reason", 5, Str),
+    one("message", 6, Str),
+];
+
+/// `metav1.DeleteOptions` (an Eviction's).
+pub(crate) const DELETE_OPTIONS: &[Field] = &[
+    one("gracePeriodSeconds", 1, I64),
+    one(
+        "preconditions",
+        2,
+        Message(&[one("uid", 1, Str), one("resourceVersion", 2, Str)]),
+    ),
+    one("orphanDependents", 3, Bool),
+    one("propagationPolicy", 4, Str),
+    many("dryRun", 5, Str),
+];
+
 /// The message of the built-in type `kind` of `apiVersion`, if it has one.
 pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Field]> {
+    if let Some(fields) = super::generated::message_of(api_version, kind) {
+        return Some(fields);
+    }
     Some(match (api_version, kind) {
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Secret") => SECRET,

@@ -1,5 +1,5 @@
-//! The `/scale` subresource of custom resources that declare one: the autoscaling/v1 Scale
-//! view, and writes of its replicas back into the object.
+//! The `/scale` subresource of custom resources that declare one and of the built-in
+//! workloads: the autoscaling/v1 Scale view, and writes of its replicas back into the object.
 
 use plinth_core::{ApiError, Cause};
 use serde_json::{Value, json};
@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::codec::{current_rv, parse_rv, rv_of};
 use super::patch::apply_patch;
 use super::{Part, Patch, Registry, WriteOptions};
-use crate::resources::ResourceDef;
+use crate::resources::{ResourceDef, ScaleSelector};
 
 /// A write of the Scale.
 #[derive(Debug)]
@@ -115,12 +115,14 @@ fn to_scale(def: &ResourceDef, object: &Value) -> Result<Value, ApiError> {
     }
     let mut status =
         json!({"replicas": at(&paths.status_replicas).and_then(Value::as_i64).unwrap_or(0)});
-    if let Some(selector) = paths
-        .label_selector
-        .as_ref()
-        .and_then(|p| at(p))
-        .and_then(Value::as_str)
-    {
+    let selector = match &paths.label_selector {
+        Some(ScaleSelector::Text(path)) => at(path).and_then(Value::as_str).map(str::to_owned),
+        Some(ScaleSelector::Object(path)) => at(path)
+            .and_then(|s| plinth_core::selector::LabelSelector::from_object(s).ok())
+            .map(|s| s.to_string()),
+        None => None,
+    };
+    if let Some(selector) = selector {
         status["selector"] = json!(selector);
     }
     Ok(json!({

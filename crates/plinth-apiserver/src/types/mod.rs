@@ -7,6 +7,7 @@
 pub mod admissionregistration;
 pub mod apiextensions;
 pub mod apiregistration;
+pub mod apps;
 pub mod authentication;
 pub mod authorization;
 pub mod certificates;
@@ -39,6 +40,11 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::persistentvolume::volumes(),
         self::core::persistentvolume::claims(),
         storage::storageclass::resource(),
+        apps::deployment::resource(),
+        apps::replicaset::resource(),
+        apps::statefulset::resource(),
+        apps::daemonset::resource(),
+        apps::controllerrevision::resource(),
         discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),

@@ -10,7 +10,7 @@ use plinth_core::meta::{human_duration, parse_time};
 use serde_json::{Value, json};
 
 use super::crd::text;
-use crate::resources::{CellFn, Column, NameRule, ResourceDef, Scale};
+use crate::resources::{CellFn, Column, NameRule, ResourceDef, Scale, ScaleSelector};
 use crate::schema::Findings;
 use crate::strategy::Strategy;
 
@@ -111,7 +111,7 @@ fn scale(version: &Value) -> Option<Scale> {
     Some(Scale {
         spec_replicas: fields("/specReplicasPath")?,
         status_replicas: fields("/statusReplicasPath")?,
-        label_selector: fields("/labelSelectorPath"),
+        label_selector: fields("/labelSelectorPath").map(ScaleSelector::Text),
     })
 }
 

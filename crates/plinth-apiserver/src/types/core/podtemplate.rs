@@ -38,9 +38,18 @@ pub fn resource() -> ResourceDef {
         .strategy(PodTemplates)
 }
 
-fn names(template: &Value, key: &str) -> String {
+fn names(object: &Value, key: &str) -> String {
+    container_list(&object["template"], key)
+}
+
+fn labels(object: &Value) -> String {
+    format_labels(object.pointer("/template/metadata/labels"))
+}
+
+/// The `key` (`name`, `image`) of each container of a pod template, comma-separated.
+pub(crate) fn container_list(template: &Value, key: &str) -> String {
     template
-        .pointer("/template/spec/containers")
+        .pointer("/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -49,9 +58,9 @@ fn names(template: &Value, key: &str) -> String {
         .join(",")
 }
 
-fn labels(template: &Value) -> String {
-    let shown: Vec<String> = template
-        .pointer("/template/metadata/labels")
+/// `labels.FormatLabels`: `k=v,…`, `<none>` when there are none.
+pub(crate) fn format_labels(labels: Option<&Value>) -> String {
+    let shown: Vec<String> = labels
         .and_then(Value::as_object)
         .into_iter()
         .flatten()

@@ -1,0 +1,1007 @@
+//! The Deployment controller (kube-controller-manager's `deployment`): a Deployment owns
+//! ReplicaSets, one per template it has had (named `<deployment>-<pod-template-hash>`); the
+//! one matching its template is the new one. A RollingUpdate scales the new one up by at
+//! most `maxSurge` above `replicas` and the old ones down while at least `replicas -
+//! maxUnavailable` pods stay available; a Recreate scales the old ones to zero, waits for
+//! their pods to go, then scales the new one up. Replica changes mid-rollout are shared out
+//! in proportion; `paused` stops the rollout but not scaling; revisions are recorded in
+//! `deployment.kubernetes.io/revision` (what `kubectl rollout history|undo` read) and old
+//! ReplicaSets beyond `revisionHistoryLimit` are deleted. The status carries kube's
+//! `Available` and `Progressing` conditions, `ProgressDeadlineExceeded` included.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_apiserver::types::apps::scaled;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::informer::{Change, Informer, Queue, key_of};
+use crate::workload::{
+    EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, uid, write_status,
+};
+
+const MANAGER: &str = "deployment-controller";
+const REVISION: &str = "deployment.kubernetes.io/revision";
+const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
+const MAX: &str = "deployment.kubernetes.io/max-replicas";
+const HASH: &str = "pod-template-hash";
+/// Annotations of the Deployment not copied to its ReplicaSets.
+const NOT_COPIED: &[&str] = &[
+    "kubectl.kubernetes.io/last-applied-configuration",
+    REVISION,
+    "deployment.kubernetes.io/revision-history",
+    DESIRED,
+    MAX,
+    "deprecated.deployment.rollback.to",
+];
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_deployment_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    let queue = Queue::default();
+    let deployments = {
+        let queue = queue.clone();
+        Informer::start(
+            &registry,
+            ("apps", "deployments"),
+            stopping.clone(),
+            move |c| {
+                if let Some(o) = c.new.or(c.old) {
+                    queue.add(key_of(o));
+                }
+            },
+        )
+    };
+    let sets = {
+        let (queue, deployments) = (queue.clone(), deployments.clone());
+        Informer::start(
+            &registry,
+            ("apps", "replicasets"),
+            stopping.clone(),
+            move |c| {
+                owner_changed(&queue, &deployments, &c);
+            },
+        )
+    };
+    // Pods matter to Recreate, which waits for the old ones to go.
+    let pods = {
+        let (queue, sets) = (queue.clone(), sets.clone());
+        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+            for pod in [c.new, c.old].into_iter().flatten() {
+                let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
+                let set = controller_of(pod)
+                    .filter(|o| o["kind"] == "ReplicaSet")
+                    .and_then(|o| o["name"].as_str())
+                    .and_then(|name| sets.get(&format!("{namespace}/{name}")));
+                if let Some(owner) = set.as_deref().and_then(controller_of)
+                    && owner["kind"] == "Deployment"
+                    && let Some(name) = owner["name"].as_str()
+                {
+                    queue.add(format!("{namespace}/{name}"));
+                }
+            }
+        })
+    };
+    tokio::spawn(run(registry, deployments, sets, pods, queue, stopping));
+}
+
+/// Queues the Deployment controlling a changed ReplicaSet, or for an orphan each one that
+/// could adopt it.
+fn owner_changed(queue: &Queue, deployments: &Informer, change: &Change<'_>) {
+    for set in [change.new, change.old].into_iter().flatten() {
+        let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
+        match controller_of(set) {
+            Some(owner) if owner["kind"] == "Deployment" => {
+                if let Some(name) = owner["name"].as_str() {
+                    queue.add(format!("{namespace}/{name}"));
+                }
+            }
+            Some(_) => {}
+            None => {
+                let labels = plinth_core::meta::labels(set);
+                for d in deployments.in_namespace(namespace) {
+                    if crate::workload::selector(&d).is_some_and(|s| s.matches(&labels)) {
+                        queue.add(key_of(&d));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn run(
+    registry: Registry,
+    deployments: Informer,
+    sets: Informer,
+    pods: Informer,
+    queue: Queue,
+    mut stopping: watch::Receiver<bool>,
+) {
+    deployments.synced().await;
+    sets.synced().await;
+    pods.synced().await;
+    while let Some(key) = queue.next(&mut stopping).await {
+        let Some(deployment) = deployments.get(&key) else {
+            continue;
+        };
+        let context = Context {
+            registry: &registry,
+            sets: &sets,
+            pods: &pods,
+            deployment: &deployment,
+        };
+        if let Some(wait) = context.sync().await {
+            queue.add_after(key, wait);
+        }
+    }
+}
+
+struct Context<'a> {
+    registry: &'a Registry,
+    sets: &'a Informer,
+    pods: &'a Informer,
+    deployment: &'a Value,
+}
+
+fn int(object: &Value, pointer: &str) -> i64 {
+    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn replicas_of(set: &Value) -> i64 {
+    int(set, "/spec/replicas")
+}
+
+fn revision_of(set: &Value) -> i64 {
+    set.pointer("/metadata/annotations")
+        .and_then(|a| a.get(REVISION))
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn name_of(object: &Value) -> &str {
+    plinth_core::meta::name(object).unwrap_or("")
+}
+
+/// The template without its `pod-template-hash` label (kube's `EqualIgnoreHash`).
+fn without_hash(template: &Value) -> Value {
+    let mut template = template.clone();
+    if let Some(labels) = template
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.remove(HASH);
+        if labels.is_empty()
+            && let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.remove("labels");
+        }
+    }
+    normalized(template)
+}
+
+/// A template as compared: empty metadata maps and a null creation time dropped.
+fn normalized(mut template: Value) -> Value {
+    if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(Map::is_empty)));
+    }
+    template
+}
+
+/// kube's pod-template-hash: FNV-1a (32 bits) of the template (and the collision count),
+/// its decimal digits mapped onto the "safe" alphabet.
+pub fn template_hash(template: &Value, collisions: Option<i64>) -> String {
+    let mut text = serde_json::to_string(&normalized(template.clone())).unwrap_or_default();
+    if let Some(n) = collisions {
+        text.push_str(&n.to_string());
+    }
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in text.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    hash.to_string()
+        .bytes()
+        .map(|b| char::from(SAFE[usize::from(b) % SAFE.len()]))
+        .collect()
+}
+
+impl Context<'_> {
+    fn spec(&self, pointer: &str) -> Option<&Value> {
+        self.deployment.pointer(pointer)
+    }
+
+    fn replicas(&self) -> i64 {
+        self.spec("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+    }
+
+    /// `maxSurge` and `maxUnavailable` resolved against `replicas` (kube's
+    /// `ResolveFenceposts`: both zero makes `maxUnavailable` one).
+    fn fenceposts(&self) -> (i64, i64) {
+        if self.spec("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate") {
+            return (0, self.replicas());
+        }
+        let rolling = self.spec("/spec/strategy/rollingUpdate");
+        let field = |f: &str| {
+            rolling
+                .and_then(|r| r.get(f))
+                .cloned()
+                .unwrap_or(json!("25%"))
+        };
+        let replicas = self.replicas();
+        let surge = scaled(&field("maxSurge"), replicas, true).unwrap_or(0);
+        let unavailable = scaled(&field("maxUnavailable"), replicas, false).unwrap_or(0);
+        if surge == 0 && unavailable == 0 {
+            (0, 1)
+        } else {
+            (surge, unavailable)
+        }
+    }
+
+    async fn sync(&self) -> Option<Duration> {
+        let controller = controller_ref(self.deployment, "apps/v1", "Deployment");
+        let mut sets = claim(
+            self.registry,
+            self.sets,
+            ("apps", "replicasets"),
+            self.deployment,
+            &controller,
+            MANAGER,
+        )
+        .await;
+        if deleting(self.deployment) {
+            return self.update_status(&sets, None).await;
+        }
+        let template = self
+            .spec("/spec/template")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let wanted = normalized(template);
+        let mut newest = sets
+            .iter()
+            .find(|s| {
+                s.pointer("/spec/template")
+                    .is_some_and(|t| without_hash(t) == wanted)
+            })
+            .cloned();
+        let paused = self.spec("/spec/paused") == Some(&json!(true));
+        // A change of `replicas` alone is a scaling event, rollout or not.
+        if self.scale(&sets, newest.as_deref()).await {
+            return None;
+        }
+        if paused {
+            return self.update_status(&sets, newest.as_deref()).await;
+        }
+        let recreate = self.spec("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
+        match &newest {
+            Some(new) => {
+                if let Some(updated) = self.keep_revision(new, &sets).await {
+                    newest = Some(Arc::new(updated));
+                    sets = self.owned_sets();
+                }
+            }
+            None => {
+                let old_running = sets.iter().any(|s| replicas_of(s) > 0);
+                if recreate && (old_running || self.old_pods_running(&sets)) {
+                    // Old pods first go.
+                } else {
+                    match self.create_new(&sets, recreate).await {
+                        Some(created) => {
+                            sets = self.owned_sets();
+                            newest = sets.iter().find(|s| uid(s) == uid(&created)).cloned();
+                        }
+                        None => return Some(Duration::from_secs(5)),
+                    }
+                }
+            }
+        }
+        let changed = if recreate {
+            self.rollout_recreate(&sets, newest.as_deref()).await
+        } else {
+            self.rollout_rolling(&sets, newest.as_deref()).await
+        };
+        if changed {
+            return None;
+        }
+        self.cleanup(&sets, newest.as_deref()).await;
+        self.update_status(&sets, newest.as_deref()).await
+    }
+
+    /// The ReplicaSets this Deployment controls, as the cache has them now.
+    fn owned_sets(&self) -> Vec<Arc<Value>> {
+        let namespace = plinth_core::meta::namespace(self.deployment).unwrap_or("default");
+        let owner = uid(self.deployment);
+        self.sets
+            .in_namespace(namespace)
+            .into_iter()
+            .filter(|s| controller_of(s).is_some_and(|c| c["uid"] == owner))
+            .collect()
+    }
+
+    fn old_pods_running(&self, sets: &[Arc<Value>]) -> bool {
+        let namespace = plinth_core::meta::namespace(self.deployment).unwrap_or("default");
+        let uids: Vec<&str> = sets.iter().map(|s| uid(s)).collect();
+        self.pods.in_namespace(namespace).iter().any(|p| {
+            let phase = p.pointer("/status/phase").and_then(Value::as_str);
+            !matches!(phase, Some("Succeeded" | "Failed"))
+                && controller_of(p)
+                    .and_then(|c| c["uid"].as_str())
+                    .is_some_and(|u| uids.contains(&u))
+        })
+    }
+
+    /// The next revision: one more than any ReplicaSet's.
+    fn next_revision(&self, sets: &[Arc<Value>], except: Option<&Value>) -> i64 {
+        sets.iter()
+            .filter(|s| except.is_none_or(|e| uid(s) != uid(e)))
+            .map(|s| revision_of(s))
+            .max()
+            .unwrap_or(0)
+            + 1
+    }
+
+    /// Gives a ReplicaSet that became the new one again (a rollback) the next revision, and
+    /// the Deployment its revision; the ReplicaSet as written when it changed.
+    async fn keep_revision(&self, new: &Value, sets: &[Arc<Value>]) -> Option<Value> {
+        let older_max = self.next_revision(sets, Some(new)) - 1;
+        let revision = if revision_of(new) > older_max {
+            revision_of(new)
+        } else {
+            older_max + 1
+        };
+        self.set_deployment_revision(revision).await;
+        if revision == revision_of(new) {
+            return None;
+        }
+        self.modify_set(new, |set| {
+            set["metadata"]["annotations"][REVISION] = json!(revision.to_string());
+        })
+        .await
+    }
+
+    async fn set_deployment_revision(&self, revision: i64) {
+        let Some(def) = self.registry.resources.get("apps", "v1", "deployments") else {
+            return;
+        };
+        let text = revision.to_string();
+        let _ = self
+            .registry
+            .modify(
+                &def,
+                plinth_core::meta::namespace(self.deployment),
+                name_of(self.deployment),
+                Part::Main,
+                &WriteOptions::internal(MANAGER),
+                |d| {
+                    if d.pointer("/metadata/annotations")
+                        .and_then(|a| a.get(REVISION))
+                        .and_then(Value::as_str)
+                        == Some(text.as_str())
+                    {
+                        return Ok(false);
+                    }
+                    if !d["metadata"]["annotations"].is_object() {
+                        d["metadata"]["annotations"] = json!({});
+                    }
+                    d["metadata"]["annotations"][REVISION] = json!(text);
+                    Ok(true)
+                },
+            )
+            .await;
+    }
+
+    /// Creates the ReplicaSet of the current template; `None` if that failed.
+    async fn create_new(&self, sets: &[Arc<Value>], recreate: bool) -> Option<Value> {
+        let def = self.registry.resources.get("apps", "v1", "replicasets")?;
+        let collisions = self.spec("/status/collisionCount").and_then(Value::as_i64);
+        let mut template = self.spec("/spec/template").cloned().unwrap_or(json!({}));
+        let hash = template_hash(&template, collisions);
+        template["metadata"]["labels"][HASH] = json!(hash);
+        let mut selector = self.spec("/spec/selector").cloned().unwrap_or(json!({}));
+        selector["matchLabels"][HASH] = json!(hash);
+        let revision = self.next_revision(sets, None);
+        let (surge, _) = self.fenceposts();
+        let replicas = if recreate {
+            self.replicas()
+        } else {
+            self.new_replicas(sets, None)
+        };
+        let mut annotations: Map<String, Value> = self
+            .spec("/metadata/annotations")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !NOT_COPIED.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        annotations.insert(REVISION.into(), json!(revision.to_string()));
+        annotations.insert(DESIRED.into(), json!(self.replicas().to_string()));
+        annotations.insert(MAX.into(), json!((self.replicas() + surge).to_string()));
+        let name = format!("{}-{hash}", name_of(self.deployment));
+        let set = json!({
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": plinth_core::meta::namespace(self.deployment),
+                "labels": template["metadata"]["labels"],
+                "annotations": annotations,
+                "ownerReferences": [controller_ref(self.deployment, "apps/v1", "Deployment")],
+            },
+            "spec": {
+                "replicas": replicas,
+                "minReadySeconds": int(self.deployment, "/spec/minReadySeconds"),
+                "selector": selector,
+                "template": template,
+            },
+        });
+        let namespace = plinth_core::meta::namespace(self.deployment);
+        match self
+            .registry
+            .create(&def, namespace, set, &WriteOptions::internal(MANAGER))
+            .await
+        {
+            Ok(written) => {
+                let key = key_of(&written.object);
+                self.sets
+                    .wait_until(EXPECTATION_TIMEOUT, |s| s.get(&key).is_some())
+                    .await;
+                self.set_deployment_revision(revision).await;
+                if replicas > 0 {
+                    self.event(&format!(
+                        "Scaled up replica set {name} from 0 to {replicas}"
+                    ))
+                    .await;
+                }
+                self.set_progressing(
+                    "NewReplicaSetCreated",
+                    &format!("Created new replica set \"{name}\""),
+                )
+                .await;
+                Some(written.object)
+            }
+            Err(e) => {
+                tracing::warn!(deployment = %key_of(self.deployment), error = %e.message, "replica set not created");
+                if e.reason == plinth_core::StatusReason::AlreadyExists {
+                    self.bump_collisions().await;
+                }
+                None
+            }
+        }
+    }
+
+    async fn bump_collisions(&self) {
+        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        status["collisionCount"] = json!(int(self.deployment, "/status/collisionCount") + 1);
+        write_status(
+            self.registry,
+            ("apps", "deployments"),
+            self.deployment,
+            status,
+            MANAGER,
+        )
+        .await;
+    }
+
+    /// kube's `NewRSNewReplicas` for a rolling update.
+    fn new_replicas(&self, sets: &[Arc<Value>], new: Option<&Value>) -> i64 {
+        let (surge, _) = self.fenceposts();
+        let current: i64 = sets.iter().map(|s| replicas_of(s)).sum();
+        let new_now = new.map_or(0, replicas_of);
+        let room = self.replicas() + surge - current;
+        if room <= 0 {
+            return new_now;
+        }
+        new_now + room.min((self.replicas() - new_now).max(0))
+    }
+
+    /// Scales `set` to `replicas` (with the Deployment's size annotations); whether it did.
+    async fn scale_set(&self, set: &Value, replicas: i64) -> bool {
+        let (surge, _) = self.fenceposts();
+        let desired = self.replicas().to_string();
+        let max = (self.replicas() + surge).to_string();
+        let before = replicas_of(set);
+        let annotated = |s: &Value, key: &str, value: &str| {
+            s.pointer("/metadata/annotations")
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                == Some(value)
+        };
+        if before == replicas && annotated(set, DESIRED, &desired) && annotated(set, MAX, &max) {
+            return false;
+        }
+        let written = self
+            .modify_set(set, |s| {
+                s["spec"]["replicas"] = json!(replicas);
+                s["metadata"]["annotations"][DESIRED] = json!(desired);
+                s["metadata"]["annotations"][MAX] = json!(max);
+            })
+            .await;
+        if written.is_some() && before != replicas {
+            let direction = if replicas > before { "up" } else { "down" };
+            self.event(&format!(
+                "Scaled {direction} replica set {} from {before} to {replicas}",
+                name_of(set)
+            ))
+            .await;
+        }
+        written.is_some() && before != replicas
+    }
+
+    async fn modify_set(&self, set: &Value, change: impl Fn(&mut Value) + Sync) -> Option<Value> {
+        let def = self.registry.resources.get("apps", "v1", "replicasets")?;
+        let written = self
+            .registry
+            .modify(
+                &def,
+                plinth_core::meta::namespace(set),
+                name_of(set),
+                Part::Main,
+                &WriteOptions::internal(MANAGER),
+                |current| {
+                    let before = current.clone();
+                    if !current["metadata"]["annotations"].is_object() {
+                        current["metadata"]["annotations"] = json!({});
+                    }
+                    change(current);
+                    Ok(*current != before)
+                },
+            )
+            .await
+            .ok()??;
+        let (key, rv) = (
+            key_of(&written.object),
+            plinth_core::meta::meta_str(&written.object, "resourceVersion").map(str::to_owned),
+        );
+        self.sets
+            .wait_until(EXPECTATION_TIMEOUT, |s| {
+                s.get(&key).is_some_and(|o| {
+                    plinth_core::meta::meta_str(&o, "resourceVersion").map(str::to_owned) == rv
+                })
+            })
+            .await;
+        Some(written.object)
+    }
+
+    /// A change of `spec.replicas`: the active ReplicaSets are sized to the new count — the
+    /// only active one (or the new one) to `replicas`, several in proportion to their size
+    /// (kube's `scale`). Whether anything was scaled.
+    async fn scale(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+        let desired = self.replicas().to_string();
+        let active: Vec<&Arc<Value>> = sets.iter().filter(|s| replicas_of(s) > 0).collect();
+        let scaling = active.iter().any(|s| {
+            s.pointer("/metadata/annotations")
+                .and_then(|a| a.get(DESIRED))
+                .and_then(Value::as_str)
+                .is_some_and(|d| d != desired)
+        });
+        match active.as_slice() {
+            [] => match new {
+                Some(new)
+                    if self.spec("/spec/paused") == Some(&json!(true)) || new_only(sets, new) =>
+                {
+                    self.scale_set(new, self.replicas()).await
+                }
+                _ => false,
+            },
+            [only] => {
+                let is_new = new.is_some_and(|n| uid(n) == uid(only));
+                if (is_new || new.is_none()) && replicas_of(only) != self.replicas() {
+                    self.scale_set(only, self.replicas()).await
+                } else {
+                    false
+                }
+            }
+            many if scaling => {
+                let (surge, _) = self.fenceposts();
+                let allowed = self.replicas() + surge;
+                let total: i64 = many.iter().map(|s| replicas_of(s)).sum();
+                let delta = allowed - total;
+                if delta == 0 {
+                    return false;
+                }
+                // Shares by size, largest first; the rest to the largest (the new set on
+                // the way up, kube's leftover rule).
+                let mut ordered: Vec<&Arc<Value>> = many.to_vec();
+                ordered.sort_by_key(|s| -replicas_of(s));
+                let mut given = 0;
+                let mut targets: Vec<(Arc<Value>, i64)> = Vec::new();
+                for s in &ordered {
+                    let share = delta * replicas_of(s) / total.max(1);
+                    given += share;
+                    targets.push(((*s).clone(), replicas_of(s) + share));
+                }
+                if let Some(first) = targets.first_mut() {
+                    first.1 = (first.1 + delta - given).max(0);
+                }
+                let mut any = false;
+                for (set, replicas) in targets {
+                    any |= self.scale_set(&set, replicas.max(0)).await;
+                }
+                any
+            }
+            _ => false,
+        }
+    }
+
+    /// One step of a rolling update; whether anything was scaled.
+    async fn rollout_rolling(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+        let Some(new) = new else { return false };
+        let target = self.new_replicas(sets, Some(new));
+        if target != replicas_of(new) {
+            return self.scale_set(new, target).await;
+        }
+        let mut old: Vec<&Arc<Value>> = sets.iter().filter(|s| uid(s) != uid(new)).collect();
+        if old.iter().all(|s| replicas_of(s) == 0) {
+            return false;
+        }
+        old.sort_by_key(|s| plinth_core::meta::meta_str(s, "creationTimestamp").map(str::to_owned));
+        let (_, unavailable) = self.fenceposts();
+        let min_available = self.replicas() - unavailable;
+        let all: i64 = sets.iter().map(|s| replicas_of(s)).sum();
+        let new_unavailable = replicas_of(new) - int(new, "/status/availableReplicas");
+        let mut room = all - min_available - new_unavailable;
+        if room <= 0 {
+            return false;
+        }
+        let mut changed = false;
+        // Unhealthy old replicas go first: they do not count towards availability.
+        let mut sizes: Vec<i64> = old.iter().map(|s| replicas_of(s)).collect();
+        for (i, set) in old.iter().enumerate() {
+            if room <= 0 {
+                break;
+            }
+            let unhealthy = sizes[i] - int(set, "/status/availableReplicas");
+            if unhealthy > 0 {
+                let down = unhealthy.min(room);
+                sizes[i] -= down;
+                room -= down;
+            }
+        }
+        let available: i64 = sets
+            .iter()
+            .map(|s| int(s, "/status/availableReplicas"))
+            .sum();
+        let mut total_down = (available - min_available).max(0);
+        for (i, _) in old.iter().enumerate() {
+            if total_down <= 0 {
+                break;
+            }
+            let down = sizes[i].min(total_down);
+            sizes[i] -= down;
+            total_down -= down;
+        }
+        for (set, size) in old.iter().zip(sizes) {
+            if size != replicas_of(set) {
+                changed |= self.scale_set(set, size).await;
+            }
+        }
+        changed
+    }
+
+    /// Recreate: the old ReplicaSets to zero, then — once their pods are gone — the new
+    /// one to `replicas`; whether anything was scaled.
+    async fn rollout_recreate(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+        let mut changed = false;
+        for set in sets {
+            if new.is_none_or(|n| uid(n) != uid(set)) && replicas_of(set) > 0 {
+                changed |= self.scale_set(set, 0).await;
+            }
+        }
+        if changed {
+            return true;
+        }
+        let old: Vec<Arc<Value>> = sets
+            .iter()
+            .filter(|s| new.is_none_or(|n| uid(n) != uid(s)))
+            .cloned()
+            .collect();
+        if self.old_pods_running(&old) {
+            return false;
+        }
+        match new {
+            Some(new) if replicas_of(new) != self.replicas() => {
+                self.scale_set(new, self.replicas()).await
+            }
+            _ => false,
+        }
+    }
+
+    /// Deletes the oldest empty old ReplicaSets beyond `revisionHistoryLimit`.
+    async fn cleanup(&self, sets: &[Arc<Value>], new: Option<&Value>) {
+        let limit = self
+            .spec("/spec/revisionHistoryLimit")
+            .and_then(Value::as_i64)
+            .unwrap_or(10);
+        let mut old: Vec<&Arc<Value>> = sets
+            .iter()
+            .filter(|s| new.is_none_or(|n| uid(n) != uid(s)) && !deleting(s))
+            .collect();
+        let excess = i64::try_from(old.len()).unwrap_or(0) - limit;
+        if excess <= 0 {
+            return;
+        }
+        old.sort_by_key(|s| revision_of(s));
+        let Some(def) = self.registry.resources.get("apps", "v1", "replicasets") else {
+            return;
+        };
+        for set in old
+            .into_iter()
+            .filter(|s| replicas_of(s) == 0 && int(s, "/status/replicas") == 0)
+            .take(usize::try_from(excess).unwrap_or(0))
+        {
+            let _ = self
+                .registry
+                .delete(
+                    &def,
+                    plinth_core::meta::namespace(set),
+                    name_of(set),
+                    &DeleteOptions::default(),
+                )
+                .await;
+        }
+    }
+
+    async fn event(&self, message: &str) {
+        crate::events::record(
+            self.registry,
+            self.deployment,
+            "Normal",
+            "ScalingReplicaSet",
+            message,
+            MANAGER,
+        )
+        .await;
+    }
+
+    /// Sets the `Progressing` condition (true) with `reason` and `message` right away.
+    async fn set_progressing(&self, reason: &str, message: &str) {
+        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+        set_condition(
+            &mut status,
+            "Progressing",
+            "True",
+            reason,
+            message,
+            &now,
+            false,
+        );
+        let Some(def) = self.registry.resources.get("apps", "v1", "deployments") else {
+            return;
+        };
+        let _ = self
+            .registry
+            .modify(
+                &def,
+                plinth_core::meta::namespace(self.deployment),
+                name_of(self.deployment),
+                Part::Status,
+                &WriteOptions::internal(MANAGER),
+                |d| {
+                    let mut current = d.get("status").cloned().unwrap_or(json!({}));
+                    current["conditions"] = status["conditions"].clone();
+                    if d.get("status") == Some(&current) {
+                        return Ok(false);
+                    }
+                    d["status"] = current;
+                    Ok(true)
+                },
+            )
+            .await;
+    }
+
+    /// Counts, conditions and observedGeneration; when to look again (a progress deadline
+    /// or a paused check).
+    async fn update_status(&self, sets: &[Arc<Value>], new: Option<&Value>) -> Option<Duration> {
+        let sum = |pointer: &str| -> i64 { sets.iter().map(|s| int(s, pointer)).sum() };
+        let replicas = sum("/status/replicas");
+        let available = sum("/status/availableReplicas");
+        let updated = new.map_or(0, |n| int(n, "/status/replicas"));
+        let desired = self.replicas();
+        let (_, max_unavailable) = self.fenceposts();
+        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        let old = status.clone();
+        status["observedGeneration"] = self
+            .spec("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        status["replicas"] = json!(replicas);
+        status["updatedReplicas"] = json!(updated);
+        status["readyReplicas"] = json!(sum("/status/readyReplicas"));
+        status["availableReplicas"] = json!(available);
+        let total: i64 = sets.iter().map(|s| replicas_of(s)).sum();
+        status["unavailableReplicas"] = json!((total - available).max(0));
+        for field in [
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "unavailableReplicas",
+        ] {
+            if status[field] == 0
+                && let Some(map) = status.as_object_mut()
+            {
+                map.remove(field);
+            }
+        }
+        let now_secs = plinth_apiserver::registry::now();
+        let now = plinth_core::meta::format_time(now_secs);
+        if available >= desired - max_unavailable {
+            set_condition(
+                &mut status,
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+                &now,
+                false,
+            );
+        } else {
+            set_condition(
+                &mut status,
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+                &now,
+                false,
+            );
+        }
+        let new_name = new.map(name_of).unwrap_or("");
+        let paused = self.spec("/spec/paused") == Some(&json!(true));
+        let deadline = self
+            .spec("/spec/progressDeadlineSeconds")
+            .and_then(Value::as_i64);
+        let mut wait = None;
+        let progressing = condition(&status, "Progressing");
+        let reason = progressing.and_then(|c| c["reason"].as_str()).unwrap_or("");
+        if paused {
+            if reason != "DeploymentPaused" {
+                set_condition(
+                    &mut status,
+                    "Progressing",
+                    "Unknown",
+                    "DeploymentPaused",
+                    "Deployment is paused",
+                    &now,
+                    false,
+                );
+            }
+        } else if reason == "DeploymentPaused" {
+            set_condition(
+                &mut status,
+                "Progressing",
+                "Unknown",
+                "DeploymentResumed",
+                "Deployment is resumed",
+                &now,
+                false,
+            );
+        } else if new.is_some() {
+            let complete = updated == desired
+                && replicas == desired
+                && available == desired
+                && new.is_some_and(|n| int(n, "/status/replicas") == desired);
+            if complete {
+                set_condition(
+                    &mut status,
+                    "Progressing",
+                    "True",
+                    "NewReplicaSetAvailable",
+                    &format!("ReplicaSet \"{new_name}\" has successfully progressed."),
+                    &now,
+                    false,
+                );
+            } else {
+                let moved = ["updatedReplicas", "readyReplicas", "availableReplicas"]
+                    .iter()
+                    .any(|f| status[*f].as_i64().unwrap_or(0) > old[*f].as_i64().unwrap_or(0))
+                    || status["replicas"].as_i64().unwrap_or(0)
+                        < old["replicas"].as_i64().unwrap_or(0);
+                if moved || reason.is_empty() || reason == "NewReplicaSetAvailable" {
+                    set_condition(
+                        &mut status,
+                        "Progressing",
+                        "True",
+                        "ReplicaSetUpdated",
+                        &format!("ReplicaSet \"{new_name}\" is progressing."),
+                        &now,
+                        true,
+                    );
+                } else if let Some(deadline) = deadline
+                    && reason != "ProgressDeadlineExceeded"
+                {
+                    let since = condition(&status, "Progressing")
+                        .and_then(|c| c["lastUpdateTime"].as_str())
+                        .and_then(plinth_core::meta::parse_time)
+                        .unwrap_or(now_secs);
+                    if since + deadline <= now_secs {
+                        set_condition(
+                            &mut status,
+                            "Progressing",
+                            "False",
+                            "ProgressDeadlineExceeded",
+                            &format!("ReplicaSet \"{new_name}\" has timed out progressing."),
+                            &now,
+                            true,
+                        );
+                    } else {
+                        wait = Some(Duration::from_secs(
+                            u64::try_from(since + deadline - now_secs).unwrap_or(1) + 1,
+                        ));
+                    }
+                }
+            }
+        }
+        write_status(
+            self.registry,
+            ("apps", "deployments"),
+            self.deployment,
+            status,
+            MANAGER,
+        )
+        .await;
+        wait
+    }
+}
+
+/// Whether `new` is the only ReplicaSet with replicas or pods (a scale of a settled
+/// Deployment whose sets are all at zero).
+fn new_only(sets: &[Arc<Value>], new: &Value) -> bool {
+    sets.iter()
+        .all(|s| uid(s) == uid(new) || (replicas_of(s) == 0 && int(s, "/status/replicas") == 0))
+}
+
+fn condition<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// Sets a Deployment condition: `lastTransitionTime` changes only with the status,
+/// `lastUpdateTime` with any change — and, when `touch`, even without one (progress made).
+fn set_condition(
+    status: &mut Value,
+    kind: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+    now: &str,
+    touch: bool,
+) {
+    if !status["conditions"].is_array() {
+        status["conditions"] = json!([]);
+    }
+    let Some(conditions) = status["conditions"].as_array_mut() else {
+        return;
+    };
+    match conditions.iter_mut().find(|c| c["type"] == kind) {
+        Some(c) => {
+            let same = c["status"] == value && c["reason"] == reason && c["message"] == message;
+            if same && !touch {
+                return;
+            }
+            if c["status"] != value {
+                c["lastTransitionTime"] = json!(now);
+            }
+            c["status"] = json!(value);
+            c["reason"] = json!(reason);
+            c["message"] = json!(message);
+            c["lastUpdateTime"] = json!(now);
+        }
+        None => conditions.push(json!({
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastUpdateTime": now,
+            "lastTransitionTime": now,
+        })),
+    }
+}

@@ -1,0 +1,305 @@
+//! The ReplicaSet controller (kube-controller-manager's `replicaset`): each ReplicaSet has
+//! `spec.replicas` active pods matching its selector — orphans adopted, strays released,
+//! missing pods created from the template, extra ones deleted in kube's order (unscheduled,
+//! then pending, not ready, recently ready, most restarted, newest first) — and a status
+//! counting its replicas, the ready and the available ones.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::{DeleteOptions, Registry, WriteOptions};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::informer::{Change, Informer, Queue, key_of};
+use crate::workload::{
+    EXPECTATION_TIMEOUT, PodName, active, available, claim, controller_of, controller_ref,
+    deleting, next_available, pod_from_template, ready, ready_since, write_status,
+};
+
+const MANAGER: &str = "replicaset-controller";
+
+/// At most this many pods are created or deleted in one pass (kube's `burstReplicas`).
+const BURST: usize = 500;
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_replicaset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    let queue = Queue::default();
+    let sets = {
+        let queue = queue.clone();
+        Informer::start(
+            &registry,
+            ("apps", "replicasets"),
+            stopping.clone(),
+            move |c| {
+                if let Some(o) = c.new.or(c.old) {
+                    queue.add(key_of(o));
+                }
+            },
+        )
+    };
+    let pods = {
+        let queue = queue.clone();
+        let sets = sets.clone();
+        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+            pod_changed(&queue, &sets, &c);
+        })
+    };
+    tokio::spawn(run(registry, sets, pods, queue, stopping));
+}
+
+/// Queues the ReplicaSet that controls the pod, or, for an orphan, every one that could
+/// adopt it.
+fn pod_changed(queue: &Queue, sets: &Informer, change: &Change<'_>) {
+    for pod in [change.new, change.old].into_iter().flatten() {
+        let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
+        match controller_of(pod) {
+            Some(owner) if owner["kind"] == "ReplicaSet" => {
+                if let Some(name) = owner["name"].as_str() {
+                    queue.add(format!("{namespace}/{name}"));
+                }
+            }
+            Some(_) => {}
+            None => {
+                let labels = plinth_core::meta::labels(pod);
+                for set in sets.in_namespace(namespace) {
+                    if crate::workload::selector(&set).is_some_and(|s| s.matches(&labels)) {
+                        queue.add(key_of(&set));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn run(
+    registry: Registry,
+    sets: Informer,
+    pods: Informer,
+    queue: Queue,
+    mut stopping: watch::Receiver<bool>,
+) {
+    sets.synced().await;
+    pods.synced().await;
+    while let Some(key) = queue.next(&mut stopping).await {
+        let Some(set) = sets.get(&key) else { continue };
+        if let Some(wait) = sync(&registry, &pods, &set).await {
+            queue.add_after(key, wait);
+        }
+    }
+}
+
+/// One pass over a ReplicaSet; when to look again, if a pod's availability is due.
+async fn sync(registry: &Registry, pods: &Informer, set: &Value) -> Option<Duration> {
+    let controller = controller_ref(set, "apps/v1", "ReplicaSet");
+    let owned: Vec<Arc<Value>> = claim(registry, pods, ("", "pods"), set, &controller, MANAGER)
+        .await
+        .into_iter()
+        .filter(|p| active(p))
+        .collect();
+    let wanted = set
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let wanted = usize::try_from(wanted).unwrap_or(0);
+    let mut failure = None;
+    if !deleting(set) {
+        failure = if owned.len() < wanted {
+            create_pods(registry, pods, set, &controller, wanted - owned.len()).await
+        } else if owned.len() > wanted {
+            delete_pods(registry, pods, set, &owned, owned.len() - wanted).await;
+            None
+        } else {
+            None
+        };
+    }
+    // The status counts what the cache shows now (the pass's own writes included).
+    let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
+    let set_uid = crate::workload::uid(set);
+    let current: Vec<Arc<Value>> = pods
+        .in_namespace(namespace)
+        .into_iter()
+        .filter(|p| active(p) && controller_of(p).is_some_and(|c| c["uid"] == set_uid))
+        .collect();
+    let min_ready = set
+        .pointer("/spec/minReadySeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let now = plinth_apiserver::registry::now();
+    let template_labels = crate::workload::labels_of_template(set);
+    let count = |f: &dyn Fn(&Value) -> bool| current.iter().filter(|p| f(p)).count();
+    let mut status = json!({
+        "replicas": current.len(),
+        "fullyLabeledReplicas": count(&|p| {
+            let labels = plinth_core::meta::labels(p);
+            template_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        }),
+        "readyReplicas": count(&|p| ready(p)),
+        "availableReplicas": count(&|p| available(p, min_ready, now)),
+        "observedGeneration": set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+    });
+    let terminating = pods
+        .in_namespace(namespace)
+        .iter()
+        .filter(|p| deleting(p) && controller_of(p).is_some_and(|c| c["uid"] == set_uid))
+        .count();
+    if terminating > 0 {
+        status["terminatingReplicas"] = json!(terminating);
+    }
+    if let Some(message) = failure {
+        status["conditions"] = json!([{
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": message,
+            "lastTransitionTime": plinth_core::meta::format_time(now),
+        }]);
+    }
+    write_status(registry, ("apps", "replicasets"), set, status, MANAGER).await;
+    if min_ready > 0 {
+        let ready_pods: Vec<Arc<Value>> = current.into_iter().filter(|p| ready(p)).collect();
+        return next_available(&ready_pods, min_ready, now)
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+    }
+    None
+}
+
+/// Creates `missing` pods (at most [`BURST`]); the first failure's message.
+async fn create_pods(
+    registry: &Registry,
+    pods: &Informer,
+    set: &Value,
+    controller: &Value,
+    missing: usize,
+) -> Option<String> {
+    let def = registry.resources.get("", "v1", "pods")?;
+    let name = plinth_core::meta::name(set).unwrap_or("");
+    let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
+    let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let prefix = format!("{name}-");
+    let mut created = Vec::new();
+    for _ in 0..missing.min(BURST) {
+        let pod = pod_from_template(&template, set, controller, PodName::Generated(&prefix));
+        match registry
+            .create(&def, Some(namespace), pod, &WriteOptions::internal(MANAGER))
+            .await
+        {
+            Ok(written) => {
+                let pod_name = plinth_core::meta::name(&written.object)
+                    .unwrap_or("")
+                    .to_owned();
+                crate::events::record(
+                    registry,
+                    set,
+                    "Normal",
+                    "SuccessfulCreate",
+                    &format!("Created pod: {pod_name}"),
+                    MANAGER,
+                )
+                .await;
+                created.push(format!("{namespace}/{pod_name}"));
+            }
+            Err(e) => {
+                let message = e.message;
+                crate::events::record(
+                    registry,
+                    set,
+                    "Warning",
+                    "FailedCreate",
+                    &format!("Error creating: {message}"),
+                    MANAGER,
+                )
+                .await;
+                pods.wait_until(EXPECTATION_TIMEOUT, |p| {
+                    created.iter().all(|k| p.get(k).is_some())
+                })
+                .await;
+                return Some(message);
+            }
+        }
+    }
+    // Expectations: the next pass starts from a cache that holds these pods.
+    pods.wait_until(EXPECTATION_TIMEOUT, |p| {
+        created.iter().all(|k| p.get(k).is_some())
+    })
+    .await;
+    None
+}
+
+/// Deletes `extra` of `owned`, the least useful first.
+async fn delete_pods(
+    registry: &Registry,
+    pods: &Informer,
+    set: &Value,
+    owned: &[Arc<Value>],
+    extra: usize,
+) {
+    let Some(def) = registry.resources.get("", "v1", "pods") else {
+        return;
+    };
+    let mut ranked: Vec<&Arc<Value>> = owned.iter().collect();
+    ranked.sort_by_key(|p| deletion_rank(p));
+    let mut deleted = Vec::new();
+    for pod in ranked.into_iter().take(extra.min(BURST)) {
+        let name = plinth_core::meta::name(pod).unwrap_or("");
+        let namespace = plinth_core::meta::namespace(pod);
+        match registry
+            .delete(&def, namespace, name, &DeleteOptions::default())
+            .await
+        {
+            Ok(_) => {
+                crate::events::record(
+                    registry,
+                    set,
+                    "Normal",
+                    "SuccessfulDelete",
+                    &format!("Deleted pod: {name}"),
+                    MANAGER,
+                )
+                .await;
+                deleted.push(key_of(pod));
+            }
+            Err(e) => tracing::debug!(pod = %name, error = %e.message, "pod not deleted"),
+        }
+    }
+    pods.wait_until(EXPECTATION_TIMEOUT, |p| {
+        deleted
+            .iter()
+            .all(|k| p.get(k).is_none_or(|pod| deleting(&pod)))
+    })
+    .await;
+}
+
+/// kube's `ActivePods` order, the pod to delete first sorting first: unscheduled before
+/// scheduled, pending before unknown before running, not ready before ready, ready more
+/// recently before longer, more restarts before fewer, newer before older.
+fn deletion_rank(pod: &Value) -> (bool, u8, bool, i64, i64, i64) {
+    let scheduled = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = match pod.pointer("/status/phase").and_then(Value::as_str) {
+        Some("Pending") => 0,
+        Some("Running") => 2,
+        _ => 1,
+    };
+    let ready_at = ready_since(pod);
+    let restarts: i64 = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["restartCount"].as_i64())
+        .sum();
+    let created = plinth_core::meta::meta_str(pod, "creationTimestamp")
+        .and_then(plinth_core::meta::parse_time)
+        .unwrap_or(0);
+    (
+        scheduled,
+        phase,
+        ready_at.is_some(),
+        -ready_at.unwrap_or(0),
+        -restarts,
+        -created,
+    )
+}

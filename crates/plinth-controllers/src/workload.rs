@@ -1,0 +1,284 @@
+//! What the controllers that own pods share (kube-controller-manager's `controller_utils`
+//! and `ControllerRefManager`): controller references, a pod's readiness and availability,
+//! pods made from a template, and claiming — adopting the orphans a selector matches,
+//! releasing the owned pods it no longer matches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::{Part, Registry, WriteOptions};
+use plinth_core::selector::LabelSelector;
+use serde_json::{Value, json};
+
+use crate::informer::{Informer, key_of};
+
+/// How long a controller waits for its cache to show its own write.
+pub(crate) const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The controller reference of `object` (its owner reference with `controller: true`).
+pub(crate) fn controller_of(object: &Value) -> Option<&Value> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|o| o["controller"] == true)
+}
+
+/// A controller reference to `owner` of `api_version`/`kind`.
+pub(crate) fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": plinth_core::meta::name(owner),
+        "uid": plinth_core::meta::meta_str(owner, "uid"),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// `metadata.uid`.
+pub(crate) fn uid(object: &Value) -> &str {
+    plinth_core::meta::meta_str(object, "uid").unwrap_or("")
+}
+
+/// Whether `object` is being deleted.
+pub(crate) fn deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// kube's `IsPodActive`: not finished and not being deleted.
+pub(crate) fn active(pod: &Value) -> bool {
+    let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+    !matches!(phase, Some("Succeeded" | "Failed")) && !deleting(pod)
+}
+
+/// The pod's `Ready` condition, if true: when it became true.
+pub(crate) fn ready_since(pod: &Value) -> Option<i64> {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+        .map(|c| {
+            c["lastTransitionTime"]
+                .as_str()
+                .and_then(plinth_core::meta::parse_time)
+                .unwrap_or(0)
+        })
+}
+
+/// Whether the pod is ready.
+pub(crate) fn ready(pod: &Value) -> bool {
+    ready_since(pod).is_some()
+}
+
+/// kube's `IsPodAvailable`: ready for at least `min_ready` seconds at `now`.
+pub(crate) fn available(pod: &Value, min_ready: i64, now: i64) -> bool {
+    ready_since(pod).is_some_and(|since| min_ready == 0 || since + min_ready <= now)
+}
+
+/// The seconds until the first ready pod of `pods` becomes available (to look again then).
+pub(crate) fn next_available(pods: &[Arc<Value>], min_ready: i64, now: i64) -> Option<i64> {
+    pods.iter()
+        .filter_map(|p| ready_since(p))
+        .map(|since| since + min_ready - now)
+        .filter(|wait| *wait > 0)
+        .min()
+}
+
+/// The workload's selector (`None` when absent or invalid: then it selects nothing).
+pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
+    let selector = workload.pointer("/spec/selector")?;
+    LabelSelector::from_object(selector)
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+/// The labels of a workload's pod template.
+pub(crate) fn labels_of_template(workload: &Value) -> std::collections::BTreeMap<String, String> {
+    workload
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+/// A pod for `owner` from its template: `generateName` (or `name`), the template's labels
+/// and annotations, a controller reference, the template's spec.
+pub(crate) fn pod_from_template(
+    template: &Value,
+    owner: &Value,
+    controller: &Value,
+    name: PodName<'_>,
+) -> Value {
+    let mut metadata = json!({
+        "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+        "ownerReferences": [controller],
+    });
+    if let Some(annotations) = template.pointer("/metadata/annotations") {
+        metadata["annotations"] = annotations.clone();
+    }
+    if let Some(finalizers) = template.pointer("/metadata/finalizers") {
+        metadata["finalizers"] = finalizers.clone();
+    }
+    match name {
+        PodName::Generated(prefix) => metadata["generateName"] = json!(prefix),
+    }
+    if let Some(ns) = plinth_core::meta::namespace(owner) {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": template.get("spec").cloned().unwrap_or(json!({})),
+    })
+}
+
+/// How a new pod is named.
+pub(crate) enum PodName<'a> {
+    /// `generateName`.
+    Generated(&'a str),
+}
+
+/// The objects of `resource` (pods, ReplicaSets) in `owner`'s namespace that it controls,
+/// after adopting the orphans its selector matches and releasing those it no longer matches
+/// (kube's `ClaimPods`/`ClaimReplicaSets`); a workload being deleted adopts and releases
+/// nothing.
+pub(crate) async fn claim(
+    registry: &Registry,
+    objects: &Informer,
+    resource: (&str, &str),
+    owner: &Value,
+    controller: &Value,
+    manager: &str,
+) -> Vec<Arc<Value>> {
+    let namespace = plinth_core::meta::namespace(owner).unwrap_or("default");
+    let owner_uid = uid(owner);
+    let select = selector(owner);
+    let matches = |pod: &Value| {
+        select
+            .as_ref()
+            .is_some_and(|s| s.matches(&plinth_core::meta::labels(pod)))
+    };
+    let mut owned = Vec::new();
+    for pod in objects.in_namespace(namespace) {
+        match controller_of(&pod) {
+            Some(c) if c["uid"] == owner_uid => {
+                if matches(&pod) || deleting(owner) {
+                    owned.push(pod);
+                } else {
+                    set_owner(registry, resource, &pod, owner_uid, None, manager).await;
+                }
+            }
+            Some(_) => {}
+            None if matches(&pod) && !deleting(owner) && !deleting(&pod) => {
+                if let Some(adopted) = set_owner(
+                    registry,
+                    resource,
+                    &pod,
+                    owner_uid,
+                    Some(controller),
+                    manager,
+                )
+                .await
+                {
+                    owned.push(Arc::new(adopted));
+                }
+            }
+            None => {}
+        }
+    }
+    owned
+}
+
+/// Adds `controller` to the object's owner references (adoption), or removes the reference
+/// to `owner_uid` (release); the object as written.
+async fn set_owner(
+    registry: &Registry,
+    (group, plural): (&str, &str),
+    pod: &Value,
+    owner_uid: &str,
+    controller: Option<&Value>,
+    manager: &str,
+) -> Option<Value> {
+    let def = registry.resources.get(group, "v1", plural)?;
+    let name = plinth_core::meta::name(pod)?;
+    let written = registry
+        .modify(
+            &def,
+            plinth_core::meta::namespace(pod),
+            name,
+            Part::Main,
+            &WriteOptions::internal(manager),
+            |current| {
+                let refs = current["metadata"]["ownerReferences"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let mut kept: Vec<Value> = refs
+                    .iter()
+                    .filter(|r| r["uid"] != owner_uid)
+                    .cloned()
+                    .collect();
+                match controller {
+                    Some(c) if refs.iter().all(|r| r["controller"] != true) => kept.push(c.clone()),
+                    Some(_) => return Ok(false),
+                    None if kept.len() == refs.len() => return Ok(false),
+                    None => {}
+                }
+                current["metadata"]["ownerReferences"] = json!(kept);
+                Ok(true)
+            },
+        )
+        .await;
+    match written {
+        Ok(Some(w)) => Some(w.object),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(pod = %key_of(pod), error = %e.message, "owner reference not changed");
+            None
+        }
+    }
+}
+
+/// Writes `status` as the workload's status (`/status`) unless it already is.
+pub(crate) async fn write_status(
+    registry: &Registry,
+    resource: (&str, &str),
+    workload: &Value,
+    status: Value,
+    manager: &str,
+) {
+    if workload.get("status") == Some(&status) {
+        return;
+    }
+    let Some(def) = registry.resources.get(resource.0, "v1", resource.1) else {
+        return;
+    };
+    let Some(name) = plinth_core::meta::name(workload) else {
+        return;
+    };
+    let result = registry
+        .modify(
+            &def,
+            plinth_core::meta::namespace(workload),
+            name,
+            Part::Status,
+            &WriteOptions::internal(manager),
+            |current| {
+                if current.get("status") == Some(&status) {
+                    return Ok(false);
+                }
+                current["status"] = status.clone();
+                Ok(true)
+            },
+        )
+        .await;
+    if let Err(e) = result {
+        tracing::debug!(workload = %key_of(workload), error = %e.message, "status not written");
+    }
+}

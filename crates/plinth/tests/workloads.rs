@@ -1,0 +1,478 @@
+//! The workload controllers end to end through kubectl against `plinth serve` with its node
+//! agent: Deployments of real `redis-server` pods rolling from one configuration to another
+//! without dropping below `replicas - maxUnavailable` ready pods (sampled), `kubectl rollout
+//! status|history|undo|pause|resume|restart`, `scale`, `set image`, Recreate, revision
+//! history; ReplicaSets adopting and releasing pods and taking them along when deleted; and
+//! bad workloads refused with kube's messages, nothing stored.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::{Backend, Plinth};
+use serde_json::Value;
+
+fn with_node(name: &str) -> Plinth {
+    let plinth = Plinth::start_with(Backend::Embedded, &["--node-name", name]);
+    plinth.eventually("the node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", name, "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    plinth
+}
+
+/// A Deployment of `redis-server` pods with `maxmemory` set to `memory`, ready through a
+/// tcpSocket probe.
+fn redis_deployment(memory: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: cache}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: cache}}}}
+  strategy: {{rollingUpdate: {{maxUnavailable: 1, maxSurge: 1}}}}
+  template:
+    metadata: {{labels: {{app: cache}}}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: redis
+        image: redis:7
+        args: [--bind, $(POD_IP), --maxmemory, {memory}]
+        env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
+        readinessProbe: {{tcpSocket: {{port: 6379}}, periodSeconds: 1}}
+"#
+    )
+}
+
+/// Pods of `app`: (ready and not being deleted, all).
+fn ready_pods(plinth: &Plinth, app: &str) -> (usize, usize) {
+    let out = plinth.kubectl_output(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]);
+    let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+        return (usize::MAX, 0);
+    };
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    let ready = items
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count();
+    (ready, items.len())
+}
+
+/// Samples the ready pods of `app` until stopped; the fewest seen.
+fn sample_ready(plinth: &Plinth, app: &str, stop: &AtomicBool) -> usize {
+    let mut fewest = usize::MAX;
+    while !stop.load(Ordering::SeqCst) {
+        let (ready, _) = ready_pods(plinth, app);
+        fewest = fewest.min(ready);
+    }
+    fewest
+}
+
+/// Whether, until stopped, pods of `app` from two templates were ever running at once.
+fn two_templates_running(plinth: &Plinth, app: &str, stop: &AtomicBool) -> bool {
+    let mut seen = false;
+    while !stop.load(Ordering::SeqCst) {
+        let out =
+            plinth.kubectl_output(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]);
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        let hashes: std::collections::BTreeSet<String> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .filter_map(|p| {
+                p["metadata"]["labels"]["pod-template-hash"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        seen |= hashes.len() > 1;
+    }
+    seen
+}
+
+fn rollout_status(plinth: &Plinth, what: &str) -> String {
+    plinth.kubectl(&["rollout", "status", what, "--timeout=180s"])
+}
+
+/// The ReplicaSets of `app`: (name, replicas, first container's args or image).
+fn replica_sets(plinth: &Plinth, app: &str) -> Vec<(String, i64, String)> {
+    let list = plinth.json(&["get", "rs", "-l", &format!("app={app}")]);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rs| {
+            let container = &rs["spec"]["template"]["spec"]["containers"][0];
+            (
+                rs["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                rs["spec"]["replicas"].as_i64().unwrap_or(-1),
+                format!("{} {}", container["image"], container["args"]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_deployment_rolls_without_dropping_below_its_availability_and_rolls_back() {
+    let plinth = with_node("node-w");
+    plinth.kubectl_with(&["apply", "-f", "-"], &redis_deployment("10mb"));
+    rollout_status(&plinth, "deploy/cache");
+    let first = replica_sets(&plinth, "cache");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1, 3);
+    // Every pod answers at its own address.
+    let pods = plinth.json(&["get", "pods", "-l", "app=cache"]);
+    for pod in pods["items"].as_array().unwrap() {
+        let ip = pod["status"]["podIP"].as_str().unwrap();
+        let answer = std::process::Command::new("redis-cli")
+            .args(["-h", ip, "config", "get", "maxmemory"])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&answer.stdout).contains("10485760"),
+            "{ip}: {answer:?}"
+        );
+    }
+
+    // Roll to another configuration while sampling readiness: with maxUnavailable 1 of 3,
+    // at least 2 pods are ready at every sample.
+    let stop = AtomicBool::new(false);
+    let fewest = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| sample_ready(&plinth, "cache", &stop));
+        plinth.kubectl_with(&["apply", "-f", "-"], &redis_deployment("20mb"));
+        let status = rollout_status(&plinth, "deploy/cache");
+        assert!(status.contains("successfully rolled out"), "{status}");
+        stop.store(true, Ordering::SeqCst);
+        sampler.join().unwrap()
+    });
+    assert!(
+        fewest >= 2 && fewest != usize::MAX,
+        "fewest ready pods seen: {fewest}"
+    );
+
+    let sets = replica_sets(&plinth, "cache");
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    let new = sets.iter().find(|s| s.2.contains("20mb")).unwrap();
+    let old = sets.iter().find(|s| s.2.contains("10mb")).unwrap();
+    assert_eq!((new.1, old.1), (3, 0), "{sets:?}");
+    let deployment = plinth.json(&["get", "deploy", "cache"]);
+    assert_eq!(
+        deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "2"
+    );
+    let conditions = deployment["status"]["conditions"].as_array().unwrap();
+    let progressing = conditions
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap();
+    assert_eq!(progressing["reason"], "NewReplicaSetAvailable");
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Available" && c["status"] == "True")
+    );
+    let history = plinth.kubectl(&["rollout", "history", "deploy/cache"]);
+    assert!(
+        history.contains("1 ") && history.contains("2 "),
+        "{history}"
+    );
+
+    // rollout undo: back to the first ReplicaSet, now revision 3.
+    plinth.kubectl(&["rollout", "undo", "deploy/cache"]);
+    rollout_status(&plinth, "deploy/cache");
+    let sets = replica_sets(&plinth, "cache");
+    assert_eq!(sets.len(), 2, "no third ReplicaSet: {sets:?}");
+    let back = sets.iter().find(|s| s.0 == old.0).unwrap();
+    assert_eq!(back.1, 3, "{sets:?}");
+    let rs = plinth.json(&["get", "rs", &old.0]);
+    assert_eq!(
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+
+    // scale, and the events kubectl describe shows.
+    plinth.kubectl(&["scale", "deploy/cache", "--replicas=4"]);
+    plinth.eventually("four ready pods", || ready_pods(&plinth, "cache").0 == 4);
+    let described = plinth.kubectl(&["describe", "deploy", "cache"]);
+    assert!(
+        described.contains(&format!("Scaled up replica set {} from 3 to 4", old.0)),
+        "{described}"
+    );
+    let all = plinth.kubectl(&["get", "all"]);
+    for kind in ["deployment.apps/cache", "replicaset.apps/", "pod/cache-"] {
+        assert!(all.contains(kind), "{kind} in {all}");
+    }
+    // Deleting the Deployment takes its ReplicaSets and pods along.
+    plinth.kubectl(&["delete", "deploy", "cache"]);
+    plinth.eventually("the pods are gone", || ready_pods(&plinth, "cache").1 == 0);
+    assert!(replica_sets(&plinth, "cache").is_empty());
+}
+
+#[test]
+fn pause_resume_restart_recreate_and_revision_history_behave_as_kubes() {
+    let plinth = with_node("node-r");
+    plinth.kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox:1.36",
+        "--replicas=2",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    rollout_status(&plinth, "deploy/web");
+    plinth.kubectl(&["rollout", "pause", "deploy/web"]);
+    plinth.kubectl(&["set", "image", "deploy/web", "busybox=busybox:1.37"]);
+    plinth.eventually("the pause is reported", || {
+        let d = plinth.json(&["get", "deploy", "web"]);
+        d["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["reason"] == "DeploymentPaused")
+    });
+    assert_eq!(replica_sets(&plinth, "web").len(), 1, "paused: no rollout");
+    // Scaling still works while paused.
+    plinth.kubectl(&["scale", "deploy/web", "--replicas=3"]);
+    plinth.eventually("three pods", || ready_pods(&plinth, "web").0 == 3);
+    plinth.kubectl(&["rollout", "resume", "deploy/web"]);
+    rollout_status(&plinth, "deploy/web");
+    let sets = replica_sets(&plinth, "web");
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    assert!(
+        sets.iter()
+            .any(|s| s.1 == 3 && s.2.contains("busybox:1.37")),
+        "{sets:?}"
+    );
+
+    // restart: a new template (an annotation), so a new ReplicaSet.
+    plinth.kubectl(&["rollout", "restart", "deploy/web"]);
+    rollout_status(&plinth, "deploy/web");
+    let d = plinth.json(&["get", "deploy", "web"]);
+    assert!(
+        d["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+            .is_string()
+    );
+    assert_eq!(replica_sets(&plinth, "web").len(), 3);
+
+    // revisionHistoryLimit 1: one old ReplicaSet is kept; and Recreate stops every old pod
+    // before a new one starts.
+    plinth.kubectl(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"revisionHistoryLimit":1,"strategy":{"type":"Recreate","rollingUpdate":null}}}"#,
+    ]);
+    plinth.eventually("old ReplicaSets beyond the limit go", || {
+        replica_sets(&plinth, "web").len() == 2
+    });
+    let stop = AtomicBool::new(false);
+    let mixed = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| two_templates_running(&plinth, "web", &stop));
+        plinth.kubectl(&["set", "image", "deploy/web", "busybox=busybox:1.36.1"]);
+        rollout_status(&plinth, "deploy/web");
+        stop.store(true, Ordering::SeqCst);
+        watcher.join().unwrap()
+    });
+    assert!(!mixed, "Recreate never runs old and new pods together");
+    let sets = replica_sets(&plinth, "web");
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    assert!(
+        sets.iter().any(|s| s.1 == 3 && s.2.contains("1.36.1")),
+        "{sets:?}"
+    );
+}
+
+#[test]
+fn replica_sets_adopt_release_and_take_their_pods_along() {
+    let plinth = with_node("node-s");
+    plinth.kubectl(&[
+        "run",
+        "stray",
+        "--image=busybox:1.36",
+        "--labels=app=herd",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: herd}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: herd}}
+  template:
+    metadata: {labels: {app: herd}}
+    spec:
+      containers: [{name: main, image: "busybox:1.36", command: [sleep, "3600"]}]
+"#,
+    );
+    plinth.eventually("two ready pods, the stray adopted", || {
+        ready_pods(&plinth, "herd") == (2, 2)
+    });
+    let stray = plinth.json(&["get", "pod", "stray"]);
+    assert_eq!(
+        stray["metadata"]["ownerReferences"][0]["kind"],
+        "ReplicaSet"
+    );
+    assert_eq!(stray["metadata"]["ownerReferences"][0]["controller"], true);
+    // Relabelled, it is released and replaced.
+    plinth.kubectl(&["label", "pod", "stray", "app=loose", "--overwrite"]);
+    plinth.eventually("a replacement", || ready_pods(&plinth, "herd") == (2, 2));
+    plinth.eventually("the stray released", || {
+        plinth.json(&["get", "pod", "stray"])["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    });
+    let rs = plinth.json(&["get", "rs", "herd"]);
+    assert_eq!(rs["status"]["replicas"], 2);
+    assert_eq!(rs["status"]["readyReplicas"], 2);
+    assert_eq!(rs["status"]["availableReplicas"], 2);
+    let table = plinth.kubectl(&["get", "rs", "herd"]);
+    assert!(table.contains("DESIRED   CURRENT   READY"), "{table}");
+    // kubectl scale through /scale.
+    plinth.kubectl(&["scale", "rs", "herd", "--replicas=1"]);
+    plinth.eventually("one pod", || ready_pods(&plinth, "herd").1 == 1);
+    plinth.kubectl(&["delete", "rs", "herd"]);
+    plinth.eventually("its pods go with it", || ready_pods(&plinth, "herd").1 == 0);
+    // The released pod stays.
+    plinth.kubectl(&["get", "pod", "stray"]);
+}
+
+#[test]
+fn bad_workloads_are_refused_with_kubes_messages_and_nothing_is_stored() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let deployment = |spec: &str| {
+        format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: bad}}\nspec:\n{spec}")
+    };
+    let template = "  template:\n    metadata: {labels: {app: a}}\n    spec: {containers: [{name: c, image: busybox}]}\n";
+    for (spec, expected) in [
+        (
+            format!("  selector: {{matchLabels: {{app: b}}}}\n{template}"),
+            "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"a\"}: `selector` does not match template `labels`",
+        ),
+        (
+            format!("  selector: {{}}\n{template}"),
+            "spec.selector: Invalid value: &LabelSelector{MatchLabels:map[string]string{},MatchExpressions:[]LabelSelectorRequirement{},}: empty selector is invalid for deployment",
+        ),
+        (template.to_owned(), "spec.selector: Required value"),
+        (
+            format!("  replicas: -1\n  selector: {{matchLabels: {{app: a}}}}\n{template}"),
+            "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
+        ),
+        (
+            format!(
+                "  selector: {{matchLabels: {{app: a}}}}\n  strategy: {{rollingUpdate: {{maxSurge: 0, maxUnavailable: 0}}}}\n{template}"
+            ),
+            "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: may not be 0 when `maxSurge` is 0",
+        ),
+        (
+            format!(
+                "  selector: {{matchLabels: {{app: a}}}}\n  strategy: {{rollingUpdate: {{maxUnavailable: 120%}}}}\n{template}"
+            ),
+            "must not be greater than 100%",
+        ),
+        (
+            format!(
+                "  selector: {{matchLabels: {{app: a}}}}\n  strategy: {{type: Recreate, rollingUpdate: {{maxSurge: 1}}}}\n{template}"
+            ),
+            "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'",
+        ),
+        (
+            format!(
+                "  selector: {{matchLabels: {{app: a}}}}\n  progressDeadlineSeconds: 5\n  minReadySeconds: 10\n{template}"
+            ),
+            "spec.progressDeadlineSeconds: Invalid value: 5: must be greater than minReadySeconds",
+        ),
+        (
+            "  selector: {matchLabels: {app: a}}\n  template:\n    metadata: {labels: {app: a}}\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n".to_owned(),
+            "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+        ),
+        (
+            "  selector: {matchLabels: {app: a}}\n  replicas: many\n".to_owned(),
+            "cannot unmarshal string into Go struct field",
+        ),
+    ] {
+        let out = plinth.kubectl_stdin(&["create", "-f", "-"], &deployment(&spec));
+        assert!(!out.status.success(), "refused: {spec}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
+    let listed = plinth.json(&["get", "deploy"]);
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0));
+
+    // A good one, then changes its selector may not make.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &deployment(&format!(
+            "  selector: {{matchLabels: {{app: a}}}}\n{template}"
+        )),
+    );
+    let before = plinth.json(&["get", "deploy", "bad"]);
+    let out = plinth.kubectl_output(&[
+        "patch",
+        "deploy",
+        "bad",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"selector":{"matchLabels":{"app":"a","x":"y"}},"template":{"metadata":{"labels":{"x":"y"}}}}}"#,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.selector: Invalid value: &LabelSelector{MatchLabels:map[string]string{app: a,x: y,},MatchExpressions:[]LabelSelectorRequirement{},}: field is immutable"), "{stderr}");
+    let out = plinth.kubectl_output(&["scale", "deploy", "bad", "--replicas=-2"]);
+    assert!(!out.status.success());
+    let after = plinth.json(&["get", "deploy", "bad"]);
+    assert_eq!(
+        before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"],
+        "nothing changed"
+    );
+
+    // A StatefulSet's fixed fields, a DaemonSet's strategy, a ControllerRevision's data.
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: s}}\n  podManagementPolicy: Sometimes\n  template:\n    metadata: {labels: {app: s}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.podManagementPolicy: Unsupported value: \"Sometimes\": supported values: \"OrderedReady\", \"Parallel\""), "{stderr}");
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\nspec:\n  selector: {matchLabels: {app: d}}\n  updateStrategy: {type: Sometimes}\n  template:\n    metadata: {labels: {app: d}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spec.updateStrategy.type: Unsupported value: \"Sometimes\""),
+        "{stderr}"
+    );
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: apps/v1\nkind: ControllerRevision\nmetadata: {name: r}\nrevision: 1\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("data: Required value: data is mandatory"),
+        "{stderr}"
+    );
+    for kind in ["sts", "ds", "controllerrevisions"] {
+        let listed = plinth.json(&["get", kind]);
+        assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{kind}");
+    }
+}
