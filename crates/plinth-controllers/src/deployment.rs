@@ -19,7 +19,8 @@ use tokio::sync::watch;
 
 use crate::informer::{Change, Informer, Queue, key_of};
 use crate::workload::{
-    EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, uid, write_status,
+    EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, normalized, template_hash,
+    uid, write_status,
 };
 
 const MANAGER: &str = "deployment-controller";
@@ -179,33 +180,6 @@ fn without_hash(template: &Value) -> Value {
         }
     }
     normalized(template)
-}
-
-/// A template as compared: empty metadata maps and a null creation time dropped.
-fn normalized(mut template: Value) -> Value {
-    if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(Map::is_empty)));
-    }
-    template
-}
-
-/// kube's pod-template-hash: FNV-1a (32 bits) of the template (and the collision count),
-/// its decimal digits mapped onto the "safe" alphabet.
-pub fn template_hash(template: &Value, collisions: Option<i64>) -> String {
-    let mut text = serde_json::to_string(&normalized(template.clone())).unwrap_or_default();
-    if let Some(n) = collisions {
-        text.push_str(&n.to_string());
-    }
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in text.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    hash.to_string()
-        .bytes()
-        .map(|b| char::from(SAFE[usize::from(b) % SAFE.len()]))
-        .collect()
 }
 
 impl Context<'_> {

@@ -1,7 +1,8 @@
 //! Plinth's built-in controllers, run in the server process on its registry: the garbage
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
 //! the resource quota controller, the node IPAM and lifecycle controllers, the scheduler, the
-//! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments).
+//! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments,
+//! StatefulSets).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -20,6 +21,7 @@ pub mod quota;
 pub mod replicaset;
 pub mod rootca;
 pub mod scheduler;
+pub mod statefulset;
 pub mod volumes;
 mod workload;
 
@@ -103,6 +105,7 @@ pub fn spawn_all(
     scheduler::spawn_scheduler(registry.clone(), stopping.clone());
     replicaset::spawn_replicaset_controller(registry.clone(), stopping.clone());
     deployment::spawn_deployment_controller(registry.clone(), stopping.clone());
+    statefulset::spawn_statefulset_controller(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

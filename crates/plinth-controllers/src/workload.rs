@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::selector::LabelSelector;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::informer::{Informer, key_of};
 
@@ -126,6 +126,7 @@ pub(crate) fn pod_from_template(
     }
     match name {
         PodName::Generated(prefix) => metadata["generateName"] = json!(prefix),
+        PodName::Exact(name) => metadata["name"] = json!(name),
     }
     if let Some(ns) = plinth_core::meta::namespace(owner) {
         metadata["namespace"] = json!(ns);
@@ -142,6 +143,8 @@ pub(crate) fn pod_from_template(
 pub(crate) enum PodName<'a> {
     /// `generateName`.
     Generated(&'a str),
+    /// `name`.
+    Exact(&'a str),
 }
 
 /// The objects of `resource` (pods, ReplicaSets) in `owner`'s namespace that it controls,
@@ -281,4 +284,31 @@ pub(crate) async fn write_status(
     if let Err(e) = result {
         tracing::debug!(workload = %key_of(workload), error = %e.message, "status not written");
     }
+}
+
+/// A template as compared: empty metadata maps and a null creation time dropped.
+pub(crate) fn normalized(mut template: Value) -> Value {
+    if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|_, v| !(v.is_null() || v.as_object().is_some_and(Map::is_empty)));
+    }
+    template
+}
+
+/// kube's pod-template-hash: FNV-1a (32 bits) of the template (and the collision count),
+/// its decimal digits mapped onto the "safe" alphabet.
+pub(crate) fn template_hash(template: &Value, collisions: Option<i64>) -> String {
+    let mut text = serde_json::to_string(&normalized(template.clone())).unwrap_or_default();
+    if let Some(n) = collisions {
+        text.push_str(&n.to_string());
+    }
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in text.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    hash.to_string()
+        .bytes()
+        .map(|b| char::from(SAFE[usize::from(b) % SAFE.len()]))
+        .collect()
 }

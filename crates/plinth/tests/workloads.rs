@@ -453,6 +453,19 @@ fn bad_workloads_are_refused_with_kubes_messages_and_nothing_is_stored() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("spec.podManagementPolicy: Unsupported value: \"Sometimes\": supported values: \"OrderedReady\", \"Parallel\""), "{stderr}");
+    let good = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n  serviceName: a\n  selector: {matchLabels: {app: s}}\n  template:\n    metadata: {labels: {app: s}}\n    spec: {containers: [{name: c, image: busybox, volumeMounts: [{name: d, mountPath: /d}]}]}\n  volumeClaimTemplates: [{metadata: {name: d}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Mi}}}}]\n";
+    plinth.kubectl_with(&["create", "-f", "-"], good);
+    let out = plinth.kubectl_output(&[
+        "patch",
+        "sts",
+        "s",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"serviceName":"b"}}"#,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"), "{stderr}");
+    plinth.kubectl(&["delete", "sts", "s"]);
     let out = plinth.kubectl_stdin(
         &["create", "-f", "-"],
         "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\nspec:\n  selector: {matchLabels: {app: d}}\n  updateStrategy: {type: Sometimes}\n  template:\n    metadata: {labels: {app: d}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
@@ -475,4 +488,162 @@ fn bad_workloads_are_refused_with_kubes_messages_and_nothing_is_stored() {
         let listed = plinth.json(&["get", kind]);
         assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{kind}");
     }
+}
+
+/// A StatefulSet of `replicas` busybox pods that append `word` to a log on their claim.
+fn stateful_set(replicas: u32, word: &str, policy: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: db}}
+spec:
+  replicas: {replicas}
+  serviceName: db
+  selector: {{matchLabels: {{app: db}}}}
+  persistentVolumeClaimRetentionPolicy: {policy}
+  template:
+    metadata: {{labels: {{app: db}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: [sh, -c, "hostname > /data/host; echo {word} >> /data/log; sleep 3600"]
+        volumeMounts: [{{name: data, mountPath: /data}}]
+        readinessProbe: {{exec: {{command: [cat, /data/host]}}, periodSeconds: 1}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Mi}}}}}}
+"#
+    )
+}
+
+/// The names of the PVCs of the default namespace.
+fn claims(plinth: &Plinth) -> Vec<String> {
+    let list = plinth.json(&["get", "pvc"]);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Whether, until stopped, a pod of the set was seen before the one below it was ready.
+fn out_of_order(plinth: &Plinth, stop: &AtomicBool) -> Option<String> {
+    while !stop.load(Ordering::SeqCst) {
+        let out = plinth.kubectl_output(&["get", "pods", "-l", "app=db", "-o", "json"]);
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        let pods = list["items"].as_array().cloned().unwrap_or_default();
+        let ready = |name: &str| {
+            pods.iter().any(|p| {
+                p["metadata"]["name"] == name
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        };
+        for pod in &pods {
+            let name = pod["metadata"]["name"].as_str().unwrap_or("");
+            let ordinal: u32 = name.trim_start_matches("db-").parse().unwrap_or(0);
+            if ordinal > 0 && !ready(&format!("db-{}", ordinal - 1)) {
+                return Some(format!("{name} before db-{} was ready", ordinal - 1));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_stateful_set_keeps_names_and_claims_and_goes_in_order() {
+    let plinth = with_node("node-t");
+    let stop = AtomicBool::new(false);
+    let disorder = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| out_of_order(&plinth, &stop));
+        plinth.kubectl_with(&["apply", "-f", "-"], &stateful_set(3, "v1", "{}"));
+        rollout_status(&plinth, "sts/db");
+        stop.store(true, Ordering::SeqCst);
+        watcher.join().unwrap()
+    });
+    assert_eq!(disorder, None, "OrderedReady creates one ordinal at a time");
+    assert_eq!(claims(&plinth), ["data-db-0", "data-db-1", "data-db-2"]);
+    let pod = plinth.json(&["get", "pod", "db-1"]);
+    assert_eq!(pod["spec"]["hostname"], "db-1");
+    assert_eq!(pod["spec"]["subdomain"], "db");
+    assert_eq!(
+        pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"],
+        "db-1"
+    );
+    assert_eq!(
+        plinth
+            .kubectl(&["exec", "db-1", "--", "cat", "/data/host"])
+            .trim(),
+        "db-1"
+    );
+
+    // A deleted pod comes back with its name and its volume.
+    let uid = pod["metadata"]["uid"].clone();
+    plinth.kubectl(&["delete", "pod", "db-1"]);
+    plinth.eventually("db-1 is back and ready", || {
+        let pod = plinth.json(&["get", "pods", "-l", "app=db"]);
+        pod["items"].as_array().into_iter().flatten().any(|p| {
+            p["metadata"]["name"] == "db-1"
+                && p["metadata"]["uid"] != uid
+                && p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    });
+    let log = plinth.kubectl(&["exec", "db-1", "--", "cat", "/data/log"]);
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        ["v1", "v1"],
+        "the data outlived the pod"
+    );
+
+    // A rolling update replaces every pod; the revisions are ControllerRevisions.
+    plinth.kubectl_with(&["apply", "-f", "-"], &stateful_set(3, "v2", "{}"));
+    rollout_status(&plinth, "sts/db");
+    let set = plinth.json(&["get", "sts", "db"]);
+    assert_eq!(
+        set["status"]["currentRevision"],
+        set["status"]["updateRevision"]
+    );
+    assert_eq!(set["status"]["updatedReplicas"], 3);
+    let revisions = plinth.json(&["get", "controllerrevisions"]);
+    assert_eq!(revisions["items"].as_array().map(Vec::len), Some(2));
+    let log = plinth.kubectl(&["exec", "db-0", "--", "cat", "/data/log"]);
+    assert_eq!(log.lines().last(), Some("v2"), "{log}");
+    let history = plinth.kubectl(&["rollout", "history", "sts/db"]);
+    assert!(
+        history.contains("1 ") && history.contains("2 "),
+        "{history}"
+    );
+
+    // Scaling down removes the highest ordinals and keeps their claims (Retain).
+    plinth.kubectl(&["scale", "sts", "db", "--replicas=1"]);
+    plinth.eventually("db-1 and db-2 gone", || ready_pods(&plinth, "db").1 == 1);
+    plinth.kubectl(&["get", "pod", "db-0"]);
+    assert_eq!(claims(&plinth), ["data-db-0", "data-db-1", "data-db-2"]);
+    // With whenScaled and whenDeleted Delete, claims go with their pods and the set.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &stateful_set(2, "v2", "{whenScaled: Delete, whenDeleted: Delete}"),
+    );
+    rollout_status(&plinth, "sts/db");
+    plinth.kubectl(&["scale", "sts", "db", "--replicas=1"]);
+    plinth.eventually("db-1's claim goes with it", || {
+        claims(&plinth) == ["data-db-0", "data-db-2"]
+    });
+    plinth.kubectl(&["delete", "sts", "db"]);
+    plinth.eventually("the set's claims go with it", || {
+        claims(&plinth) == ["data-db-2"]
+    });
 }

@@ -146,7 +146,24 @@ impl Strategy for StatefulSets {
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let spec = &object["spec"];
-        let mut causes = validate_workload(object, "statefulset", true);
+        // The template's mounts may name the claim templates (kube leaves the pod spec
+        // unchecked for that reason; it is checked here with the claims as volumes).
+        let mut with_claims = object.clone();
+        let claims: Vec<Value> = spec["volumeClaimTemplates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.pointer("/metadata/name").cloned())
+            .map(|name| json!({"name": name, "persistentVolumeClaim": {"claimName": name}}))
+            .collect();
+        if let Some(pod) = with_claims.pointer_mut("/spec/template/spec")
+            && !claims.is_empty()
+        {
+            let mut volumes = pod["volumes"].as_array().cloned().unwrap_or_default();
+            volumes.extend(claims);
+            pod["volumes"] = json!(volumes);
+        }
+        let mut causes = validate_workload(&with_claims, "statefulset", true);
         causes.extend(nonnegative(spec, "revisionHistoryLimit", "spec"));
         let policy = spec["podManagementPolicy"]
             .as_str()

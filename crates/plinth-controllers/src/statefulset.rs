@@ -1,0 +1,787 @@
+//! The StatefulSet controller (kube-controller-manager's `statefulset`): pods with stable
+//! names (`<set>-<ordinal>`, from `spec.ordinals.start`), host names and, from
+//! `volumeClaimTemplates`, claims of their own (`<claim>-<set>-<ordinal>`) that outlive
+//! them. OrderedReady creates one ordinal at a time, each after the ones before are running
+//! and ready, and removes from the highest; Parallel does all at once. Templates are recorded
+//! as ControllerRevisions (`<set>-<hash>`, the pods' `controller-revision-hash` label); a
+//! RollingUpdate replaces pods from the highest ordinal down to `partition`, one at a time,
+//! OnDelete only when a pod is deleted. `persistentVolumeClaimRetentionPolicy` decides whether
+//! claims go with the set (`whenDeleted`) or with their scaled-away pod (`whenScaled`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::informer::{Informer, Queue, key_of};
+use crate::workload::{
+    EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, deleting,
+    next_available, pod_from_template, ready, template_hash, uid, write_status,
+};
+
+const MANAGER: &str = "statefulset-controller";
+const REVISION_LABEL: &str = "controller-revision-hash";
+const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_statefulset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    let queue = Queue::default();
+    let sets = {
+        let queue = queue.clone();
+        Informer::start(
+            &registry,
+            ("apps", "statefulsets"),
+            stopping.clone(),
+            move |c| {
+                if let Some(o) = c.new.or(c.old) {
+                    queue.add(key_of(o));
+                }
+            },
+        )
+    };
+    let owned_by = |queue: Queue, sets: Informer| {
+        move |c: crate::informer::Change<'_>| {
+            for object in [c.new, c.old].into_iter().flatten() {
+                let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
+                match controller_of(object) {
+                    Some(owner) if owner["kind"] == "StatefulSet" => {
+                        if let Some(name) = owner["name"].as_str() {
+                            queue.add(format!("{namespace}/{name}"));
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        let labels = plinth_core::meta::labels(object);
+                        for set in sets.in_namespace(namespace) {
+                            if crate::workload::selector(&set).is_some_and(|s| s.matches(&labels)) {
+                                queue.add(key_of(&set));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let pods = Informer::start(
+        &registry,
+        ("", "pods"),
+        stopping.clone(),
+        owned_by(queue.clone(), sets.clone()),
+    );
+    let revisions = Informer::start(
+        &registry,
+        ("apps", "controllerrevisions"),
+        stopping.clone(),
+        owned_by(queue.clone(), sets.clone()),
+    );
+    tokio::spawn(async move {
+        let mut stopping = stopping;
+        sets.synced().await;
+        pods.synced().await;
+        revisions.synced().await;
+        while let Some(key) = queue.next(&mut stopping).await {
+            let Some(set) = sets.get(&key) else { continue };
+            let pass = Pass {
+                registry: &registry,
+                pods: &pods,
+                revisions: &revisions,
+                set: &set,
+            };
+            if let Some(wait) = pass.sync().await {
+                queue.add_after(key, wait);
+            }
+        }
+    });
+}
+
+struct Pass<'a> {
+    registry: &'a Registry,
+    pods: &'a Informer,
+    revisions: &'a Informer,
+    set: &'a Value,
+}
+
+fn int(object: &Value, pointer: &str) -> i64 {
+    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn name_of(object: &Value) -> &str {
+    plinth_core::meta::name(object).unwrap_or("")
+}
+
+fn revision_label(pod: &Value) -> &str {
+    pod.pointer(&format!(
+        "/metadata/labels/{}",
+        REVISION_LABEL.replace('/', "~1")
+    ))
+    .and_then(Value::as_str)
+    .unwrap_or("")
+}
+
+fn running_and_ready(pod: &Value) -> bool {
+    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") && ready(pod)
+}
+
+fn finished(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+impl Pass<'_> {
+    fn namespace(&self) -> &str {
+        plinth_core::meta::namespace(self.set).unwrap_or("default")
+    }
+
+    fn parallel(&self) -> bool {
+        self.set
+            .pointer("/spec/podManagementPolicy")
+            .and_then(Value::as_str)
+            == Some("Parallel")
+    }
+
+    async fn sync(&self) -> Option<Duration> {
+        let controller = controller_ref(self.set, "apps/v1", "StatefulSet");
+        let (current, update) = self.revisions(&controller).await?;
+        let pods = claim(
+            self.registry,
+            self.pods,
+            ("", "pods"),
+            self.set,
+            &controller,
+            MANAGER,
+        )
+        .await;
+        let start = int(self.set, "/spec/ordinals/start");
+        let replicas = self
+            .set
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let prefix = format!("{}-", name_of(self.set));
+        let mut by_ordinal: BTreeMap<i64, Arc<Value>> = BTreeMap::new();
+        for pod in &pods {
+            if let Some(ordinal) = name_of(pod)
+                .strip_prefix(&prefix)
+                .and_then(|n| n.parse().ok())
+            {
+                by_ordinal.insert(ordinal, pod.clone());
+            }
+        }
+        if !deleting(self.set) {
+            self.manage(&by_ordinal, start, replicas, &current, &update, &controller)
+                .await;
+        }
+        self.update_status(&current, &update).await
+    }
+
+    /// Creates, replaces and removes pods; one step for OrderedReady.
+    async fn manage(
+        &self,
+        pods: &BTreeMap<i64, Arc<Value>>,
+        start: i64,
+        replicas: i64,
+        current: &Value,
+        update: &Value,
+        controller: &Value,
+    ) {
+        let wanted = start..start + replicas;
+        let rolling = self
+            .set
+            .pointer("/spec/updateStrategy/type")
+            .and_then(Value::as_str)
+            .unwrap_or("RollingUpdate")
+            == "RollingUpdate";
+        let partition = int(self.set, "/spec/updateStrategy/rollingUpdate/partition");
+        // Missing and finished pods, in order.
+        for ordinal in wanted.clone() {
+            match pods.get(&ordinal) {
+                Some(pod) if finished(pod) && !deleting(pod) => {
+                    self.delete_pod(pod).await;
+                    if !self.parallel() {
+                        return;
+                    }
+                }
+                Some(pod) => {
+                    for template in self.claim_templates() {
+                        let claim = claim_name_of(&template, self.set, ordinal);
+                        self.ensure_claim(&template, &claim, name_of(pod)).await;
+                    }
+                    if !self.parallel() && !running_and_ready(pod) {
+                        return;
+                    }
+                }
+                None => {
+                    let revision = if rolling && ordinal - start < partition {
+                        current
+                    } else {
+                        update
+                    };
+                    self.create_pod(ordinal, revision, controller).await;
+                    if !self.parallel() {
+                        return;
+                    }
+                }
+            }
+        }
+        // Ordinals beyond the wanted ones, the highest first.
+        let condemned: Vec<&Arc<Value>> = pods
+            .iter()
+            .rev()
+            .filter(|(o, _)| !wanted.contains(*o))
+            .map(|(_, p)| p)
+            .collect();
+        for pod in &condemned {
+            if deleting(pod) {
+                if !self.parallel() {
+                    return;
+                }
+                continue;
+            }
+            self.release_claims_with(pod).await;
+            self.delete_pod(pod).await;
+            if !self.parallel() {
+                return;
+            }
+        }
+        if !condemned.is_empty() {
+            return;
+        }
+        // A rolling update: the highest pod from partition up still on an old revision,
+        // once every pod is running and ready.
+        let update_name = name_of(update);
+        if rolling
+            && wanted.clone().all(|o| {
+                pods.get(&o)
+                    .is_some_and(|p| running_and_ready(p) && !deleting(p))
+            })
+            && let Some(pod) = wanted
+                .rev()
+                .filter(|o| o - start >= partition)
+                .filter_map(|o| pods.get(&o))
+                .find(|p| revision_label(p) != update_name)
+        {
+            self.delete_pod(pod).await;
+        }
+    }
+
+    /// The current and update revisions, recording the template as a ControllerRevision
+    /// when it is new.
+    async fn revisions(&self, controller: &Value) -> Option<(Value, Value)> {
+        let owner = uid(self.set);
+        let mut owned: Vec<Arc<Value>> = self
+            .revisions
+            .in_namespace(self.namespace())
+            .into_iter()
+            .filter(|r| controller_of(r).is_some_and(|c| c["uid"] == owner))
+            .collect();
+        owned.sort_by_key(|r| int(r, "/revision"));
+        let template = self
+            .set
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or(json!({}));
+        let data = json!({"spec": {"template": template}});
+        let latest = owned.last().map_or(0, |r| int(r, "/revision"));
+        let update = match owned.iter().find(|r| r.get("data") == Some(&data)) {
+            Some(found) if int(found, "/revision") == latest => (**found).clone(),
+            Some(found) => self.renumber(found, latest + 1).await?,
+            None => {
+                let collisions = self
+                    .set
+                    .pointer("/status/collisionCount")
+                    .and_then(Value::as_i64);
+                let name = format!(
+                    "{}-{}",
+                    name_of(self.set),
+                    template_hash(&template, collisions)
+                );
+                let revision = json!({
+                    "apiVersion": "apps/v1",
+                    "kind": "ControllerRevision",
+                    "metadata": {
+                        "name": name,
+                        "namespace": self.namespace(),
+                        "labels": self.set.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({})),
+                        "ownerReferences": [controller],
+                    },
+                    "data": data,
+                    "revision": latest + 1,
+                });
+                let def = self
+                    .registry
+                    .resources
+                    .get("apps", "v1", "controllerrevisions")?;
+                let written = self
+                    .registry
+                    .create(&def, Some(self.namespace()), revision, &WriteOptions::internal(MANAGER))
+                    .await
+                    .map_err(|e| tracing::warn!(set = %key_of(self.set), error = %e.message, "revision not recorded"))
+                    .ok()?;
+                let key = key_of(&written.object);
+                self.revisions
+                    .wait_until(EXPECTATION_TIMEOUT, |r| r.get(&key).is_some())
+                    .await;
+                written.object
+            }
+        };
+        let current_name = self
+            .set
+            .pointer("/status/currentRevision")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let current = owned
+            .iter()
+            .find(|r| name_of(r) == current_name)
+            .map_or_else(|| update.clone(), |r| (**r).clone());
+        self.trim_history(&owned, &current, &update).await;
+        Some((current, update))
+    }
+
+    async fn renumber(&self, revision: &Value, number: i64) -> Option<Value> {
+        let def = self
+            .registry
+            .resources
+            .get("apps", "v1", "controllerrevisions")?;
+        let written = self
+            .registry
+            .modify(
+                &def,
+                Some(self.namespace()),
+                name_of(revision),
+                Part::Main,
+                &WriteOptions::internal(MANAGER),
+                |r| {
+                    r["revision"] = json!(number);
+                    Ok(true)
+                },
+            )
+            .await
+            .ok()??;
+        Some(written.object)
+    }
+
+    /// Deletes revisions beyond `revisionHistoryLimit` no pod uses (never the current or
+    /// update one).
+    async fn trim_history(&self, owned: &[Arc<Value>], current: &Value, update: &Value) {
+        let limit = self
+            .set
+            .pointer("/spec/revisionHistoryLimit")
+            .and_then(Value::as_i64)
+            .unwrap_or(10);
+        let used: Vec<String> = self
+            .pods
+            .in_namespace(self.namespace())
+            .iter()
+            .filter(|p| controller_of(p).is_some_and(|c| c["uid"] == uid(self.set)))
+            .map(|p| revision_label(p).to_owned())
+            .collect();
+        let spare: Vec<&Arc<Value>> = owned
+            .iter()
+            .filter(|r| {
+                let n = name_of(r);
+                n != name_of(current) && n != name_of(update) && !used.iter().any(|u| u == n)
+            })
+            .collect();
+        let excess = usize::try_from(i64::try_from(spare.len()).unwrap_or(0) - limit).unwrap_or(0);
+        let Some(def) = self
+            .registry
+            .resources
+            .get("apps", "v1", "controllerrevisions")
+        else {
+            return;
+        };
+        for revision in spare.into_iter().take(excess) {
+            let _ = self
+                .registry
+                .delete(
+                    &def,
+                    Some(self.namespace()),
+                    name_of(revision),
+                    &DeleteOptions::default(),
+                )
+                .await;
+        }
+    }
+
+    /// The pod of `ordinal` from `revision`'s template: its name, host name, labels and
+    /// claims.
+    async fn create_pod(&self, ordinal: i64, revision: &Value, controller: &Value) {
+        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
+            return;
+        };
+        let name = format!("{}-{ordinal}", name_of(self.set));
+        let mut template = revision
+            .pointer("/data/spec/template")
+            .cloned()
+            .unwrap_or(json!({}));
+        let labels = &mut template["metadata"]["labels"];
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels[POD_NAME_LABEL] = json!(name);
+        labels[POD_INDEX_LABEL] = json!(ordinal.to_string());
+        labels[REVISION_LABEL] = json!(name_of(revision));
+        let spec = &mut template["spec"];
+        spec["hostname"] = json!(name);
+        if let Some(service) = self
+            .set
+            .pointer("/spec/serviceName")
+            .and_then(Value::as_str)
+            && !service.is_empty()
+        {
+            spec["subdomain"] = json!(service);
+        }
+        for claim in self.claim_templates() {
+            let claim_name = claim_name_of(&claim, self.set, ordinal);
+            self.ensure_claim(&claim, &claim_name, &name).await;
+            let volume = json!({
+                "name": name_of(&claim),
+                "persistentVolumeClaim": {"claimName": claim_name},
+            });
+            let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+            let mut volumes: Vec<Value> = volumes
+                .into_iter()
+                .filter(|v| v["name"] != name_of(&claim))
+                .collect();
+            volumes.push(volume);
+            spec["volumes"] = json!(volumes);
+        }
+        let pod = pod_from_template(&template, self.set, controller, PodName::Exact(&name));
+        match self
+            .registry
+            .create(
+                &def,
+                Some(self.namespace()),
+                pod,
+                &WriteOptions::internal(MANAGER),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.event(
+                    "Normal",
+                    "SuccessfulCreate",
+                    &format!(
+                        "create Pod {name} in StatefulSet {} successful",
+                        name_of(self.set)
+                    ),
+                )
+                .await;
+                let key = format!("{}/{name}", self.namespace());
+                self.pods
+                    .wait_until(EXPECTATION_TIMEOUT, |p| p.get(&key).is_some())
+                    .await;
+            }
+            Err(e) => {
+                self.event(
+                    "Warning",
+                    "FailedCreate",
+                    &format!(
+                        "create Pod {name} in StatefulSet {} failed error: {}",
+                        name_of(self.set),
+                        e.message
+                    ),
+                )
+                .await;
+            }
+        }
+    }
+
+    fn claim_templates(&self) -> Vec<Value> {
+        self.set
+            .pointer("/spec/volumeClaimTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Creates the claim unless it exists; with `whenDeleted: Delete`, owned by the set.
+    async fn ensure_claim(&self, template: &Value, name: &str, pod: &str) {
+        let Some(def) = self
+            .registry
+            .resources
+            .get("", "v1", "persistentvolumeclaims")
+        else {
+            return;
+        };
+        if self
+            .registry
+            .get(&def, Some(self.namespace()), name)
+            .await
+            .is_ok()
+        {
+            self.claim_owner(&def, name).await;
+            return;
+        }
+        let mut labels = template
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        if let Some(selector) = self
+            .set
+            .pointer("/spec/selector/matchLabels")
+            .and_then(Value::as_object)
+        {
+            for (k, v) in selector {
+                labels[k] = v.clone();
+            }
+        }
+        let mut metadata = json!({"name": name, "namespace": self.namespace(), "labels": labels});
+        if let Some(annotations) = template.pointer("/metadata/annotations") {
+            metadata["annotations"] = annotations.clone();
+        }
+        if self.retention("whenDeleted") == "Delete" {
+            metadata["ownerReferences"] =
+                json!([controller_ref(self.set, "apps/v1", "StatefulSet")]);
+        }
+        let claim = json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": metadata,
+            "spec": template.get("spec").cloned().unwrap_or(json!({})),
+        });
+        match self
+            .registry
+            .create(
+                &def,
+                Some(self.namespace()),
+                claim,
+                &WriteOptions::internal(MANAGER),
+            )
+            .await
+        {
+            Ok(_) => {
+                self.event(
+                    "Normal",
+                    "SuccessfulCreate",
+                    &format!(
+                        "create Claim {name} Pod {pod} in StatefulSet {} success",
+                        name_of(self.set)
+                    ),
+                )
+                .await;
+            }
+            Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}
+            Err(e) => {
+                self.event(
+                    "Warning",
+                    "FailedCreate",
+                    &format!(
+                        "create Claim {name} for Pod {pod} in StatefulSet {} failed error: {}",
+                        name_of(self.set),
+                        e.message
+                    ),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Keeps an existing claim's reference to the set as `whenDeleted` says: present for
+    /// `Delete` (the claim goes with the set), absent for `Retain`.
+    async fn claim_owner(&self, def: &plinth_apiserver::resources::ResourceDef, name: &str) {
+        let owner = controller_ref(self.set, "apps/v1", "StatefulSet");
+        let wanted = self.retention("whenDeleted") == "Delete";
+        let _ = self
+            .registry
+            .modify(
+                def,
+                Some(self.namespace()),
+                name,
+                Part::Main,
+                &WriteOptions::internal(MANAGER),
+                |claim| {
+                    let refs = claim["metadata"]["ownerReferences"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let has = refs.iter().any(|r| r["uid"] == owner["uid"]);
+                    if has == wanted {
+                        return Ok(false);
+                    }
+                    let mut refs: Vec<Value> = refs
+                        .into_iter()
+                        .filter(|r| r["uid"] != owner["uid"])
+                        .collect();
+                    if wanted {
+                        refs.push(owner.clone());
+                    }
+                    claim["metadata"]["ownerReferences"] = json!(refs);
+                    Ok(true)
+                },
+            )
+            .await;
+    }
+
+    fn retention(&self, which: &str) -> &str {
+        self.set
+            .pointer(&format!(
+                "/spec/persistentVolumeClaimRetentionPolicy/{which}"
+            ))
+            .and_then(Value::as_str)
+            .unwrap_or("Retain")
+    }
+
+    /// With `whenScaled: Delete`, a scaled-away pod's claims are given to the pod, so the
+    /// garbage collector deletes them after it.
+    async fn release_claims_with(&self, pod: &Value) {
+        if self.retention("whenScaled") != "Delete" {
+            return;
+        }
+        let Some(def) = self
+            .registry
+            .resources
+            .get("", "v1", "persistentvolumeclaims")
+        else {
+            return;
+        };
+        let prefix = format!("{}-", name_of(self.set));
+        let Some(ordinal) = name_of(pod)
+            .strip_prefix(&prefix)
+            .and_then(|n| n.parse::<i64>().ok())
+        else {
+            return;
+        };
+        let owner = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name_of(pod),
+            "uid": uid(pod),
+            "controller": false,
+            "blockOwnerDeletion": false,
+        });
+        for template in self.claim_templates() {
+            let name = claim_name_of(&template, self.set, ordinal);
+            let _ = self
+                .registry
+                .modify(
+                    &def,
+                    Some(self.namespace()),
+                    &name,
+                    Part::Main,
+                    &WriteOptions::internal(MANAGER),
+                    |claim| {
+                        let refs = claim["metadata"]["ownerReferences"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default();
+                        let mut refs: Vec<Value> = refs
+                            .into_iter()
+                            .filter(|r| r["kind"] != "StatefulSet")
+                            .collect();
+                        if refs.iter().any(|r| r["uid"] == owner["uid"]) {
+                            return Ok(false);
+                        }
+                        refs.push(owner.clone());
+                        claim["metadata"]["ownerReferences"] = json!(refs);
+                        Ok(true)
+                    },
+                )
+                .await;
+        }
+    }
+
+    async fn delete_pod(&self, pod: &Value) {
+        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
+            return;
+        };
+        if self
+            .registry
+            .delete(
+                &def,
+                Some(self.namespace()),
+                name_of(pod),
+                &DeleteOptions::default(),
+            )
+            .await
+            .is_ok()
+        {
+            self.event(
+                "Normal",
+                "SuccessfulDelete",
+                &format!(
+                    "delete Pod {} in StatefulSet {} successful",
+                    name_of(pod),
+                    name_of(self.set)
+                ),
+            )
+            .await;
+            let key = key_of(pod);
+            self.pods
+                .wait_until(EXPECTATION_TIMEOUT, |p| {
+                    p.get(&key).is_none_or(|o| deleting(&o))
+                })
+                .await;
+        }
+    }
+
+    async fn event(&self, kind: &str, reason: &str, message: &str) {
+        crate::events::record(self.registry, self.set, kind, reason, message, MANAGER).await;
+    }
+
+    async fn update_status(&self, current: &Value, update: &Value) -> Option<Duration> {
+        let owner = uid(self.set);
+        let pods: Vec<Arc<Value>> = self
+            .pods
+            .in_namespace(self.namespace())
+            .into_iter()
+            .filter(|p| controller_of(p).is_some_and(|c| c["uid"] == owner))
+            .collect();
+        let min_ready = int(self.set, "/spec/minReadySeconds");
+        let now = plinth_apiserver::registry::now();
+        let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count();
+        let replicas = self
+            .set
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let updated = count(&|p| revision_label(p) == name_of(update));
+        let current_count = count(&|p| revision_label(p) == name_of(current));
+        // Once every pod runs the update revision, it is the current one.
+        let (current_name, current_count) =
+            if i64::try_from(updated).unwrap_or(0) == replicas && updated == pods.len() {
+                (name_of(update), updated)
+            } else {
+                (name_of(current), current_count)
+            };
+        let mut status = json!({
+            "observedGeneration": self.set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "replicas": pods.len(),
+            "readyReplicas": count(&|p| ready(p)),
+            "currentReplicas": current_count,
+            "updatedReplicas": updated,
+            "currentRevision": current_name,
+            "updateRevision": name_of(update),
+            "collisionCount": int(self.set, "/status/collisionCount"),
+            "availableReplicas": count(&|p| available(p, min_ready, now)),
+        });
+        if let Some(map) = status.as_object_mut() {
+            map.retain(|k, v| v != 0 || k == "replicas" || k == "availableReplicas");
+        }
+        write_status(
+            self.registry,
+            ("apps", "statefulsets"),
+            self.set,
+            status,
+            MANAGER,
+        )
+        .await;
+        if min_ready > 0 {
+            let ready_pods: Vec<Arc<Value>> = pods.into_iter().filter(|p| ready(p)).collect();
+            return next_available(&ready_pods, min_ready, now)
+                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+        }
+        None
+    }
+}
+
+/// `<template>-<set>-<ordinal>`.
+fn claim_name_of(template: &Value, set: &Value, ordinal: i64) -> String {
+    format!("{}-{}-{ordinal}", name_of(template), name_of(set))
+}
