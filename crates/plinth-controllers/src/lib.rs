@@ -2,18 +2,20 @@
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
 //! the resource quota controller, the node IPAM and lifecycle controllers, the scheduler, the
 //! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments,
-//! StatefulSets).
+//! StatefulSets, Jobs, CronJobs).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod cronjob;
 pub mod csrsigning;
 pub mod deployment;
 pub mod endpoints;
 pub mod events;
 pub mod gc;
 mod informer;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -106,6 +108,8 @@ pub fn spawn_all(
     replicaset::spawn_replicaset_controller(registry.clone(), stopping.clone());
     deployment::spawn_deployment_controller(registry.clone(), stopping.clone());
     statefulset::spawn_statefulset_controller(registry.clone(), stopping.clone());
+    job::spawn_job_controller(registry.clone(), stopping.clone());
+    cronjob::spawn_cronjob_controller(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -248,23 +248,20 @@ async fn set_owner(
     }
 }
 
-/// Writes `status` as the workload's status (`/status`) unless it already is.
+/// Writes `status` as the workload's status (`/status`) unless it already is; the
+/// resourceVersion written, if it wrote.
 pub(crate) async fn write_status(
     registry: &Registry,
     resource: (&str, &str),
     workload: &Value,
     status: Value,
     manager: &str,
-) {
+) -> Option<String> {
     if workload.get("status") == Some(&status) {
-        return;
+        return None;
     }
-    let Some(def) = registry.resources.get(resource.0, "v1", resource.1) else {
-        return;
-    };
-    let Some(name) = plinth_core::meta::name(workload) else {
-        return;
-    };
+    let def = registry.resources.get(resource.0, "v1", resource.1)?;
+    let name = plinth_core::meta::name(workload)?;
     let result = registry
         .modify(
             &def,
@@ -281,9 +278,33 @@ pub(crate) async fn write_status(
             },
         )
         .await;
-    if let Err(e) = result {
-        tracing::debug!(workload = %key_of(workload), error = %e.message, "status not written");
+    match result {
+        Ok(written) => written.and_then(|w| {
+            plinth_core::meta::meta_str(&w.object, "resourceVersion").map(str::to_owned)
+        }),
+        Err(e) => {
+            tracing::debug!(workload = %key_of(workload), error = %e.message, "status not written");
+            None
+        }
     }
+}
+
+/// Waits until `informer` holds `object` at `revision` or later (a controller's next pass
+/// then sees its own write).
+pub(crate) async fn seen(informer: &Informer, object: &Value, revision: Option<String>) {
+    let Some(revision) = revision.and_then(|r| r.parse::<u64>().ok()) else {
+        return;
+    };
+    let key = key_of(object);
+    informer
+        .wait_until(EXPECTATION_TIMEOUT, |cache| {
+            cache.get(&key).is_none_or(|o| {
+                plinth_core::meta::meta_str(&o, "resourceVersion")
+                    .and_then(|r| r.parse::<u64>().ok())
+                    .is_some_and(|r| r >= revision)
+            })
+        })
+        .await;
 }
 
 /// A template as compared: empty metadata maps and a null creation time dropped.

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod cron;
 pub mod gvk;
 pub mod jsonpath;
 pub mod managed;

@@ -692,10 +692,7 @@ impl Worker {
                 "PATH".into(),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             ),
-            (
-                "HOSTNAME".into(),
-                pod.metadata.name.clone().unwrap_or_default(),
-            ),
+            ("HOSTNAME".into(), host_name(&pod)),
             ("HOME".into(), "/root".into()),
         ];
         let links = pod
@@ -1070,7 +1067,7 @@ impl Worker {
                         .collect(),
                     cgroups: cgroups.clone(),
                     user: None,
-                    hostname: pod.metadata.name.clone(),
+                    hostname: Some(host_name(&pod)),
                     hide: vec![self.agent.config.data_dir.clone()],
                 };
                 let mut command = tokio::process::Command::new(exe);
@@ -1721,4 +1718,14 @@ fn oom_killed(cgroup: &std::path::Path) -> bool {
                 .and_then(|n| n.trim().parse::<u64>().ok())
         })
         .is_some_and(|n| n > 0)
+}
+
+/// A pod's host name: `spec.hostname` (a StatefulSet's or Indexed Job's pod), else its name.
+fn host_name(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .or_else(|| pod.metadata.name.clone())
+        .unwrap_or_default()
 }

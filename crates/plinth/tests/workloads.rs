@@ -647,3 +647,305 @@ fn a_stateful_set_keeps_names_and_claims_and_goes_in_order() {
         claims(&plinth) == ["data-db-2"]
     });
 }
+
+/// The number of pods of `job` that are neither finished nor being deleted.
+fn running_pods(plinth: &Plinth, job: &str) -> usize {
+    let out = plinth.kubectl_output(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("batch.kubernetes.io/job-name={job}"),
+        "-o",
+        "json",
+    ]);
+    let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+        return 0;
+    };
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .count()
+}
+
+fn job_condition(plinth: &Plinth, job: &str, kind: &str) -> Option<Value> {
+    let job = plinth.json(&["get", "job", job]);
+    job["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+        .cloned()
+}
+
+#[test]
+fn jobs_run_to_completion_stop_at_their_backoff_limit_and_follow_their_policies() {
+    let plinth = with_node("node-j");
+    // completions 5, parallelism 2: never more than two at once (sampled).
+    let stop = AtomicBool::new(false);
+    let most = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut most = 0;
+            while !stop.load(Ordering::SeqCst) {
+                most = most.max(running_pods(&plinth, "five"));
+            }
+            most
+        });
+        plinth.kubectl_with(
+            &["apply", "-f", "-"],
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: five}\nspec:\n  completions: 5\n  parallelism: 2\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: 'busybox:1.36', command: [sh, -c, 'sleep 1; echo done']}]\n",
+        );
+        plinth.kubectl(&[
+            "wait",
+            "--for=condition=complete",
+            "job/five",
+            "--timeout=120s",
+        ]);
+        stop.store(true, Ordering::SeqCst);
+        sampler.join().unwrap()
+    });
+    assert!(
+        (1..=2).contains(&most),
+        "at most parallelism pods ran: {most}"
+    );
+    let job = plinth.json(&["get", "job", "five"]);
+    assert_eq!(job["status"]["succeeded"], 5);
+    assert!(job["status"]["completionTime"].is_string());
+    assert!(job_condition(&plinth, "five", "SuccessCriteriaMet").is_some());
+    let table = plinth.kubectl(&["get", "job", "five"]);
+    assert!(
+        table.contains("Complete") && table.contains("5/5"),
+        "{table}"
+    );
+    // Counted once: the finished pods no longer carry the tracking finalizer.
+    let pods = plinth.json(&["get", "pods", "-l", "batch.kubernetes.io/job-name=five"]);
+    for pod in pods["items"].as_array().unwrap() {
+        assert!(
+            pod["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty),
+            "{pod}"
+        );
+    }
+
+    // kubectl create job; a failing Job stops after backoffLimit + 1 failures.
+    plinth.kubectl(&[
+        "create",
+        "job",
+        "hello",
+        "--image=busybox:1.36",
+        "--",
+        "echo",
+        "hello",
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: fails}\nspec:\n  backoffLimit: 1\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: 'busybox:1.36', command: [sh, -c, 'exit 3']}]\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/hello",
+        "--timeout=120s",
+    ]);
+    assert_eq!(plinth.kubectl(&["logs", "job/hello"]).trim(), "hello");
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/fails",
+        "--timeout=180s",
+    ]);
+    let failed = job_condition(&plinth, "fails", "Failed").unwrap();
+    assert_eq!(failed["reason"], "BackoffLimitExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job has reached the specified backoff limit"
+    );
+    assert_eq!(plinth.json(&["get", "job", "fails"])["status"]["failed"], 2);
+
+    // A pod failure policy's FailJob ends the Job at the first matching exit; an Indexed
+    // Job runs each index once; a finished Job with a TTL goes.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: batch/v1
+kind: Job
+metadata: {name: policy}
+spec:
+  backoffLimit: 6
+  podFailurePolicy:
+    rules: [{action: FailJob, onExitCodes: {operator: In, values: [42]}}]
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: "busybox:1.36", command: [sh, -c, "exit 42"]}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: indexed}
+spec:
+  completions: 3
+  parallelism: 3
+  completionMode: Indexed
+  ttlSecondsAfterFinished: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: "busybox:1.36", command: [sh, -c, "echo index=$JOB_COMPLETION_INDEX host=$(hostname)"]}]
+"#,
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/policy",
+        "--timeout=120s",
+    ]);
+    let failed = job_condition(&plinth, "policy", "Failed").unwrap();
+    assert_eq!(failed["reason"], "PodFailurePolicy");
+    assert!(
+        failed["message"].as_str().unwrap().contains("exit code 42"),
+        "{failed}"
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/indexed",
+        "--timeout=120s",
+    ]);
+    let job = plinth.json(&["get", "job", "indexed"]);
+    assert_eq!(job["status"]["completedIndexes"], "0-2");
+    let pods = plinth.json(&["get", "pods", "-l", "batch.kubernetes.io/job-name=indexed"]);
+    let mut seen: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let name = p["metadata"]["name"].as_str().unwrap().to_owned();
+            plinth.kubectl(&["logs", &name]).trim().to_owned()
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "index=0 host=indexed-0",
+            "index=1 host=indexed-1",
+            "index=2 host=indexed-2"
+        ]
+    );
+    plinth.eventually("the TTL deletes the finished Job and its pods", || {
+        !plinth
+            .kubectl_output(&["get", "job", "indexed"])
+            .status
+            .success()
+            && running_pods(&plinth, "indexed") == 0
+    });
+
+    // Bad Jobs: kube's messages, nothing stored.
+    for (manifest, expected) in [
+        (
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  template:\n    spec: {containers: [{name: c, image: busybox}]}\n",
+            "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  completionMode: Indexed\n  parallelism: 2\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
+            "spec.completions: Required value: when completion mode is Indexed",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  backoffLimit: -1\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
+            "spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0",
+        ),
+    ] {
+        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
+        assert!(!out.status.success(), "refused: {manifest}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "job", "bad"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn a_cron_job_runs_on_its_schedule_and_keeps_its_history() {
+    let plinth = with_node("node-c");
+    plinth.kubectl(&[
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox:1.36",
+        "--schedule=* * * * *",
+        "--",
+        "echo",
+        "tick",
+    ]);
+    let table = plinth.kubectl(&["get", "cronjob", "tick"]);
+    assert!(
+        table.contains("* * * * *") && table.contains("False"),
+        "{table}"
+    );
+    // Within about a minute, the scheduled Job runs and completes.
+    plinth.eventually("a scheduled run completed", || {
+        let cj = plinth.json(&["get", "cronjob", "tick"]);
+        cj["status"]["lastSuccessfulTime"].is_string()
+    });
+    let cj = plinth.json(&["get", "cronjob", "tick"]);
+    assert!(cj["status"]["lastScheduleTime"].is_string(), "{cj}");
+    let jobs = plinth.json(&["get", "jobs"]);
+    let job = &jobs["items"][0];
+    let name = job["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("tick-"), "{name}");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "CronJob");
+    assert!(
+        job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+            .is_string()
+    );
+    assert_eq!(
+        plinth.kubectl(&["logs", &format!("job/{name}")]).trim(),
+        "tick"
+    );
+    // successfulJobsHistoryLimit 0: finished Jobs go.
+    plinth.kubectl(&[
+        "patch",
+        "cronjob",
+        "tick",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"successfulJobsHistoryLimit":0,"suspend":true}}"#,
+    ]);
+    plinth.eventually("the history is trimmed", || {
+        plinth.json(&["get", "jobs"])["items"]
+            .as_array()
+            .is_some_and(Vec::is_empty)
+    });
+
+    for (manifest, expected) in [
+        (
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: often\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+            "spec.schedule: Invalid value: \"often\": expected exactly 5 fields, found 1: [often]",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  timeZone: Mars/Olympus\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+            "spec.timeZone: Invalid value: \"Mars/Olympus\": unknown time zone Mars/Olympus",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  concurrencyPolicy: Sometimes\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+            "spec.concurrencyPolicy: Unsupported value: \"Sometimes\": supported values: \"Allow\", \"Forbid\", \"Replace\"",
+        ),
+    ] {
+        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
+        assert!(!out.status.success(), "refused: {manifest}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "cronjob", "bad"])
+            .status
+            .success()
+    );
+}

@@ -10,6 +10,7 @@ pub mod apiregistration;
 pub mod apps;
 pub mod authentication;
 pub mod authorization;
+pub mod batch;
 pub mod certificates;
 pub mod coordination;
 pub mod core;
@@ -45,6 +46,8 @@ pub fn builtin() -> Vec<ResourceDef> {
         apps::statefulset::resource(),
         apps::daemonset::resource(),
         apps::controllerrevision::resource(),
+        batch::job::resource(),
+        batch::cronjob::resource(),
         discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),

@@ -176,7 +176,7 @@ pub(crate) fn selector_go(selector: &Value) -> String {
 }
 
 /// `%#v` of a `map[string]string`: `map[string]string{"app":"web"}`.
-fn labels_go(labels: &Value) -> String {
+pub(crate) fn labels_go(labels: &Value) -> String {
     let mut pairs: Vec<(&String, &Value)> = labels.as_object().into_iter().flatten().collect();
     pairs.sort_by(|a, b| a.0.cmp(b.0));
     let inner: Vec<String> = pairs
