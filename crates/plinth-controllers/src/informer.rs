@@ -217,6 +217,16 @@ impl Informer {
             .collect()
     }
 
+    /// Every object.
+    pub(crate) fn all_values(&self) -> Vec<Arc<Value>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// The key of every object.
+    pub(crate) fn all_keys(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
     /// Waits for the first list.
     pub(crate) async fn synced(&self) {
         let mut synced = self.inner.synced.subscribe();

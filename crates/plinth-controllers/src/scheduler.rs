@@ -134,7 +134,7 @@ fn requests(pod: &Value) -> (i64, i64) {
     (main.0.max(init.0), main.1.max(init.1))
 }
 
-fn ready(node: &Value) -> bool {
+pub(crate) fn ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
@@ -142,7 +142,7 @@ fn ready(node: &Value) -> bool {
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-fn tolerates(pod: &Value, taint: &Value) -> bool {
+pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
     pod.pointer("/spec/tolerations")
         .and_then(Value::as_array)
         .into_iter()
@@ -187,7 +187,7 @@ fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bo
     }
 }
 
-fn affinity_met(pod: &Value, node: &Value) -> bool {
+pub(crate) fn affinity_met(pod: &Value, node: &Value) -> bool {
     let node_labels = plinth_core::meta::labels(node);
     let selector_ok = pod
         .pointer("/spec/nodeSelector")

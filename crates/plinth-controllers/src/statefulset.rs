@@ -16,10 +16,11 @@ use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::history::History;
 use crate::informer::{Informer, Queue, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, deleting,
-    next_available, pod_from_template, ready, template_hash, uid, write_status,
+    next_available, pod_from_template, ready, uid, write_status,
 };
 
 const MANAGER: &str = "statefulset-controller";
@@ -270,110 +271,8 @@ impl Pass<'_> {
         }
     }
 
-    /// The current and update revisions, recording the template as a ControllerRevision
-    /// when it is new.
+    /// The current and update revisions (the template recorded when new).
     async fn revisions(&self, controller: &Value) -> Option<(Value, Value)> {
-        let owner = uid(self.set);
-        let mut owned: Vec<Arc<Value>> = self
-            .revisions
-            .in_namespace(self.namespace())
-            .into_iter()
-            .filter(|r| controller_of(r).is_some_and(|c| c["uid"] == owner))
-            .collect();
-        owned.sort_by_key(|r| int(r, "/revision"));
-        let template = self
-            .set
-            .pointer("/spec/template")
-            .cloned()
-            .unwrap_or(json!({}));
-        let data = json!({"spec": {"template": template}});
-        let latest = owned.last().map_or(0, |r| int(r, "/revision"));
-        let update = match owned.iter().find(|r| r.get("data") == Some(&data)) {
-            Some(found) if int(found, "/revision") == latest => (**found).clone(),
-            Some(found) => self.renumber(found, latest + 1).await?,
-            None => {
-                let collisions = self
-                    .set
-                    .pointer("/status/collisionCount")
-                    .and_then(Value::as_i64);
-                let name = format!(
-                    "{}-{}",
-                    name_of(self.set),
-                    template_hash(&template, collisions)
-                );
-                let revision = json!({
-                    "apiVersion": "apps/v1",
-                    "kind": "ControllerRevision",
-                    "metadata": {
-                        "name": name,
-                        "namespace": self.namespace(),
-                        "labels": self.set.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({})),
-                        "ownerReferences": [controller],
-                    },
-                    "data": data,
-                    "revision": latest + 1,
-                });
-                let def = self
-                    .registry
-                    .resources
-                    .get("apps", "v1", "controllerrevisions")?;
-                let written = self
-                    .registry
-                    .create(&def, Some(self.namespace()), revision, &WriteOptions::internal(MANAGER))
-                    .await
-                    .map_err(|e| tracing::warn!(set = %key_of(self.set), error = %e.message, "revision not recorded"))
-                    .ok()?;
-                let key = key_of(&written.object);
-                self.revisions
-                    .wait_until(EXPECTATION_TIMEOUT, |r| r.get(&key).is_some())
-                    .await;
-                written.object
-            }
-        };
-        let current_name = self
-            .set
-            .pointer("/status/currentRevision")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let current = owned
-            .iter()
-            .find(|r| name_of(r) == current_name)
-            .map_or_else(|| update.clone(), |r| (**r).clone());
-        self.trim_history(&owned, &current, &update).await;
-        Some((current, update))
-    }
-
-    async fn renumber(&self, revision: &Value, number: i64) -> Option<Value> {
-        let def = self
-            .registry
-            .resources
-            .get("apps", "v1", "controllerrevisions")?;
-        let written = self
-            .registry
-            .modify(
-                &def,
-                Some(self.namespace()),
-                name_of(revision),
-                Part::Main,
-                &WriteOptions::internal(MANAGER),
-                |r| {
-                    r["revision"] = json!(number);
-                    Ok(true)
-                },
-            )
-            .await
-            .ok()??;
-        Some(written.object)
-    }
-
-    /// Deletes revisions beyond `revisionHistoryLimit` no pod uses (never the current or
-    /// update one).
-    async fn trim_history(&self, owned: &[Arc<Value>], current: &Value, update: &Value) {
-        let limit = self
-            .set
-            .pointer("/spec/revisionHistoryLimit")
-            .and_then(Value::as_i64)
-            .unwrap_or(10);
         let used: Vec<String> = self
             .pods
             .in_namespace(self.namespace())
@@ -381,32 +280,20 @@ impl Pass<'_> {
             .filter(|p| controller_of(p).is_some_and(|c| c["uid"] == uid(self.set)))
             .map(|p| revision_label(p).to_owned())
             .collect();
-        let spare: Vec<&Arc<Value>> = owned
-            .iter()
-            .filter(|r| {
-                let n = name_of(r);
-                n != name_of(current) && n != name_of(update) && !used.iter().any(|u| u == n)
-            })
-            .collect();
-        let excess = usize::try_from(i64::try_from(spare.len()).unwrap_or(0) - limit).unwrap_or(0);
-        let Some(def) = self
-            .registry
-            .resources
-            .get("apps", "v1", "controllerrevisions")
-        else {
-            return;
-        };
-        for revision in spare.into_iter().take(excess) {
-            let _ = self
-                .registry
-                .delete(
-                    &def,
-                    Some(self.namespace()),
-                    name_of(revision),
-                    &DeleteOptions::default(),
-                )
-                .await;
+        let current = self
+            .set
+            .pointer("/status/currentRevision")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        History {
+            registry: self.registry,
+            revisions: self.revisions,
+            owner: self.set,
+            controller,
+            manager: MANAGER,
         }
+        .sync(current, &used)
+        .await
     }
 
     /// The pod of `ordinal` from `revision`'s template: its name, host name, labels and

@@ -949,3 +949,79 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history() {
             .success()
     );
 }
+
+#[test]
+fn a_daemon_set_runs_one_pod_per_fitting_node_and_rolls_node_by_node() {
+    let plinth = with_node("node-d1");
+    // A second node agent (a `plinth node` process, stopped by its PID).
+    let dir = tempfile::tempdir().unwrap();
+    let second = common::Stopped(Some(
+        std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+            .args(["node", "--kubeconfig"])
+            .arg(&plinth.kubeconfig)
+            .args(["--node-name", "node-d2", "--data-dir"])
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    ));
+    plinth.eventually("the second node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", "node-d2", "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    let daemon = |image: &str, selector: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: agent}}\nspec:\n  selector: {{matchLabels: {{app: agent}}}}\n  template:\n    metadata: {{labels: {{app: agent}}}}\n    spec:\n      nodeSelector: {selector}\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: '{image}', command: [sleep, '3600'], readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &daemon("busybox:1.36", "{}"));
+    rollout_status(&plinth, "ds/agent");
+    let nodes_of = || {
+        let pods = plinth.json(&["get", "pods", "-l", "app=agent"]);
+        let mut nodes: Vec<String> = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter_map(|p| p["spec"]["nodeName"].as_str().map(str::to_owned))
+            .collect();
+        nodes.sort();
+        nodes
+    };
+    assert_eq!(nodes_of(), ["node-d1", "node-d2"]);
+    let table = plinth.kubectl(&["get", "ds", "agent"]);
+    assert!(table.contains("NODE SELECTOR"), "{table}");
+    // A rolling update replaces each node's pod.
+    plinth.kubectl_with(&["apply", "-f", "-"], &daemon("busybox:1.37", "{}"));
+    rollout_status(&plinth, "ds/agent");
+    let pods = plinth.json(&["get", "pods", "-l", "app=agent"]);
+    let images: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| p["spec"]["containers"][0]["image"].as_str())
+        .collect();
+    assert_eq!(images, ["busybox:1.37", "busybox:1.37"]);
+    let history = plinth.kubectl(&["rollout", "history", "ds/agent"]);
+    assert!(
+        history.contains("1 ") && history.contains("2 "),
+        "{history}"
+    );
+    // Only labelled nodes, once the selector says so.
+    plinth.kubectl(&["label", "node", "node-d2", "role=edge"]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &daemon("busybox:1.37", "{role: edge}"),
+    );
+    plinth.eventually("only node-d2 runs it", || nodes_of() == ["node-d2"]);
+    let ds = plinth.json(&["get", "ds", "agent"]);
+    plinth.eventually("the status counts one node", || {
+        let ds = plinth.json(&["get", "ds", "agent"]);
+        ds["status"]["desiredNumberScheduled"] == 1 && ds["status"]["numberReady"] == 1
+    });
+    assert_eq!(ds["kind"], "DaemonSet");
+    plinth.kubectl(&["delete", "ds", "agent"]);
+    plinth.eventually("its pods go", || nodes_of().is_empty());
+    drop(second);
+}

@@ -1,0 +1,465 @@
+//! The DaemonSet controller (kube-controller-manager's `daemon`): one pod on every node the
+//! template's node selector and affinity admit and whose taints it tolerates (with the
+//! tolerations kube adds to daemon pods), placed by the scheduler through a node affinity on
+//! the node's name; pods on nodes that no longer qualify removed; templates recorded as
+//! ControllerRevisions (`controller-revision-hash` on the pods); a RollingUpdate replaces
+//! pods node by node, at most `maxUnavailable` unready at a time; OnDelete only replaces
+//! deleted pods.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::{DeleteOptions, Registry, WriteOptions};
+use plinth_apiserver::types::apps::scaled;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::history::History;
+use crate::informer::{Informer, Queue, key_of};
+use crate::workload::{
+    EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, deleting,
+    next_available, pod_from_template, ready, uid, write_status,
+};
+
+const MANAGER: &str = "daemonset-controller";
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_daemonset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    let queue = Queue::default();
+    let sets = {
+        let queue = queue.clone();
+        Informer::start(
+            &registry,
+            ("apps", "daemonsets"),
+            stopping.clone(),
+            move |c| {
+                if let Some(o) = c.new.or(c.old) {
+                    queue.add(key_of(o));
+                }
+            },
+        )
+    };
+    let owned = |queue: Queue| {
+        move |c: crate::informer::Change<'_>| {
+            for object in [c.new, c.old].into_iter().flatten() {
+                if let Some(owner) = controller_of(object).filter(|o| o["kind"] == "DaemonSet")
+                    && let Some(name) = owner["name"].as_str()
+                {
+                    let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
+                    queue.add(format!("{namespace}/{name}"));
+                }
+            }
+        }
+    };
+    let pods = Informer::start(
+        &registry,
+        ("", "pods"),
+        stopping.clone(),
+        owned(queue.clone()),
+    );
+    let revisions = Informer::start(
+        &registry,
+        ("apps", "controllerrevisions"),
+        stopping.clone(),
+        owned(queue.clone()),
+    );
+    // Any node change may change where every DaemonSet runs.
+    let nodes = {
+        let (queue, sets) = (queue.clone(), sets.clone());
+        Informer::start(&registry, ("", "nodes"), stopping.clone(), move |_| {
+            for set in sets.all_keys() {
+                queue.add(set);
+            }
+        })
+    };
+    tokio::spawn(async move {
+        let mut stopping = stopping;
+        for informer in [&sets, &pods, &revisions, &nodes] {
+            informer.synced().await;
+        }
+        for key in sets.all_keys() {
+            queue.add(key);
+        }
+        while let Some(key) = queue.next(&mut stopping).await {
+            let Some(set) = sets.get(&key) else { continue };
+            let pass = Pass {
+                registry: &registry,
+                pods: &pods,
+                revisions: &revisions,
+                nodes: &nodes,
+                set: &set,
+            };
+            if let Some(wait) = pass.sync().await {
+                queue.add_after(key, wait);
+            }
+        }
+    });
+}
+
+struct Pass<'a> {
+    registry: &'a Registry,
+    pods: &'a Informer,
+    revisions: &'a Informer,
+    nodes: &'a Informer,
+    set: &'a Value,
+}
+
+fn name_of(object: &Value) -> &str {
+    plinth_core::meta::name(object).unwrap_or("")
+}
+
+fn hash_of(pod: &Value) -> &str {
+    pod.pointer(&format!("/metadata/labels/{REVISION_LABEL}"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The node a daemon pod is for (its name in the node affinity, or where it runs).
+fn node_of(pod: &Value) -> Option<&str> {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+                .and_then(Value::as_str)
+        })
+}
+
+/// The tolerations kube gives every daemon pod.
+fn daemon_tolerations() -> Vec<Value> {
+    let mut tolerations = vec![
+        json!({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}),
+        json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}),
+    ];
+    for key in [
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/unschedulable",
+    ] {
+        tolerations.push(json!({"key": key, "operator": "Exists", "effect": "NoSchedule"}));
+    }
+    tolerations
+}
+
+impl Pass<'_> {
+    fn namespace(&self) -> &str {
+        plinth_core::meta::namespace(self.set).unwrap_or("default")
+    }
+
+    /// The template as a pod for `node` would have it (tolerations added), for the checks.
+    fn pod_for(&self, template: &Value, node: &str, hash: &str) -> Value {
+        let mut template = template.clone();
+        let mut tolerations = template["spec"]["tolerations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for t in daemon_tolerations() {
+            if !tolerations
+                .iter()
+                .any(|have| have["key"] == t["key"] && have["effect"] == t["effect"])
+            {
+                tolerations.push(t);
+            }
+        }
+        template["spec"]["tolerations"] = json!(tolerations);
+        template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}],
+        });
+        if !template["metadata"]["labels"].is_object() {
+            template["metadata"]["labels"] = json!({});
+        }
+        template["metadata"]["labels"][REVISION_LABEL] = json!(hash);
+        template
+    }
+
+    /// Whether a daemon pod should run on `node`: selector and affinity, tolerated taints.
+    fn should_run(&self, pod: &Value, node: &Value) -> bool {
+        let probe = json!({"spec": pod["spec"]});
+        if !crate::scheduler::affinity_met(&probe, node) {
+            return false;
+        }
+        node.pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")))
+            .all(|t| crate::scheduler::tolerates(&probe, t))
+    }
+
+    async fn sync(&self) -> Option<Duration> {
+        let controller = controller_ref(self.set, "apps/v1", "DaemonSet");
+        let pods = claim(
+            self.registry,
+            self.pods,
+            ("", "pods"),
+            self.set,
+            &controller,
+            MANAGER,
+        )
+        .await;
+        let used: Vec<String> = pods
+            .iter()
+            .map(|p| format!("{}-{}", name_of(self.set), hash_of(p)))
+            .collect();
+        let (_, update) = History {
+            registry: self.registry,
+            revisions: self.revisions,
+            owner: self.set,
+            controller: &controller,
+            manager: MANAGER,
+        }
+        .sync("", &used)
+        .await?;
+        let hash = name_of(&update)
+            .strip_prefix(&format!("{}-", name_of(self.set)))
+            .unwrap_or("")
+            .to_owned();
+        let template = self
+            .set
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or(json!({}));
+        let mut by_node: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
+        for pod in &pods {
+            if let Some(node) = node_of(pod) {
+                by_node
+                    .entry(node.to_owned())
+                    .or_default()
+                    .push(pod.clone());
+            }
+        }
+        let mut wanted_nodes = Vec::new();
+        if !deleting(self.set) {
+            for node in self.nodes.all_values() {
+                let node_name = name_of(&node).to_owned();
+                let pod = self.pod_for(&template, &node_name, &hash);
+                if self.should_run(&pod, &node) {
+                    wanted_nodes.push(node_name.clone());
+                    let on_node: Vec<&Arc<Value>> = by_node
+                        .get(&node_name)
+                        .into_iter()
+                        .flatten()
+                        .filter(|p| !deleting(p))
+                        .collect();
+                    // A failed daemon pod is replaced.
+                    for failed in on_node.iter().filter(|p| {
+                        p.pointer("/status/phase").and_then(Value::as_str) == Some("Failed")
+                    }) {
+                        self.delete_pod(failed).await;
+                    }
+                    let failed = |p: &Arc<Value>| {
+                        p.pointer("/status/phase").and_then(Value::as_str) == Some("Failed")
+                    };
+                    let alive = on_node.iter().filter(|p| !failed(p)).count();
+                    // A replaced pod's successor waits until it has gone.
+                    let terminating = by_node
+                        .get(&node_name)
+                        .into_iter()
+                        .flatten()
+                        .any(|p| deleting(p) && !failed(p));
+                    if alive == 0 && !terminating {
+                        self.create_pod(&pod, &controller).await;
+                    }
+                    // More than one: the extras go (the oldest is kept).
+                    for extra in on_node.iter().skip(1) {
+                        self.delete_pod(extra).await;
+                    }
+                }
+            }
+            // Pods on nodes that should not run one (or that are gone) go.
+            for (node, pods) in &by_node {
+                if !wanted_nodes.contains(node) {
+                    for pod in pods.iter().filter(|p| !deleting(p)) {
+                        self.delete_pod(pod).await;
+                    }
+                }
+            }
+            self.rolling_update(&pods, &hash).await;
+        }
+        self.update_status(&wanted_nodes, &hash).await
+    }
+
+    /// RollingUpdate: old pods deleted while at most `maxUnavailable` are unavailable.
+    async fn rolling_update(&self, pods: &[Arc<Value>], hash: &str) {
+        let strategy = self.set.pointer("/spec/updateStrategy");
+        if strategy
+            .and_then(|s| s["type"].as_str())
+            .unwrap_or("RollingUpdate")
+            != "RollingUpdate"
+        {
+            return;
+        }
+        let nodes = i64::try_from(self.nodes.all_values().len()).unwrap_or(0);
+        let max = strategy
+            .and_then(|s| s.pointer("/rollingUpdate/maxUnavailable"))
+            .and_then(|v| scaled(v, nodes, true))
+            .unwrap_or(1)
+            .max(1);
+        let live: Vec<&Arc<Value>> = pods.iter().filter(|p| !deleting(p)).collect();
+        let mut unavailable = i64::try_from(live.iter().filter(|p| !ready(p)).count()).unwrap_or(0)
+            + i64::try_from(pods.iter().filter(|p| deleting(p)).count()).unwrap_or(0);
+        // Unready old pods first: replacing them costs nothing.
+        let mut old: Vec<&&Arc<Value>> = live.iter().filter(|p| hash_of(p) != hash).collect();
+        old.sort_by_key(|p| ready(p));
+        for pod in old {
+            if !ready(pod) {
+                self.delete_pod(pod).await;
+            } else if unavailable < max {
+                self.delete_pod(pod).await;
+                unavailable += 1;
+            }
+        }
+    }
+
+    async fn create_pod(&self, template: &Value, controller: &Value) {
+        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
+            return;
+        };
+        let prefix = format!("{}-", name_of(self.set));
+        let pod = pod_from_template(template, self.set, controller, PodName::Generated(&prefix));
+        match self
+            .registry
+            .create(
+                &def,
+                Some(self.namespace()),
+                pod,
+                &WriteOptions::internal(MANAGER),
+            )
+            .await
+        {
+            Ok(written) => {
+                let name = name_of(&written.object).to_owned();
+                self.event(
+                    "Normal",
+                    "SuccessfulCreate",
+                    &format!("Created pod: {name}"),
+                )
+                .await;
+                let key = key_of(&written.object);
+                self.pods
+                    .wait_until(EXPECTATION_TIMEOUT, |p| p.get(&key).is_some())
+                    .await;
+            }
+            Err(e) => {
+                self.event(
+                    "Warning",
+                    "FailedCreate",
+                    &format!("Error creating: {}", e.message),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn delete_pod(&self, pod: &Value) {
+        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
+            return;
+        };
+        if self
+            .registry
+            .delete(
+                &def,
+                Some(self.namespace()),
+                name_of(pod),
+                &DeleteOptions::default(),
+            )
+            .await
+            .is_ok()
+        {
+            self.event(
+                "Normal",
+                "SuccessfulDelete",
+                &format!("Deleted pod: {}", name_of(pod)),
+            )
+            .await;
+            let key = key_of(pod);
+            self.pods
+                .wait_until(EXPECTATION_TIMEOUT, |p| {
+                    p.get(&key).is_none_or(|o| deleting(&o))
+                })
+                .await;
+        }
+    }
+
+    async fn event(&self, kind: &str, reason: &str, message: &str) {
+        crate::events::record(self.registry, self.set, kind, reason, message, MANAGER).await;
+    }
+
+    async fn update_status(&self, wanted: &[String], hash: &str) -> Option<Duration> {
+        let owner = uid(self.set);
+        let pods: Vec<Arc<Value>> = self
+            .pods
+            .in_namespace(self.namespace())
+            .into_iter()
+            .filter(|p| controller_of(p).is_some_and(|c| c["uid"] == owner) && !deleting(p))
+            .collect();
+        let min_ready = self
+            .set
+            .pointer("/spec/minReadySeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let now = plinth_apiserver::registry::now();
+        let on = |node: &String| -> Vec<&Arc<Value>> {
+            pods.iter()
+                .filter(|p| node_of(p) == Some(node.as_str()))
+                .collect()
+        };
+        let scheduled = wanted.iter().filter(|n| !on(n).is_empty()).count();
+        let misscheduled = pods
+            .iter()
+            .filter(|p| node_of(p).is_some_and(|n| !wanted.iter().any(|w| w == n)))
+            .count();
+        let ready_count = wanted
+            .iter()
+            .filter(|n| on(n).iter().any(|p| ready(p)))
+            .count();
+        let available_count = wanted
+            .iter()
+            .filter(|n| on(n).iter().any(|p| available(p, min_ready, now)))
+            .count();
+        let updated = wanted
+            .iter()
+            .filter(|n| on(n).iter().any(|p| hash_of(p) == hash))
+            .count();
+        let status = json!({
+            "currentNumberScheduled": scheduled,
+            "numberMisscheduled": misscheduled,
+            "desiredNumberScheduled": wanted.len(),
+            "numberReady": ready_count,
+            "observedGeneration": self.set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "updatedNumberScheduled": updated,
+            "numberAvailable": available_count,
+            "numberUnavailable": wanted.len() - available_count,
+        });
+        let mut status = status;
+        if let Some(map) = status.as_object_mut() {
+            map.retain(|k, v| {
+                v != 0
+                    || matches!(
+                        k.as_str(),
+                        "currentNumberScheduled"
+                            | "numberMisscheduled"
+                            | "desiredNumberScheduled"
+                            | "numberReady"
+                    )
+            });
+        }
+        write_status(
+            self.registry,
+            ("apps", "daemonsets"),
+            self.set,
+            status,
+            MANAGER,
+        )
+        .await;
+        if min_ready > 0 {
+            let ready_pods: Vec<Arc<Value>> = pods.into_iter().filter(|p| ready(p)).collect();
+            return next_available(&ready_pods, min_ready, now)
+                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+        }
+        None
+    }
+}

@@ -1,0 +1,178 @@
+//! The template history of StatefulSets and DaemonSets: each template a workload has had is
+//! a ControllerRevision it owns (`<workload>-<hash>`, `data` the template as a patch,
+//! numbered in order) — what `kubectl rollout history|undo` read. Returning to an old
+//! template renumbers its revision as the latest; revisions beyond `revisionHistoryLimit`
+//! that no pod uses are deleted.
+
+use std::sync::Arc;
+
+use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use serde_json::{Value, json};
+
+use crate::informer::{Informer, key_of};
+use crate::workload::{EXPECTATION_TIMEOUT, controller_of, template_hash, uid};
+
+/// One workload's revisions.
+pub(crate) struct History<'a> {
+    /// The registry written to.
+    pub(crate) registry: &'a Registry,
+    /// The ControllerRevisions, cached.
+    pub(crate) revisions: &'a Informer,
+    /// The workload.
+    pub(crate) owner: &'a Value,
+    /// Its controller reference.
+    pub(crate) controller: &'a Value,
+    /// Who writes.
+    pub(crate) manager: &'a str,
+}
+
+fn int(object: &Value, pointer: &str) -> i64 {
+    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn name_of(object: &Value) -> &str {
+    plinth_core::meta::name(object).unwrap_or("")
+}
+
+impl History<'_> {
+    fn namespace(&self) -> &str {
+        plinth_core::meta::namespace(self.owner).unwrap_or("default")
+    }
+
+    /// The revision called `current` (or the update one when there is none) and the
+    /// revision of the workload's template now, recorded when new; `used` names the
+    /// revisions pods still run, kept whatever the limit.
+    pub(crate) async fn sync(&self, current: &str, used: &[String]) -> Option<(Value, Value)> {
+        let owner = uid(self.owner);
+        let mut owned: Vec<Arc<Value>> = self
+            .revisions
+            .in_namespace(self.namespace())
+            .into_iter()
+            .filter(|r| controller_of(r).is_some_and(|c| c["uid"] == owner))
+            .collect();
+        owned.sort_by_key(|r| int(r, "/revision"));
+        let template = self
+            .owner
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or(json!({}));
+        let data = json!({"spec": {"template": template}});
+        let latest = owned.last().map_or(0, |r| int(r, "/revision"));
+        let update = match owned.iter().find(|r| r.get("data") == Some(&data)) {
+            Some(found) if int(found, "/revision") == latest => (**found).clone(),
+            Some(found) => self.renumber(found, latest + 1).await?,
+            None => self.record(&template, data, latest + 1).await?,
+        };
+        let current = owned
+            .iter()
+            .find(|r| name_of(r) == current)
+            .map_or_else(|| update.clone(), |r| (**r).clone());
+        self.trim(&owned, &current, &update, used).await;
+        Some((current, update))
+    }
+
+    async fn record(&self, template: &Value, data: Value, number: i64) -> Option<Value> {
+        let collisions = self
+            .owner
+            .pointer("/status/collisionCount")
+            .and_then(Value::as_i64);
+        let name = format!(
+            "{}-{}",
+            name_of(self.owner),
+            template_hash(template, collisions)
+        );
+        let revision = json!({
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace(),
+                "labels": self.owner.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({})),
+                "ownerReferences": [self.controller],
+            },
+            "data": data,
+            "revision": number,
+        });
+        let def = self
+            .registry
+            .resources
+            .get("apps", "v1", "controllerrevisions")?;
+        let written = self
+            .registry
+            .create(
+                &def,
+                Some(self.namespace()),
+                revision,
+                &WriteOptions::internal(self.manager),
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(owner = %key_of(self.owner), error = %e.message, "revision not recorded");
+            })
+            .ok()?;
+        let key = key_of(&written.object);
+        self.revisions
+            .wait_until(EXPECTATION_TIMEOUT, |r| r.get(&key).is_some())
+            .await;
+        Some(written.object)
+    }
+
+    async fn renumber(&self, revision: &Value, number: i64) -> Option<Value> {
+        let def = self
+            .registry
+            .resources
+            .get("apps", "v1", "controllerrevisions")?;
+        let written = self
+            .registry
+            .modify(
+                &def,
+                Some(self.namespace()),
+                name_of(revision),
+                Part::Main,
+                &WriteOptions::internal(self.manager),
+                |r| {
+                    r["revision"] = json!(number);
+                    Ok(true)
+                },
+            )
+            .await
+            .ok()??;
+        Some(written.object)
+    }
+
+    /// Deletes the oldest revisions beyond `revisionHistoryLimit` that are neither current
+    /// nor the update nor in use.
+    async fn trim(&self, owned: &[Arc<Value>], current: &Value, update: &Value, used: &[String]) {
+        let limit = self
+            .owner
+            .pointer("/spec/revisionHistoryLimit")
+            .and_then(Value::as_i64)
+            .unwrap_or(10);
+        let spare: Vec<&Arc<Value>> = owned
+            .iter()
+            .filter(|r| {
+                let n = name_of(r);
+                n != name_of(current) && n != name_of(update) && !used.iter().any(|u| u == n)
+            })
+            .collect();
+        let excess = usize::try_from(i64::try_from(spare.len()).unwrap_or(0) - limit).unwrap_or(0);
+        let Some(def) = self
+            .registry
+            .resources
+            .get("apps", "v1", "controllerrevisions")
+        else {
+            return;
+        };
+        for revision in spare.into_iter().take(excess) {
+            let _ = self
+                .registry
+                .delete(
+                    &def,
+                    Some(self.namespace()),
+                    name_of(revision),
+                    &DeleteOptions::default(),
+                )
+                .await;
+        }
+    }
+}
