@@ -2,7 +2,7 @@
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
 //! the resource quota controller, the node IPAM and lifecycle controllers, the scheduler, the
 //! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments,
-//! StatefulSets, DaemonSets, Jobs, CronJobs).
+//! StatefulSets, DaemonSets, Jobs, CronJobs, disruption budgets).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,6 +12,7 @@ pub mod cronjob;
 pub mod csrsigning;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod events;
 pub mod gc;
@@ -113,6 +114,7 @@ pub fn spawn_all(
     job::spawn_job_controller(registry.clone(), stopping.clone());
     cronjob::spawn_cronjob_controller(registry.clone(), stopping.clone());
     daemonset::spawn_daemonset_controller(registry.clone(), stopping.clone());
+    disruption::spawn_disruption_controller(registry.clone(), stopping.clone());
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -1025,3 +1025,140 @@ fn a_daemon_set_runs_one_pod_per_fitting_node_and_rolls_node_by_node() {
     plinth.eventually("its pods go", || nodes_of().is_empty());
     drop(second);
 }
+
+/// A second node agent called `name` (a `plinth node` process, stopped by its PID when the
+/// guard drops), once its node is Ready.
+fn second_agent(plinth: &Plinth, name: &str) -> (common::Stopped, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = common::Stopped(Some(
+        std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
+            .args(["node", "--kubeconfig"])
+            .arg(&plinth.kubeconfig)
+            .args(["--node-name", name, "--data-dir"])
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    ));
+    plinth.eventually("the second node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", name, "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    (agent, dir)
+}
+
+/// POSTs an Eviction of `pod`; kubectl's error text when refused.
+fn evict(plinth: &Plinth, pod: &str) -> Result<(), String> {
+    let body = format!(
+        r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"default"}}}}"#
+    );
+    let out = plinth.kubectl_stdin(
+        &[
+            "create",
+            "--raw",
+            &format!("/api/v1/namespaces/default/pods/{pod}/eviction"),
+            "-f",
+            "-",
+        ],
+        &body,
+    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn disruption_budgets_hold_evictions_back_and_kubectl_drain_moves_pods() {
+    let plinth = with_node("node-e1");
+    let (agent, _dir) = second_agent(&plinth, "node-e2");
+    plinth.kubectl(&["cordon", "node-e2"]);
+    plinth.kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox:1.36",
+        "--replicas=3",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    rollout_status(&plinth, "deploy/web");
+    plinth.kubectl(&[
+        "create",
+        "pdb",
+        "web",
+        "--selector=app=web",
+        "--min-available=2",
+    ]);
+    plinth.eventually("the budget allows one disruption", || {
+        plinth.json(&["get", "pdb", "web"])["status"]["disruptionsAllowed"] == 1
+    });
+    let table = plinth.kubectl(&["get", "pdb", "web"]);
+    assert!(
+        table.contains("MIN AVAILABLE") && table.contains("N/A"),
+        "{table}"
+    );
+    // With both nodes cordoned, an evicted pod's replacement cannot start: the budget lets
+    // one eviction through and holds the next.
+    plinth.kubectl(&["cordon", "node-e1"]);
+    let pods = plinth.json(&["get", "pods", "-l", "app=web"]);
+    let names: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    evict(&plinth, &names[0]).unwrap();
+    let refused = evict(&plinth, &names[1]).unwrap_err();
+    assert!(
+        refused.contains("Cannot evict pod as it would violate the pod's disruption budget."),
+        "{refused}"
+    );
+    plinth.kubectl(&["get", "pod", &names[1]]);
+    // kubectl drain evicts node-e1's pods as the budget allows; they start on node-e2.
+    plinth.kubectl(&["uncordon", "node-e2"]);
+    let drained = plinth.kubectl(&[
+        "drain",
+        "node-e1",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=180s",
+    ]);
+    assert!(drained.contains("node/node-e1 drained"), "{drained}");
+    plinth.eventually("three ready pods on node-e2", || {
+        let pods = plinth.json(&["get", "pods", "-l", "app=web"]);
+        let on_e2 = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| {
+                p["spec"]["nodeName"] == "node-e2" && p["metadata"]["deletionTimestamp"].is_null()
+            })
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .count();
+        on_e2 == 3
+    });
+    assert_eq!(
+        plinth.json(&["get", "node", "node-e1"])["spec"]["unschedulable"],
+        true
+    );
+    // A budget with both minAvailable and maxUnavailable is refused.
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: both}\nspec: {minAvailable: 1, maxUnavailable: 1, selector: {matchLabels: {app: web}}}\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("minAvailable and maxUnavailable cannot be both set"),
+        "{stderr}"
+    );
+    drop(agent);
+}

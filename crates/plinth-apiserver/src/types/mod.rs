@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod events;
 pub mod flowcontrol;
 pub mod metrics;
+pub mod policy;
 pub mod rbac;
 pub mod storage;
 
@@ -48,6 +49,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         apps::controllerrevision::resource(),
         batch::job::resource(),
         batch::cronjob::resource(),
+        policy::poddisruptionbudget::resource(),
         discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),

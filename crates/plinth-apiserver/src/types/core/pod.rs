@@ -587,6 +587,7 @@ fn eviction<'a>(
             .resources
             .get("", "v1", "pods")
             .ok_or_else(|| ApiError::internal("pods are not served"))?;
+        spend_budget(asker.registry, &pod).await?;
         let options = crate::registry::DeleteOptions {
             grace_period_seconds: request
                 .pointer("/deleteOptions/gracePeriodSeconds")
@@ -606,6 +607,123 @@ fn eviction<'a>(
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         )
     })
+}
+
+/// The PodDisruptionBudget check of an eviction (kube's `EvictionREST`): a finished or
+/// pending pod, or one being deleted, goes regardless; a pod under more than one budget
+/// cannot be evicted; under one, the eviction spends one of its allowed disruptions (noted
+/// in `status.disruptedPods` until the controller sees the pod go) or is refused with 429.
+async fn spend_budget(registry: &crate::registry::Registry, pod: &Value) -> Result<(), ApiError> {
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("Pending");
+    let deleting = pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    if matches!(phase, "Succeeded" | "Failed" | "Pending") || deleting {
+        return Ok(());
+    }
+    let Some(def) = registry
+        .resources
+        .get("policy", "v1", "poddisruptionbudgets")
+    else {
+        return Ok(());
+    };
+    let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
+    let labels = plinth_core::meta::labels(pod);
+    let budgets = registry
+        .list(
+            &def,
+            Some(namespace),
+            &crate::registry::ListOptions::default(),
+        )
+        .await?;
+    let matching: Vec<&Value> = budgets["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| {
+            plinth_core::selector::LabelSelector::from_object(&b["spec"]["selector"])
+                .is_ok_and(|s| s.matches(&labels))
+        })
+        .collect();
+    let budget = match matching.as_slice() {
+        [] => return Ok(()),
+        [one] => *one,
+        _ => {
+            return Err(ApiError::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            ));
+        }
+    };
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let status = |f: &str| {
+        budget
+            .pointer(&format!("/status/{f}"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    if !ready {
+        let policy = budget
+            .pointer("/spec/unhealthyPodEvictionPolicy")
+            .and_then(Value::as_str);
+        if policy == Some("AlwaysAllow") || status("currentHealthy") >= status("desiredHealthy") {
+            return Ok(());
+        }
+    }
+    let name = plinth_core::meta::name(budget).unwrap_or("").to_owned();
+    let pod_name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
+    let now = plinth_core::meta::format_time(crate::registry::now());
+    registry
+        .modify(
+            &def,
+            Some(namespace),
+            &name,
+            crate::registry::Part::Status,
+            &crate::registry::WriteOptions::internal("kube-apiserver"),
+            |current| {
+                let generation = current
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let observed = current
+                    .pointer("/status/observedGeneration")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if observed < generation {
+                    let mut error = crate::types::policy::poddisruptionbudget::violated(current);
+                    error.details.causes = vec![Cause::new(
+                        "DisruptionBudget",
+                        "",
+                        format!(
+                            "The disruption budget {name} is still being processed by the server."
+                        ),
+                    )];
+                    return Err(error);
+                }
+                let allowed = current
+                    .pointer("/status/disruptionsAllowed")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if allowed <= 0 {
+                    return Err(crate::types::policy::poddisruptionbudget::violated(current));
+                }
+                current["status"]["disruptionsAllowed"] = json!(allowed - 1);
+                if !current["status"]["disruptedPods"].is_object() {
+                    current["status"]["disruptedPods"] = json!({});
+                }
+                current["status"]["disruptedPods"][&pod_name] = json!(now);
+                Ok(true)
+            },
+        )
+        .await?;
+    Ok(())
 }
 
 /// The container a `/log` (or `/exec`, `/attach`) request means: `container=`, or the only

@@ -1,0 +1,263 @@
+//! The disruption controller (kube-controller-manager's `disruption`): each
+//! PodDisruptionBudget's status — the pods it expects (its pods, or with a percentage or
+//! `maxUnavailable` the replicas of their controllers), how many must stay healthy, how many
+//! are, and so how many evictions are allowed — with the `DisruptionAllowed` condition. The
+//! pods an eviction took (`disruptedPods`) stop counting as healthy until they go, or for
+//! two minutes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plinth_apiserver::registry::Registry;
+use plinth_apiserver::types::apps::scaled;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::informer::{Informer, Queue, key_of};
+use crate::workload::{controller_of, deleting, ready, write_status};
+
+const MANAGER: &str = "disruption-controller";
+/// How long an evicted pod is expected to take to go.
+const DELETION_TIMEOUT: i64 = 120;
+
+/// Starts the controller; it ends when `stopping` becomes true.
+pub fn spawn_disruption_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+    let queue = Queue::default();
+    let budgets = {
+        let queue = queue.clone();
+        Informer::start(
+            &registry,
+            ("policy", "poddisruptionbudgets"),
+            stopping.clone(),
+            move |c| {
+                if let Some(o) = c.new.or(c.old) {
+                    queue.add(key_of(o));
+                }
+            },
+        )
+    };
+    let pods = {
+        let (queue, budgets) = (queue.clone(), budgets.clone());
+        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+            for pod in [c.new, c.old].into_iter().flatten() {
+                let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
+                let labels = plinth_core::meta::labels(pod);
+                for budget in budgets.in_namespace(namespace) {
+                    if selects(&budget, &labels) {
+                        queue.add(key_of(&budget));
+                    }
+                }
+            }
+        })
+    };
+    // Scale changes of the pods' controllers change what is expected.
+    let sets = {
+        let (queue, budgets) = (queue.clone(), budgets.clone());
+        let on_change = move |c: crate::informer::Change<'_>| {
+            if let Some(o) = c.new.or(c.old) {
+                let namespace = plinth_core::meta::namespace(o).unwrap_or("default");
+                for budget in budgets.in_namespace(namespace) {
+                    queue.add(key_of(&budget));
+                }
+            }
+        };
+        (
+            Informer::start(
+                &registry,
+                ("apps", "replicasets"),
+                stopping.clone(),
+                on_change.clone(),
+            ),
+            Informer::start(
+                &registry,
+                ("apps", "statefulsets"),
+                stopping.clone(),
+                on_change.clone(),
+            ),
+            Informer::start(
+                &registry,
+                ("apps", "deployments"),
+                stopping.clone(),
+                on_change,
+            ),
+        )
+    };
+    tokio::spawn(async move {
+        let mut stopping = stopping;
+        budgets.synced().await;
+        pods.synced().await;
+        while let Some(key) = queue.next(&mut stopping).await {
+            let Some(budget) = budgets.get(&key) else {
+                continue;
+            };
+            if let Some(wait) = sync(&registry, &pods, &sets, &budget).await {
+                queue.add_after(key, wait);
+            }
+        }
+    });
+}
+
+fn selects(budget: &Value, labels: &BTreeMap<String, String>) -> bool {
+    plinth_core::selector::LabelSelector::from_object(&budget["spec"]["selector"])
+        .is_ok_and(|s| s.matches(labels))
+}
+
+/// The replicas the pods' controllers want (kube's `getExpectedScale`): a ReplicaSet's (its
+/// Deployment's, when it has one), a StatefulSet's; a pod without a known controller counts
+/// as one.
+fn expected_scale(pods: &[Arc<Value>], sets: &(Informer, Informer, Informer)) -> i64 {
+    let (replica_sets, stateful_sets, deployments) = sets;
+    let mut scales: BTreeMap<String, i64> = BTreeMap::new();
+    let mut loose = 0;
+    for pod in pods {
+        let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
+        let Some(owner) = controller_of(pod) else {
+            loose += 1;
+            continue;
+        };
+        let name = owner["name"].as_str().unwrap_or("");
+        let key = format!("{namespace}/{name}");
+        let replicas = |o: &Value| {
+            o.pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
+        };
+        let found = match owner["kind"].as_str() {
+            Some("ReplicaSet") => replica_sets.get(&key).map(|rs| {
+                match controller_of(&rs).filter(|o| o["kind"] == "Deployment") {
+                    Some(d) => {
+                        let dkey = format!("{namespace}/{}", d["name"].as_str().unwrap_or(""));
+                        deployments
+                            .get(&dkey)
+                            .map_or((key.clone(), replicas(&rs)), |d| (dkey, replicas(&d)))
+                    }
+                    None => (key.clone(), replicas(&rs)),
+                }
+            }),
+            Some("StatefulSet") => stateful_sets.get(&key).map(|s| (key.clone(), replicas(&s))),
+            _ => None,
+        };
+        match found {
+            Some((k, n)) => {
+                scales.insert(k, n);
+            }
+            None => loose += 1,
+        }
+    }
+    scales.values().sum::<i64>() + loose
+}
+
+async fn sync(
+    registry: &Registry,
+    pods: &Informer,
+    sets: &(Informer, Informer, Informer),
+    budget: &Value,
+) -> Option<Duration> {
+    let namespace = plinth_core::meta::namespace(budget).unwrap_or("default");
+    let matched: Vec<Arc<Value>> = pods
+        .in_namespace(namespace)
+        .into_iter()
+        .filter(|p| selects(budget, &plinth_core::meta::labels(p)))
+        .filter(|p| {
+            !matches!(
+                p.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .collect();
+    let spec = &budget["spec"];
+    let (expected, desired) = match (&spec["minAvailable"], &spec["maxUnavailable"]) {
+        (Value::Number(n), _) => (
+            i64::try_from(matched.len()).unwrap_or(0),
+            n.as_i64().unwrap_or(0),
+        ),
+        (min @ Value::String(_), _) => {
+            let expected = expected_scale(&matched, sets);
+            (expected, scaled(min, expected, true).unwrap_or(0))
+        }
+        (_, max) if !max.is_null() => {
+            let expected = expected_scale(&matched, sets);
+            (
+                expected,
+                (expected - scaled(max, expected, true).unwrap_or(0)).max(0),
+            )
+        }
+        _ => (i64::try_from(matched.len()).unwrap_or(0), 0),
+    };
+    let now = plinth_apiserver::registry::now();
+    // Evicted pods count as gone until they are, for at most the deletion timeout.
+    let mut disrupted = serde_json::Map::new();
+    let mut next_expiry: Option<i64> = None;
+    for (name, at) in budget
+        .pointer("/status/disruptedPods")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let since = at
+            .as_str()
+            .and_then(plinth_core::meta::parse_time)
+            .unwrap_or(0);
+        let pod = pods.get(&format!("{namespace}/{name}"));
+        if pod.is_some_and(|p| !deleting(&p)) && since + DELETION_TIMEOUT > now {
+            disrupted.insert(name.clone(), at.clone());
+            let left = since + DELETION_TIMEOUT - now;
+            next_expiry = Some(next_expiry.map_or(left, |n: i64| n.min(left)));
+        }
+    }
+    let healthy = i64::try_from(
+        matched
+            .iter()
+            .filter(|p| ready(p) && !deleting(p))
+            .filter(|p| !disrupted.contains_key(plinth_core::meta::name(p).unwrap_or("")))
+            .count(),
+    )
+    .unwrap_or(0);
+    let allowed = (healthy - desired).max(0);
+    let (value, reason) = if allowed > 0 {
+        ("True", "SufficientPods")
+    } else {
+        ("False", "InsufficientPods")
+    };
+    let generation = budget
+        .pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1));
+    let previous = budget
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionAllowed"))
+        .cloned();
+    let transition = match &previous {
+        Some(c) if c["status"] == value => c["lastTransitionTime"].clone(),
+        _ => json!(plinth_core::meta::format_time(now)),
+    };
+    let mut status = json!({
+        "observedGeneration": generation,
+        "disruptionsAllowed": allowed,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": value,
+            "reason": reason,
+            "message": "",
+            "observedGeneration": generation,
+            "lastTransitionTime": transition,
+        }],
+    });
+    if !disrupted.is_empty() {
+        status["disruptedPods"] = Value::Object(disrupted);
+    }
+    write_status(
+        registry,
+        ("policy", "poddisruptionbudgets"),
+        budget,
+        status,
+        MANAGER,
+    )
+    .await;
+    next_expiry.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1) + 1))
+}
