@@ -75,6 +75,8 @@ pub struct RunningServer {
     pub signer: Arc<pki::ClusterSigner>,
     /// The registry, for in-process controllers (the garbage collector).
     pub registry: Registry,
+    /// The way to node agents, for in-process controllers (the autoscaler's metrics).
+    pub nodes: Arc<crate::nodes::NodeProxy>,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -269,6 +271,7 @@ pub async fn start(
             reason,
         })?,
     );
+    let node_proxy = nodes.clone();
     let state = Arc::new(AppState {
         registry: registry.clone(),
         authenticator,
@@ -306,6 +309,7 @@ pub async fn start(
         ca_pem: credentials.ca_pem,
         signer,
         registry: registry_handle,
+        nodes: node_proxy,
         stop,
         done,
     })

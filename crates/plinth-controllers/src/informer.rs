@@ -52,7 +52,17 @@ impl Informer {
     /// each list included. It stops when `stopping` becomes true.
     pub(crate) fn start(
         registry: &Registry,
-        resource: (&'static str, &'static str),
+        (group, plural): (&'static str, &'static str),
+        stopping: watch::Receiver<bool>,
+        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        Self::start_version(registry, (group, "v1", plural), stopping, handler)
+    }
+
+    /// As [`Informer::start`], of a resource in `version`.
+    pub(crate) fn start_version(
+        registry: &Registry,
+        resource: (&'static str, &'static str, &'static str),
         stopping: watch::Receiver<bool>,
         handler: impl Fn(Change<'_>) + Send + Sync + 'static,
     ) -> Self {
@@ -74,14 +84,14 @@ impl Informer {
     async fn run(
         self,
         registry: Registry,
-        (group, plural): (&'static str, &'static str),
+        (group, version, plural): (&'static str, &'static str, &'static str),
         stopping: watch::Receiver<bool>,
         handler: Handler,
     ) {
         let mut failures = 0u32;
         while !*stopping.borrow() {
             match self
-                .list_and_watch(&registry, group, plural, &stopping, &handler)
+                .list_and_watch(&registry, (group, version, plural), &stopping, &handler)
                 .await
             {
                 Ok(()) => failures = 0,
@@ -102,14 +112,13 @@ impl Informer {
     async fn list_and_watch(
         &self,
         registry: &Registry,
-        group: &str,
-        plural: &str,
+        (group, version, plural): (&str, &str, &str),
         stopping: &watch::Receiver<bool>,
         handler: &Handler,
     ) -> Result<(), String> {
         let def = registry
             .resources
-            .get(group, "v1", plural)
+            .get(group, version, plural)
             .ok_or_else(|| format!("{plural} is not served"))?;
         let list = registry
             .list(&def, None, &ListOptions::default())

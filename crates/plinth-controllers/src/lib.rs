@@ -2,7 +2,7 @@
 //! collector, the namespace lifecycle, the root CA publisher, the client-certificate signer,
 //! the resource quota controller, the node IPAM and lifecycle controllers, the scheduler, the
 //! endpoints and volume controllers and the workload controllers (ReplicaSets, Deployments,
-//! StatefulSets, DaemonSets, Jobs, CronJobs, disruption budgets).
+//! StatefulSets, DaemonSets, Jobs, CronJobs, disruption budgets, autoscalers).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,6 +22,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod quota;
 pub mod replicaset;
 pub mod rootca;
@@ -72,6 +73,8 @@ pub struct Settings {
     pub cluster_cidr: nodeipam::ClusterCidr,
     /// Where provisioned volumes live.
     pub volumes_dir: std::path::PathBuf,
+    /// The way to the node agents (for the autoscaler's resource metrics).
+    pub node_proxy: Option<std::sync::Arc<plinth_apiserver::nodes::NodeProxy>>,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             node_lifecycle: nodelifecycle::NodeLifecycle::default(),
             cluster_cidr: nodeipam::ClusterCidr::default(),
             volumes_dir: std::env::temp_dir().join("plinth-volumes"),
+            node_proxy: None,
         }
     }
 }
@@ -115,6 +119,11 @@ pub fn spawn_all(
     cronjob::spawn_cronjob_controller(registry.clone(), stopping.clone());
     daemonset::spawn_daemonset_controller(registry.clone(), stopping.clone());
     disruption::spawn_disruption_controller(registry.clone(), stopping.clone());
+    podautoscaler::spawn_hpa_controller(
+        registry.clone(),
+        settings.node_proxy.clone(),
+        stopping.clone(),
+    );
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
     spawn_garbage_collector(registry, stopping);
 }

@@ -99,7 +99,10 @@ impl TestEnv {
                 pem: server.ca_pem.clone(),
                 signer: server.signer.clone(),
             },
-            &plinth_controllers::Settings::default(),
+            &plinth_controllers::Settings {
+                node_proxy: Some(server.nodes.clone()),
+                ..plinth_controllers::Settings::default()
+            },
         );
         let client = client_for(&server.kubeconfig).await?;
         Ok(Self {
@@ -198,7 +201,10 @@ impl TestEnv {
                 pem: server.ca_pem.clone(),
                 signer: server.signer.clone(),
             },
-            &plinth_controllers::Settings::default(),
+            &plinth_controllers::Settings {
+                node_proxy: Some(server.nodes.clone()),
+                ..plinth_controllers::Settings::default()
+            },
         );
         self.server = Some(server);
         Ok(())

@@ -289,6 +289,7 @@ fn main() -> ExitCode {
                 },
                 cluster_cidr,
                 volumes_dir: PathBuf::new(),
+                node_proxy: None,
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
@@ -460,6 +461,7 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
+    settings.node_proxy = Some(server.nodes.clone());
     plinth_controllers::spawn_all(
         server.registry.clone(),
         server.stopping(),

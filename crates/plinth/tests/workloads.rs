@@ -1162,3 +1162,155 @@ fn disruption_budgets_hold_evictions_back_and_kubectl_drain_moves_pods() {
     );
     drop(agent);
 }
+
+/// A Deployment `name` of one pod that burns a CPU (requests 100m) while `burn`, else idles.
+fn burner(name: &str, burn: bool) -> String {
+    let command = if burn {
+        "while true; do :; done"
+    } else {
+        "sleep 3600"
+    };
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: 'busybox:1.36', command: [sh, -c, '{command}'], resources: {{requests: {{cpu: 100m}}}}}}]\n"
+    )
+}
+
+#[test]
+fn autoscalers_scale_a_busy_deployment_up_and_down_and_a_custom_resource_through_its_scale() {
+    let plinth = with_node("node-h");
+    plinth.kubectl_with(&["apply", "-f", "-"], &burner("busy", true));
+    rollout_status(&plinth, "deploy/busy");
+    // kubectl autoscale writes autoscaling/v1; the controller reads v2 with a quick
+    // scale-down.
+    plinth.kubectl(&[
+        "autoscale",
+        "deploy",
+        "busy",
+        "--cpu-percent=50",
+        "--min=1",
+        "--max=3",
+    ]);
+    plinth.kubectl(&[
+        "patch",
+        "horizontalpodautoscalers.v2.autoscaling",
+        "busy",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0}}}}"#,
+    ]);
+    plinth.eventually("the busy Deployment is scaled up", || {
+        plinth.json(&["get", "deploy", "busy"])["spec"]["replicas"] == 3
+    });
+    let hpa = plinth.json(&["get", "horizontalpodautoscalers.v2.autoscaling", "busy"]);
+    let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"]["averageUtilization"];
+    assert!(current.as_i64().unwrap() > 50, "{hpa}");
+    let v1 = plinth.json(&["get", "horizontalpodautoscalers.v1.autoscaling", "busy"]);
+    assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 50);
+    let described = plinth.kubectl(&["describe", "hpa", "busy"]);
+    assert!(
+        described.contains("SuccessfulRescale") && described.contains("New size: 3"),
+        "{described}"
+    );
+    let table = plinth.kubectl(&["get", "hpa", "busy"]);
+    assert!(
+        table.contains("Deployment/busy") && table.contains("/50%"),
+        "{table}"
+    );
+    // Idle pods: back down to the minimum.
+    plinth.kubectl_with(&["apply", "-f", "-"], &burner("busy", false));
+    plinth.eventually("the idle Deployment is scaled down", || {
+        plinth.json(&["get", "deploy", "busy"])["spec"]["replicas"] == 1
+    });
+    plinth.kubectl(&["delete", "deploy", "busy"]);
+
+    // A custom resource with /scale: its selector picks busy pods, its replicas grow.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: pools.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: pools, singular: pool, kind: Pool}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {replicas: {type: integer}}}
+          status: {type: object, properties: {replicas: {type: integer}, selector: {type: string}}}
+"#,
+    );
+    plinth.eventually("pools are served", || {
+        plinth.kubectl_output(&["get", "pools"]).status.success()
+    });
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Pool\nmetadata: {name: workers}\nspec: {replicas: 1}\n",
+    );
+    plinth.kubectl(&[
+        "patch",
+        "pool",
+        "workers",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":1,"selector":"app=pooled"}}"#,
+    ]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &burner("pooled", true));
+    rollout_status(&plinth, "deploy/pooled");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: workers}\nspec:\n  scaleTargetRef: {apiVersion: example.com/v1, kind: Pool, name: workers}\n  minReplicas: 1\n  maxReplicas: 3\n  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}}]\n",
+    );
+    plinth.eventually("the pool is scaled through /scale", || {
+        plinth.json(&["get", "pool", "workers"])["spec"]["replicas"] == 3
+    });
+    let limited = plinth.json(&["get", "horizontalpodautoscalers.v2.autoscaling", "workers"]);
+    let conditions = limited["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "ScalingLimited" && c["reason"] == "TooManyReplicas"),
+        "{limited}"
+    );
+
+    // Bad autoscalers are refused with kube's messages.
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: bad}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: x}\n  minReplicas: 3\n  maxReplicas: 2\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"
+        ),
+        "{stderr}"
+    );
+    let out = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: bad}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, name: x}\n  maxReplicas: 2\n  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 0}}}]\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spec.scaleTargetRef.kind: Required value"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("averageUtilization: Invalid value: 0: must be greater than 0"),
+        "{stderr}"
+    );
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "hpa", "bad"])
+            .status
+            .success()
+    );
+}

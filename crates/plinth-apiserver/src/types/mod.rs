@@ -10,6 +10,7 @@ pub mod apiregistration;
 pub mod apps;
 pub mod authentication;
 pub mod authorization;
+pub mod autoscaling;
 pub mod batch;
 pub mod certificates;
 pub mod coordination;
@@ -50,6 +51,8 @@ pub fn builtin() -> Vec<ResourceDef> {
         batch::job::resource(),
         batch::cronjob::resource(),
         policy::poddisruptionbudget::resource(),
+        autoscaling::hpa::v2(),
+        autoscaling::hpa::v1(),
         discovery::endpointslice::resource(),
         events::event::resource(),
         coordination::lease::resource(),
