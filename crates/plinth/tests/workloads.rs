@@ -1314,3 +1314,55 @@ spec:
             .success()
     );
 }
+
+#[test]
+fn a_rollout_survives_a_server_restart_without_duplicate_or_orphaned_pods() {
+    let mut plinth = with_node("node-k");
+    let manifest = |tag: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: steady}}\nspec:\n  replicas: 4\n  selector: {{matchLabels: {{app: steady}}}}\n  strategy: {{rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}}}\n  template:\n    metadata: {{labels: {{app: steady}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: 'busybox:{tag}', command: [sleep, '3600'], readinessProbe: {{exec: {{command: ['true']}}, initialDelaySeconds: 2, periodSeconds: 1}}}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("1.36"));
+    rollout_status(&plinth, "deploy/steady");
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("1.37"));
+    plinth.eventually("the rollout has begun", || {
+        replica_sets(&plinth, "steady")
+            .iter()
+            .any(|s| s.2.contains("1.37") && s.1 >= 1)
+    });
+    // SIGKILL mid-rollout; the restarted server (controllers and agent) finishes it.
+    plinth.kill_and_restart();
+    plinth.eventually("the server answers again", || {
+        plinth
+            .kubectl_output(&["get", "deploy", "steady"])
+            .status
+            .success()
+    });
+    rollout_status(&plinth, "deploy/steady");
+    let sets = replica_sets(&plinth, "steady");
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    let new = sets.iter().find(|s| s.2.contains("1.37")).unwrap();
+    assert_eq!(new.1, 4, "{sets:?}");
+    plinth.eventually("only the new pods remain", || {
+        let pods = plinth.json(&["get", "pods", "-l", "app=steady"]);
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        let live: Vec<&Value> = items
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .collect();
+        live.len() == 4
+            && live.iter().all(|p| {
+                p["metadata"]["ownerReferences"][0]["name"] == new.0.as_str()
+                    && p["metadata"]["ownerReferences"][0]["controller"] == true
+            })
+    });
+    // And every pod there is has a controller: none orphaned, none doubled.
+    let pods = plinth.json(&["get", "pods"]);
+    for pod in pods["items"].as_array().unwrap() {
+        assert!(
+            pod["metadata"]["ownerReferences"][0]["controller"] == true,
+            "{pod}"
+        );
+    }
+}
