@@ -19,6 +19,7 @@ pub mod gc;
 mod history;
 mod informer;
 pub mod job;
+pub mod leader;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -75,6 +76,9 @@ pub struct Settings {
     pub volumes_dir: std::path::PathBuf,
     /// The way to the node agents (for the autoscaler's resource metrics).
     pub node_proxy: Option<std::sync::Arc<plinth_apiserver::nodes::NodeProxy>>,
+    /// This server's identity in the controllers' Lease; one that stays across restarts (of
+    /// one data directory) takes its own lease back at once. `None`: a new one.
+    pub identity: Option<String>,
 }
 
 impl Default for Settings {
@@ -84,12 +88,29 @@ impl Default for Settings {
             cluster_cidr: nodeipam::ClusterCidr::default(),
             volumes_dir: std::env::temp_dir().join("plinth-volumes"),
             node_proxy: None,
+            identity: None,
         }
     }
 }
 
-/// Starts every built-in controller on `registry`; they stop when `stopping` becomes true.
+/// Starts every built-in controller on `registry` while this server holds the
+/// controllers' Lease (see [`leader`]); they stop when it is lost or `stopping` becomes true.
 pub fn spawn_all(
+    registry: plinth_apiserver::registry::Registry,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    ca: &ClusterCa,
+    settings: &Settings,
+) {
+    let (ca, settings) = (ca.clone(), settings.clone());
+    let lead_registry = registry.clone();
+    let identity = settings.identity.clone().unwrap_or_else(leader::identity);
+    leader::run_while_leading(registry, identity, stopping, move |ended| {
+        spawn_controllers(lead_registry.clone(), ended, &ca, &settings);
+    });
+}
+
+/// The controllers themselves, until `stopping` becomes true.
+fn spawn_controllers(
     registry: plinth_apiserver::registry::Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,

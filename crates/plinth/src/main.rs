@@ -290,6 +290,7 @@ fn main() -> ExitCode {
                 cluster_cidr,
                 volumes_dir: PathBuf::new(),
                 node_proxy: None,
+                identity: None,
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
@@ -462,6 +463,7 @@ async fn serve(
         }
     };
     settings.node_proxy = Some(server.nodes.clone());
+    settings.identity = Some(plinth_controllers::leader::identity_of(&data_dir));
     plinth_controllers::spawn_all(
         server.registry.clone(),
         server.stopping(),

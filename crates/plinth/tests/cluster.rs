@@ -106,3 +106,68 @@ fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
         "the file is left as it was"
     );
 }
+
+/// The holder of the controllers' Lease, as `server` sees it.
+fn lease_holder(server: &Plinth) -> String {
+    let out = server.kubectl_output(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-system",
+        "kube-controller-manager",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `holder` names `server` (its identity carries its data directory).
+fn holds(holder: &str, server: &Plinth) -> bool {
+    let dir = std::fs::canonicalize(server.dir.path()).unwrap();
+    holder.ends_with(&format!("_{}", dir.display()))
+}
+
+#[test]
+fn the_built_in_controllers_run_on_one_server_at_a_time_and_hand_over() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut a = runtime.block_on(Plinth::start_etcd());
+    let mut b = Plinth::start(Backend::SharedEtcd(a.etcd_endpoint().unwrap()));
+    a.eventually("one server holds the lease", || {
+        let holder = lease_holder(&a);
+        holds(&holder, &a) || holds(&holder, &b)
+    });
+    // One ReplicaSet controller: a ReplicaSet of three gets exactly three pods, created
+    // once each (two controllers racing would create, then delete, extras).
+    a.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: once}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: once}}\n  template:\n    metadata: {labels: {app: once}}\n    spec: {containers: [{name: c, image: busybox, command: [sleep, '3600']}]}\n",
+    );
+    a.eventually("three pods", || {
+        a.json(&["get", "rs", "once"])["status"]["replicas"] == 3
+    });
+    let events = b.json(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=SuccessfulCreate,involvedObject.name=once",
+    ]);
+    assert_eq!(
+        events["items"].as_array().map(Vec::len),
+        Some(3),
+        "{events}"
+    );
+    // The holder stops (SIGTERM, releasing the lease): the other takes over and runs them.
+    let (leader, other) = if holds(&lease_holder(&a), &a) {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.terminate();
+    other.eventually("the other server takes the lease over", || {
+        holds(&lease_holder(other), other)
+    });
+    other.kubectl(&["scale", "rs", "once", "--replicas=4"]);
+    other.eventually("the new leader's controller adds a pod", || {
+        other.json(&["get", "rs", "once"])["status"]["replicas"] == 4
+    });
+}

@@ -1480,7 +1480,7 @@ fn a_restarted_agent_starts_its_pods_again_at_their_addresses() {
 fn claims_get_volumes_that_outlive_their_pods() {
     let plinth = with_node("node-v");
     let class = plinth.json(&["get", "storageclass", "standard"]);
-    assert_eq!(class["provisioner"], "plinth.dev/local-path");
+    assert_eq!(class["provisioner"], "plinth.dev/local");
     plinth.kubectl_with(
         &["apply", "-f", "-"],
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n",

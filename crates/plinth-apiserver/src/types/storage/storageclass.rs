@@ -10,7 +10,7 @@ use crate::schema::{Schema, array, strings, top};
 use crate::strategy::Strategy;
 
 /// The provisioner Plinth's volume controller serves.
-pub const LOCAL_PROVISIONER: &str = "plinth.dev/local-path";
+pub const LOCAL_PROVISIONER: &str = "plinth.dev/local";
 
 /// The `storageclasses` resource.
 pub fn resource() -> ResourceDef {
