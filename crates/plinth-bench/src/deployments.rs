@@ -3,6 +3,8 @@
 //! is available, then changes its template and times the rolling update (25 %/25 %) until
 //! `kubectl rollout status` would say done; the server's resident memory (`--server-pid`:
 //! the controllers run in it, with the agent) before, with the pods, after the rollout.
+//! With `--pending` (a server without node agents) it only times the pods' creation and
+//! weighs what the controllers and the API server keep per pod.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,7 @@ pub(crate) async fn run(
     namespace: &str,
     replicas: usize,
     server_pid: Option<u32>,
+    pending: bool,
 ) -> Result<(), Error> {
     let api: Api<Deployment> = Api::namespaced(client, namespace);
     let name = format!("{}-d", run_id());
@@ -78,6 +81,36 @@ pub(crate) async fn run(
     let started = Instant::now();
     api.create(&PostParams::default(), &deployment(&name, replicas)?)
         .await?;
+    if pending {
+        // Without node agents: the controllers' own cost, until every pod is created.
+        let deadline = Instant::now() + Duration::from_secs(900);
+        while Instant::now() < deadline {
+            let d = api.get(&name).await?;
+            if d.status.as_ref().and_then(|s| s.replicas) == Some(count) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let created = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rss_after = server_pid.and_then(rss_kib);
+        println!("replicas (pending, no node)        {replicas}");
+        println!(
+            "created → all pods created          {:.2} s",
+            created.as_secs_f64()
+        );
+        if let (Some(before), Some(after)) = (rss_before, rss_after) {
+            println!(
+                "server RSS                         {:.1} → {:.1} MiB ({:.1} KiB per pod; {:.1} MiB per 1,000 pods)",
+                before as f64 / 1024.0,
+                after as f64 / 1024.0,
+                after.saturating_sub(before) as f64 / replicas as f64,
+                after.saturating_sub(before) as f64 / replicas as f64 * 1000.0 / 1024.0,
+            );
+        }
+        api.delete(&name, &DeleteParams::default()).await?;
+        return Ok(());
+    }
     wait_rolled_out(&api, &name, count).await?;
     let available = started.elapsed();
     let rss_running = server_pid.and_then(rss_kib);

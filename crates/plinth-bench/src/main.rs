@@ -181,6 +181,9 @@ enum Command {
         /// The server's process (`plinth serve`, which runs the controllers), for its memory.
         #[arg(long)]
         server_pid: Option<u32>,
+        /// Only create the pods (a server with `--no-node`): the controllers' memory per pod.
+        #[arg(long)]
+        pending: bool,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -688,8 +691,9 @@ async fn main() -> std::process::ExitCode {
             namespace,
             replicas,
             server_pid,
+            pending,
         } => match client(kubeconfig).await {
-            Ok(client) => deployments::run(client, &namespace, replicas, server_pid).await,
+            Ok(client) => deployments::run(client, &namespace, replicas, server_pid, pending).await,
             Err(e) => Err(e),
         },
         Command::Reconcile {

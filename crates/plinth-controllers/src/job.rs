@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 use crate::informer::{Informer, Queue, key_of};
 use crate::workload::{
-    EXPECTATION_TIMEOUT, PodName, claim, controller_of, controller_ref, deleting,
+    EXPECTATION_TIMEOUT, PodName, claim, controller_of, controller_ref, delete_pod, deleting,
     pod_from_template, ready, seen, uid, write_status,
 };
 
@@ -684,30 +684,8 @@ impl Pass<'_> {
     }
 
     async fn delete_pod(&self, pod: &Value) {
-        if deleting(pod) {
-            return;
-        }
-        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
-            return;
-        };
-        if self
-            .registry
-            .delete(
-                &def,
-                Some(self.namespace()),
-                name_of(pod),
-                &DeleteOptions::default(),
-            )
-            .await
-            .is_ok()
-        {
-            self.event(
-                "Normal",
-                "SuccessfulDelete",
-                &format!("Deleted pod: {}", name_of(pod)),
-            )
-            .await;
-        }
+        let message = format!("Deleted pod: {}", name_of(pod));
+        delete_pod(self.registry, self.pods, self.job, pod, &message, MANAGER).await;
     }
 
     /// active, ready and terminating from the pods now.

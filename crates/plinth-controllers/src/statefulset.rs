@@ -12,15 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
 use crate::informer::{Informer, Queue, key_of};
 use crate::workload::{
-    EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, deleting,
-    next_available, pod_from_template, ready, uid, write_status,
+    EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
+    deleting, next_available, pod_from_template, ready, uid, write_status,
 };
 
 const MANAGER: &str = "statefulset-controller";
@@ -575,37 +575,12 @@ impl Pass<'_> {
     }
 
     async fn delete_pod(&self, pod: &Value) {
-        let Some(def) = self.registry.resources.get("", "v1", "pods") else {
-            return;
-        };
-        if self
-            .registry
-            .delete(
-                &def,
-                Some(self.namespace()),
-                name_of(pod),
-                &DeleteOptions::default(),
-            )
-            .await
-            .is_ok()
-        {
-            self.event(
-                "Normal",
-                "SuccessfulDelete",
-                &format!(
-                    "delete Pod {} in StatefulSet {} successful",
-                    name_of(pod),
-                    name_of(self.set)
-                ),
-            )
-            .await;
-            let key = key_of(pod);
-            self.pods
-                .wait_until(EXPECTATION_TIMEOUT, |p| {
-                    p.get(&key).is_none_or(|o| deleting(&o))
-                })
-                .await;
-        }
+        let message = format!(
+            "delete Pod {} in StatefulSet {} successful",
+            name_of(pod),
+            name_of(self.set)
+        );
+        delete_pod(self.registry, self.pods, self.set, pod, &message, MANAGER).await;
     }
 
     async fn event(&self, kind: &str, reason: &str, message: &str) {

@@ -333,3 +333,45 @@ pub(crate) fn template_hash(template: &Value, collisions: Option<i64>) -> String
         .map(|b| char::from(SAFE[usize::from(b) % SAFE.len()]))
         .collect()
 }
+
+/// Deletes `pod` of `owner` (unless it is already going), records `SuccessfulDelete` with
+/// `message`, and waits until `pods` shows it going; whether it deleted.
+pub(crate) async fn delete_pod(
+    registry: &Registry,
+    pods: &Informer,
+    owner: &Value,
+    pod: &Value,
+    message: &str,
+    manager: &str,
+) -> bool {
+    if deleting(pod) {
+        return false;
+    }
+    let Some(def) = registry.resources.get("", "v1", "pods") else {
+        return false;
+    };
+    let name = plinth_core::meta::name(pod).unwrap_or("");
+    let options = plinth_apiserver::registry::DeleteOptions::default();
+    if registry
+        .delete(&def, plinth_core::meta::namespace(pod), name, &options)
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    crate::events::record(
+        registry,
+        owner,
+        "Normal",
+        "SuccessfulDelete",
+        message,
+        manager,
+    )
+    .await;
+    let key = key_of(pod);
+    pods.wait_until(EXPECTATION_TIMEOUT, |p| {
+        p.get(&key).is_none_or(|o| deleting(&o))
+    })
+    .await;
+    true
+}

@@ -788,7 +788,7 @@ spec:
   completions: 3
   parallelism: 3
   completionMode: Indexed
-  ttlSecondsAfterFinished: 2
+  ttlSecondsAfterFinished: 15
   template:
     spec:
       restartPolicy: Never
@@ -1365,4 +1365,99 @@ fn a_rollout_survives_a_server_restart_without_duplicate_or_orphaned_pods() {
             "{pod}"
         );
     }
+}
+
+#[test]
+fn a_stuck_rollout_exceeds_its_deadline_and_scales_in_proportion() {
+    let plinth = with_node("node-p");
+    let manifest = |image: &str, replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: stuck}}\nspec:\n  replicas: {replicas}\n  progressDeadlineSeconds: 5\n  selector: {{matchLabels: {{app: stuck}}}}\n  template:\n    metadata: {{labels: {{app: stuck}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: '{image}', command: [sleep, '3600']}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("busybox:1.36", 4));
+    rollout_status(&plinth, "deploy/stuck");
+    // An image the node cannot run: the new pods never become ready.
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("example.com/never:1", 4));
+    let out = plinth.kubectl_output(&["rollout", "status", "deploy/stuck", "--timeout=120s"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("exceeded its progress deadline"), "{said}");
+    let deployment = plinth.json(&["get", "deploy", "stuck"]);
+    let progressing = deployment["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .cloned()
+        .unwrap();
+    assert_eq!(progressing["status"], "False");
+    assert_eq!(progressing["reason"], "ProgressDeadlineExceeded");
+    // Scaling mid-rollout shares the new replicas between both ReplicaSets.
+    let before = replica_sets(&plinth, "stuck");
+    assert_eq!(before.iter().map(|s| s.1).sum::<i64>(), 5, "{before:?}");
+    plinth.kubectl(&["scale", "deploy", "stuck", "--replicas=8"]);
+    plinth.eventually("both ReplicaSets grow", || {
+        let after = replica_sets(&plinth, "stuck");
+        let total: i64 = after.iter().map(|s| s.1).sum();
+        total == 10
+            && after.iter().all(|a| {
+                before
+                    .iter()
+                    .find(|b| b.0 == a.0)
+                    .is_some_and(|b| a.1 > b.1)
+            })
+    });
+}
+
+#[test]
+fn a_parallel_stateful_set_with_a_partition_and_an_ordinal_start() {
+    let plinth = with_node("node-q");
+    let manifest = |word: &str, partition: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: shard}}\nspec:\n  replicas: 3\n  ordinals: {{start: 5}}\n  podManagementPolicy: Parallel\n  updateStrategy: {{rollingUpdate: {{partition: {partition}}}}}\n  selector: {{matchLabels: {{app: shard}}}}\n  template:\n    metadata: {{labels: {{app: shard}}, annotations: {{word: {word}}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: 'busybox:1.36', command: [sleep, '3600']}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("one", 0));
+    rollout_status(&plinth, "sts/shard");
+    let names = || {
+        let pods = plinth.json(&["get", "pods", "-l", "app=shard"]);
+        let mut names: Vec<(String, String)> = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["annotations"]["word"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names().iter().map(|n| n.0.as_str()).collect::<Vec<_>>(),
+        ["shard-5", "shard-6", "shard-7"]
+    );
+    // partition 2: only the ordinals from start + 2 up are updated.
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("two", 2));
+    plinth.eventually("shard-7 runs the new template, the others the old", || {
+        names()
+            == [
+                ("shard-5".to_owned(), "one".to_owned()),
+                ("shard-6".to_owned(), "one".to_owned()),
+                ("shard-7".to_owned(), "two".to_owned()),
+            ]
+    });
+    let set = plinth.json(&["get", "sts", "shard"]);
+    assert_ne!(
+        set["status"]["currentRevision"],
+        set["status"]["updateRevision"]
+    );
+    assert_eq!(set["status"]["updatedReplicas"], 1);
 }
