@@ -232,6 +232,12 @@ impl Pass<'_> {
                 {
                     "Forbid" if !active.is_empty() => {
                         // Looked at again when the running one finishes.
+                        self.event(
+                            "Normal",
+                            "JobAlreadyActive",
+                            "Not starting job because prior execution is running and concurrency policy is Forbid",
+                        )
+                        .await;
                         self.write(status).await;
                         return next.map(|n| wait_until(now, n));
                     }

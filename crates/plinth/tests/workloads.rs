@@ -1461,3 +1461,115 @@ fn a_parallel_stateful_set_with_a_partition_and_an_ordinal_start() {
     );
     assert_eq!(set["status"]["updatedReplicas"], 1);
 }
+
+#[test]
+fn deadlines_concurrency_policies_and_on_delete_updates_behave_as_kubes() {
+    let plinth = with_node("node-o");
+    // activeDeadlineSeconds ends a Job that runs too long.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: slow}\nspec:\n  activeDeadlineSeconds: 2\n  template:\n    spec:\n      restartPolicy: Never\n      terminationGracePeriodSeconds: 1\n      containers: [{name: c, image: 'busybox:1.36', command: [sleep, '3600']}]\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/slow",
+        "--timeout=120s",
+    ]);
+    let failed = job_condition(&plinth, "slow", "Failed").unwrap();
+    assert_eq!(failed["reason"], "DeadlineExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job was active longer than specified deadline"
+    );
+    plinth.eventually("its pod is stopped", || running_pods(&plinth, "slow") == 0);
+
+    // Forbid: while one runs, no other starts; Replace: the running one gives way.
+    let cron = |name: &str, policy: &str| {
+        format!(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: {name}}}\nspec:\n  schedule: '@every 2s'\n  concurrencyPolicy: {policy}\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          terminationGracePeriodSeconds: 1\n          containers: [{{name: c, image: 'busybox:1.36', command: [sleep, '3600']}}]\n"
+        )
+    };
+    let jobs_of = |cronjob: &str| -> Vec<String> {
+        let jobs = plinth.json(&["get", "jobs"]);
+        jobs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["metadata"]["ownerReferences"][0]["name"] == cronjob)
+            .filter(|j| j["metadata"]["deletionTimestamp"].is_null())
+            .map(|j| j["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &cron("forbid", "Forbid"));
+    plinth.eventually("a later run is skipped while the first runs", || {
+        let events = plinth.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=JobAlreadyActive",
+        ]);
+        events.contains("Not starting job because prior execution is running")
+    });
+    assert_eq!(jobs_of("forbid").len(), 1, "{:?}", jobs_of("forbid"));
+    plinth.kubectl(&[
+        "patch",
+        "cronjob",
+        "forbid",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"suspend":true}}"#,
+    ]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &cron("replace", "Replace"));
+    plinth.eventually("a first run", || jobs_of("replace").len() == 1);
+    let first = jobs_of("replace")[0].clone();
+    plinth.eventually("the next run replaces it", || {
+        let now = jobs_of("replace");
+        now.len() == 1 && now[0] != first
+    });
+    plinth.kubectl(&[
+        "patch",
+        "cronjob",
+        "replace",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"suspend":true}}"#,
+    ]);
+
+    // OnDelete: a new template reaches a StatefulSet's pods only as they are deleted.
+    let set = |word: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: manual}}\nspec:\n  replicas: 2\n  updateStrategy: {{type: OnDelete}}\n  selector: {{matchLabels: {{app: manual}}}}\n  template:\n    metadata: {{labels: {{app: manual}}, annotations: {{word: {word}}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: 'busybox:1.36', command: [sleep, '3600']}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &set("one"));
+    // (kubectl rollout status refuses OnDelete sets, as against kube.)
+    plinth.eventually("both pods are ready", || {
+        plinth.json(&["get", "sts", "manual"])["status"]["readyReplicas"] == 2
+    });
+    plinth.kubectl_with(&["apply", "-f", "-"], &set("two"));
+    plinth.eventually("the set records the new revision", || {
+        let s = plinth.json(&["get", "sts", "manual"]);
+        s["status"]["observedGeneration"] == 2
+            && s["status"]["currentRevision"] != s["status"]["updateRevision"]
+    });
+    let word = |pod: &str| {
+        plinth.json(&["get", "pod", pod])["metadata"]["annotations"]["word"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(
+        (word("manual-0"), word("manual-1")),
+        ("one".to_owned(), "one".to_owned())
+    );
+    plinth.kubectl(&["delete", "pod", "manual-1"]);
+    plinth.eventually("manual-1 comes back with the new template", || {
+        plinth
+            .kubectl_output(&["get", "pod", "manual-1"])
+            .status
+            .success()
+            && word("manual-1") == "two"
+    });
+    assert_eq!(word("manual-0"), "one");
+}
