@@ -843,25 +843,23 @@ spec:
     });
 
     // Bad Jobs: kube's messages, nothing stored.
-    for (manifest, expected) in [
-        (
-            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  template:\n    spec: {containers: [{name: c, image: busybox}]}\n",
-            "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"",
-        ),
-        (
-            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  completionMode: Indexed\n  parallelism: 2\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
-            "spec.completions: Required value: when completion mode is Indexed",
-        ),
-        (
-            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  backoffLimit: -1\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
-            "spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0",
-        ),
-    ] {
-        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
-        assert!(!out.status.success(), "refused: {manifest}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
-    }
+    refused_all(
+        &plinth,
+        &[
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  template:\n    spec: {containers: [{name: c, image: busybox}]}\n",
+                "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\"",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  completionMode: Indexed\n  parallelism: 2\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
+                "spec.completions: Required value: when completion mode is Indexed",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  backoffLimit: -1\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
+                "spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0",
+            ),
+        ],
+    );
     assert!(
         !plinth
             .kubectl_output(&["get", "job", "bad"])
@@ -923,25 +921,23 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history() {
             .is_some_and(Vec::is_empty)
     });
 
-    for (manifest, expected) in [
-        (
-            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: often\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
-            "spec.schedule: Invalid value: \"often\": expected exactly 5 fields, found 1: [often]",
-        ),
-        (
-            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  timeZone: Mars/Olympus\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
-            "spec.timeZone: Invalid value: \"Mars/Olympus\": unknown time zone Mars/Olympus",
-        ),
-        (
-            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  concurrencyPolicy: Sometimes\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
-            "spec.concurrencyPolicy: Unsupported value: \"Sometimes\": supported values: \"Allow\", \"Forbid\", \"Replace\"",
-        ),
-    ] {
-        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
-        assert!(!out.status.success(), "refused: {manifest}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
-    }
+    refused_all(
+        &plinth,
+        &[
+            (
+                "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: often\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+                "spec.schedule: Invalid value: \"often\": expected exactly 5 fields, found 1: [often]",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  timeZone: Mars/Olympus\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+                "spec.timeZone: Invalid value: \"Mars/Olympus\": unknown time zone Mars/Olympus",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bad}\nspec:\n  schedule: '@hourly'\n  concurrencyPolicy: Sometimes\n  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}\n",
+                "spec.concurrencyPolicy: Unsupported value: \"Sometimes\": supported values: \"Allow\", \"Forbid\", \"Replace\"",
+            ),
+        ],
+    );
     assert!(
         !plinth
             .kubectl_output(&["get", "cronjob", "bad"])
@@ -953,22 +949,7 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history() {
 #[test]
 fn a_daemon_set_runs_one_pod_per_fitting_node_and_rolls_node_by_node() {
     let plinth = with_node("node-d1");
-    // A second node agent (a `plinth node` process, stopped by its PID).
-    let dir = tempfile::tempdir().unwrap();
-    let second = common::Stopped(Some(
-        std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
-            .args(["node", "--kubeconfig"])
-            .arg(&plinth.kubeconfig)
-            .args(["--node-name", "node-d2", "--data-dir"])
-            .arg(dir.path())
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    ));
-    plinth.eventually("the second node is Ready", || {
-        let out = plinth.kubectl_output(&["get", "node", "node-d2", "--no-headers"]);
-        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
-    });
+    let (second, _dir) = second_agent(&plinth, "node-d2");
     let daemon = |image: &str, selector: &str| {
         format!(
             "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: agent}}\nspec:\n  selector: {{matchLabels: {{app: agent}}}}\n  template:\n    metadata: {{labels: {{app: agent}}}}\n    spec:\n      nodeSelector: {selector}\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: main, image: '{image}', command: [sleep, '3600'], readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}}}]\n"
@@ -1572,4 +1553,14 @@ fn deadlines_concurrency_policies_and_on_delete_updates_behave_as_kubes() {
             && word("manual-1") == "two"
     });
     assert_eq!(word("manual-0"), "one");
+}
+
+/// `kubectl create` of each manifest fails with its expected message.
+fn refused_all(plinth: &Plinth, cases: &[(&str, &str)]) {
+    for (manifest, expected) in cases {
+        let out = plinth.kubectl_stdin(&["create", "-f", "-"], manifest);
+        assert!(!out.status.success(), "refused: {manifest}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
 }
