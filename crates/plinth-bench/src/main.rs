@@ -30,8 +30,10 @@ use serde_json::json;
 
 mod admission;
 mod deployments;
+mod failover;
 mod fairness;
 mod gc;
+mod operator_cache;
 mod pods;
 mod reads;
 mod reconcile;
@@ -184,6 +186,40 @@ enum Command {
         /// Only create the pods (a server with `--no-node`): the controllers' memory per pod.
         #[arg(long)]
         pending: bool,
+    },
+    /// A RedisCluster's failover on this machine's node agent, with the RedisCluster
+    /// operator running: SIGKILLs the primary's process `kills` times and times until a
+    /// write through the `-primary` Service is accepted again (p50/p99).
+    RedisFailover {
+        /// Kubeconfig of the server under test.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Namespace to create the cluster in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// How many times the primary is killed.
+        #[arg(long, default_value_t = 20)]
+        kills: usize,
+        /// Hang the primary (SIGSTOP, resumed after) instead of killing it.
+        #[arg(long)]
+        hang: bool,
+    },
+    /// The RedisCluster operator's cache memory per object: as shipped (managedFields
+    /// stripped), keeping managedFields, and kube-runtime reflectors of the same kinds.
+    OperatorCache {
+        /// Kubeconfig of the server under test.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Namespace of the clusters (kept between runs).
+        #[arg(long, default_value = "cache-bench")]
+        namespace: String,
+        /// How many RedisClusters (each with its StatefulSet, 3 Services, ConfigMap,
+        /// CronJob and 3 pods).
+        #[arg(long, default_value_t = 300)]
+        clusters: usize,
+        /// `lean`, `full` or `kube`.
+        #[arg(long, default_value = "lean")]
+        runtime: String,
     },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
@@ -694,6 +730,24 @@ async fn main() -> std::process::ExitCode {
             pending,
         } => match client(kubeconfig).await {
             Ok(client) => deployments::run(client, &namespace, replicas, server_pid, pending).await,
+            Err(e) => Err(e),
+        },
+        Command::RedisFailover {
+            kubeconfig,
+            namespace,
+            kills,
+            hang,
+        } => match client(kubeconfig).await {
+            Ok(client) => failover::run(client, &namespace, kills, hang).await,
+            Err(e) => Err(e),
+        },
+        Command::OperatorCache {
+            kubeconfig,
+            namespace,
+            clusters,
+            runtime,
+        } => match client(kubeconfig).await {
+            Ok(client) => operator_cache::run(client, &namespace, clusters, &runtime).await,
             Err(e) => Err(e),
         },
         Command::Reconcile {

@@ -68,7 +68,8 @@ async fn write_status(
     Ok(())
 }
 
-fn rss_kib() -> u64 {
+/// This process's anonymous resident memory, KiB.
+pub(crate) fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

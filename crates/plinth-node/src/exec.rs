@@ -128,6 +128,23 @@ pub(crate) async fn exec(
     let slave_path = tty
         .as_ref()
         .and_then(|pty| nix::unistd::ttyname(&pty.slave).ok());
+    // kubectl reads the connection before it has made its streams, and drops what comes
+    // for a stream not made yet: a terminal session waits (a second at most) for the
+    // client's first message — kubectl's is the terminal's size, which the command then
+    // starts with. Input that comes first is kept for the command.
+    let mut early_stdin = None;
+    let mut greeted = false;
+    if let Some(path) = &slave_path
+        && let Ok(Some(Ok(Message::Binary(data)))) =
+            tokio::time::timeout(std::time::Duration::from_secs(1), ws.next()).await
+    {
+        greeted = true;
+        match data.first() {
+            Some(&RESIZE) => resize(path, &data[1..]).await,
+            Some(&STDIN) => early_stdin = Some(data.slice(1..)),
+            _ => {}
+        }
+    }
     match &tty {
         Some(pty) => {
             let end = || {
@@ -207,6 +224,13 @@ pub(crate) async fn exec(
     }
     drop(out_tx);
     let writer = tokio::spawn(async move {
+        // Without a first message from the client to go by (a terminal session has one), a
+        // moment's grace for its streams: client-go makes them while it already reads, and
+        // drops a frame for a stream not made yet — a command done in a millisecond lost
+        // its output and status. kube's own path (API server, kubelet, runtime) takes longer.
+        if !greeted {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
         while let Some(message) = out_rx.recv().await {
             if sink.send(message).await.is_err() {
                 break;
@@ -216,6 +240,11 @@ pub(crate) async fn exec(
     });
     let mut stdin = input;
     let reader = tokio::spawn(async move {
+        if let (Some(pipe), Some(data)) = (stdin.as_mut(), early_stdin)
+            && (pipe.write_all(&data).await.is_err() || pipe.flush().await.is_err())
+        {
+            stdin = None;
+        }
         while let Some(Ok(message)) = source.next().await {
             match message {
                 Message::Binary(data) if !data.is_empty() => match data[0] {
@@ -258,7 +287,29 @@ pub(crate) async fn exec(
 pub(crate) async fn attach(
     upgraded: Upgraded,
     log: std::path::PathBuf,
-    stdin: Option<std::sync::Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>>,
+    stdin: Option<crate::pods::Stdin>,
+    stdin_once: bool,
+    streams: Streams,
+) {
+    attach_session(upgraded, log, stdin.as_ref(), stdin_once, streams).await;
+    // `stdinOnce`: the first session's end is the end of the container's input.
+    if stdin_once && let Some(pipe) = stdin {
+        close(&pipe).await;
+    }
+}
+
+/// Closes a container's standard input (it reads end-of-file).
+async fn close(pipe: &crate::pods::Stdin) {
+    if let Some(mut open) = pipe.lock().await.take() {
+        let _ = open.shutdown().await;
+    }
+}
+
+async fn attach_session(
+    upgraded: Upgraded,
+    log: std::path::PathBuf,
+    stdin: Option<&crate::pods::Stdin>,
+    stdin_once: bool,
     streams: Streams,
 ) {
     let ws = WebSocketStream::from_raw_socket(
@@ -285,10 +336,19 @@ pub(crate) async fn attach(
             message = source.next() => match message {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(Message::Binary(data))) if data.first() == Some(&STDIN) && streams.stdin => {
-                    if let Some(pipe) = &stdin {
-                        let mut pipe = pipe.lock().await;
-                        let _ = pipe.write_all(&data[1..]).await;
-                        let _ = pipe.flush().await;
+                    if let Some(pipe) = stdin
+                        && let Some(open) = pipe.lock().await.as_mut()
+                    {
+                        let _ = open.write_all(&data[1..]).await;
+                        let _ = open.flush().await;
+                    }
+                }
+                // The client's input ended (v5): with `stdinOnce` the container's ends too.
+                Some(Ok(Message::Binary(data)))
+                    if data.first() == Some(&CLOSE) && data.get(1) == Some(&STDIN) =>
+                {
+                    if stdin_once && let Some(pipe) = stdin {
+                        close(pipe).await;
                     }
                 }
                 _ => {}

@@ -36,6 +36,55 @@ pub struct Entry {
     /// `args: [--port, "7000"]` into `redis-server --port 7000`).
     #[serde(default)]
     pub options_for: Option<String>,
+    /// Programs that talk to the image's server, with the arguments that point them at the
+    /// pod's address: inside a pod `127.0.0.1` is the machine's (pods share its network, each
+    /// at an address of its own), so `redis-cli ping`, run by `kubectl exec`, a probe, a hook
+    /// or as the command, becomes `redis-cli -h $(POD_IP) ping` — unless its arguments name
+    /// the option (`-h`) already.
+    #[serde(default)]
+    pub clients: BTreeMap<String, Vec<String>>,
+}
+
+/// An image's clients (program name → arguments), expanded for one container.
+pub type Clients = Vec<(String, Vec<String>)>;
+
+impl Entry {
+    /// The image's clients with their arguments expanded by `lookup`.
+    pub fn clients(&self, lookup: &dyn Fn(&str) -> Option<String>) -> Clients {
+        self.clients
+            .iter()
+            .map(|(program, args)| {
+                let args = args.iter().map(|a| expand(a, lookup)).collect();
+                (program.clone(), args)
+            })
+            .collect()
+    }
+}
+
+/// `command` with its client's arguments (see [`Entry::clients`]) after the program's name
+/// when it runs one of `clients` and does not name their options itself.
+pub fn pointed(command: &[String], clients: &[(String, Vec<String>)]) -> Vec<String> {
+    let Some((program, rest)) = command.split_first() else {
+        return Vec::new();
+    };
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(program);
+    let Some((_, extra)) = clients.iter().find(|(client, _)| client == name) else {
+        return command.to_vec();
+    };
+    let named = extra
+        .iter()
+        .filter(|a| a.starts_with('-'))
+        .any(|option| rest.iter().any(|a| a == option));
+    if named {
+        return command.to_vec();
+    }
+    let mut out = vec![program.clone()];
+    out.extend(extra.iter().cloned());
+    out.extend(rest.iter().cloned());
+    out
 }
 
 #[derive(Deserialize)]
@@ -57,7 +106,8 @@ impl Default for ImageMap {
     }
 }
 
-/// The built-in map: `redis` runs `redis-server` bound to the pod's address, `busybox`
+/// The built-in map: `redis` runs `redis-server` bound to the pod's address (and points
+/// `redis-cli` at it), `busybox`
 /// runs `busybox` applets (or the machine's own commands when busybox is not installed).
 fn builtin() -> Vec<(String, Entry)> {
     let entry = |entrypoint: &[&str], cmd: &[&str], wrapper: Option<&str>| Entry {
@@ -65,9 +115,11 @@ fn builtin() -> Vec<(String, Entry)> {
         cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
         wrapper: wrapper.map(str::to_owned),
         options_for: None,
+        clients: BTreeMap::new(),
     };
     let redis = Entry {
         options_for: Some("redis-server".into()),
+        clients: BTreeMap::from([("redis-cli".into(), vec!["-h".into(), "$(POD_IP)".into()])]),
         ..entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None)
     };
     vec![
@@ -231,6 +283,7 @@ pub fn argv(
     {
         argv.insert(0, program.clone());
     }
+    let mut argv = pointed(&argv, &entry.clients(lookup));
     if let Some(wrapper) = entry.wrapper.as_deref().and_then(which)
         && argv.first().is_some_and(|program| runs(&wrapper, program))
     {
@@ -348,6 +401,39 @@ mod tests {
             ["sleep", "5"]
         );
         assert!(glob("a*c*e", "abcde") && !glob("a*c", "abd") && glob("*", ""));
+    }
+
+    #[test]
+    fn clients_are_pointed_at_the_pod() {
+        let redis = ImageMap::default()
+            .lookup("redis:7")
+            .cloned()
+            .unwrap_or_default();
+        let clients = redis.clients(&vars);
+        let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            pointed(&words("redis-cli ping"), &clients),
+            words("redis-cli -h 127.64.0.2 ping")
+        );
+        assert_eq!(
+            pointed(&words("/usr/bin/redis-cli info replication"), &clients),
+            words("/usr/bin/redis-cli -h 127.64.0.2 info replication")
+        );
+        for kept in [
+            "redis-cli -h redis-0.redis ping",
+            "sh -c redis-cli",
+            "redis-server",
+        ] {
+            assert_eq!(pointed(&words(kept), &clients), words(kept), "{kept}");
+        }
+        let command = words("redis-cli");
+        let args = words("-p 7000 ping");
+        assert_eq!(
+            argv(&redis, Some(&command), Some(&args), &vars),
+            words("redis-cli -h 127.64.0.2 -p 7000 ping"),
+            "a container whose command is the client is pointed too"
+        );
+        assert!(pointed(&[], &clients).is_empty());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The pods of this node: a watch on the Pods bound to it, one worker per pod, and in each
 //! worker one supervisor per container — init containers in order (sidecars left running),
-//! then the containers; restarts by `restartPolicy` with kube's back-off (10 s doubling to
-//! five minutes, `CrashLoopBackOff` meanwhile); probes; graceful termination (`preStop`,
-//! `SIGTERM`, `SIGKILL` at the end of the grace period); the pod's status as kube reports it.
+//! then the containers; restarts by `restartPolicy` with kube's back-off (the first at once,
+//! then 10 s doubling to five minutes, `CrashLoopBackOff` meanwhile); probes; graceful
+//! termination (`preStop`, `SIGTERM`, `SIGKILL` at the end of the grace period); the pod's
+//! status as kube reports it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -37,9 +38,16 @@ pub(crate) struct Running {
     /// before it runs.
     pub(crate) pid: u32,
     /// The process's standard input, kept open for `kubectl attach -i` when the container
-    /// asks for one (`stdin: true`).
-    pub(crate) stdin: Option<Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>>,
+    /// asks for one (`stdin: true`); `None` inside once it is closed.
+    pub(crate) stdin: Option<Stdin>,
+    /// Whether the first attach session closes the standard input (`stdinOnce`).
+    pub(crate) stdin_once: bool,
+    /// The image's clients, pointed at the pod, for `kubectl exec`.
+    pub(crate) clients: images::Clients,
 }
+
+/// A container's standard input, shared by its attach sessions until it is closed.
+pub(crate) type Stdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
 
 /// (namespace, pod, container) → what is known of the container.
 type LogIndex = HashMap<(String, String, String), Running>;
@@ -793,6 +801,27 @@ impl Worker {
         value
     }
 
+    /// `$(VAR)` expansion in a container with environment `env`: its variables, and the
+    /// pod's address as `POD_IP` when it does not define one.
+    fn lookup<'a>(&self, env: &'a [(String, String)]) -> impl Fn(&str) -> Option<String> + 'a {
+        let ip = self.ip.clone();
+        move |name: &str| -> Option<String> {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .or_else(|| (name == "POD_IP").then(|| ip.clone()))
+        }
+    }
+
+    /// The clients of a container's image, pointed at the pod.
+    fn clients(&self, container: &Value, env: &[(String, String)]) -> images::Clients {
+        container["image"]
+            .as_str()
+            .and_then(|image| self.agent.config.images.lookup(image))
+            .map(|entry| entry.clients(&self.lookup(env)))
+            .unwrap_or_default()
+    }
+
     /// The argument vector and the sandbox mounts of a container, or why it cannot start.
     fn command(
         &self,
@@ -817,13 +846,7 @@ impl Worker {
         };
         let command = strings("command");
         let args = strings("args");
-        let ip = self.ip.clone();
-        let lookup = |name: &str| -> Option<String> {
-            env.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-                .or_else(|| (name == "POD_IP").then(|| ip.clone()))
-        };
+        let lookup = self.lookup(env);
         let argv = images::argv(entry, command.as_deref(), args.as_deref(), &lookup);
         if argv.is_empty() {
             return Err(("CreateContainerError".into(), "no command specified".into()));
@@ -886,7 +909,9 @@ impl Worker {
             pod.metadata.namespace.as_deref().unwrap_or(""),
             pod.metadata.uid.as_deref().unwrap_or("")
         );
-        let mut backoff = Duration::from_secs(10);
+        // As the kubelet's: the first restart at once, then 10 s doubling to five minutes; a
+        // container that ran ten minutes starts the sequence again.
+        let mut backoff = Duration::ZERO;
         let mut run: u32 = 0;
         let log_dir = self.dir.join("logs").join(&name);
         let _ = std::fs::create_dir_all(&log_dir);
@@ -925,6 +950,8 @@ impl Worker {
                     env: env.clone(),
                     pid: 0,
                     stdin: None,
+                    stdin_once: false,
+                    clients: self.clients(&container, &env),
                 },
             );
             let log = log_dir.join(format!("{run}.log"));
@@ -947,7 +974,10 @@ impl Worker {
                 Err(message) => {
                     // The process could not be started at all.
                     self.update(&name, |s| s.state = waiting("RunContainerError", &message));
-                    if self.stopping_within(backoff).await {
+                    if self
+                        .stopping_within(backoff.max(Duration::from_secs(10)))
+                        .await
+                    {
                         return None;
                     }
                     continue;
@@ -980,7 +1010,16 @@ impl Worker {
                 return (!stopping).then_some(code);
             }
             if started.elapsed() > Duration::from_secs(600) {
+                backoff = Duration::ZERO;
+            }
+            if backoff.is_zero() {
                 backoff = Duration::from_secs(10);
+                run += 1;
+                self.update(&name, |s| {
+                    s.last_state = terminated.clone();
+                    s.restart_count += 1;
+                });
+                continue;
             }
             let message = format!(
                 "back-off {} restarting failed container={name} pod={pod_label}",
@@ -1048,6 +1087,19 @@ impl Worker {
                 }
             }
         }
+        // A program the image map names under a directory the sandbox makes its own
+        // (`/tmp`: a build's target directory, say) is shown at its path inside.
+        if self.agent.config.sandbox.is_some()
+            && let Some(program) = argv.first()
+            && sandbox::replaced(program)
+            && std::path::Path::new(program).is_file()
+        {
+            extra_mounts.push(sandbox::Mount {
+                source: PathBuf::from(program),
+                target: program.clone(),
+                read_only: true,
+            });
+        }
         let mut command = match &self.agent.config.sandbox {
             Some(exe) => {
                 let root = self.dir.join("root").join(&name);
@@ -1069,6 +1121,7 @@ impl Worker {
                     user: None,
                     hostname: Some(host_name(&pod)),
                     hide: vec![self.agent.config.data_dir.clone()],
+                    parent: sandbox::Parent::this(),
                 };
                 let mut command = tokio::process::Command::new(exe);
                 command
@@ -1089,6 +1142,9 @@ impl Worker {
                 command
             }
         };
+        // A container goes with the agent's handle on it: an agent that stops without
+        // stopping its pods (its runtime dropped, as in a test) leaves none behind.
+        command.kill_on_drop(true);
         command
             .stdin(if container["stdin"] == true {
                 std::process::Stdio::piped()
@@ -1119,7 +1175,7 @@ impl Worker {
         let stdin = child
             .stdin
             .take()
-            .map(|s| Arc::new(tokio::sync::Mutex::new(s)));
+            .map(|s| Arc::new(tokio::sync::Mutex::new(Some(s))));
         let mut copies = Vec::new();
         if let Some(out) = child.stdout.take() {
             copies.push(tokio::spawn(logs::copy(out, "stdout", file.clone())));
@@ -1128,6 +1184,30 @@ impl Worker {
             copies.push(tokio::spawn(logs::copy(err, "stderr", file.clone())));
         }
         let started_text = now_text();
+        // Known to the agent's server (exec, attach) before the container is reported
+        // running: `kubectl run -i` attaches as soon as it sees it running.
+        let sandbox_pid = if self.agent.config.sandbox.is_some() {
+            find_child(pid).await
+        } else {
+            None
+        };
+        self.agent.pods.set_running(
+            &pod,
+            &name,
+            Running {
+                dir: log
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default(),
+                run,
+                sandbox_pid,
+                env: env.clone(),
+                pid,
+                stdin,
+                stdin_once: container["stdinOnce"] == true,
+                clients: self.clients(container, &env),
+            },
+        );
         self.event(
             Some(&name),
             false,
@@ -1152,26 +1232,6 @@ impl Worker {
             s.ready = kind != Kind::Init && !has_startup && !has_readiness;
             s.container_id = format!("plinth://{uid}-{name}-{run}");
         });
-        let sandbox_pid = if self.agent.config.sandbox.is_some() {
-            find_child(pid).await
-        } else {
-            None
-        };
-        self.agent.pods.set_running(
-            &pod,
-            &name,
-            Running {
-                dir: log
-                    .parent()
-                    .map(std::path::Path::to_path_buf)
-                    .unwrap_or_default(),
-                run,
-                sandbox_pid,
-                env: env.clone(),
-                pid,
-                stdin,
-            },
-        );
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);
         let probes: Vec<_> = ["startupProbe", "readinessProbe", "livenessProbe"]
             .into_iter()
@@ -1251,11 +1311,13 @@ impl Worker {
         env: &[(String, String)],
         deadline: Instant,
     ) {
+        let clients = self.clients(container, env);
         let target = probes::Target {
             pod_ip: &self.ip,
             container,
             sandbox_pid,
             env,
+            clients: &clients,
         };
         if let Some(hook) = container
             .pointer("/lifecycle/preStop")
@@ -1312,6 +1374,7 @@ impl Worker {
         let period = Duration::from_secs(seconds("periodSeconds", 10).max(1));
         let success_threshold = seconds("successThreshold", 1).max(1);
         let failure_threshold = seconds("failureThreshold", 3).max(1);
+        let clients = self.clients(&container, &env);
         if which != "startupProbe" {
             // Readiness and liveness wait for the startup probe.
             loop {
@@ -1333,6 +1396,7 @@ impl Worker {
                 container: &container,
                 sandbox_pid,
                 env: &env,
+                clients: &clients,
             };
             let outcome = probes::run(&probe, &target).await;
             match outcome {

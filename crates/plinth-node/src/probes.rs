@@ -20,6 +20,8 @@ pub(crate) struct Target<'a> {
     /// The PID whose namespaces an exec probe enters (the sandbox's init), if any.
     pub(crate) sandbox_pid: Option<u32>,
     pub(crate) env: &'a [(String, String)],
+    /// The image's clients, pointed at the pod ([`crate::images::Entry::clients`]).
+    pub(crate) clients: &'a [(String, Vec<String>)],
 }
 
 fn port_of(target: &Target<'_>, port: &Value) -> Result<u16, String> {
@@ -286,8 +288,14 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 }
 
 /// The command line that runs `command` inside the sandbox of `pid` (its user namespace if
-/// it has one, its mount, PID and UTS namespaces and root), or as it is without a sandbox.
-pub(crate) fn in_sandbox(command: &[String], pid: Option<u32>) -> Vec<String> {
+/// it has one, its mount, PID and UTS namespaces and root), or as it is without a sandbox;
+/// an image's client is pointed at the pod.
+pub(crate) fn in_sandbox(
+    command: &[String],
+    pid: Option<u32>,
+    clients: &[(String, Vec<String>)],
+) -> Vec<String> {
+    let command = crate::images::pointed(command, clients);
     match pid {
         Some(pid) => {
             let mut argv = vec!["nsenter".to_owned(), format!("--target={pid}")];
@@ -305,7 +313,7 @@ pub(crate) fn in_sandbox(command: &[String], pid: Option<u32>) -> Vec<String> {
 }
 
 async fn exec_probe(command: &[String], target: &Target<'_>) -> Outcome {
-    let argv = in_sandbox(command, target.sandbox_pid);
+    let argv = in_sandbox(command, target.sandbox_pid, target.clients);
     let Some((program, args)) = argv.split_first() else {
         return Err("no command".into());
     };

@@ -45,6 +45,56 @@ pub struct Spec {
     /// Host directories the container must not see (the agent's data, other pods'
     /// volumes among it): an empty directory is put over each.
     pub hide: Vec<PathBuf>,
+    /// The process whose end ends this stage (its PID and start time): the agent for the
+    /// first stage, the first stage for the second.
+    #[serde(default)]
+    pub parent: Option<Parent>,
+}
+
+/// A process, told apart from a later one that reuses its PID by its start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parent {
+    /// Its PID (as the machine's `/proc` numbers it).
+    pub pid: u32,
+    /// When it started, in clock ticks after boot (`/proc/PID/stat`'s 22nd field).
+    pub start: u64,
+}
+
+impl Parent {
+    /// This process.
+    pub fn this() -> Option<Parent> {
+        Parent::of(std::process::id())
+    }
+
+    /// Process `pid`, if it is alive (not a zombie).
+    fn of(pid: u32) -> Option<Parent> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (in parentheses) may hold spaces; the fields after it do not.
+        let (_, rest) = stat.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if matches!(fields.first(), Some(&("Z" | "X" | "x"))) {
+            return None;
+        }
+        // `rest` starts at the 3rd field (the state), so the 22nd is at index 19.
+        let start = fields.get(19)?.parse().ok()?;
+        Some(Parent { pid, start })
+    }
+
+    /// Whether this process is still the one that was recorded.
+    fn alive(self) -> bool {
+        Parent::of(self.pid) == Some(self)
+    }
+}
+
+/// Makes this stage end with its parent: the kernel's parent-death signal covers a parent
+/// that dies from now on; one that died before this stage got here (it was killed as it
+/// started this one) is found gone, and this stage gives up.
+fn tie_to(parent: Option<Parent>) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    match parent {
+        Some(parent) if !parent.alive() => Err(format!("parent {} is gone", parent.pid)),
+        _ => Ok(()),
+    }
 }
 
 /// A volume mount.
@@ -61,6 +111,13 @@ pub struct Mount {
 /// Where the host's top-level directories stay as they are (system files), apart from those
 /// the sandbox makes its own.
 const OWN: &[&str] = &["proc", "tmp", "dev", "sys"];
+
+/// Whether the host's `path` is hidden inside a container (under a top-level directory the
+/// sandbox makes its own, such as `/tmp`).
+pub fn replaced(path: &str) -> bool {
+    let top = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    path.starts_with('/') && OWN.contains(&top)
+}
 
 /// Runs the first stage with `spec` (JSON) and returns the exit code to leave with.
 pub fn main(spec: &str, second_stage: bool) -> i32 {
@@ -149,7 +206,7 @@ fn supervise(child: u32, reap: bool, target: &std::sync::atomic::AtomicI32) -> R
 fn first(spec: &Spec) -> Result<i32, String> {
     // The container goes with the agent: if it dies, so does this stage, and with it the
     // namespace.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    tie_to(spec.parent)?;
     for cgroup in &spec.cgroups {
         std::fs::write(cgroup.join("cgroup.procs"), std::process::id().to_string())
             .map_err(|e| format!("join cgroup {}: {e}", cgroup.display()))?;
@@ -166,7 +223,11 @@ fn first(spec: &Spec) -> Result<i32, String> {
     }
     unshare(flags).map_err(|e| format!("unshare: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let encoded = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let second = Spec {
+        parent: Parent::this(),
+        ..spec.clone()
+    };
+    let encoded = serde_json::to_string(&second).map_err(|e| e.to_string())?;
     let child = Command::new(exe)
         .arg("sandbox")
         .arg("--stage2")
@@ -383,8 +444,10 @@ fn build_root(spec: &Spec) -> Result<(), String> {
 }
 
 fn second(spec: &Spec) -> Result<i32, String> {
-    // The namespace ends with the first stage: if it is killed, so is this one.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("pdeathsig: {e}"))?;
+    // The namespace ends with the first stage: if it is killed, so is this one. (The
+    // machine's `/proc` is still mounted here, so the first stage can be looked up; inside
+    // the new PID namespace `getppid()` says 0 whatever became of it.)
+    tie_to(spec.parent)?;
     if let Some(name) = &spec.hostname {
         nix::unistd::sethostname(name).map_err(|e| format!("hostname: {e}"))?;
     }
@@ -452,4 +515,18 @@ pub fn available(exe: &Path) -> bool {
 /// Exit code of a finished process as the sandbox reports it.
 pub fn code_of(status: ExitStatus) -> i32 {
     exit_code(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_the_sandbox_makes_its_own_are_known() {
+        assert!(replaced("/tmp/target/debug/redis-operator"));
+        assert!(replaced("/proc/self/exe"));
+        assert!(!replaced("/usr/bin/redis-server"));
+        assert!(!replaced("/tmpfoo/x"));
+        assert!(!replaced("tmp/x"), "only absolute paths");
+    }
 }

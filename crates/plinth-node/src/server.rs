@@ -223,10 +223,12 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
         tokio::spawn(async move {
             let Ok(upgraded) = upgrade.await else { return };
             if kind == "exec" {
-                let argv = crate::probes::in_sandbox(&command, running.sandbox_pid);
+                let argv =
+                    crate::probes::in_sandbox(&command, running.sandbox_pid, &running.clients);
                 crate::exec::exec(upgraded, argv, command, running.env, streams).await;
             } else {
-                crate::exec::attach(upgraded, log, running.stdin, streams).await;
+                crate::exec::attach(upgraded, log, running.stdin, running.stdin_once, streams)
+                    .await;
             }
         });
         let mut response = switching("websocket");

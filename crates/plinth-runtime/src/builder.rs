@@ -123,14 +123,29 @@ where
     /// Also reconciles the keys `map` gives for any object `api` reads that changes.
     #[must_use]
     pub fn watches<C>(
-        mut self,
+        self,
         api: Api<C>,
         map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
     ) -> Self
     where
         C: Cached,
     {
-        let other = self.manager.informer(|| api);
+        self.watches_with(api, InformerOptions::default(), map)
+    }
+
+    /// As [`ControllerBuilder::watches`], with the watched informer's `options` (a selector,
+    /// a transform stripping what the reconciler never reads).
+    #[must_use]
+    pub fn watches_with<C>(
+        mut self,
+        api: Api<C>,
+        options: InformerOptions<C>,
+        map: impl Fn(&C) -> Vec<ObjectKey> + Send + 'static,
+    ) -> Self
+    where
+        C: Cached,
+    {
+        let other = self.manager.informer_with(|| api, options);
         self.controller = self.controller.watches(&other, map);
         self
     }

@@ -100,7 +100,10 @@ pub enum FinalizerEvent<K> {
     /// The object lives (and carries the finalizer): bring the world in line with it.
     Apply(std::sync::Arc<K>),
     /// The object is being deleted: clean up what it owns outside the cluster; the finalizer
-    /// is removed when this succeeds.
+    /// is removed when this succeeds with [`Action::Done`](crate::controller::Action::Done).
+    /// A clean-up that waits for something (a final backup Job) returns
+    /// [`Action::RequeueAfter`](crate::controller::Action::RequeueAfter): the finalizer stays
+    /// and the clean-up runs again after that long — a requeue, never a sleep.
     Cleanup(std::sync::Arc<K>),
 }
 
@@ -132,7 +135,9 @@ where
         (false, true) => reconcile(FinalizerEvent::Apply(object)).await,
         (true, true) => {
             let action = reconcile(FinalizerEvent::Cleanup(object.clone())).await?;
-            remove_finalizer(api, &object, name).await?;
+            if action == crate::controller::Action::Done {
+                remove_finalizer(api, &object, name).await?;
+            }
             Ok(action)
         }
         (true, false) => Ok(crate::controller::Action::Done),

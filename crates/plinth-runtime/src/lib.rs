@@ -44,6 +44,6 @@ pub use client::{ObjectClient, SplitClient};
 pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture, Stopping};
 pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
-pub use manager::{Manager, ManagerError, Shutdown};
+pub use manager::{Manager, ManagerError, Shutdown, shutdown_signal};
 pub use metrics::Metrics;
 pub use workqueue::{RateLimiter, WorkQueue};

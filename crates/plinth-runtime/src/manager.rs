@@ -361,3 +361,17 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Manag
         .await
         .map_err(|source| ManagerError::Bind { what, addr, source })
 }
+
+/// Completes on SIGTERM or Ctrl-C (controller-runtime's `SetupSignalHandler`): the stop
+/// signal an operator's `main` hands to [`Manager::run`].
+pub async fn shutdown_signal() {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -97,11 +97,30 @@ struct State {
     user: BTreeMap<String, UserMetric>,
 }
 
-/// A metric an operator registers: its help, type and value.
+/// A metric an operator registers: its help, type and a value per label set (`""` for the
+/// series without labels).
 struct UserMetric {
     help: String,
     kind: &'static str,
-    value: Arc<std::sync::atomic::AtomicI64>,
+    series: BTreeMap<String, Arc<std::sync::atomic::AtomicI64>>,
+}
+
+/// `{a="x",b="y"}` (values escaped as the exposition format asks), or nothing.
+fn label_text(labels: &[(&str, &str)]) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| {
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{k}=\"{v}\"")
+        })
+        .collect();
+    format!("{{{}}}", pairs.join(","))
 }
 
 /// A counter registered with [`Metrics::counter`]; clones share it.
@@ -229,12 +248,29 @@ impl Metrics {
     /// Registers (or finds again) the operator's counter `name`, served on `/metrics` with the
     /// controller metrics.
     pub fn counter(&self, name: &str, help: &str) -> Counter {
-        Counter(self.user(name, help, "counter"))
+        Counter(self.user(name, help, "counter", &[]))
     }
 
     /// Registers (or finds again) the operator's gauge `name`.
     pub fn gauge(&self, name: &str, help: &str) -> Gauge {
-        Gauge(self.user(name, help, "gauge"))
+        Gauge(self.user(name, help, "gauge", &[]))
+    }
+
+    /// The series of counter `name` with `labels` (`[("cluster", "shop/cache")]`).
+    pub fn counter_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
+        Counter(self.user(name, help, "counter", labels))
+    }
+
+    /// The series of gauge `name` with `labels`.
+    pub fn gauge_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
+        Gauge(self.user(name, help, "gauge", labels))
+    }
+
+    /// Drops the series of metric `name` with `labels` (a deleted object's gauge).
+    pub fn forget(&self, name: &str, labels: &[(&str, &str)]) {
+        if let Some(metric) = self.lock().user.get_mut(name) {
+            metric.series.remove(&label_text(labels));
+        }
     }
 
     fn user(
@@ -242,6 +278,7 @@ impl Metrics {
         name: &str,
         help: &str,
         kind: &'static str,
+        labels: &[(&str, &str)],
     ) -> Arc<std::sync::atomic::AtomicI64> {
         self.lock()
             .user
@@ -249,9 +286,11 @@ impl Metrics {
             .or_insert_with(|| UserMetric {
                 help: help.to_owned(),
                 kind,
-                value: Arc::default(),
+                series: BTreeMap::new(),
             })
-            .value
+            .series
+            .entry(label_text(labels))
+            .or_default()
             .clone()
     }
 
@@ -350,12 +389,15 @@ impl Metrics {
             );
         }
         for (name, metric) in &state.user {
-            let value = metric.value.load(std::sync::atomic::Ordering::Relaxed);
             let _ = writeln!(
                 out,
-                "# HELP {name} {}\n# TYPE {name} {}\n{name} {value}",
+                "# HELP {name} {}\n# TYPE {name} {}",
                 metric.help, metric.kind
             );
+            for (labels, value) in &metric.series {
+                let value = value.load(std::sync::atomic::Ordering::Relaxed);
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
         }
         out
     }
@@ -417,4 +459,34 @@ pub async fn serve(
 /// If the address cannot be bound.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labelled_series_share_one_family_and_can_be_forgotten() {
+        let metrics = Metrics::default();
+        let help = "Servers ready, per cluster";
+        metrics
+            .gauge_with("ready", help, &[("cluster", "a/one")])
+            .set(3);
+        metrics
+            .gauge_with("ready", help, &[("cluster", "b/\"two\"")])
+            .set(1);
+        metrics.counter("plain", "No labels").inc();
+        let text = metrics.render();
+        assert_eq!(text.matches("# TYPE ready gauge").count(), 1, "{text}");
+        assert!(text.contains("ready{cluster=\"a/one\"} 3\n"), "{text}");
+        assert!(
+            text.contains("ready{cluster=\"b/\\\"two\\\"\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("plain 1\n"), "{text}");
+        metrics.forget("ready", &[("cluster", "a/one")]);
+        let text = metrics.render();
+        assert!(!text.contains("a/one"), "{text}");
+        assert!(text.contains("b/"), "{text}");
+    }
 }

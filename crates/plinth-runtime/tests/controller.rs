@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -646,6 +647,95 @@ async fn the_finalizer_helper_adds_applies_cleans_up_and_removes() {
         data(&api, "cleaned-guarded-a").await.is_some(),
         "cleanup ran before the finalizer was removed"
     );
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    env.stop().await;
+}
+
+/// A clean-up that waits for something outside (a final backup) returns `RequeueAfter`: the
+/// finalizer stays and the clean-up runs again — until it returns `Done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_that_requeues_keeps_the_finalizer_until_it_is_done() {
+    use plinth_runtime::helpers::{FinalizerEvent, finalizer};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const FINALIZER: &str = "example.com/final-backup";
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let cache = informer.cache();
+    let controller = Controller::new(&informer).concurrency(1);
+    let cleanups = Arc::new(AtomicUsize::new(0));
+    let reconcile = {
+        let (api, cleanups) = (api.clone(), cleanups.clone());
+        move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+            let (api, cache, cleanups) = (api.clone(), cache.clone(), cleanups.clone());
+            Box::pin(async move {
+                if key.name != "waiting" {
+                    return Ok(Action::Done);
+                }
+                let Some(object) = cache.get(&key) else {
+                    return Ok(Action::Done);
+                };
+                let reader = api.clone();
+                finalizer(&api, FINALIZER, object, |event| async move {
+                    match event {
+                        FinalizerEvent::Apply(_) => Ok(Action::Done),
+                        FinalizerEvent::Cleanup(_) => {
+                            cleanups.fetch_add(1, Ordering::SeqCst);
+                            // Done once the "released" ConfigMap exists.
+                            if reader.get_opt("released").await?.is_some() {
+                                Ok(Action::Done)
+                            } else {
+                                Ok(Action::RequeueAfter(Duration::from_millis(50)))
+                            }
+                        }
+                    }
+                })
+                .await
+            })
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("waiting".into());
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    eventually("the finalizer is added", || async {
+        api.get("waiting")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_owned())
+    })
+    .await;
+    api.delete("waiting", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the clean-up runs again and again", || async {
+        cleanups.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    let kept = api.get("waiting").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        kept.metadata.finalizers.unwrap_or_default(),
+        [FINALIZER.to_owned()],
+        "a clean-up that requeues keeps its finalizer"
+    );
+    let mut released = ConfigMap::default();
+    released.metadata.name = Some("released".into());
+    api.create(&PostParams::default(), &released).await.unwrap();
+    eventually("done: the finalizer goes, and the object", || async {
+        data(&api, "waiting").await.is_none()
+    })
+    .await;
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await

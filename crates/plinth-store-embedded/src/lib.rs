@@ -24,11 +24,14 @@
 //!   disk at its own pace (etcd's synced/unsynced split).
 //! - The data directory is locked (`LOCK`); a second process gets [`StoreError::Locked`]. A
 //!   directory holding anything but a Plinth store is refused with [`StoreError::BadDataDir`].
+//! - [`backup::backup`] copies a live store at one revision (one read transaction, beside
+//!   the server that holds the lock); [`backup::restore`] puts the copy into an empty directory.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod backup;
 mod hub;
 mod index;
 mod layout;
@@ -146,7 +149,7 @@ impl std::fmt::Debug for EmbeddedStore {
     }
 }
 
-fn bad_dir(path: &Path, reason: impl std::fmt::Display) -> StoreError {
+pub(crate) fn bad_dir(path: &Path, reason: impl std::fmt::Display) -> StoreError {
     StoreError::BadDataDir {
         path: path.to_owned(),
         reason: reason.to_string(),
@@ -357,29 +360,37 @@ fn create_if_new(dir: &Path) -> StoreResult<PathBuf> {
     Ok(path)
 }
 
-/// Checks that this is a Plinth store of our format and rebuilds the key index from it. Returns
-/// the index, the current revision and the compaction revision.
-fn load(conn: &Connection, path: &Path) -> StoreResult<(Index, Revision, Revision)> {
-    let not_ours = |e: rusqlite::Error| {
+/// The error for a file at `path` SQLite or our schema does not recognise.
+fn not_ours(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |e: rusqlite::Error| {
         if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
             bad_dir(path, format!("not a store file: {e}"))
         } else {
             bad_dir(path, format!("not a Plinth store ({e})"))
         }
-    };
+    }
+}
+
+/// Checks that the file `conn` reads (at `path`) is a Plinth store of this build's format.
+pub(crate) fn check_format(conn: &Connection, path: &Path) -> StoreResult<()> {
+    match read_meta(conn, META_FORMAT).map_err(not_ours(path))? {
+        Some(FORMAT_VERSION) => Ok(()),
+        Some(other) => Err(bad_dir(
+            path,
+            format!("store format {other}; this build reads format {FORMAT_VERSION}"),
+        )),
+        None => Err(bad_dir(path, "not a Plinth store (no format marker)")),
+    }
+}
+
+/// Checks that this is a Plinth store of our format and rebuilds the key index from it. Returns
+/// the index, the current revision and the compaction revision.
+fn load(conn: &Connection, path: &Path) -> StoreResult<(Index, Revision, Revision)> {
+    let not_ours = not_ours(path);
     // WAL mode is a property of the file; set it before anything else touches the file.
     conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(not_ours)?;
-    match read_meta(conn, META_FORMAT).map_err(not_ours)? {
-        Some(FORMAT_VERSION) => {}
-        Some(other) => {
-            return Err(bad_dir(
-                path,
-                format!("store format {other}; this build reads format {FORMAT_VERSION}"),
-            ));
-        }
-        None => return Err(bad_dir(path, "not a Plinth store (no format marker)")),
-    }
+        .map_err(&not_ours)?;
+    check_format(conn, path)?;
     let compacted = read_meta(conn, META_COMPACTED)
         .map_err(not_ours)?
         .unwrap_or(0);

@@ -15,7 +15,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -46,16 +46,26 @@ pub enum Error {
     /// The storage could not be changed while the server was down.
     #[error("change the storage: {0}")]
     Storage(String),
+    /// A test slot's address ranges were refused.
+    #[error("address ranges: {0}")]
+    Ranges(String),
     /// A CRD was not established in time.
     #[error("the CRD {0} was not established within 10 s")]
     NotEstablished(String),
 }
+
+/// A node agent's task.
+type AgentTask = tokio::task::JoinHandle<Result<(), plinth_node::AgentError>>;
 
 /// A running in-process API server; dropping it stops the server.
 pub struct TestEnv {
     server: Option<plinth_apiserver::RunningServer>,
     store: std::sync::Arc<dyn plinth_store::Store>,
     client: kube::Client,
+    settings: plinth_controllers::Settings,
+    /// The node agent, when there is one: its stop signal and its task.
+    agent: Option<(tokio::sync::watch::Sender<bool>, AgentTask)>,
+    _slot: Option<Slot>,
     // Kept for the server's lifetime; removed on drop.
     _dir: tempfile::TempDir,
 }
@@ -72,43 +82,63 @@ impl TestEnv {
     /// # Errors
     /// If the server cannot start or its kubeconfig cannot be read.
     pub async fn start() -> Result<Self, Error> {
-        let dir = tempfile::tempdir().map_err(Error::TempDir)?;
-        let config = plinth_apiserver::ServerConfig {
-            data_dir: dir.path().to_owned(),
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            compaction_interval: Duration::from_secs(300),
-            bookmark_interval: Duration::from_secs(60),
+        Self::start_with(plinth_controllers::Settings::default(), None).await
+    }
 
-            token_auth_file: None,
-            anonymous_auth: false,
-            max_requests_inflight: 0,
-            max_mutating_requests_inflight: 0,
-            audit: None,
-        };
+    /// Starts a server with the built-in controllers and a node agent named `node` that runs
+    /// pods as processes on this machine (no sandbox: plain child processes, killed with
+    /// the agent), on address ranges no other test server holds ([`Slot`]).
+    ///
+    /// # Errors
+    /// If the server or the agent cannot start.
+    pub async fn start_with_node(node: &str) -> Result<Self, Error> {
+        let slot = Slot::take();
+        plinth_apiserver::types::core::service::set_service_range(&slot.service_range())
+            .map_err(Error::Ranges)?;
+        let cluster_cidr = plinth_controllers::nodeipam::ClusterCidr::parse(&slot.pod_range())
+            .map_err(Error::Ranges)?;
+        let mut env = Self::start_with(
+            plinth_controllers::Settings {
+                cluster_cidr,
+                ..plinth_controllers::Settings::default()
+            },
+            Some(slot),
+        )
+        .await?;
+        let config = plinth_node::Config::new(node, env._dir.path().join(format!("node-{node}")));
+        let roots = client_config(env.kubeconfig())
+            .await?
+            .root_cert
+            .unwrap_or_default();
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(plinth_node::run(config, env.client(), roots, stopping));
+        env.agent = Some((stop, task));
+        Ok(env)
+    }
+
+    async fn start_with(
+        settings: plinth_controllers::Settings,
+        slot: Option<Slot>,
+    ) -> Result<Self, Error> {
+        let dir = tempfile::tempdir().map_err(Error::TempDir)?;
         let store: std::sync::Arc<dyn plinth_store::Store> = std::sync::Arc::new(
             plinth_store_embedded::EmbeddedStore::open(dir.path().join("store"))
                 .map_err(|e| Error::Storage(e.to_string()))?,
         );
-        let server = plinth_apiserver::start(config, store.clone())
-            .await
-            .map_err(Error::Start)?;
-        plinth_controllers::spawn_all(
-            server.registry.clone(),
-            server.stopping(),
-            &plinth_controllers::ClusterCa {
-                pem: server.ca_pem.clone(),
-                signer: server.signer.clone(),
-            },
-            &plinth_controllers::Settings {
-                node_proxy: Some(server.nodes.clone()),
-                ..plinth_controllers::Settings::default()
-            },
-        );
+        let settings = plinth_controllers::Settings {
+            volumes_dir: dir.path().join("volumes"),
+            ..settings
+        };
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let server = boot(dir.path(), listen, store.clone(), &settings).await?;
         let client = client_for(&server.kubeconfig).await?;
         Ok(Self {
             store,
             server: Some(server),
             client,
+            settings,
+            agent: None,
+            _slot: slot,
             _dir: dir,
         })
     }
@@ -179,39 +209,18 @@ impl TestEnv {
         }
         let revision = self.store.current_revision().await.map_err(storage)?;
         self.store.compact(revision).await.map_err(storage)?;
-        let config = plinth_apiserver::ServerConfig {
-            data_dir: self._dir.path().to_owned(),
-            listen: addr,
-            compaction_interval: Duration::from_secs(300),
-            bookmark_interval: Duration::from_secs(60),
-
-            token_auth_file: None,
-            anonymous_auth: false,
-            max_requests_inflight: 0,
-            max_mutating_requests_inflight: 0,
-            audit: None,
-        };
-        let server = plinth_apiserver::start(config, self.store.clone())
-            .await
-            .map_err(Error::Start)?;
-        plinth_controllers::spawn_all(
-            server.registry.clone(),
-            server.stopping(),
-            &plinth_controllers::ClusterCa {
-                pem: server.ca_pem.clone(),
-                signer: server.signer.clone(),
-            },
-            &plinth_controllers::Settings {
-                node_proxy: Some(server.nodes.clone()),
-                ..plinth_controllers::Settings::default()
-            },
-        );
+        let server = boot(self._dir.path(), addr, self.store.clone(), &self.settings).await?;
         self.server = Some(server);
         Ok(())
     }
 
-    /// Stops the server: in-flight requests finish, watches end.
+    /// Stops the node agent (its pods' processes first) and the server: in-flight requests
+    /// finish, watches end.
     pub async fn stop(mut self) {
+        if let Some((stop, task)) = self.agent.take() {
+            let _ = stop.send(true);
+            let _ = task.await;
+        }
         if let Some(server) = self.server.take() {
             server.shutdown().await;
         }
@@ -220,17 +229,61 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
+        // The agent's containers are killed when its task is dropped with the runtime.
+        if let Some((stop, _)) = &self.agent {
+            let _ = stop.send(true);
+        }
         if let Some(server) = &self.server {
             let _ = server.stopper().send(true);
         }
     }
 }
 
-async fn client_for(kubeconfig: &Path) -> Result<kube::Client, Error> {
-    let loaded = Kubeconfig::read_from(kubeconfig).map_err(|e| Error::Client(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(loaded, &KubeConfigOptions::default())
+/// Starts the API server on `dir` and `store` at `listen`, with the built-in controllers.
+async fn boot(
+    dir: &Path,
+    listen: std::net::SocketAddr,
+    store: std::sync::Arc<dyn plinth_store::Store>,
+    settings: &plinth_controllers::Settings,
+) -> Result<plinth_apiserver::RunningServer, Error> {
+    let config = plinth_apiserver::ServerConfig {
+        data_dir: dir.to_owned(),
+        listen,
+        compaction_interval: Duration::from_secs(300),
+        bookmark_interval: Duration::from_secs(60),
+        token_auth_file: None,
+        anonymous_auth: false,
+        max_requests_inflight: 0,
+        max_mutating_requests_inflight: 0,
+        audit: None,
+    };
+    let server = plinth_apiserver::start(config, store)
         .await
-        .map_err(|e| Error::Client(e.to_string()))?;
+        .map_err(Error::Start)?;
+    plinth_controllers::spawn_all(
+        server.registry.clone(),
+        server.stopping(),
+        &plinth_controllers::ClusterCa {
+            pem: server.ca_pem.clone(),
+            signer: server.signer.clone(),
+        },
+        &plinth_controllers::Settings {
+            node_proxy: Some(server.nodes.clone()),
+            ..settings.clone()
+        },
+    );
+    Ok(server)
+}
+
+async fn client_config(kubeconfig: &Path) -> Result<kube::Config, Error> {
+    let loaded = Kubeconfig::read_from(kubeconfig).map_err(|e| Error::Client(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(loaded, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Client(e.to_string()))
+}
+
+async fn client_for(kubeconfig: &Path) -> Result<kube::Client, Error> {
+    let config = client_config(kubeconfig).await?;
     kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
 }
 
@@ -270,4 +323,190 @@ pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A number no other test server on the machine holds while this one lives: its pods and
+/// Services get address ranges of their own (two clusters' agents on one range would
+/// answer each other's ClusterIPs).
+pub struct Slot {
+    /// The number (0–63): pods get `127.(64+N).0.0/16`, Services `127.(128+N).0.0/16`.
+    pub number: u8,
+    file: PathBuf,
+}
+
+impl Slot {
+    /// Takes a free number, waiting while all are held.
+    ///
+    /// # Panics
+    /// When the slots' directory cannot be made, or no number frees up for a minute.
+    pub fn take() -> Self {
+        let dir = std::env::temp_dir().join("plinth-test-slots");
+        if std::fs::create_dir_all(&dir).is_err() {
+            panic!("cannot make {}", dir.display());
+        }
+        for round in 0..600 {
+            for number in 0..64u8 {
+                let file = dir.join(number.to_string());
+                // A slot whose holder is gone is free again.
+                if let Ok(holder) = std::fs::read_to_string(&file)
+                    && !Path::new(&format!("/proc/{}", holder.trim())).exists()
+                {
+                    let _ = std::fs::remove_file(&file);
+                }
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&file)
+                {
+                    use std::io::Write;
+                    let _ = write!(f, "{}", std::process::id());
+                    return Self { number, file };
+                }
+            }
+            assert!(round < 599, "no free test slot");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("no free test slot")
+    }
+
+    /// The Services' range (`--service-cluster-ip-range`).
+    pub fn service_range(&self) -> String {
+        format!("127.{}.0.0/16", 128 + u16::from(self.number))
+    }
+
+    /// The pods' range (`--cluster-cidr`).
+    pub fn pod_range(&self) -> String {
+        format!("127.{}.0.0/16", 64 + u16::from(self.number))
+    }
+
+    /// `plinth serve` arguments giving the ranges.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--service-cluster-ip-range".into(),
+            self.service_range(),
+            "--cluster-cidr".into(),
+            self.pod_range(),
+        ]
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A loopback port free now (for a process under test to listen on), chosen at random
+/// below Linux's ephemeral range (32768–60999): the kernel hands those to every `bind(0)`
+/// and outgoing connection, so a port picked there is soon taken by another test.
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    for _ in 0..1000 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        let port = 20_000 + u16::try_from(hasher.finish() % 12_000).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000")
+}
+
+/// The body of `GET path` from `127.0.0.1:port` over plain HTTP (a manager's `/metrics`),
+/// headers included; empty when nothing answers.
+pub async fn scrape(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    text
+}
+
+/// The `plinth` binary next to `exe` (a test's `env!("CARGO_BIN_EXE_…")`), built with
+/// `cargo` first if a lone `cargo test -p <operator>` did not build it.
+///
+/// # Panics
+/// When the build fails.
+pub fn plinth_binary(exe: &str, cargo: &str) -> PathBuf {
+    let binary = Path::new(exe).with_file_name("plinth");
+    if !binary.exists() {
+        let built = std::process::Command::new(cargo)
+            .args(["build", "-p", "plinth", "--bin", "plinth"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(built, "building plinth");
+    }
+    binary
+}
+
+/// A process on this machine as `/proc` shows it.
+#[derive(Clone, Debug)]
+pub struct Process {
+    /// Its PID (in this PID namespace).
+    pub pid: u32,
+    /// Its command line, word by word.
+    pub args: Vec<String>,
+    /// Its environment, `NAME=value` each (empty when it may not be read).
+    pub env: Vec<String>,
+}
+
+impl Process {
+    /// Whether its environment holds `NAME=value` exactly.
+    #[must_use]
+    pub fn has_env(&self, name: &str, value: &str) -> bool {
+        let wanted = format!("{name}={value}");
+        self.env.contains(&wanted)
+    }
+}
+
+/// The PIDs of the processes running now that `pick` accepts (to signal one a test started
+/// indirectly, say a pod's, by its PID — never by name).
+#[must_use]
+pub fn processes(pick: impl Fn(&Process) -> bool) -> Vec<u32> {
+    let words = |path: PathBuf| -> Vec<String> {
+        std::fs::read(path)
+            .map(|bytes| {
+                bytes
+                    .split(|b| *b == 0)
+                    .filter(|w| !w.is_empty())
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let process = Process {
+                pid,
+                args: words(entry.path().join("cmdline")),
+                env: words(entry.path().join("environ")),
+            };
+            pick(&process).then_some(pid)
+        })
+        .collect()
+}
+
+/// The PID of the process whose command line, as it titles itself, starts with `program`
+/// and names `word` among its words (`redis-server` retitles itself `redis-server <ip>:6379`).
+#[must_use]
+pub fn titled(program: &str, word: &str) -> Option<u32> {
+    processes(|p| {
+        let line = p.args.join(" ");
+        let mut words = line.split_whitespace();
+        words.next().is_some_and(|w| w.ends_with(program)) && words.any(|w| w == word)
+    })
+    .first()
+    .copied()
 }

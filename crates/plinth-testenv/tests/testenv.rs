@@ -65,3 +65,62 @@ async fn starts_fast_installs_crds_and_collects_garbage() {
     .await;
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_agent_runs_a_deployments_pods_as_processes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    let env = TestEnv::start_with_node("testenv-node").await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(env.client(), "default");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "main", "image": "busybox",
+                                  "command": ["sh", "-c", "echo serving on $POD_IP; exec sleep 3600"],
+                                  "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}}
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    plinth_testenv::eventually("both replicas are available", || async {
+        deployments
+            .get("web")
+            .await
+            .ok()
+            .and_then(|d| d.status)
+            .and_then(|s| s.available_replicas)
+            == Some(2)
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.client(), "default");
+    let listed = pods.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 2);
+    for pod in &listed.items {
+        let status = pod.status.clone().unwrap_or_default();
+        let ip = status.pod_ip.unwrap_or_default();
+        assert!(ip.starts_with("127."), "a loopback pod address: {ip}");
+        assert_eq!(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("testenv-node")
+        );
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        plinth_testenv::eventually("the pod's log reaches kube's log API", || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move {
+                !pods
+                    .logs(&name, &Default::default())
+                    .await
+                    .unwrap_or_default()
+                    .is_empty()
+            }
+        })
+        .await;
+        let logged = pods.logs(&name, &Default::default()).await.unwrap();
+        assert_eq!(logged.trim(), format!("serving on {ip}"));
+    }
+    env.stop().await;
+}

@@ -98,6 +98,11 @@ enum Command {
         /// Run no node agent in the server's process.
         #[arg(long, default_value_t = false)]
         no_node: bool,
+        /// Run the built-in controllers (leader-elected with the other servers on the same
+        /// storage); `--controllers=false` makes a pure API server.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+            default_missing_value = "true")]
+        controllers: bool,
         /// The node agent's settings.
         #[command(flatten)]
         node: node::NodeArgs,
@@ -149,7 +154,30 @@ enum Command {
         #[arg(required = true)]
         resources: Vec<String>,
     },
+    /// Copies the embedded store of a data directory to FILE at one revision, while its
+    /// server runs; prints the revision.
+    Backup {
+        /// Data directory of the server.
+        #[arg(long, env = "PLINTH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The backup file to create (it may not exist).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Puts a backup into a data directory holding no store yet (a server started on it
+    /// serves the backup's objects at their resourceVersions); prints the revision.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// Data directory to restore into.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
+
+/// The embedded store's directory inside a data directory.
+const STORE_DIR: &str = "store";
 
 /// `90s`, `5m`, `2h`, or plain seconds.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -224,6 +252,7 @@ fn main() -> ExitCode {
             audit_log_maxsize,
             audit_log_maxbackup,
             no_node,
+            controllers,
             node,
             node_monitor_grace_period,
             node_monitor_period,
@@ -294,7 +323,7 @@ fn main() -> ExitCode {
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
-                serve(config, storage, node, settings),
+                serve(config, storage, node, controllers.then_some(settings)),
             )
         }
         Command::Node {
@@ -351,6 +380,14 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Backup { data_dir, to } => {
+            let dir = data_dir.unwrap_or_else(default_data_dir).join(STORE_DIR);
+            answer(plinth_store_embedded::backup::backup(&dir, &to))
+        }
+        Command::Restore { from, data_dir } => answer(plinth_store_embedded::backup::restore(
+            &from,
+            &data_dir.join(STORE_DIR),
+        )),
         Command::Rewrite { resources } => {
             run(tokio::runtime::Builder::new_current_thread(), async {
                 match rewrite::run(&resources).await {
@@ -361,6 +398,20 @@ fn main() -> ExitCode {
                     }
                 }
             })
+        }
+    }
+}
+
+/// Prints a backup's or restore's revision, or its error.
+fn answer(outcome: plinth_store::StoreResult<plinth_store::Revision>) -> ExitCode {
+    match outcome {
+        Ok(revision) => {
+            println!("{revision}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("plinth: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -423,7 +474,7 @@ async fn open_store(
     plinth_apiserver::create_private_dir(&config.data_dir)?;
     let store: Arc<dyn Store> = match storage.backend {
         Backend::Embedded => Arc::new(
-            plinth_store_embedded::EmbeddedStore::open(config.data_dir.join("store"))
+            plinth_store_embedded::EmbeddedStore::open(config.data_dir.join(STORE_DIR))
                 .map_err(|e| plinth_apiserver::ServeError::Storage(Box::new(e)))?,
         ),
         Backend::Etcd { endpoints, prefix } => Arc::new(
@@ -446,11 +497,9 @@ async fn serve(
     config: ServerConfig,
     storage: Storage,
     node: Option<node::NodeArgs>,
-    settings: plinth_controllers::Settings,
+    settings: Option<plinth_controllers::Settings>,
 ) -> ExitCode {
     let data_dir = config.data_dir.clone();
-    let mut settings = settings;
-    settings.volumes_dir = data_dir.join("volumes");
     let started = match open_store(&config, storage).await {
         Ok(store) => plinth_apiserver::start(config, store).await,
         Err(e) => Err(e),
@@ -462,17 +511,22 @@ async fn serve(
             return ExitCode::FAILURE;
         }
     };
-    settings.node_proxy = Some(server.nodes.clone());
-    settings.identity = Some(plinth_controllers::leader::identity_of(&data_dir));
-    plinth_controllers::spawn_all(
-        server.registry.clone(),
-        server.stopping(),
-        &plinth_controllers::ClusterCa {
-            pem: server.ca_pem.clone(),
-            signer: server.signer.clone(),
-        },
-        &settings,
-    );
+    if let Some(mut settings) = settings {
+        settings.volumes_dir = data_dir.join("volumes");
+        settings.node_proxy = Some(server.nodes.clone());
+        settings.identity = Some(plinth_controllers::leader::identity_of(&data_dir));
+        plinth_controllers::spawn_all(
+            server.registry.clone(),
+            server.stopping(),
+            &plinth_controllers::ClusterCa {
+                pem: server.ca_pem.clone(),
+                signer: server.signer.clone(),
+            },
+            &settings,
+        );
+    } else {
+        tracing::info!("the built-in controllers are off (--controllers=false)");
+    }
     println!("{}", server.kubeconfig.display());
     let agent = match node {
         Some(args) => match node::config(&args, &data_dir) {

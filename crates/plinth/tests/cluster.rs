@@ -171,3 +171,32 @@ fn the_built_in_controllers_run_on_one_server_at_a_time_and_hand_over() {
         other.json(&["get", "rs", "once"])["status"]["replicas"] == 4
     });
 }
+
+#[test]
+fn a_server_without_controllers_serves_and_never_takes_the_controllers_lease() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut a = runtime.block_on(Plinth::start_etcd());
+    let endpoint = a.etcd_endpoint().unwrap();
+    let b = Plinth::start_with(
+        Backend::SharedEtcd(endpoint.clone()),
+        &["--controllers=false"],
+    );
+    a.eventually("A holds the lease", || holds(&lease_holder(&a), &a));
+    // B serves: a ReplicaSet written through it is run by A's controllers.
+    b.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: pure}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: pure}}\n  template:\n    metadata: {labels: {app: pure}}\n    spec: {containers: [{name: c, image: busybox, command: [sleep, '3600']}]}\n",
+    );
+    b.eventually("two pods", || {
+        b.json(&["get", "rs", "pure"])["status"]["replicas"] == 2
+    });
+    // A third server with controllers; A stops and releases the lease. B never campaigns,
+    // so C — not B — takes it, however the race between them would have gone.
+    let c = Plinth::start(Backend::SharedEtcd(endpoint));
+    a.terminate();
+    c.eventually("C takes the lease", || {
+        let holder = lease_holder(&c);
+        assert!(!holds(&holder, &b), "B took the lease: {holder}");
+        holds(&holder, &c)
+    });
+}

@@ -155,6 +155,12 @@ async fn watcher_with_streaming_lists(plinth: &Plinth) {
     )
     .await
     .unwrap();
+    // kube-rs starts a streaming list at resourceVersion 0 ("any state": the watch cache's,
+    // which may not have the create yet — as kube-apiserver's); a consistent list first
+    // brings the cache up to the create.
+    cms.list(&ListParams::default().labels("watch=me"))
+        .await
+        .unwrap();
     let config = watcher::Config::default()
         .labels("watch=me")
         .streaming_lists();

@@ -72,6 +72,11 @@ spec:
     readinessProbe:
       tcpSocket: {port: redis}
       periodSeconds: 1
+    # As redis charts probe: the client inside the pod reaches the pod's server.
+    startupProbe:
+      exec: {command: [redis-cli, ping]}
+      periodSeconds: 1
+      failureThreshold: 60
 ";
 
 #[test]
@@ -116,9 +121,15 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
         previous.contains("previous terminated container \"redis\" in pod \"redis\" not found"),
         "{previous}"
     );
-    // kubectl exec (WebSocket, v5.channel.k8s.io) runs inside the container's namespaces.
-    let answer = plinth.kubectl(&["exec", "redis", "--", "redis-cli", "-h", &ip, "ping"]);
+    // kubectl exec (WebSocket, v5.channel.k8s.io) runs inside the container's namespaces;
+    // the image's client talks to the pod's own server.
+    let answer = plinth.kubectl(&["exec", "redis", "--", "redis-cli", "ping"]);
     assert_eq!(answer.trim(), "PONG");
+    let port = plinth.kubectl(&["exec", "redis", "--", "redis-cli", "config", "get", "port"]);
+    assert_eq!(
+        port.split_whitespace().collect::<Vec<_>>(),
+        ["port", "6379"]
+    );
     let processes = plinth.kubectl(&["exec", "redis", "--", "ps", "ax"]);
     assert!(processes.contains("redis-server"), "{processes}");
     assert!(
@@ -411,6 +422,29 @@ spec:
     });
     drop(input);
     drop(attached);
+    // `kubectl run -i --rm`: a script on stdin, its output back, the pod gone — while kubectl
+    // watches the pod in protobuf frames, which must decode.
+    let run = plinth.kubectl_stdin(
+        &[
+            "run",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "once",
+            "--image=busybox:1.36",
+            "--",
+            "sh",
+        ],
+        "echo hello from $(hostname)\nexit 0\n",
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(run.status.success(), "{out}{err}");
+    assert!(out.contains("hello from once"), "{out}");
+    assert!(out.contains("pod \"once\" deleted"), "{out}");
+    assert!(!err.contains("unable to decode"), "{err}");
 
     plinth.eventually("the reader reports what it sees", || {
         logs(&plinth, &["reader"]).contains("mode=first")
@@ -735,12 +769,12 @@ fn an_agent_without_root_keeps_its_pods_apart_in_user_namespaces() {
         tempfile::tempdir().unwrap(),
         Some(65534),
     );
-    plinth.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        "node/rootless",
-        "--timeout=120s",
-    ]);
+    // Waited for as the other agents' nodes are: `kubectl wait` fails at once on a Node the
+    // agent has not registered yet (CI flake).
+    plinth.eventually("the rootless agent's node is Ready", || {
+        let out = plinth.kubectl_output(&["get", "node", "rootless", "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
     plinth.kubectl_with(
         &["apply", "-f", "-"],
         r#"apiVersion: v1
@@ -1785,4 +1819,75 @@ fn bad_nodes_endpoints_classes_limits_bindings_and_evictions_are_refused() {
         "nothing changed"
     );
     assert_eq!(after["spec"]["nodeName"], "elsewhere");
+}
+
+/// The processes (PIDs) whose command line or environment holds `mark`.
+fn marked_processes(mark: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let holds = |file: &str| {
+            std::fs::read(entry.path().join(file))
+                .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains(mark))
+        };
+        if pid != std::process::id() && (holds("cmdline") || holds("environ")) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_sandbox_killed_as_it_starts_leaves_no_process_behind() {
+    // The agent kills a container's first stage when the pod goes; if that happens while the
+    // first stage is still starting the second (a pod deleted as it starts), the second —
+    // init of its own PID namespace — must not live on.
+    let mark = format!("plinth-sandbox-test-{}", std::process::id());
+    let root = tempfile::tempdir().unwrap();
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_plinth"));
+    assert!(
+        plinth_node::sandbox::available(exe),
+        "this machine lets the sandbox make namespaces (CI runs as root)"
+    );
+    let mut started = 0;
+    for attempt in 0..60u64 {
+        let spec = plinth_node::sandbox::Spec {
+            argv: vec!["/bin/sleep".into(), "3600".into()],
+            env: vec![("PLINTH_TEST_MARK".into(), mark.clone())],
+            root: root.path().join(attempt.to_string()),
+            parent: plinth_node::sandbox::Parent::this(),
+            ..Default::default()
+        };
+        std::fs::create_dir_all(&spec.root).unwrap();
+        let mut first = std::process::Command::new(exe)
+            .arg("sandbox")
+            .arg(serde_json::to_string(&spec).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // From at once to well after the container started.
+        std::thread::sleep(std::time::Duration::from_micros(attempt * attempt * 20));
+        first.kill().unwrap();
+        first.wait().unwrap();
+        started += 1;
+    }
+    assert_eq!(started, 60);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut left = marked_processes(&mark);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        left = marked_processes(&mark);
+    }
+    for pid in &left {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(left.is_empty(), "processes left behind: {left:?}");
 }

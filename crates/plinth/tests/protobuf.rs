@@ -1039,6 +1039,14 @@ fn list_fields(raw: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
     (metadata, items)
 }
 
+/// One watch frame's event: the raw `metav1.WatchEvent` message, without the magic number
+/// or an `Unknown` envelope (kube's stream serializer is the raw one; client-go decodes the
+/// frame as the message itself).
+fn watch_event(frame: &[u8]) -> meta::WatchEvent {
+    assert!(!frame.starts_with(b"k8s\0"), "a frame is not enveloped");
+    meta::WatchEvent::decode(frame).unwrap()
+}
+
 /// Decodes the protobuf watch frames of `path` (initial events from resourceVersion 0).
 fn check_watch(http: &Http, path: &str, api_version: &str, kind: &str) {
     let listed = http.get(path).json();
@@ -1059,9 +1067,7 @@ fn check_watch(http: &Http, path: &str, api_version: &str, kind: &str) {
     let mut objects = Vec::new();
     while !frames.is_empty() {
         let len = u32::from_be_bytes(frames[..4].try_into().unwrap()) as usize;
-        let (_, event_kind, raw) = unwrap(&frames[4..4 + len]);
-        assert_eq!(event_kind, "WatchEvent");
-        let event = meta::WatchEvent::decode(raw.as_slice()).unwrap();
+        let event = watch_event(&frames[4..4 + len]);
         assert_eq!(event.r#type.as_deref(), Some("ADDED"));
         let embedded = event.object.unwrap().raw.unwrap();
         let (object_version, object_kind, object_raw) = unwrap(&embedded);
@@ -1502,8 +1508,7 @@ spec:
         let mut watched = Vec::new();
         while !frames.is_empty() {
             let len = u32::from_be_bytes(frames[..4].try_into().unwrap()) as usize;
-            let (_, _, raw) = unwrap(&frames[4..4 + len]);
-            let event = meta::WatchEvent::decode(raw.as_slice()).unwrap();
+            let event = watch_event(&frames[4..4 + len]);
             assert_eq!(event.r#type.as_deref(), Some("ADDED"));
             watched.push(partial_metadata(&event.object.unwrap().raw.unwrap()));
             frames = &frames[4 + len..];

@@ -34,10 +34,6 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut manager = plinth_runtime::Manager::new();
     mirror_operator::register(&mut manager, &client)?;
-    manager
-        .run(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    manager.run(plinth_runtime::shutdown_signal()).await?;
     Ok(())
 }

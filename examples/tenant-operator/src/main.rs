@@ -189,7 +189,7 @@ async fn webhook(address: SocketAddr, cert_dir: PathBuf) -> Result<(), Box<dyn s
     }
     inject_ca_bundle(&client, &certificate.ca_pem, &targets).await?;
     println!("https://{}", running.local_addr);
-    terminated().await;
+    plinth_runtime::shutdown_signal().await;
     running.shutdown().await;
     Ok(())
 }
@@ -233,21 +233,6 @@ async fn run(options: RunOptions) -> Result<(), Box<dyn std::error::Error>> {
         ),
     };
     tenant_operator::register(&mut manager, context)?;
-    manager.run(terminated()).await?;
+    manager.run(plinth_runtime::shutdown_signal()).await?;
     Ok(())
-}
-
-/// Completes on SIGTERM or Ctrl-C.
-async fn terminated() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

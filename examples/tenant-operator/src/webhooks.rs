@@ -3,9 +3,9 @@
 //! valid namespace), and the configurations that send Tenants to them.
 
 use plinth_runtime::webhook::{
-    AdmissionRequest, Converter, Defaulter, Validator, Verdict, WebhookServer,
+    AdmissionRequest, Converter, Defaulter, Validator, Verdict, WebhookServer, WebhookTarget,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::Tenant;
 
@@ -174,27 +174,20 @@ pub fn server() -> WebhookServer {
         .converter(CONVERT_PATH, converter())
 }
 
-/// The Mutating- and ValidatingWebhookConfiguration sending Tenant creates and updates to
-/// the server at `base` (`https://host:port`); `caBundle` left for the server to fill in.
+/// The Mutating- and ValidatingWebhookConfiguration sending tenants creates and updates
+/// to the server at `base` (`https://host:port`); `caBundle` left for the server to fill in.
 pub fn configurations(base: &str) -> Vec<Value> {
-    let hook = |name: &str, path: &str| {
-        json!({
-            "name": name,
-            "clientConfig": {"url": format!("{base}{path}")},
-            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["platform.plinth.dev"],
-                "apiVersions": ["v1alpha1"], "resources": ["tenants"], "scope": "Cluster"}],
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5,
-        })
+    let target = WebhookTarget {
+        group: "platform.plinth.dev",
+        version: "v1alpha1",
+        resource: "tenants",
+        scope: "Cluster",
     };
-    vec![
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": CONFIGURATION},
-            "webhooks": [hook("default.tenants.platform.plinth.dev", DEFAULT_PATH)]}),
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": CONFIGURATION},
-            "webhooks": [hook("validate.tenants.platform.plinth.dev", VALIDATE_PATH)]}),
-    ]
+    plinth_runtime::webhook::configurations(
+        CONFIGURATION,
+        base,
+        target,
+        DEFAULT_PATH,
+        VALIDATE_PATH,
+    )
 }

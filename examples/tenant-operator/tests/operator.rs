@@ -185,16 +185,8 @@ impl Drop for Operator {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_operator(env: &TestEnv, archive: &std::path::Path) -> Operator {
-    let (metrics, health) = (free_port(), free_port());
+    let (metrics, health) = (plinth_testenv::free_port(), plinth_testenv::free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
         .args(["run", "--leader-elect"])
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
@@ -209,21 +201,8 @@ fn start_operator(env: &TestEnv, archive: &std::path::Path) -> Operator {
     Operator { child, metrics }
 }
 
-async fn scrape(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return String::new();
-    };
-    let _ = stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await;
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text).await;
-    text
-}
-
 async fn leading(operator: &Operator) -> bool {
-    scrape(operator.metrics)
+    plinth_testenv::scrape(operator.metrics, "/metrics")
         .await
         .contains("leader_election_master_status{name=\"tenant-operator\"} 1")
 }
@@ -237,7 +216,7 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     eventually("the first operator to lead", || leading(&first)).await;
     let second = start_operator(&env, &archive);
     eventually("the second operator to serve metrics", || async {
-        scrape(second.metrics)
+        plinth_testenv::scrape(second.metrics, "/metrics")
             .await
             .contains("leader_election_master_status")
     })
@@ -260,9 +239,11 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
             "controller_runtime_reconcile_total{controller=\"tenant\",result=\"success\"}",
         )
     };
-    assert!(reconciled(&scrape(first.metrics).await));
+    assert!(reconciled(
+        &plinth_testenv::scrape(first.metrics, "/metrics").await
+    ));
     assert!(
-        !reconciled(&scrape(second.metrics).await),
+        !reconciled(&plinth_testenv::scrape(second.metrics, "/metrics").await),
         "the standby reconciles nothing"
     );
 
@@ -283,7 +264,7 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     // SIGTERM the leader: it releases the lease, so a new standby leads at once.
     let third = start_operator(&env, &archive);
     eventually("the third operator to start", || async {
-        scrape(third.metrics)
+        plinth_testenv::scrape(third.metrics, "/metrics")
             .await
             .contains("leader_election_master_status")
     })
@@ -308,21 +289,6 @@ async fn two_processes_one_leader_sigkill_and_sigterm_handover() {
     env.stop().await;
 }
 
-/// The `plinth` binary next to this package's, built if a lone `cargo test -p tenant-operator`
-/// did not build it.
-fn plinth_binary() -> std::path::PathBuf {
-    let binary =
-        std::path::Path::new(env!("CARGO_BIN_EXE_tenant-operator")).with_file_name("plinth");
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "plinth", "--bin", "plinth"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "building plinth");
-    }
-    binary
-}
-
 /// The operator as a process against `plinth serve` as a process: the CRD it prints installs,
 /// a tenant gets its objects and status, and its deletion is archived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,13 +296,16 @@ async fn the_operator_process_against_plinth_serve() {
     use std::io::BufRead;
 
     let dir = tempfile_dir();
-    let mut server = Command::new(plinth_binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.join("plinth"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut server = Command::new(plinth_testenv::plinth_binary(
+        env!("CARGO_BIN_EXE_tenant-operator"),
+        env!("CARGO"),
+    ))
+    .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+    .arg(dir.join("plinth"))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .unwrap();
     let mut line = String::new();
     std::io::BufReader::new(server.stdout.take().unwrap())
         .read_line(&mut line)
@@ -440,7 +409,7 @@ async fn the_operator_process_against_plinth_serve() {
     assert!(!can_i(&["create", "leases", "-n", "default"]));
 
     let archive = dir.join("archive");
-    let (metrics, health) = (free_port(), free_port());
+    let (metrics, health) = (plinth_testenv::free_port(), plinth_testenv::free_port());
     let mut operator = Command::new(env!("CARGO_BIN_EXE_tenant-operator"))
         .arg("run")
         .arg("--leader-elect")
@@ -525,13 +494,16 @@ fn the_webhooks_default_and_validate_tenants() {
     use std::io::{BufRead, Write};
 
     let dir = tempfile_dir();
-    let mut server = Command::new(plinth_binary())
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.join("plinth"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut server = Command::new(plinth_testenv::plinth_binary(
+        env!("CARGO_BIN_EXE_tenant-operator"),
+        env!("CARGO"),
+    ))
+    .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+    .arg(dir.join("plinth"))
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .unwrap();
     let mut line = String::new();
     std::io::BufReader::new(server.stdout.take().unwrap())
         .read_line(&mut line)
@@ -570,7 +542,7 @@ fn the_webhooks_default_and_validate_tenants() {
         out.stdout
     };
     // Both versions, stored in v1beta1, converted by the same webhook server.
-    let port = free_port();
+    let port = plinth_testenv::free_port();
     let url = format!("https://127.0.0.1:{port}");
     ok(kubectl(
         &["apply", "-f", "-"],

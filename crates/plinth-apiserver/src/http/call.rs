@@ -455,12 +455,12 @@ impl Call<'_> {
         events: futures::stream::BoxStream<'static, crate::registry::WatchEvent>,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Response {
-        let (api_version, kind) = (self.def.group_version.api_version(), self.def.kind.clone());
+        let kind = self.def.kind.clone();
         let body = events
             .take_until(Box::pin(stop))
             .map(move |event| {
                 event
-                    .to_protobuf_frame(&api_version)
+                    .to_protobuf_frame()
                     .map(Bytes::from)
                     .map_err(|unmapped| {
                         tracing::warn!(field = %unmapped.0, %kind, "no protobuf field for it: watch ended");

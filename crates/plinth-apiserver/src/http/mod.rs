@@ -10,6 +10,7 @@ mod call;
 pub(crate) mod inflight;
 
 pub(crate) use inflight::Inflight;
+mod health;
 mod negotiate;
 mod query;
 
@@ -431,10 +432,20 @@ async fn handle(
             .await?;
     }
     if target == Target::Health {
+        let (status, text) = health::answer(
+            request.uri.path(),
+            request.query,
+            state.registry.store.as_ref(),
+            &state.shutdown,
+        )
+        .await;
         return Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "ok",
+            status,
+            [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ],
+            text,
         )
             .into_response());
     }

@@ -383,19 +383,20 @@ pub(crate) fn list<T: AsRef<[u8]>>(metadata: &Value, items: &[T]) -> Result<Vec<
     Ok(out)
 }
 
-/// A `metav1.WatchEvent` frame: a four-byte big-endian length, then the event in its
-/// envelope; the object (`RawExtension`) holds the object's own enveloped encoding.
-pub(crate) fn watch_frame(api_version: &str, event_type: &str, object: &[u8]) -> Vec<u8> {
+/// A `metav1.WatchEvent` frame: a four-byte big-endian length, then the event's message
+/// as it is — no magic number, no `Unknown` envelope (kube's stream serializer is the *raw*
+/// protobuf serializer) — whose object (`RawExtension`) holds the object's own enveloped
+/// encoding.
+pub(crate) fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
     let mut event = Vec::new();
     length_delimited(1, event_type.as_bytes(), &mut event);
     let mut raw = Vec::new();
     length_delimited(1, object, &mut raw);
     length_delimited(2, &raw, &mut event);
-    let framed = envelope(api_version, "WatchEvent", &event);
-    let mut out = u32::try_from(framed.len())
+    let mut out = u32::try_from(event.len())
         .unwrap_or(u32::MAX)
         .to_be_bytes()
         .to_vec();
-    out.extend_from_slice(&framed);
+    out.extend_from_slice(&event);
     out
 }

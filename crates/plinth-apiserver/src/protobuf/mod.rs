@@ -122,8 +122,8 @@ pub fn encode_list_of<T: AsRef<[u8]>>(
 }
 
 /// A watch frame of an event whose object is already enveloped (`object`).
-pub fn watch_frame(api_version: &str, event_type: &str, object: &[u8]) -> Vec<u8> {
-    encode::watch_frame(api_version, event_type, object)
+pub fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
+    encode::watch_frame(event_type, object)
 }
 
 /// An object (its `apiVersion` and `kind` say which) in its protobuf envelope.
@@ -163,21 +163,12 @@ pub fn encode_list(list: &Value) -> Result<Vec<u8>, Unmapped> {
     )
 }
 
-/// One frame of a protobuf watch stream of a resource of `api_version`: the event
-/// (`ADDED`, …) and its object.
+/// One frame of a protobuf watch stream: the event (`ADDED`, …) and its object.
 ///
 /// # Errors
 /// As [`encode_object`].
-pub fn encode_watch_event(
-    api_version: &str,
-    event_type: &str,
-    object: &Value,
-) -> Result<Vec<u8>, Unmapped> {
-    Ok(encode::watch_frame(
-        api_version,
-        event_type,
-        &encode_object(object)?,
-    ))
+pub fn encode_watch_event(event_type: &str, object: &Value) -> Result<Vec<u8>, Unmapped> {
+    Ok(encode::watch_frame(event_type, &encode_object(object)?))
 }
 
 #[cfg(test)]

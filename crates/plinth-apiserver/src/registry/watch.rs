@@ -70,27 +70,20 @@ impl WatchEvent {
         }
     }
 
-    /// The event as a protobuf watch frame of a resource of `api_version`, the object's
-    /// message from the cache when it keeps it.
+    /// The event as a protobuf watch frame, the object's message from the cache when it
+    /// keeps it.
     ///
     /// # Errors
     /// [`crate::protobuf::Unmapped`] for an object without a protobuf form.
-    pub fn to_protobuf_frame(
-        &self,
-        api_version: &str,
-    ) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
+    pub fn to_protobuf_frame(&self) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
         if let Body::Cached(stored) = &self.body
             && let Some(raw) = stored.protobuf()
         {
             let meta = stored.type_meta();
             let object = crate::protobuf::envelope(&meta.api_version, &meta.kind, raw);
-            return Ok(crate::protobuf::watch_frame(
-                api_version,
-                self.kind,
-                &object,
-            ));
+            return Ok(crate::protobuf::watch_frame(self.kind, &object));
         }
-        crate::protobuf::encode_watch_event(api_version, self.kind, &self.object())
+        crate::protobuf::encode_watch_event(self.kind, &self.object())
     }
 
     /// The event's JSON line (`{"type":…,"object":…}` and a newline), from the cached bytes

@@ -48,6 +48,54 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use cabundle::{CaTarget, inject_ca_bundle};
+
+/// The resource a pair of webhook configurations is for.
+#[derive(Clone, Copy, Debug)]
+pub struct WebhookTarget<'a> {
+    /// Its API group.
+    pub group: &'a str,
+    /// Its version.
+    pub version: &'a str,
+    /// Its plural.
+    pub resource: &'a str,
+    /// `Namespaced` or `Cluster`.
+    pub scope: &'a str,
+}
+
+/// The MutatingWebhookConfiguration and ValidatingWebhookConfiguration named `name` that send
+/// creates and updates of `target` to the server at `base` (`https://host:port`):
+/// `default.<resource>.<group>` at `default_path`, `validate.<resource>.<group>` at
+/// `validate_path` (failure policy `Fail`, no side effects, 5 s); `caBundle` left for the
+/// server to fill in ([`inject_ca_bundle`]).
+pub fn configurations(
+    name: &str,
+    base: &str,
+    target: WebhookTarget<'_>,
+    default_path: &str,
+    validate_path: &str,
+) -> Vec<serde_json::Value> {
+    let hook = |kind: &str, path: &str| {
+        serde_json::json!({
+            "name": format!("{kind}.{}.{}", target.resource, target.group),
+            "clientConfig": {"url": format!("{base}{path}")},
+            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [target.group],
+                "apiVersions": [target.version], "resources": [target.resource],
+                "scope": target.scope}],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+        })
+    };
+    vec![
+        serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
+            "webhooks": [hook("default", default_path)]}),
+        serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name},
+            "webhooks": [hook("validate", validate_path)]}),
+    ]
+}
 pub use conversion::Converter;
 pub use tls::{SelfSigned, TlsSource, self_signed};
 

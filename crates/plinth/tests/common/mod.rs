@@ -30,59 +30,8 @@ pub struct Plinth {
     slot: Option<Slot>,
 }
 
-/// A number no other test server on the machine holds while this one lives: its pods and
-/// Services get address ranges of their own (two clusters' agents on one range would
-/// answer each other's ClusterIPs).
-pub struct Slot {
-    pub number: u8,
-    file: PathBuf,
-}
-
-impl Slot {
-    pub fn take() -> Self {
-        let dir = std::env::temp_dir().join("plinth-test-slots");
-        std::fs::create_dir_all(&dir).unwrap();
-        for round in 0..600 {
-            for number in 0..64u8 {
-                let file = dir.join(number.to_string());
-                // A slot whose holder is gone is free again.
-                if let Ok(holder) = std::fs::read_to_string(&file)
-                    && !Path::new(&format!("/proc/{}", holder.trim())).exists()
-                {
-                    let _ = std::fs::remove_file(&file);
-                }
-                if let Ok(mut f) = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&file)
-                {
-                    use std::io::Write;
-                    write!(f, "{}", std::process::id()).unwrap();
-                    return Self { number, file };
-                }
-            }
-            assert!(round < 599, "no free test slot");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        unreachable!()
-    }
-
-    /// `plinth serve` arguments giving the ranges.
-    pub fn args(&self) -> Vec<String> {
-        vec![
-            "--service-cluster-ip-range".into(),
-            format!("127.{}.0.0/16", 128 + u16::from(self.number)),
-            "--cluster-cidr".into(),
-            format!("127.{}.0.0/16", 64 + u16::from(self.number)),
-        ]
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-    }
-}
+/// The address ranges of one test server's pods and Services ([`plinth_testenv::Slot`]).
+pub use plinth_testenv::Slot;
 
 impl Plinth {
     pub fn start(backend: Backend) -> Self {
@@ -91,7 +40,11 @@ impl Plinth {
 
     /// Starts with extra `plinth serve` arguments.
     pub fn start_with(backend: Backend, extra_args: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), backend, extra_args)
+    }
+
+    /// Starts on data directory `dir` (one a test prepared, say a restored backup).
+    pub fn start_in(dir: tempfile::TempDir, backend: Backend, extra_args: &[&str]) -> Self {
         // Port 0: plinth binds a free port itself (no race with other tests) and writes it into
         // the kubeconfig, which every client here reads.
         let mut plinth = Self {
@@ -179,6 +132,14 @@ impl Plinth {
             "plinth prints its kubeconfig path"
         );
         self.child = Some(child);
+    }
+
+    /// The etcd this server started with, when it owns one.
+    pub fn etcd_mut(&mut self) -> Option<&mut EtcdProcess> {
+        match &mut self.backend {
+            Backend::Etcd(etcd) => Some(etcd),
+            _ => None,
+        }
     }
 
     /// Whether the server runs a node agent (the test gave `--node-name`).

@@ -1,0 +1,113 @@
+//! Backups of a store, online: [`backup`] copies the store file in one read transaction (a
+//! snapshot at one revision, while the server that holds the directory goes on writing —
+//! WAL readers never wait for the writer), and [`restore`] puts such a copy into an empty
+//! data directory. Revisions are rows of the file, so resourceVersions survive both.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+use plinth_store::{Revision, StoreResult};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::{DB_FILE, bad_dir as bad, check_format};
+
+/// Opens `file` read-only and checks it is a store of this build's format; returns the
+/// connection and its newest revision.
+fn open_store_file(file: &Path) -> StoreResult<(Connection, Revision)> {
+    if !file.is_file() {
+        return Err(bad(file, "no store file there"));
+    }
+    let conn = Connection::open_with_flags(
+        file,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| bad(file, format!("cannot open it: {e}")))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(|e| bad(file, e))?;
+    check_format(&conn, file)?;
+    let revision: Revision = conn
+        .query_row(
+            "SELECT COALESCE(MAX(revision), 1) FROM plinth_records",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| bad(file, format!("cannot read its revision: {e}")))?;
+    Ok((conn, revision))
+}
+
+/// Writes a consistent copy of the store in data directory `dir` to the new file `to`, while
+/// a server may hold the directory and write; returns the revision the copy holds.
+///
+/// # Errors
+/// [`StoreError::BadDataDir`] when `dir` holds no store of this format or `to` exists or
+/// cannot be written.
+pub fn backup(dir: &Path, to: &Path) -> StoreResult<Revision> {
+    let (conn, _) = open_store_file(&dir.join(DB_FILE))?;
+    // Created here, the owner's alone (it holds Secrets); SQLite fills the empty file.
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(|e| bad(to, format!("cannot create the backup: {e}")))?;
+    let target = to
+        .to_str()
+        .ok_or_else(|| bad(to, "the path is not UTF-8"))?;
+    if let Err(e) = conn.execute("VACUUM INTO ?1", [target]) {
+        let _ = std::fs::remove_file(to);
+        return Err(bad(to, format!("cannot write the backup: {e}")));
+    }
+    drop(conn);
+    let (_, revision) = open_store_file(to)?;
+    Ok(revision)
+}
+
+/// Puts backup `from` into data directory `dir` as its store; `dir` may not hold one already.
+/// Returns the revision it holds.
+///
+/// # Errors
+/// [`StoreError::BadDataDir`] when `from` is not a store of this format, `dir` holds a store,
+/// or the copy fails.
+pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
+    let (conn, revision) = open_store_file(from)?;
+    drop(conn);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| bad(dir, format!("cannot create it: {e}")))?;
+    let path = dir.join(DB_FILE);
+    if path.exists() {
+        return Err(bad(
+            dir,
+            "it holds a store already; restore into an empty data directory",
+        ));
+    }
+    let temp = dir.join(format!("{DB_FILE}.restoring"));
+    let _ = std::fs::remove_file(&temp);
+    let copied = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut out| {
+            let mut input = std::fs::File::open(from)?;
+            std::io::copy(&mut input, &mut out)?;
+            out.sync_all()
+        });
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(&temp);
+        return Err(bad(&temp, format!("cannot copy the backup: {e}")));
+    }
+    std::fs::rename(&temp, &path).map_err(|e| {
+        bad(
+            &path,
+            format!("cannot move the restored store into place: {e}"),
+        )
+    })?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| bad(dir, format!("cannot sync it: {e}")))?;
+    Ok(revision)
+}

@@ -1,0 +1,330 @@
+//! The operator deployed as users deploy it: `deploy/crd.yaml` and
+//! `deploy/redis-operator.yaml` applied with kubectl to `plinth serve`, whose node agent runs
+//! the operator's two replicas as pods (the image mapped to this build's binary; in-cluster
+//! configuration through the `kubernetes` Service) and the cluster's `redis-server` pods.
+//! One replica leads; SIGKILLed mid-failover (a hung primary's clock running), a successor
+//! takes the Lease and finishes the failover: one promotion, the data there, every server
+//! following the promoted one.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// `plinth serve`, stopped by its PID (SIGTERM: its pods stop first).
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+    _slot: plinth_testenv::Slot,
+}
+
+impl Server {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("redis-deployed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let images = dir.join("images.yaml");
+        std::fs::write(
+            &images,
+            format!(
+                "\"example.com/redis-operator:*\": {}\n",
+                env!("CARGO_BIN_EXE_redis-operator")
+            ),
+        )
+        .unwrap();
+        let slot = plinth_testenv::Slot::take();
+        let mut child = Command::new(plinth_testenv::plinth_binary(
+            env!("CARGO_BIN_EXE_redis-operator"),
+            env!("CARGO"),
+        ))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--node-name",
+            "redis-deployed",
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("plinth"))
+        .arg("--images")
+        .arg(&images)
+        .args(slot.args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Self {
+            child,
+            kubeconfig: PathBuf::from(line.trim()),
+            dir,
+            _slot: slot,
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.dir.join("kube-cache"))
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&full)).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn lease_holder(server: &Server) -> Option<String> {
+    let out = server.kubectl(&[
+        "-n",
+        "redis-system",
+        "get",
+        "lease",
+        "redis-operator",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    let holder = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !holder.is_empty()).then_some(holder)
+}
+
+fn cluster_status(server: &Server) -> serde_json::Value {
+    server.json(&["get", "redis", "cache"])["status"].clone()
+}
+
+#[test]
+fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
+    let server = Server::start();
+    plinth_testenv::eventually_blocking("the node is Ready", || {
+        let out = server.kubectl(&["get", "node", "redis-deployed", "--no-headers"]);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    });
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    for file in ["crd.yaml", "redis-operator.yaml"] {
+        server.ok(&["apply", "-f", deploy.join(file).to_str().unwrap()]);
+    }
+    server.ok(&[
+        "-n",
+        "redis-system",
+        "rollout",
+        "status",
+        "deployment/redis-operator",
+        "--timeout=180s",
+    ]);
+    let pods = server.json(&[
+        "-n",
+        "redis-system",
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=redis-operator",
+    ]);
+    let names: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    plinth_testenv::eventually_blocking("one replica leads", || lease_holder(&server).is_some());
+    let holder = lease_holder(&server).unwrap();
+    let leader = names
+        .iter()
+        .find(|n| holder.starts_with(&format!("{n}_")))
+        .unwrap_or_else(|| panic!("the holder {holder} is one of {names:?}"))
+        .clone();
+
+    // The leader runs a cluster of three real redis-server pods.
+    let cluster = "apiVersion: database.example.com/v1alpha1\nkind: RedisCluster\nmetadata: {name: cache}\nspec: {replicas: 3, enableAutoFailover: true}\n";
+    let manifest = server.dir.join("cluster.yaml");
+    std::fs::write(&manifest, cluster).unwrap();
+    server.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    plinth_testenv::eventually_blocking("three servers run", || {
+        let status = cluster_status(&server);
+        status["phase"] == "Running" && status["readyReplicas"] == 3
+    });
+    let status = cluster_status(&server);
+    let primary = status["currentMaster"].as_str().unwrap().to_owned();
+    let password = password_of(&server);
+    let ip = |pod: &str| -> String {
+        server
+            .ok(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"])
+            .trim()
+            .to_owned()
+    };
+    let primary_ip = ip(&primary);
+    assert_eq!(
+        redis(&primary_ip, &password, &["set", "greeting", "hello"]),
+        "OK"
+    );
+    assert_eq!(redis(&primary_ip, &password, &["wait", "2", "10000"]), "2");
+
+    // Mid-failover the leader dies: the primary hangs, the leader starts the failover's
+    // clock (status.masterUnreachableSince) and is SIGKILLed before the threshold passes.
+    let server_pid = server_pid(&primary_ip).unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &server_pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let resume = Resume(server_pid);
+    plinth_testenv::eventually_blocking("the leader sees the primary unreachable", || {
+        cluster_status(&server)["masterUnreachableSince"].is_string()
+    });
+    let since = cluster_status(&server)["masterUnreachableSince"].clone();
+    let leader_pids = plinth_testenv::processes(|p| {
+        p.args
+            .first()
+            .is_some_and(|a| a.ends_with("redis-operator"))
+            && p.args.get(1).is_some_and(|a| a == "run")
+            && p.has_env("POD_NAME", &leader)
+    });
+    assert_eq!(
+        leader_pids.len(),
+        1,
+        "the leader's process: {leader_pids:?}"
+    );
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &leader_pids[0].to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    // The successor (the other replica, or the leader's restarted container — a new
+    // identity either way) takes the Lease once it expires and finishes the failover on the
+    // same clock: one promotion, one FailedOver event.
+    plinth_testenv::eventually_blocking("a replica is promoted", || {
+        let status = cluster_status(&server);
+        let clock = &status["masterUnreachableSince"];
+        assert!(
+            clock.is_null() || *clock == since,
+            "the clock started again: {clock} after {since}"
+        );
+        status["currentMaster"]
+            .as_str()
+            .is_some_and(|m| m != primary)
+    });
+    let successor = lease_holder(&server);
+    assert_ne!(successor.as_ref(), Some(&holder), "a successor leads");
+    eprintln!(
+        "{holder} killed with {primary} unreachable since {since}; {successor:?} promoted {:?}",
+        cluster_status(&server)["currentMaster"]
+    );
+    let promoted = cluster_status(&server)["currentMaster"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let promoted_ip = ip(&promoted);
+    assert!(
+        redis(&promoted_ip, &password, &["info", "replication"]).contains("role:master"),
+        "{promoted} takes writes"
+    );
+    assert_eq!(
+        redis(&promoted_ip, &password, &["get", "greeting"]),
+        "hello"
+    );
+    drop(resume);
+    plinth_testenv::eventually_blocking("all three follow the promoted server", || {
+        ["cache-0", "cache-1", "cache-2"]
+            .iter()
+            .filter(|pod| **pod != promoted)
+            .all(|pod| {
+                let info = redis(&ip(pod), &password, &["info", "replication"]);
+                info.contains("role:slave")
+                    && info.contains(&format!("master_host:{promoted_ip}"))
+                    && info.contains("master_link_status:up")
+            })
+            && cluster_status(&server)["phase"] == "Running"
+    });
+    assert_eq!(
+        failovers(&server),
+        1,
+        "the successor finished the failover, it did not fail over again"
+    );
+    server.ok(&["delete", "redis", "cache", "--timeout=120s"]);
+}
+
+/// `redis-cli -h ip -a password args…`'s output.
+fn redis(ip: &str, password: &str, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", ip, "--no-auth-warning", "-a", password])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The password the operator generated into `cache-auth`.
+fn password_of(server: &Server) -> String {
+    let encoded = server.ok(&[
+        "get",
+        "secret",
+        "cache-auth",
+        "-o",
+        "jsonpath={.data.password}",
+    ]);
+    let decoded =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded.trim()).unwrap();
+    String::from_utf8(decoded).unwrap()
+}
+
+/// The PID of the `redis-server` serving `ip` (it titles itself `redis-server <ip>:6379`).
+fn server_pid(ip: &str) -> Option<u32> {
+    plinth_testenv::titled("redis-server", &format!("{ip}:6379"))
+}
+
+/// How many times the cluster failed over, by its `FailedOver` events (a repeated event
+/// counts its series).
+fn failovers(server: &Server) -> u64 {
+    let events = server.json(&["get", "events.events.k8s.io"]);
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["regarding"]["name"] == "cache" && e["reason"] == "FailedOver")
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+/// Resumes a stopped process when dropped (a failing test leaves nothing stopped).
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
