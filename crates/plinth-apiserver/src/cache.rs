@@ -607,15 +607,47 @@ async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Dura
             };
             match item {
                 Some(Ok(event)) => cacher.apply(event),
-                Some(Err(e)) => {
+                // History is gone: only a fresh list can bring the cache up to date.
+                Some(Err(e @ StoreError::Compacted { .. })) => {
                     tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: storage watch ended; relisting");
                     break;
                 }
-                None => break,
+                // The connection broke (an etcd member went away, say): watch again from the
+                // last revision applied, so the cache — and every watcher on it — goes on
+                // without a gap and without a relist.
+                Some(Err(_)) | None => match resume(&*store, &cacher).await {
+                    Some(resumed) => events = resumed,
+                    None => break,
+                },
             }
         }
         if Arc::strong_count(&cacher) == 1 {
             return;
+        }
+    }
+}
+
+/// A new storage watch from just after the cache's revision, tried for up to a minute with
+/// back-off; `None` when history is gone or storage does not answer (then the cache relists).
+async fn resume(store: &dyn Store, cacher: &Cacher) -> Option<plinth_store::WatchStream> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match store.watch(&cacher.prefix, cacher.revision() + 1).await {
+            Ok(events) => return Some(events),
+            Err(e @ StoreError::Compacted { .. }) => {
+                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: cannot resume; relisting");
+                return None;
+            }
+            Err(e) if tokio::time::Instant::now() + pause > deadline => {
+                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: cannot resume; relisting");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(prefix = %cacher.prefix, error = %e, "watch cache: resuming the storage watch");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 }

@@ -197,29 +197,149 @@ pub fn write_user_kubeconfig(
     groups: &[&str],
     out: &Path,
 ) -> Result<(), ServeError> {
+    write_cluster_kubeconfig(dir, &[], Some((user, groups)), out)
+}
+
+/// Writes to `out` (mode 0600) a kubeconfig trusting the CA in `dir`: for `user` in `groups`
+/// with a client certificate signed by that CA (valid a year), or, without one, as the admin
+/// with `dir`'s admin token. With several `servers` (URLs, or `host:port` for HTTPS) it has one
+/// context per server — `plinth-1`, `plinth-2`, … — and the context `plinth`, the default, on
+/// the first; with none, the server of `dir/kubeconfig`. Servers that share `dir`'s
+/// credential files (its CA, admin token and ServiceAccount key) accept it alike.
+///
+/// # Errors
+/// [`ServeError::Credentials`] if the CA, the token or the kubeconfig cannot be read, a
+/// server is not a URL, or the name is empty.
+pub fn write_cluster_kubeconfig(
+    dir: &Path,
+    servers: &[String],
+    user: Option<(&str, &[&str])>,
+    out: &Path,
+) -> Result<(), ServeError> {
+    let ca_cert_path = dir.join(CA_CERT);
+    let ca_pem =
+        std::fs::read_to_string(&ca_cert_path).map_err(io("read the CA", &ca_cert_path))?;
+    let servers = if servers.is_empty() {
+        let admin = dir.join(KUBECONFIG);
+        let admin_config =
+            std::fs::read_to_string(&admin).map_err(io("read the server's kubeconfig", &admin))?;
+        let server = admin_config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .ok_or_else(|| ServeError::Credentials {
+                step: "find the server in the kubeconfig",
+                reason: format!("{} names no server", admin.display()),
+            })?
+            .to_owned();
+        vec![server]
+    } else {
+        servers
+            .iter()
+            .map(|s| named_server(s))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let (user_name, credential) = match user {
+        Some((user, groups)) => {
+            let (cert, key) = client_certificate(dir, user, groups)?;
+            (
+                user.to_owned(),
+                format!(
+                    "    client-certificate-data: {}\n    client-key-data: {}\n",
+                    b64(&cert),
+                    b64(&key)
+                ),
+            )
+        }
+        None => {
+            let path = dir.join(TOKEN);
+            let token = std::fs::read_to_string(&path).map_err(io("read the token", &path))?;
+            (
+                "plinth-admin".to_owned(),
+                format!("    token: {}\n", token.trim()),
+            )
+        }
+    };
+    // One server: the layout `plinth serve` and earlier releases wrote (cluster `plinth`).
+    let named: Vec<(String, &str)> = if servers.len() == 1 {
+        vec![("plinth".to_owned(), servers[0].as_str())]
+    } else {
+        std::iter::once(("plinth".to_owned(), servers[0].as_str()))
+            .chain(
+                servers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, server)| (format!("plinth-{}", i + 1), server.as_str())),
+            )
+            .collect()
+    };
+    let context_name = |cluster: &str| match user {
+        Some((user, _)) => format!("{user}@{cluster}"),
+        None => cluster.to_owned(),
+    };
+    let mut config = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (cluster, server) in &named {
+        config.push_str(&format!(
+            "- name: {cluster}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n",
+            ca = b64(&ca_pem)
+        ));
+    }
+    config.push_str(&format!(
+        "users:\n- name: {}\n  user:\n{credential}contexts:\n",
+        quote(&user_name)
+    ));
+    for (cluster, _) in &named {
+        config.push_str(&format!(
+            "- name: {}\n  context:\n    cluster: {cluster}\n    user: {}\n    namespace: default\n",
+            quote(&context_name(cluster)),
+            quote(&user_name)
+        ));
+    }
+    config.push_str(&format!(
+        "current-context: {}\npreferences: {{}}\n",
+        quote(&context_name("plinth"))
+    ));
+    write_private(out, config.as_bytes())
+}
+
+/// `server` as a URL: `https://` is assumed when it names none; anything but an `http(s)`
+/// URL with a host is refused.
+fn named_server(server: &str) -> Result<String, ServeError> {
+    let url = if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("https://{server}")
+    };
+    let refused = || ServeError::Credentials {
+        step: "read the servers",
+        reason: format!("{server:?} is not a server URL (https://HOST:PORT or HOST:PORT)"),
+    };
+    let uri: hyper::Uri = url.parse().map_err(|_| refused())?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("https" | "http"), Some(host)) if !host.is_empty() => {
+            Ok(url.trim_end_matches('/').to_owned())
+        }
+        _ => Err(refused()),
+    }
+}
+
+/// A client certificate and its key (PEM) for `user` in `groups`, signed by the CA in `dir`.
+fn client_certificate(
+    dir: &Path,
+    user: &str,
+    groups: &[&str],
+) -> Result<(String, String), ServeError> {
     if user.trim().is_empty() {
         return Err(ServeError::Credentials {
             step: "name the user",
             reason: "the user name must not be empty".into(),
         });
     }
-    let (ca_cert_path, ca_key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
-    let ca_pem =
-        std::fs::read_to_string(&ca_cert_path).map_err(io("read the CA", &ca_cert_path))?;
+    let ca_key_path = dir.join(CA_KEY);
     let key_pem =
         std::fs::read_to_string(&ca_key_path).map_err(io("read the CA key", &ca_key_path))?;
     let ca_key = KeyPair::from_pem(&key_pem).map_err(pki("parse the CA key"))?;
-    let admin = dir.join(KUBECONFIG);
-    let admin_config =
-        std::fs::read_to_string(&admin).map_err(io("read the server's kubeconfig", &admin))?;
-    let server = admin_config
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .ok_or_else(|| ServeError::Credentials {
-            step: "find the server in the kubeconfig",
-            reason: format!("{} names no server", admin.display()),
-        })?
-        .to_owned();
     let mut params = CertificateParams::new(Vec::new()).map_err(pki("describe the client"))?;
     params.distinguished_name.push(DnType::CommonName, user);
     for group in groups {
@@ -240,16 +360,7 @@ pub fn write_user_kubeconfig(
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(pki("sign the client certificate"))?;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: plinth\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: {context}\n  context:\n    cluster: plinth\n    user: {user}\n    namespace: default\ncurrent-context: {context}\npreferences: {{}}\n",
-        ca = b64(&ca_pem),
-        cert = b64(&cert.pem()),
-        key = b64(&key.serialize_pem()),
-        user = serde_json::to_string(user).unwrap_or_default(),
-        context = serde_json::to_string(&format!("{user}@plinth")).unwrap_or_default(),
-    );
-    write_private(out, config.as_bytes())
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// The cluster CA as a signer of client certificates (the `kubernetes.io/kube-apiserver-client`

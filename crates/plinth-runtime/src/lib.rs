@@ -9,6 +9,8 @@
 //!
 //! - [`builder`]: `manager.controller(api).owns(..).watches(..).run(reconcile, context)` —
 //!   the way to write a controller; informers shared through the manager.
+//! - [`failover`]: one client over several API servers, the next tried when one does not
+//!   answer (opt-in).
 //! - [`client`]: the split client — reads from the cache, writes to the server — and
 //!   [`ObjectClient`], whose writes take the namespace from the object.
 //! - [`leader`]: Lease leader election with client-go's timings.
@@ -30,6 +32,7 @@
 pub mod builder;
 pub mod client;
 pub mod controller;
+pub mod failover;
 pub mod health;
 pub mod helpers;
 pub mod informer;

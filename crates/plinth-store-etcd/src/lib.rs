@@ -75,6 +75,50 @@ fn grpc(step: &'static str) -> impl FnOnce(etcd_client::Error) -> StoreError {
     }
 }
 
+/// How long a call is retried while members are unreachable before its error is returned
+/// (an election after the leader's loss takes about a second here).
+const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// Whether a failed call may be sent again. A read may always be repeated when etcd is
+/// unavailable; a write only when it never left — no connection to the member it was routed
+/// to — as etcd's own client retries mutations: a write whose answer was lost may have been
+/// applied, and repeating it would turn its success into a failed precondition.
+fn retryable(e: &etcd_client::Error, write: bool) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => match status.code() {
+            tonic::Code::Unavailable => !write || status.message().contains("connect error"),
+            // The connection broke under the call (its member died): tonic says "transport
+            // error" with no code of etcd's.
+            tonic::Code::Unknown => !write && status.message().contains("transport error"),
+            _ => false,
+        },
+        etcd_client::Error::TransportError(_) => !write,
+        _ => false,
+    }
+}
+
+/// Runs `call` until it succeeds, fails for good, or [`RETRY_FOR`] has passed, backing off
+/// from 20 ms to 500 ms between attempts. The client balances over every endpoint, so a call
+/// routed to a dead member goes to another when repeated.
+async fn with_retries<T, F, Fut>(write: bool, mut call: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match call().await {
+            Err(e) if retryable(&e, write) && tokio::time::Instant::now() + pause < deadline => {
+                tracing::debug!(error = %e, "etcd call failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Maps etcd's answer for a read at a revision it no longer or not yet has.
 fn revision_error(requested: Revision, e: etcd_client::Error) -> StoreError {
     let message = match &e {
@@ -117,7 +161,13 @@ impl EtcdStore {
             watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             prefix: prefix.to_owned(),
             progress: tokio::sync::broadcast::Sender::new(16),
-            reliable_progress: match client.maintenance_client().status().await {
+            // Any member answers (with retries: one may be down as this server starts).
+            reliable_progress: match with_retries(false, || {
+                let mut maintenance = client.maintenance_client();
+                async move { maintenance.status().await }
+            })
+            .await
+            {
                 Ok(status) => progress_fixed(status.version()),
                 Err(_) => false,
             },
@@ -186,7 +236,12 @@ impl EtcdStore {
             .when([compare])
             .and_then([write])
             .or_else([TxnOp::get(full, None)]);
-        let response = self.kv.clone().txn(txn).await.map_err(grpc(step))?;
+        let response = with_retries(true, || {
+            let (mut kv, txn) = (self.kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+        .map_err(grpc(step))?;
         if response.succeeded() {
             return Ok(Ok(response));
         }
@@ -212,12 +267,13 @@ impl Store for EtcdStore {
 
     async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
         validate_key(key)?;
-        let response = self
-            .kv
-            .clone()
-            .get(self.full(key), None)
-            .await
-            .map_err(grpc("read a key"))?;
+        let full = self.full(key);
+        let response = with_retries(false, || {
+            let (mut kv, full) = (self.kv.clone(), full.clone());
+            async move { kv.get(full, None).await }
+        })
+        .await
+        .map_err(grpc("read a key"))?;
         response
             .kvs()
             .first()
@@ -239,12 +295,12 @@ impl Store for EtcdStore {
         if let Some(revision) = request.revision.filter(|r| *r > 0) {
             options = options.with_revision(revision);
         }
-        let response = self
-            .kv
-            .clone()
-            .get(start, Some(options))
-            .await
-            .map_err(|e| revision_error(request.revision.unwrap_or_default(), e))?;
+        let response = with_retries(false, || {
+            let (mut kv, start, options) = (self.kv.clone(), start.clone(), options.clone());
+            async move { kv.get(start, Some(options)).await }
+        })
+        .await
+        .map_err(|e| revision_error(request.revision.unwrap_or_default(), e))?;
         let kvs = response
             .kvs()
             .iter()
@@ -365,12 +421,12 @@ impl Store for EtcdStore {
         if from > 0 {
             options = options.with_start_revision(from);
         }
-        let stream = self
-            .watch
-            .clone()
-            .watch(full, Some(options))
-            .await
-            .map_err(grpc("start a watch"))?;
+        let stream = with_retries(false, || {
+            let (mut watch, full, options) = (self.watch.clone(), full.clone(), options.clone());
+            async move { watch.watch(full, Some(options)).await }
+        })
+        .await
+        .map_err(grpc("start a watch"))?;
         let (requests, responses) = stream.split();
         // Dropping the returned stream drops `_watching`, which ends the forwarding task and with
         // it the request side of the gRPC stream: etcd then closes the watch.
@@ -422,12 +478,14 @@ impl Store for EtcdStore {
 
     async fn compact(&self, revision: Revision) -> StoreResult<()> {
         let options = CompactionOptions::new().with_physical();
-        self.kv
-            .clone()
-            .compact(revision, Some(options))
-            .await
-            .map(drop)
-            .map_err(|e| revision_error(revision, e))
+        // Compacting twice at one revision is harmless: a read's rule applies.
+        with_retries(false, || {
+            let (mut kv, options) = (self.kv.clone(), options.clone());
+            async move { kv.compact(revision, Some(options)).await }
+        })
+        .await
+        .map(drop)
+        .map_err(|e| revision_error(revision, e))
     }
 
     async fn request_progress(&self) -> StoreResult<()> {
@@ -437,13 +495,16 @@ impl Store for EtcdStore {
     }
 
     async fn current_revision(&self) -> StoreResult<Revision> {
-        let options = GetOptions::new().with_count_only();
-        let response = self
-            .kv
-            .clone()
-            .get(self.full("\u{1}revision"), Some(options))
-            .await
-            .map_err(grpc("read the revision"))?;
+        let (key, options) = (
+            self.full("\u{1}revision"),
+            GetOptions::new().with_count_only(),
+        );
+        let response = with_retries(false, || {
+            let (mut kv, key, options) = (self.kv.clone(), key.clone(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        })
+        .await
+        .map_err(grpc("read the revision"))?;
         Ok(response.header().map_or(0, |h| h.revision()))
     }
 }

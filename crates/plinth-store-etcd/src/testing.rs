@@ -17,6 +17,9 @@ pub struct EtcdProcess {
     data: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// The member's name and the whole cluster's `name=peer-url` list.
+    name: String,
+    initial_cluster: String,
 }
 
 fn free_port() -> StoreResult<u16> {
@@ -48,11 +51,14 @@ impl EtcdProcess {
                 .prefix("plinth-etcd-")
                 .tempdir()
                 .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+            let (client_port, peer_port) = (free_port()?, free_port()?);
             let mut process = Self {
                 child: None,
                 data,
-                client_port: free_port()?,
-                peer_port: free_port()?,
+                client_port,
+                peer_port,
+                name: "plinth-test".to_owned(),
+                initial_cluster: format!("plinth-test=http://127.0.0.1:{peer_port}"),
             };
             match process.launch().await {
                 Ok(()) => return Ok(process),
@@ -105,6 +111,11 @@ impl EtcdProcess {
     }
 
     async fn launch(&mut self) -> StoreResult<()> {
+        self.spawn()?;
+        self.wait_ready().await
+    }
+
+    fn spawn(&mut self) -> StoreResult<()> {
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.data.path().join("etcd.log"))
@@ -113,7 +124,7 @@ impl EtcdProcess {
             .try_clone()
             .map_err(|e| StoreError::backend("create etcd's log", e))?;
         let child = Command::new(etcd_binary())
-            .arg("--name=plinth-test")
+            .arg(format!("--name={}", self.name))
             .arg(format!(
                 "--data-dir={}",
                 self.data.path().join("data").display()
@@ -122,7 +133,7 @@ impl EtcdProcess {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=plinth-test={peer}"))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
             // Room for 1.5 MiB objects plus their envelope, as kube-apiserver deployments configure.
             .arg("--max-request-bytes=10485760")
             .arg("--quota-backend-bytes=8589934592")
@@ -138,6 +149,11 @@ impl EtcdProcess {
                 )
             })?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until this member answers reads (with quorum, for a member of a cluster).
+    async fn wait_ready(&mut self) -> StoreResult<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(child) = self.child.as_mut()
@@ -167,5 +183,73 @@ impl EtcdProcess {
 impl Drop for EtcdProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A throw-away etcd cluster of several members on loopback, each one an [`EtcdProcess`]
+/// that can be killed and restarted on its own.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    /// The members, in the order of [`EtcdCluster::endpoints`].
+    pub members: Vec<EtcdProcess>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members as one new cluster and waits until each answers.
+    ///
+    /// # Errors
+    /// A backend error if a member cannot start or the cluster does not form within 20 s.
+    pub async fn start(size: usize) -> StoreResult<Self> {
+        let mut ports = Vec::with_capacity(size);
+        for _ in 0..size {
+            ports.push((free_port()?, free_port()?));
+        }
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("member-{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = Vec::with_capacity(size);
+        for (i, (client_port, peer_port)) in ports.into_iter().enumerate() {
+            let data = tempfile::Builder::new()
+                .prefix("plinth-etcd-")
+                .tempdir()
+                .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+            members.push(EtcdProcess {
+                child: None,
+                data,
+                client_port,
+                peer_port,
+                name: format!("member-{i}"),
+                initial_cluster: initial_cluster.clone(),
+            });
+        }
+        // Every member first: none answers before a quorum has formed.
+        for member in &mut members {
+            member.spawn()?;
+        }
+        for member in &mut members {
+            member.wait_ready().await?;
+        }
+        Ok(Self { members })
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(EtcdProcess::endpoint).collect()
+    }
+
+    /// The client URLs joined with commas, as `--etcd-servers` takes them.
+    pub fn endpoints_flag(&self) -> String {
+        self.endpoints().join(",")
+    }
+
+    /// A store on every member under `prefix`.
+    ///
+    /// # Errors
+    /// As [`EtcdStore::connect`].
+    pub async fn store(&self, prefix: &str) -> StoreResult<EtcdStore> {
+        EtcdStore::connect(&self.endpoints(), prefix).await
     }
 }

@@ -130,18 +130,25 @@ enum Command {
         spec: String,
     },
     /// Writes a kubeconfig for USER with a fresh client certificate signed by the cluster CA
-    /// (an admin's shortcut past the CertificateSigningRequest flow); prints its path.
+    /// (an admin's shortcut past the CertificateSigningRequest flow), or for the admin (its
+    /// token) without `--user`; with `--servers`, one context per server of a control plane
+    /// (`plinth-1`, `plinth-2`, …) and `plinth`, the default, on the first. Prints its path.
     Kubeconfig {
         /// Data directory of the server (its CA and kubeconfig).
         #[arg(long, env = "PLINTH_DATA_DIR")]
         data_dir: Option<PathBuf>,
-        /// The user name (the certificate's common name).
+        /// The user name (the certificate's common name); the admin's token without it.
         #[arg(long)]
-        user: String,
+        user: Option<String>,
+        /// The servers, comma-separated (`https://HOST:PORT` or `HOST:PORT`): every server
+        /// sharing this data directory's credential files (default: the server of its
+        /// kubeconfig).
+        #[arg(long, value_delimiter = ',')]
+        servers: Vec<String>,
         /// A group (an organization of the certificate); repeatable.
         #[arg(long = "group")]
         groups: Vec<String>,
-        /// Where to write it (default: DIR/kubeconfig-USER).
+        /// Where to write it (default: DIR/kubeconfig-USER, or DIR/kubeconfig-servers).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -363,13 +370,22 @@ fn main() -> ExitCode {
         Command::Kubeconfig {
             data_dir,
             user,
+            servers,
             groups,
             out,
         } => {
+            if user.is_none() && !groups.is_empty() {
+                eprintln!("plinth: --group names a group of --user's certificate: give --user");
+                return ExitCode::FAILURE;
+            }
             let dir = data_dir.unwrap_or_else(default_data_dir);
             let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
-            let out = out.unwrap_or_else(|| dir.join(format!("kubeconfig-{user}")));
-            match plinth_apiserver::pki::write_user_kubeconfig(&dir, &user, &groups, &out) {
+            let out = out.unwrap_or_else(|| match &user {
+                Some(user) => dir.join(format!("kubeconfig-{user}")),
+                None => dir.join("kubeconfig-servers"),
+            });
+            let user = user.as_deref().map(|user| (user, groups.as_slice()));
+            match plinth_apiserver::pki::write_cluster_kubeconfig(&dir, &servers, user, &out) {
                 Ok(()) => {
                     println!("{}", out.display());
                     ExitCode::SUCCESS

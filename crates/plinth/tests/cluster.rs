@@ -200,3 +200,75 @@ fn a_server_without_controllers_serves_and_never_takes_the_controllers_lease() {
         holds(&holder, &c)
     });
 }
+
+#[test]
+fn a_kubeconfig_for_several_servers_refuses_what_it_cannot_use() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let out_file = plinth.dir.path().join("kubeconfig-bad");
+    for (args, says) in [
+        (
+            vec!["--servers", "https://127.0.0.1:1,ftp://x"],
+            "\"ftp://x\" is not a server URL",
+        ),
+        (vec!["--servers", ","], "\"\" is not a server URL"),
+        (
+            vec!["--group", "ops"],
+            "--group names a group of --user's certificate",
+        ),
+        (vec!["--user", " "], "the user name must not be empty"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
+            .args(["kubeconfig", "--data-dir"])
+            .arg(plinth.dir.path())
+            .args(&args)
+            .arg("--out")
+            .arg(&out_file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!out_file.exists(), "{args:?} wrote a kubeconfig");
+    }
+    // The admin's kubeconfig for two servers: `plinth` is the first, then one per server.
+    let url = plinth.server_url();
+    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args(["kubeconfig", "--data-dir"])
+        .arg(plinth.dir.path())
+        .args(["--servers", &format!("{url},127.0.0.1:1")])
+        .arg("--out")
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let contexts = plinth.kubectl(&[
+        "--kubeconfig",
+        out_file.to_str().unwrap(),
+        "config",
+        "get-contexts",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        contexts.split_whitespace().collect::<Vec<_>>(),
+        ["plinth", "plinth-1", "plinth-2"]
+    );
+    let server = plinth.kubectl(&[
+        "--kubeconfig",
+        out_file.to_str().unwrap(),
+        "config",
+        "view",
+        "-o",
+        "jsonpath={.clusters[?(@.name==\"plinth-2\")].cluster.server}",
+    ]);
+    assert_eq!(server, "https://127.0.0.1:1");
+    let whoami = plinth.kubectl(&[
+        "--kubeconfig",
+        out_file.to_str().unwrap(),
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(whoami, "plinth-admin");
+}

@@ -165,6 +165,38 @@ impl Plinth {
         self.launch();
     }
 
+    /// This server's URL (`https://127.0.0.1:PORT`), from its kubeconfig.
+    pub fn server_url(&self) -> String {
+        let config = std::fs::read_to_string(&self.kubeconfig).unwrap();
+        config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .to_owned()
+    }
+
+    /// SIGKILLs the server, keeping its port for [`Plinth::relaunch`] (clients that know its
+    /// address find it there again, as behind a fixed address).
+    pub fn kill(&mut self) {
+        let url = self.server_url();
+        self.listen = url.trim_start_matches("https://").to_owned();
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts the server again after [`Plinth::kill`], on the same data, storage and port.
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none(), "relaunch follows kill");
+        self.launch();
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// A `kube` client for this server, from its kubeconfig.
     pub async fn kube_client(&self) -> kube::Client {
         use kube::config::{KubeConfigOptions, Kubeconfig};
