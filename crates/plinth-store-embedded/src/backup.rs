@@ -2,12 +2,14 @@
 //! snapshot at one revision, while the server that holds the directory goes on writing —
 //! WAL readers never wait for the writer), and [`restore`] puts such a copy into an empty
 //! data directory. Revisions are rows of the file, so resourceVersions survive both.
+//! [`import`] builds a store from another store's keys at one revision (etcd's, when moving
+//! off etcd), keeping every key's revisions.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
-use plinth_store::{Revision, StoreResult};
+use plinth_store::{KeyValue, Revision, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::{DB_FILE, bad_dir as bad, check_format};
@@ -110,4 +112,107 @@ pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
         .and_then(|d| d.sync_all())
         .map_err(|e| bad(dir, format!("cannot sync it: {e}")))?;
     Ok(revision)
+}
+
+/// The key of the record that carries an imported store to the revision it was copied at
+/// when no key changed at that revision (a delete of a key no API reads).
+const IMPORT_MARK: &str = "\u{1}imported";
+
+/// Creates the store of data directory `dir`, which may not hold one, from `kvs`: every live
+/// key of another store as it stood at `revision`, each with its create and mod revisions.
+/// The new store is at `revision` and compacted there — the history before it was not copied,
+/// so a watch from an older resourceVersion is answered 410 — and every object keeps its
+/// resourceVersion. Nothing is left behind on failure.
+///
+/// # Errors
+/// [`StoreError::BadDataDir`] when `dir` holds a store, two keys share a mod revision (one
+/// transaction wrote both, which this layout cannot record), a revision is past `revision`,
+/// or writing fails.
+pub fn import(dir: &Path, kvs: &[KeyValue], revision: Revision) -> StoreResult<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| bad(dir, format!("cannot create it: {e}")))?;
+    let path = dir.join(DB_FILE);
+    if path.exists() {
+        return Err(bad(
+            dir,
+            "it holds a store already; import into an empty data directory",
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(kvs.len());
+    for kv in kvs {
+        if kv.mod_revision > revision || kv.mod_revision < 1 {
+            return Err(bad(
+                dir,
+                format!(
+                    "{} was written at revision {}, not at or before {revision}",
+                    kv.key, kv.mod_revision
+                ),
+            ));
+        }
+        if !seen.insert(kv.mod_revision) {
+            return Err(bad(
+                dir,
+                format!(
+                    "two keys were written at revision {} (one transaction): their resourceVersions cannot be kept",
+                    kv.mod_revision
+                ),
+            ));
+        }
+    }
+    let temp = dir.join(format!("{DB_FILE}.importing"));
+    let _ = std::fs::remove_file(&temp);
+    let written = write_import(&temp, kvs, revision, seen.contains(&revision));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temp);
+        let _ = std::fs::remove_file(temp.with_extension("importing-wal"));
+        let _ = std::fs::remove_file(temp.with_extension("importing-shm"));
+        return Err(bad(&temp, format!("cannot write the store: {e}")));
+    }
+    std::fs::rename(&temp, &path)
+        .map_err(|e| bad(&path, format!("cannot move the store into place: {e}")))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| bad(dir, format!("cannot sync it: {e}")))
+}
+
+fn write_import(
+    temp: &Path,
+    kvs: &[KeyValue],
+    revision: Revision,
+    revision_taken: bool,
+) -> rusqlite::Result<()> {
+    crate::layout::create(temp)?;
+    let mut conn = crate::layout::connect(temp, false)?;
+    let txn = conn.transaction()?;
+    let mut ordered: Vec<&KeyValue> = kvs.iter().collect();
+    ordered.sort_unstable_by_key(|kv| kv.mod_revision);
+    for kv in ordered {
+        crate::layout::insert(
+            &txn,
+            kv.mod_revision,
+            &kv.key,
+            kv.create_revision,
+            &kv.value,
+        )?;
+    }
+    if !revision_taken {
+        crate::layout::insert(&txn, revision, IMPORT_MARK, 0, &[])?;
+    }
+    crate::layout::write_meta(&txn, crate::layout::META_COMPACTED, revision)?;
+    txn.commit()?;
+    // One file: leaving WAL mode folds the log in, so the rename moves everything (the store
+    // goes back to WAL mode when opened).
+    conn.pragma_update(None, "journal_mode", "DELETE")?;
+    conn.close().map_err(|(_, e)| e)?;
+    std::fs::File::open(temp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(e.to_string()),
+            )
+        })
 }

@@ -73,3 +73,82 @@ async fn a_backup_taken_under_writes_restores_to_its_revision() {
     assert!(backup(&dir.path().join("store"), &file).is_err());
     assert_eq!(std::fs::read(&file).unwrap(), before);
 }
+
+fn kv(key: &str, value: &str, create: i64, modified: i64) -> plinth_store::KeyValue {
+    plinth_store::KeyValue {
+        key: key.into(),
+        value: Bytes::from(value.to_owned()),
+        create_revision: create,
+        mod_revision: modified,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_keeps_every_revision_and_starts_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    let kvs = vec![
+        kv("/things/b", "B", 7, 40),
+        kv("/things/a", "A", 3, 12),
+        kv("/other/c", "C", 50, 50),
+    ];
+    plinth_store_embedded::backup::import(&store_dir, &kvs, 90).unwrap();
+    let store = EmbeddedStore::open(&store_dir).unwrap();
+    assert_eq!(store.current_revision().await.unwrap(), 90);
+    let things = store.range(range("/things/", None)).await.unwrap();
+    assert_eq!(things.revision, 90);
+    assert_eq!(
+        things
+            .kvs
+            .iter()
+            .map(|kv| (
+                kv.key.as_str(),
+                kv.create_revision,
+                kv.mod_revision,
+                kv.value.clone()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("/things/a", 3, 12, Bytes::from("A")),
+            ("/things/b", 7, 40, Bytes::from("B"))
+        ]
+    );
+    // History before the import's revision was not copied: reads there are refused.
+    assert!(matches!(
+        store.range(range("/things/", Some(60))).await,
+        Err(plinth_store::StoreError::Compacted { .. })
+    ));
+    // Writes go on after it.
+    let next = store
+        .update("/things/a", Bytes::from("A2"), 12)
+        .await
+        .unwrap();
+    assert_eq!(next, 91);
+    store.close().await;
+    // It survives a restart as written (the revision mark included).
+    let store = EmbeddedStore::open(&store_dir).unwrap();
+    assert_eq!(store.current_revision().await.unwrap(), 91);
+    assert_eq!(store.range(range("", None)).await.unwrap().kvs.len(), 3);
+    store.close().await;
+
+    // Refused, and nothing written: a directory with a store, keys of one transaction,
+    // a revision past the import's.
+    let err = plinth_store_embedded::backup::import(&store_dir, &kvs, 90).unwrap_err();
+    assert!(err.to_string().contains("holds a store already"), "{err}");
+    let fresh = dir.path().join("fresh");
+    let shared = vec![kv("/a", "1", 5, 5), kv("/b", "2", 5, 5)];
+    let err = plinth_store_embedded::backup::import(&fresh, &shared, 9).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("two keys were written at revision 5"),
+        "{err}"
+    );
+    let late = vec![kv("/a", "1", 5, 12)];
+    let err = plinth_store_embedded::backup::import(&fresh, &late, 9).unwrap_err();
+    assert!(err.to_string().contains("not at or before 9"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&fresh).unwrap().count(),
+        0,
+        "nothing left"
+    );
+}

@@ -196,6 +196,41 @@ impl EtcdStore {
         }
     }
 
+    /// Writes (and finally deletes) a scratch key under the prefix until etcd's revision is
+    /// past `revision`; returns the revision reached. Data moved into this etcd from a store at
+    /// `revision` then gets resourceVersions no client can hold from the old store, so after a
+    /// compaction an old one is answered 410, never mistaken for a new one.
+    ///
+    /// # Errors
+    /// A backend error if a write fails.
+    pub async fn advance_past(&self, revision: Revision) -> StoreResult<Revision> {
+        use futures::stream::{self, StreamExt as _};
+        let key = self.full("\u{1}advance");
+        let mut current = self.current_revision().await?;
+        while current <= revision {
+            let missing = usize::try_from(revision - current + 1).unwrap_or(usize::MAX);
+            let reached = stream::iter(0..missing.min(10_000))
+                .map(|_| {
+                    let (mut kv, key) = (self.kv.clone(), key.clone());
+                    async move { kv.put(key, Vec::new(), None).await }
+                })
+                .buffer_unordered(64)
+                .fold(Ok(current), |reached, put| async move {
+                    let reached = reached?;
+                    let put = put.map_err(grpc("advance the revision"))?;
+                    Ok::<_, StoreError>(reached.max(put.header().map_or(0, |h| h.revision())))
+                })
+                .await?;
+            current = reached;
+        }
+        let mut kv = self.kv.clone();
+        let deleted = kv
+            .delete(key, None)
+            .await
+            .map_err(grpc("advance the revision"))?;
+        Ok(deleted.header().map_or(current, |h| h.revision()))
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix

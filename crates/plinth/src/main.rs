@@ -171,6 +171,31 @@ enum Command {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Copies every object from the embedded store of a data directory into etcd, or from
+    /// etcd into a data directory holding no store yet, at one revision; the servers must be
+    /// stopped. Into etcd, objects get new resourceVersions past every old one (clients relist
+    /// after a 410); into the embedded store they keep theirs.
+    Migrate {
+        /// The data directory whose embedded store is copied.
+        #[arg(
+            long,
+            conflicts_with = "from_etcd",
+            required_unless_present = "from_etcd"
+        )]
+        from_data_dir: Option<PathBuf>,
+        /// The etcd servers (comma-separated client URLs) whose objects are copied.
+        #[arg(long, value_delimiter = ',', requires = "to_data_dir")]
+        from_etcd: Vec<String>,
+        /// The etcd servers to copy into (under a prefix holding no key).
+        #[arg(long, value_delimiter = ',', requires = "from_data_dir")]
+        to_etcd: Vec<String>,
+        /// The data directory to copy into (it may not hold a store).
+        #[arg(long, conflicts_with = "to_etcd")]
+        to_data_dir: Option<PathBuf>,
+        /// The key prefix in etcd.
+        #[arg(long, default_value = plinth_store_etcd::DEFAULT_PREFIX)]
+        etcd_prefix: String,
+    },
     /// Puts a backup into a data directory holding no store yet (a server started on it
     /// serves the backup's objects at their resourceVersions); prints the revision.
     Restore {
@@ -207,6 +232,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(seconds))
 }
 
+mod migrate;
 mod node;
 mod rewrite;
 
@@ -404,6 +430,46 @@ fn main() -> ExitCode {
             &from,
             &data_dir.join(STORE_DIR),
         )),
+        Command::Migrate {
+            from_data_dir,
+            from_etcd,
+            to_etcd,
+            to_data_dir,
+            etcd_prefix,
+        } => run(tokio::runtime::Builder::new_multi_thread(), async move {
+            let outcome = match (from_data_dir, to_data_dir) {
+                (Some(from), None) if !to_etcd.is_empty() => {
+                    migrate::report(migrate::to_etcd(
+                        &from.join(STORE_DIR),
+                        &to_etcd,
+                        &etcd_prefix,
+                    ))
+                    .await
+                }
+                (None, Some(to)) if !from_etcd.is_empty() => {
+                    migrate::report(migrate::from_etcd(
+                        &from_etcd,
+                        &etcd_prefix,
+                        &to.join(STORE_DIR),
+                    ))
+                    .await
+                }
+                _ => Err(
+                    "migrate --from-data-dir DIR --to-etcd URLS, or --from-etcd URLS --to-data-dir DIR"
+                        .to_owned(),
+                ),
+            };
+            match outcome {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("plinth: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }),
         Command::Rewrite { resources } => {
             run(tokio::runtime::Builder::new_current_thread(), async {
                 match rewrite::run(&resources).await {

@@ -186,6 +186,19 @@ impl Plinth {
         }
     }
 
+    /// Stops the server with SIGTERM, keeping its port for [`Plinth::relaunch`].
+    pub fn stop(&mut self) {
+        let url = self.server_url();
+        self.listen = url.trim_start_matches("https://").to_owned();
+        let status = self.terminate();
+        assert!(status.success(), "plinth stopped with {status}");
+    }
+
+    /// The storage the next [`Plinth::relaunch`] starts on.
+    pub fn set_backend(&mut self, backend: Backend) {
+        self.backend = backend;
+    }
+
     /// Starts the server again after [`Plinth::kill`], on the same data, storage and port.
     pub fn relaunch(&mut self) {
         assert!(self.child.is_none(), "relaunch follows kill");
