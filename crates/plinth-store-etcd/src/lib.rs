@@ -42,6 +42,7 @@ const MAX_MESSAGE: usize = 1 << 30;
 pub struct EtcdStore {
     kv: KvClient,
     watch: WatchClient,
+    maintenance: etcd_client::MaintenanceClient,
     prefix: String,
     /// Each open watch's task listens here for progress requests to forward to etcd.
     progress: tokio::sync::broadcast::Sender<()>,
@@ -159,6 +160,7 @@ impl EtcdStore {
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
             watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
+            maintenance: client.maintenance_client(),
             prefix: prefix.to_owned(),
             progress: tokio::sync::broadcast::Sender::new(16),
             // Any member answers (with retries: one may be down as this server starts).
@@ -229,6 +231,48 @@ impl EtcdStore {
             .await
             .map_err(grpc("advance the revision"))?;
         Ok(deleted.header().map_or(current, |h| h.revision()))
+    }
+
+    /// Writes a snapshot of the whole etcd backend — every key, not only this prefix's — to
+    /// the new file `to` (mode 0600: it holds Secrets) through etcd's snapshot API, as
+    /// `etcdctl snapshot save` does; `etcdctl snapshot restore` makes a data directory of it.
+    /// Returns the revision the snapshot holds at least (read as it began).
+    ///
+    /// # Errors
+    /// A backend error if `to` exists or cannot be written, or the stream fails (the partial
+    /// file is removed).
+    pub async fn snapshot(&self, to: &std::path::Path) -> StoreResult<Revision> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let revision = self.current_revision().await?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(to)
+            .map_err(|e| {
+                StoreError::backend("create the snapshot file", format!("{}: {e}", to.display()))
+            })?;
+        let written = async {
+            let mut stream = self
+                .maintenance
+                .clone()
+                .snapshot()
+                .await
+                .map_err(grpc("take a snapshot"))?;
+            while let Some(chunk) = stream.message().await.map_err(grpc("take a snapshot"))? {
+                file.write_all(chunk.blob())
+                    .map_err(|e| StoreError::backend("write the snapshot", e))?;
+            }
+            file.sync_all()
+                .map_err(|e| StoreError::backend("write the snapshot", e))
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(to);
+            return Err(e);
+        }
+        Ok(revision)
     }
 
     /// The key prefix.

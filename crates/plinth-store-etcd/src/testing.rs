@@ -31,6 +31,11 @@ fn free_port() -> StoreResult<u16> {
         .map_err(|e| StoreError::backend("find a free port", e))
 }
 
+/// The etcdctl binary: `$PLINTH_ETCDCTL_BIN`, else `etcdctl` on PATH.
+pub fn etcdctl_binary() -> PathBuf {
+    std::env::var_os("PLINTH_ETCDCTL_BIN").map_or_else(|| PathBuf::from("etcdctl"), PathBuf::from)
+}
+
 /// The etcd binary: `$PLINTH_ETCD_BIN`, else `etcd` on PATH.
 pub fn etcd_binary() -> PathBuf {
     std::env::var_os("PLINTH_ETCD_BIN").map_or_else(|| PathBuf::from("etcd"), PathBuf::from)
@@ -68,6 +73,55 @@ impl EtcdProcess {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Starts etcd on a data directory `etcdctl snapshot restore` makes of `snapshot` (a file
+    /// of etcd's snapshot API), and waits until it answers.
+    ///
+    /// # Errors
+    /// A backend error if etcdctl refuses the snapshot or etcd does not start.
+    pub async fn start_restored(snapshot: &Path) -> StoreResult<Self> {
+        let data = tempfile::Builder::new()
+            .prefix("plinth-etcd-")
+            .tempdir()
+            .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let mut process = Self {
+            child: None,
+            data,
+            client_port,
+            peer_port,
+            name: "plinth-test".to_owned(),
+            initial_cluster: format!("plinth-test={peer}"),
+        };
+        let out = Command::new(etcdctl_binary())
+            .env("ETCDCTL_API", "3")
+            .arg("snapshot")
+            .arg("restore")
+            .arg(snapshot)
+            .arg(format!(
+                "--data-dir={}",
+                process.data.path().join("data").display()
+            ))
+            .arg(format!("--name={}", process.name))
+            .arg(format!("--initial-cluster={}", process.initial_cluster))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .output()
+            .map_err(|e| {
+                StoreError::backend(
+                    "run etcdctl (install Debian's etcd-client, or set PLINTH_ETCDCTL_BIN)",
+                    e,
+                )
+            })?;
+        if !out.status.success() {
+            return Err(StoreError::backend(
+                "restore the snapshot",
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+        process.launch().await?;
+        Ok(process)
     }
 
     /// The client URL, `http://127.0.0.1:PORT`.

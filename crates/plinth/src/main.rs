@@ -162,11 +162,15 @@ enum Command {
         resources: Vec<String>,
     },
     /// Copies the embedded store of a data directory to FILE at one revision, while its
-    /// server runs; prints the revision.
+    /// server runs — or, with `--etcd-servers`, takes an etcd snapshot (for `etcdctl snapshot
+    /// restore`); prints the revision.
     Backup {
         /// Data directory of the server.
-        #[arg(long, env = "PLINTH_DATA_DIR")]
+        #[arg(long, env = "PLINTH_DATA_DIR", conflicts_with = "etcd_servers")]
         data_dir: Option<PathBuf>,
+        /// Snapshot this etcd (comma-separated client URLs) instead.
+        #[arg(long, value_delimiter = ',')]
+        etcd_servers: Vec<String>,
         /// The backup file to create (it may not exist).
         #[arg(long)]
         to: PathBuf,
@@ -422,9 +426,28 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Backup { data_dir, to } => {
-            let dir = data_dir.unwrap_or_else(default_data_dir).join(STORE_DIR);
-            answer(plinth_store_embedded::backup::backup(&dir, &to))
+        Command::Backup {
+            data_dir,
+            etcd_servers,
+            to,
+        } => {
+            if etcd_servers.is_empty() {
+                let dir = data_dir.unwrap_or_else(default_data_dir).join(STORE_DIR);
+                answer(plinth_store_embedded::backup::backup(&dir, &to))
+            } else {
+                run(tokio::runtime::Builder::new_current_thread(), async move {
+                    let taken = match plinth_store_etcd::EtcdStore::connect(
+                        &etcd_servers,
+                        plinth_store_etcd::DEFAULT_PREFIX,
+                    )
+                    .await
+                    {
+                        Ok(store) => store.snapshot(&to).await,
+                        Err(e) => Err(e),
+                    };
+                    answer(taken)
+                })
+            }
         }
         Command::Restore { from, data_dir } => answer(plinth_store_embedded::backup::restore(
             &from,

@@ -197,3 +197,108 @@ fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
         "the restored objects, their data and resourceVersions"
     );
 }
+
+#[test]
+fn an_etcd_snapshot_under_writes_restores_with_its_resource_versions() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let source = runtime.block_on(Plinth::start_etcd());
+    let endpoint = source.etcd_endpoint().unwrap();
+    let client = runtime.block_on(source.kube_client());
+    let (stop, written) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let writer = {
+        let (stop, written) = (stop.clone(), written.clone());
+        runtime.spawn(async move {
+            let api: Api<ConfigMap> = Api::default_namespaced(client);
+            let mut n = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let map: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("e{n}"), "labels": {"backup": "test"}},
+                    "data": {"n": n.to_string()},
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &map).await.unwrap();
+                n += 1;
+                written.store(n, Ordering::SeqCst);
+            }
+        })
+    };
+    plinth_testenv::eventually_blocking("the writer writes", || {
+        written.load(Ordering::SeqCst) >= 50
+    });
+    let file = source.dir.path().join("etcd.snapshot");
+    let out = plinth(&[
+        "backup",
+        "--etcd-servers",
+        &endpoint,
+        "--to",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at_least: i64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let at_backup = written.load(Ordering::SeqCst);
+    plinth_testenv::eventually_blocking("writes go on after the backup", || {
+        written.load(Ordering::SeqCst) >= at_backup + 20
+    });
+    stop.store(true, Ordering::SeqCst);
+    runtime.block_on(writer).unwrap();
+    // A second snapshot into the same file is refused, the first left as it was.
+    let before = std::fs::read(&file).unwrap();
+    let again = plinth(&[
+        "backup",
+        "--etcd-servers",
+        &endpoint,
+        "--to",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("create the snapshot file"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+
+    // etcd's own tool accepts the file and names its revision.
+    let status = Command::new(plinth_store_etcd::testing::etcdctl_binary())
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let revision = status["revision"].as_i64().unwrap();
+    assert!(revision >= at_least, "{revision} < {at_least}");
+    let snapshot = listed(&source, Some(&revision.to_string()));
+    assert!(snapshot.len() >= 50, "{} objects", snapshot.len());
+    assert!(listed(&source, None).len() > snapshot.len());
+
+    // A server on an etcd restored from it serves the snapshot's objects at their
+    // resourceVersions.
+    let restored_etcd = runtime
+        .block_on(plinth_store_etcd::testing::EtcdProcess::start_restored(
+            &file,
+        ))
+        .unwrap();
+    let restored = Plinth::start(Backend::Etcd(restored_etcd));
+    assert_eq!(
+        listed(&restored, None),
+        snapshot,
+        "the restored objects, their data and resourceVersions"
+    );
+}
