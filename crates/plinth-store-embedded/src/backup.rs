@@ -28,12 +28,7 @@ fn open_store_file(file: &Path) -> StoreResult<(Connection, Revision)> {
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(|e| bad(file, e))?;
     check_format(&conn, file)?;
-    let revision: Revision = conn
-        .query_row(
-            "SELECT COALESCE(MAX(revision), 1) FROM plinth_records",
-            [],
-            |row| row.get(0),
-        )
+    let revision = crate::layout::current_revision(&conn)
         .map_err(|e| bad(file, format!("cannot read its revision: {e}")))?;
     Ok((conn, revision))
 }
@@ -114,10 +109,6 @@ pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
     Ok(revision)
 }
 
-/// The key of the record that carries an imported store to the revision it was copied at
-/// when no key changed at that revision (a delete of a key no API reads).
-const IMPORT_MARK: &str = "\u{1}imported";
-
 /// Creates the store of data directory `dir`, which may not hold one, from `kvs`: every live
 /// key of another store as it stood at `revision`, each with its create and mod revisions.
 /// The new store is at `revision` and compacted there — the history before it was not copied,
@@ -164,7 +155,7 @@ pub fn import(dir: &Path, kvs: &[KeyValue], revision: Revision) -> StoreResult<(
     }
     let temp = dir.join(format!("{DB_FILE}.importing"));
     let _ = std::fs::remove_file(&temp);
-    let written = write_import(&temp, kvs, revision, seen.contains(&revision));
+    let written = write_import(&temp, kvs, revision);
     if let Err(e) = written {
         let _ = std::fs::remove_file(&temp);
         let _ = std::fs::remove_file(temp.with_extension("importing-wal"));
@@ -178,12 +169,7 @@ pub fn import(dir: &Path, kvs: &[KeyValue], revision: Revision) -> StoreResult<(
         .map_err(|e| bad(dir, format!("cannot sync it: {e}")))
 }
 
-fn write_import(
-    temp: &Path,
-    kvs: &[KeyValue],
-    revision: Revision,
-    revision_taken: bool,
-) -> rusqlite::Result<()> {
+fn write_import(temp: &Path, kvs: &[KeyValue], revision: Revision) -> rusqlite::Result<()> {
     crate::layout::create(temp)?;
     let mut conn = crate::layout::connect(temp, false)?;
     let txn = conn.transaction()?;
@@ -198,9 +184,8 @@ fn write_import(
             &kv.value,
         )?;
     }
-    if !revision_taken {
-        crate::layout::insert(&txn, revision, IMPORT_MARK, 0, &[])?;
-    }
+    // At `revision` even if no key changed there.
+    crate::layout::write_meta(&txn, crate::layout::META_FLOOR, revision)?;
     crate::layout::write_meta(&txn, crate::layout::META_COMPACTED, revision)?;
     txn.commit()?;
     // One file: leaving WAL mode folds the log in, so the rename moves everything (the store

@@ -6,11 +6,14 @@
 //!
 //! ```sql
 //! plinth_records(revision INTEGER PRIMARY KEY, key TEXT, create_revision INTEGER, value BLOB)
-//! plinth_meta(name TEXT PRIMARY KEY, value INTEGER)   -- format, compacted
+//! plinth_meta(name TEXT PRIMARY KEY, value INTEGER)   -- format, compacted, floor
 //! ```
 //!
 //! `create_revision` is 0 for a delete. The last row is the current revision, so commits write
-//! no counter. Compaction deletes the rows no read at or after the compaction revision needs
+//! no counter — unless `floor` is higher: a store imported from another at revision R is at R
+//! though no key changed at R (format 2; format 1 had no floor and is upgraded in place by
+//! recording the new format, since a store without a floor reads the same either way; a
+//! format-1 binary refuses format 2, whose floor it would ignore). Compaction deletes the rows no read at or after the compaction revision needs
 //! (see [`Index::compact`](crate::index::Index::compact)).
 //!
 //! The database runs in WAL mode with `synchronous = FULL`: a commit appends its pages to the
@@ -26,8 +29,12 @@ use crate::index::Entry;
 
 pub(crate) const META_FORMAT: &str = "format";
 pub(crate) const META_COMPACTED: &str = "compacted";
+/// The revision the store is at least at, whatever its last record.
+pub(crate) const META_FLOOR: &str = "floor";
 /// The on-disk format this code reads and writes.
-pub(crate) const FORMAT_VERSION: i64 = 1;
+pub(crate) const FORMAT_VERSION: i64 = 2;
+/// The oldest format this code upgrades in place.
+pub(crate) const OLDEST_FORMAT: i64 = 1;
 
 const SCHEMA: &str = "
     CREATE TABLE plinth_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -90,6 +97,27 @@ pub(crate) fn write_meta(conn: &Connection, name: &str, value: i64) -> rusqlite:
     conn.prepare_cached("INSERT OR REPLACE INTO plinth_meta VALUES (?1, ?2)")?
         .execute(params![name, value])?;
     Ok(())
+}
+
+/// The store's current revision: its last record's, or its floor if higher (1 when empty).
+pub(crate) fn current_revision(conn: &Connection) -> rusqlite::Result<Revision> {
+    let last: Revision = conn.query_row(
+        "SELECT COALESCE(MAX(revision), 1) FROM plinth_records",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(last.max(read_meta(conn, META_FLOOR)?.unwrap_or(0)))
+}
+
+/// Brings a store of format `from` (at least [`OLDEST_FORMAT`]) to [`FORMAT_VERSION`] in one
+/// transaction: all or nothing.
+pub(crate) fn upgrade(conn: &mut Connection, from: i64) -> rusqlite::Result<()> {
+    let txn = conn.transaction()?;
+    // 1 → 2: the floor is new and optional (absent means 0): only the format changes.
+    if from < 2 {
+        write_meta(&txn, META_FORMAT, 2)?;
+    }
+    txn.commit()
 }
 
 /// The change made at one revision.

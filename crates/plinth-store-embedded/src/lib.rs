@@ -57,8 +57,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::hub::Hub;
 use crate::index::Index;
 use crate::layout::{
-    FORMAT_VERSION, META_COMPACTED, META_FORMAT, connect, read_meta, read_version, scan_entries,
-    sql,
+    FORMAT_VERSION, META_COMPACTED, META_FORMAT, OLDEST_FORMAT, connect, read_meta, read_version,
+    scan_entries, sql,
 };
 use crate::writer::{Counters, Op, Outcome, Request};
 
@@ -217,9 +217,9 @@ impl EmbeddedStore {
             }
         }
         let path = create_if_new(&dir)?;
-        let conn =
+        let mut conn =
             connect(&path, false).map_err(|e| bad_dir(&path, format!("cannot open it: {e}")))?;
-        let (index, revision, compacted) = load(&conn, &path)?;
+        let (index, revision, compacted) = load(&mut conn, &path)?;
         let keys = index.len();
         let (writes, requests) = mpsc::channel(options.max_batch * 4);
         let shared = Arc::new_cyclic(|weak| Shared {
@@ -371,13 +371,22 @@ fn not_ours(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     }
 }
 
-/// Checks that the file `conn` reads (at `path`) is a Plinth store of this build's format.
-pub(crate) fn check_format(conn: &Connection, path: &Path) -> StoreResult<()> {
+/// Checks that the file `conn` reads (at `path`) is a Plinth store this build reads: of its
+/// format, or of an older one it upgrades; returns the format.
+pub(crate) fn check_format(conn: &Connection, path: &Path) -> StoreResult<i64> {
     match read_meta(conn, META_FORMAT).map_err(not_ours(path))? {
-        Some(FORMAT_VERSION) => Ok(()),
+        Some(format) if (OLDEST_FORMAT..=FORMAT_VERSION).contains(&format) => Ok(format),
+        Some(other) if other > FORMAT_VERSION => Err(bad_dir(
+            path,
+            format!(
+                "store format {other} is newer than this build's (format {FORMAT_VERSION}): run the Plinth release that wrote it, or a later one"
+            ),
+        )),
         Some(other) => Err(bad_dir(
             path,
-            format!("store format {other}; this build reads format {FORMAT_VERSION}"),
+            format!(
+                "store format {other}; this build reads formats {OLDEST_FORMAT} to {FORMAT_VERSION}"
+            ),
         )),
         None => Err(bad_dir(path, "not a Plinth store (no format marker)")),
     }
@@ -385,12 +394,17 @@ pub(crate) fn check_format(conn: &Connection, path: &Path) -> StoreResult<()> {
 
 /// Checks that this is a Plinth store of our format and rebuilds the key index from it. Returns
 /// the index, the current revision and the compaction revision.
-fn load(conn: &Connection, path: &Path) -> StoreResult<(Index, Revision, Revision)> {
+fn load(conn: &mut Connection, path: &Path) -> StoreResult<(Index, Revision, Revision)> {
     let not_ours = not_ours(path);
     // WAL mode is a property of the file; set it before anything else touches the file.
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(&not_ours)?;
-    check_format(conn, path)?;
+    let format = check_format(conn, path)?;
+    if format < FORMAT_VERSION {
+        layout::upgrade(conn, format)
+            .map_err(|e| bad_dir(path, format!("cannot upgrade store format {format}: {e}")))?;
+        tracing::info!(path = %path.display(), from = format, to = FORMAT_VERSION, "upgraded the store's format in place");
+    }
     let compacted = read_meta(conn, META_COMPACTED)
         .map_err(not_ours)?
         .unwrap_or(0);
@@ -401,7 +415,10 @@ fn load(conn: &Connection, path: &Path) -> StoreResult<(Index, Revision, Revisio
         revision = entry.revision;
     })
     .map_err(|e| bad_dir(path, format!("damaged store: {e}")))?;
-    Ok((index, revision, compacted))
+    let floor = read_meta(conn, layout::META_FLOOR)
+        .map_err(|e| bad_dir(path, format!("damaged store: {e}")))?
+        .unwrap_or(0);
+    Ok((index, revision.max(floor), compacted))
 }
 
 /// A consistent read of `request` at one revision.
