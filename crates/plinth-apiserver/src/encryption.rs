@@ -543,6 +543,10 @@ impl Store for EncryptedStore {
         self.inner.progress_is_reliable()
     }
 
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
     async fn current_revision(&self) -> StoreResult<Revision> {
         self.inner.current_revision().await
     }

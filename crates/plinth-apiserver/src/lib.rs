@@ -25,6 +25,7 @@ pub mod discovery;
 pub mod encryption;
 mod http;
 mod kubernetes_service;
+pub use kubernetes_service::host_name;
 pub mod metrics;
 pub mod nodes;
 pub mod openapi;

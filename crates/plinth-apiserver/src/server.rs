@@ -295,11 +295,20 @@ pub async fn start(
     ));
     let registry_handle = registry.clone();
     crate::auth::controller::spawn(registry.clone(), rbac, stopping.clone());
-    crate::kubernetes_service::start(registry.clone(), local_addr.port(), stopping.clone()).await;
+    let bootstrap = crate::kubernetes_service::start(
+        registry.clone(),
+        &config.data_dir,
+        local_addr.port(),
+        stopping.clone(),
+    )
+    .await;
     controllers::spawn(registry, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
-    let done = tokio::spawn(serve(listener, acceptor, app, stopping));
+    let done = tokio::spawn(async move {
+        serve(listener, acceptor, app, stopping).await;
+        let _ = bootstrap.await;
+    });
     tracing::info!(%url, kubeconfig = %kubeconfig.display(), "serving");
     Ok(RunningServer {
         kubeconfig,

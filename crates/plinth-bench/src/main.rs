@@ -5,6 +5,8 @@
 //! installs and removes: creates/s of a 1 KiB custom resource at 1, 16 and 64 concurrent
 //! clients; gets/s; the latency of listing 10,000 objects; watch delivery latency p50/p99 with
 //! 100 and 1,000 watchers; and the server's resident memory when given its pid.
+//! `plinth-bench ha` starts N servers on a three-member etcd and measures creates and watch
+//! latency across them and the controllers' failover.
 //! `plinth-bench startup` measures how soon `plinth serve` answers `/readyz` after it is started.
 //! `plinth-bench gc` measures reads while the garbage collector deletes 50,000 dependents.
 //! `plinth-bench reads` measures the server time of lists (JSON, protobuf, selected,
@@ -33,6 +35,7 @@ mod deployments;
 mod failover;
 mod fairness;
 mod gc;
+mod ha;
 mod operator_cache;
 mod pods;
 mod reads;
@@ -221,6 +224,23 @@ enum Command {
         #[arg(long, default_value = "lean")]
         runtime: String,
     },
+    /// A control plane of SERVERS Plinth servers on a three-member etcd, started here:
+    /// creates/s over the servers, watch latency across them, and (several servers) the
+    /// controllers' failover after SIGKILL of the Lease holder.
+    Ha {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// Plinth servers.
+        #[arg(long, default_value_t = 3)]
+        servers: usize,
+        /// Seconds per create measurement.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Failovers timed (with two servers or more).
+        #[arg(long, default_value_t = 5)]
+        failovers: usize,
+    },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
         /// The plinth binary.
@@ -316,9 +336,10 @@ async fn remove_crd(client: &Client) {
     let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
 }
 
-/// Creates 1 KiB objects from `clients` tasks for `duration`; returns creates/s.
+/// Creates 1 KiB objects from `clients` tasks for `duration`, task `c` through
+/// `apis[c % apis.len()]` (one API per server); returns creates/s.
 async fn creates(
-    api: &Api<DynamicObject>,
+    apis: &[Api<DynamicObject>],
     clients: usize,
     duration: Duration,
     tag: &str,
@@ -330,7 +351,7 @@ async fn creates(
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (api, payload, done, count, tag) = (
-            api.clone(),
+            apis[c % apis.len()].clone(),
             payload.clone(),
             done.clone(),
             count.clone(),
@@ -439,6 +460,18 @@ async fn watch_latency(
     watchers: usize,
     writes: usize,
 ) -> Result<(Duration, Duration), Error> {
+    watch_latency_across(api, std::slice::from_ref(api), watchers, writes).await
+}
+
+/// As [`watch_latency`], the writes through `writer` and watcher `w` on `watched[w % len]`
+/// (another server's API, say).
+async fn watch_latency_across(
+    writer: &Api<DynamicObject>,
+    watched: &[Api<DynamicObject>],
+    watchers: usize,
+    writes: usize,
+) -> Result<(Duration, Duration), Error> {
+    let api = writer;
     let rv = api
         .list(&ListParams::default().limit(1))
         .await?
@@ -446,8 +479,8 @@ async fn watch_latency(
         .resource_version
         .unwrap_or_default();
     let mut tasks = Vec::new();
-    for _ in 0..watchers {
-        let stream = api
+    for w in 0..watchers {
+        let stream = watched[w % watched.len()]
             .watch(
                 &WatchParams::default()
                     .labels(&format!("bench=watch-{}", run_id()))
@@ -551,7 +584,13 @@ async fn load(
     let duration = Duration::from_secs(seconds);
     let mut rows = Vec::new();
     for clients in [1, 16, 64] {
-        let rate = creates(&api, clients, duration, &clients.to_string()).await?;
+        let rate = creates(
+            std::slice::from_ref(&api),
+            clients,
+            duration,
+            &clients.to_string(),
+        )
+        .await?;
         eprintln!("creates, {clients} clients: {rate:.0}/s");
         rows.push((
             format!("creates/s, 1 KiB custom resource, {clients} client(s)"),
@@ -664,6 +703,12 @@ async fn main() -> std::process::ExitCode {
             .await
         }
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Ha {
+            binary,
+            servers,
+            seconds,
+            failovers,
+        } => ha::run(binary, servers.max(1), seconds, failovers).await,
         Command::Gc {
             kubeconfig,
             owners,

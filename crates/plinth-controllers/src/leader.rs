@@ -27,11 +27,7 @@ pub fn identity() -> String {
 }
 
 fn host() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "plinth".to_owned())
+    plinth_apiserver::host_name()
 }
 
 fn now_micro() -> String {

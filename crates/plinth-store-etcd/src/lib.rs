@@ -344,6 +344,10 @@ impl Store for EtcdStore {
         self.reliable_progress
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
         validate_key(key)?;
         let full = self.full(key);

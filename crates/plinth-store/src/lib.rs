@@ -139,6 +139,12 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether other processes — other API servers of the cluster — may write to this storage
+    /// too (etcd), or this process holds it alone (the embedded store's locked directory).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Whether a progress report can be trusted: that every change up to its revision was
     /// delivered to the watch first. etcd before 3.4.31 and 3.5.13 may report progress ahead
     /// of events it has still to send (etcd issue 15220); consistent reads then come from

@@ -272,3 +272,91 @@ fn a_kubeconfig_for_several_servers_refuses_what_it_cannot_use() {
     ]);
     assert_eq!(whoami, "plinth-admin");
 }
+
+/// The ports of the `kubernetes` Service's endpoints and the names of its EndpointSlices.
+fn kubernetes_endpoints(server: &Plinth) -> (Vec<u64>, Vec<String>) {
+    let endpoints = server.json(&["get", "endpoints", "kubernetes"]);
+    let mut ports: Vec<u64> = endpoints["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["ports"][0]["port"].as_u64())
+        .collect();
+    ports.sort_unstable();
+    let slices = server.json(&[
+        "get",
+        "endpointslices",
+        "-l",
+        "kubernetes.io/service-name=kubernetes",
+    ]);
+    let mut names: Vec<String> = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    (ports, names)
+}
+
+fn port_of(server: &Plinth) -> u64 {
+    server
+        .server_url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_kubernetes_service_points_at_every_live_server() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let a = runtime.block_on(Plinth::start_etcd());
+    let mut b = Plinth::start(Backend::SharedEtcd(a.etcd_endpoint().unwrap()));
+    let mut both = vec![port_of(&a), port_of(&b)];
+    both.sort_unstable();
+    a.eventually("both servers in the endpoints", || {
+        kubernetes_endpoints(&a).0 == both
+    });
+    let (_, slices) = kubernetes_endpoints(&b);
+    assert_eq!(
+        slices,
+        ["kubernetes".to_owned(), format!("kubernetes-{}", both[1])],
+        "one slice per server"
+    );
+    // Each server keeps an identity Lease, as kube-apiserver does.
+    let leases = a.json(&[
+        "get",
+        "leases",
+        "-n",
+        "kube-system",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
+    assert_eq!(
+        leases["items"].as_array().map(Vec::len),
+        Some(2),
+        "{leases}"
+    );
+    // B stops: it takes itself out at once, its Lease gone.
+    let b_port = port_of(&b);
+    b.terminate();
+    a.eventually("only A in the endpoints", || {
+        kubernetes_endpoints(&a) == (vec![port_of(&a)], vec!["kubernetes".to_owned()])
+    });
+    let leases = a.json(&[
+        "get",
+        "leases",
+        "-n",
+        "kube-system",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
+    assert_eq!(
+        leases["items"].as_array().map(Vec::len),
+        Some(1),
+        "{leases}"
+    );
+    assert!(!kubernetes_endpoints(&a).0.contains(&b_port));
+}
