@@ -64,19 +64,6 @@ impl Me {
     }
 }
 
-fn now_seconds() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-fn now_micro() -> String {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    plinth_core::meta::format_micro_time(micros)
-}
-
 /// Creates or renews this server's identity Lease.
 async fn renew(registry: &Registry, me: &Me) {
     let Some(def) = registry
@@ -86,7 +73,7 @@ async fn renew(registry: &Registry, me: &Me) {
         return;
     };
     let options = WriteOptions::internal(MANAGER);
-    let now = now_micro();
+    let now = crate::registry::now_micro_time();
     match registry.get(&def, Some(LEASE_NAMESPACE), &me.lease).await {
         Err(e) if e.reason == plinth_core::StatusReason::NotFound => {
             let lease = json!({
@@ -151,7 +138,7 @@ async fn live_ports(registry: &Registry, me: Option<&Me>) -> Vec<u16> {
             return ports;
         }
     };
-    let now = now_seconds();
+    let now = crate::registry::now();
     for lease in listed["items"].as_array().into_iter().flatten() {
         if lease.pointer("/metadata/labels/apiserver.kubernetes.io~1identity")
             != Some(&json!("kube-apiserver"))

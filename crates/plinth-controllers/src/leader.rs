@@ -31,10 +31,7 @@ fn host() -> String {
 }
 
 fn now_micro() -> String {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    plinth_core::meta::format_micro_time(micros)
+    plinth_apiserver::registry::now_micro_time()
 }
 
 /// The identity of the server keeping its data in `dir`: the host and the directory, the

@@ -69,18 +69,7 @@ pub fn backup(dir: &Path, to: &Path) -> StoreResult<Revision> {
 pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
     let (conn, revision) = open_store_file(from)?;
     drop(conn);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| bad(dir, format!("cannot create it: {e}")))?;
-    let path = dir.join(DB_FILE);
-    if path.exists() {
-        return Err(bad(
-            dir,
-            "it holds a store already; restore into an empty data directory",
-        ));
-    }
+    let path = empty_store_dir(dir, "restore")?;
     let temp = dir.join(format!("{DB_FILE}.restoring"));
     let _ = std::fs::remove_file(&temp);
     let copied = OpenOptions::new()
@@ -109,6 +98,24 @@ pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
     Ok(revision)
 }
 
+/// Creates data directory `dir` (the owner's alone) if missing and returns its store file's
+/// path, refusing a directory that holds a store already (`verb`: what the caller does).
+fn empty_store_dir(dir: &Path, verb: &str) -> StoreResult<std::path::PathBuf> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| bad(dir, format!("cannot create it: {e}")))?;
+    let path = dir.join(DB_FILE);
+    if path.exists() {
+        return Err(bad(
+            dir,
+            format!("it holds a store already; {verb} into an empty data directory"),
+        ));
+    }
+    Ok(path)
+}
+
 /// Creates the store of data directory `dir`, which may not hold one, from `kvs`: every live
 /// key of another store as it stood at `revision`, each with its create and mod revisions.
 /// The new store is at `revision` and compacted there — the history before it was not copied,
@@ -120,18 +127,6 @@ pub fn restore(from: &Path, dir: &Path) -> StoreResult<Revision> {
 /// transaction wrote both, which this layout cannot record), a revision is past `revision`,
 /// or writing fails.
 pub fn import(dir: &Path, kvs: &[KeyValue], revision: Revision) -> StoreResult<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| bad(dir, format!("cannot create it: {e}")))?;
-    let path = dir.join(DB_FILE);
-    if path.exists() {
-        return Err(bad(
-            dir,
-            "it holds a store already; import into an empty data directory",
-        ));
-    }
     let mut seen = std::collections::HashSet::with_capacity(kvs.len());
     for kv in kvs {
         if kv.mod_revision > revision || kv.mod_revision < 1 {
@@ -153,6 +148,7 @@ pub fn import(dir: &Path, kvs: &[KeyValue], revision: Revision) -> StoreResult<(
             ));
         }
     }
+    let path = empty_store_dir(dir, "import")?;
     let temp = dir.join(format!("{DB_FILE}.importing"));
     let _ = std::fs::remove_file(&temp);
     let written = write_import(&temp, kvs, revision);

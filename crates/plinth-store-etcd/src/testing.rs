@@ -31,6 +31,14 @@ fn free_port() -> StoreResult<u16> {
         .map_err(|e| StoreError::backend("find a free port", e))
 }
 
+/// A fresh directory for a member's data (removed with it).
+fn data_dir() -> StoreResult<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("plinth-etcd-")
+        .tempdir()
+        .map_err(|e| StoreError::backend("create etcd's data directory", e))
+}
+
 /// The etcdctl binary: `$PLINTH_ETCDCTL_BIN`, else `etcdctl` on PATH.
 pub fn etcdctl_binary() -> PathBuf {
     std::env::var_os("PLINTH_ETCDCTL_BIN").map_or_else(|| PathBuf::from("etcdctl"), PathBuf::from)
@@ -52,10 +60,7 @@ impl EtcdProcess {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let data = tempfile::Builder::new()
-                .prefix("plinth-etcd-")
-                .tempdir()
-                .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+            let data = data_dir()?;
             let (client_port, peer_port) = (free_port()?, free_port()?);
             let mut process = Self {
                 child: None,
@@ -81,10 +86,7 @@ impl EtcdProcess {
     /// # Errors
     /// A backend error if etcdctl refuses the snapshot or etcd does not start.
     pub async fn start_restored(snapshot: &Path) -> StoreResult<Self> {
-        let data = tempfile::Builder::new()
-            .prefix("plinth-etcd-")
-            .tempdir()
-            .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+        let data = data_dir()?;
         let (client_port, peer_port) = (free_port()?, free_port()?);
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut process = Self {
@@ -266,10 +268,7 @@ impl EtcdCluster {
             .join(",");
         let mut members = Vec::with_capacity(size);
         for (i, (client_port, peer_port)) in ports.into_iter().enumerate() {
-            let data = tempfile::Builder::new()
-                .prefix("plinth-etcd-")
-                .tempdir()
-                .map_err(|e| StoreError::backend("create etcd's data directory", e))?;
+            let data = data_dir()?;
             members.push(EtcdProcess {
                 child: None,
                 data,

@@ -55,13 +55,17 @@ fn listed(
         .collect()
 }
 
-#[test]
-fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
-    let source = Plinth::start(Backend::Embedded);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let client = runtime.block_on(source.kube_client());
-
-    // A writer creates ConfigMaps and updates earlier ones while the backup runs.
+/// A writer creating ConfigMaps `<prefix>N` (labelled `backup=test`) and updating every third
+/// one's predecessor until stopped; counts what it wrote.
+fn spawn_writer(
+    runtime: &tokio::runtime::Runtime,
+    client: kube::Client,
+    prefix: &'static str,
+) -> (
+    Arc<AtomicBool>,
+    Arc<AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
     let (stop, written) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicUsize::new(0)),
@@ -73,7 +77,7 @@ fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
             let mut n = 0usize;
             while !stop.load(Ordering::SeqCst) {
                 let map: ConfigMap = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": format!("m{n}"), "labels": {"backup": "test"}},
+                    "metadata": {"name": format!("{prefix}{n}"), "labels": {"backup": "test"}},
                     "data": {"n": n.to_string()},
                 }))
                 .unwrap();
@@ -81,7 +85,7 @@ fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
                 if n > 0 && n.is_multiple_of(3) {
                     let patch = serde_json::json!({"data": {"updated": n.to_string()}});
                     api.patch(
-                        &format!("m{}", n / 2),
+                        &format!("{prefix}{}", n / 2),
                         &PatchParams::default(),
                         &Patch::Merge(&patch),
                     )
@@ -93,6 +97,17 @@ fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
             }
         })
     };
+    (stop, written, writer)
+}
+
+#[test]
+fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
+    let source = Plinth::start(Backend::Embedded);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = runtime.block_on(source.kube_client());
+
+    // A writer creates ConfigMaps and updates earlier ones while the backup runs.
+    let (stop, written, writer) = spawn_writer(&runtime, client, "m");
     plinth_testenv::eventually_blocking("the writer writes", || {
         written.load(Ordering::SeqCst) >= 50
     });
@@ -204,27 +219,7 @@ fn an_etcd_snapshot_under_writes_restores_with_its_resource_versions() {
     let source = runtime.block_on(Plinth::start_etcd());
     let endpoint = source.etcd_endpoint().unwrap();
     let client = runtime.block_on(source.kube_client());
-    let (stop, written) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let writer = {
-        let (stop, written) = (stop.clone(), written.clone());
-        runtime.spawn(async move {
-            let api: Api<ConfigMap> = Api::default_namespaced(client);
-            let mut n = 0usize;
-            while !stop.load(Ordering::SeqCst) {
-                let map: ConfigMap = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": format!("e{n}"), "labels": {"backup": "test"}},
-                    "data": {"n": n.to_string()},
-                }))
-                .unwrap();
-                api.create(&PostParams::default(), &map).await.unwrap();
-                n += 1;
-                written.store(n, Ordering::SeqCst);
-            }
-        })
-    };
+    let (stop, written, writer) = spawn_writer(&runtime, client, "e");
     plinth_testenv::eventually_blocking("the writer writes", || {
         written.load(Ordering::SeqCst) >= 50
     });

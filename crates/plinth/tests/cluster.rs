@@ -8,7 +8,7 @@ mod common;
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-use common::{Backend, Plinth};
+use common::{Backend, Plinth, holds, lease_holder};
 
 #[test]
 fn two_servers_over_one_etcd_are_one_cluster() {
@@ -105,26 +105,6 @@ fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
         vec![0x5a; 8192],
         "the file is left as it was"
     );
-}
-
-/// The holder of the controllers' Lease, as `server` sees it.
-fn lease_holder(server: &Plinth) -> String {
-    let out = server.kubectl_output(&[
-        "get",
-        "lease",
-        "-n",
-        "kube-system",
-        "kube-controller-manager",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Whether `holder` names `server` (its identity carries its data directory).
-fn holds(holder: &str, server: &Plinth) -> bool {
-    let dir = std::fs::canonicalize(server.dir.path()).unwrap();
-    holder.ends_with(&format!("_{}", dir.display()))
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Backend, Plinth};
+use common::{Backend, Plinth, holds, lease_holder};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -136,26 +136,6 @@ async fn inform(client: kube::Client, seen: Arc<Mutex<Seen>>) {
             }
         }
     }
-}
-
-/// The holder of the controllers' Lease, as `server` sees it.
-fn lease_holder(server: &Plinth) -> String {
-    let out = server.kubectl_output(&[
-        "get",
-        "lease",
-        "-n",
-        "kube-system",
-        "kube-controller-manager",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ]);
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Whether `holder` names `server` (its identity carries its data directory).
-fn holds(holder: &str, server: &Plinth) -> bool {
-    let dir = std::fs::canonicalize(server.dir.path()).unwrap();
-    holder.ends_with(&format!("_{}", dir.display()))
 }
 
 /// Waits until `more` writes beyond those acknowledged now are acknowledged.

@@ -48,6 +48,14 @@ pub fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// The clock as a MicroTime (`2006-01-02T15:04:05.000000Z`), as Leases record it.
+pub fn now_micro_time() -> String {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    plinth_core::meta::format_micro_time(micros)
+}
+
 /// The outcome of a write: the object and the warnings to send back.
 #[derive(Debug)]
 pub struct Written {

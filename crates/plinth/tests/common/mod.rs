@@ -504,3 +504,23 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// The holder of the controllers' Lease, as `server` sees it.
+pub fn lease_holder(server: &Plinth) -> String {
+    let out = server.kubectl_output(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-system",
+        "kube-controller-manager",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `holder` names `server` (its identity carries its data directory).
+pub fn holds(holder: &str, server: &Plinth) -> bool {
+    let dir = std::fs::canonicalize(server.dir.path()).unwrap();
+    holder.ends_with(&format!("_{}", dir.display()))
+}
