@@ -171,6 +171,17 @@ impl EtcdProcess {
         self.wait_ready().await
     }
 
+    /// Starts etcd again on the same data directory and ports without waiting for it to
+    /// answer (a member of a cluster that lost its quorum answers only once enough members are
+    /// back: start them all, then [`EtcdProcess::wait_ready`] each).
+    ///
+    /// # Errors
+    /// A backend error if the binary cannot be started.
+    pub fn respawn(&mut self) -> StoreResult<()> {
+        self.kill();
+        self.spawn()
+    }
+
     fn spawn(&mut self) -> StoreResult<()> {
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
@@ -209,7 +220,10 @@ impl EtcdProcess {
     }
 
     /// Waits until this member answers reads (with quorum, for a member of a cluster).
-    async fn wait_ready(&mut self) -> StoreResult<()> {
+    ///
+    /// # Errors
+    /// A backend error if etcd exits or does not answer within 20 s.
+    pub async fn wait_ready(&mut self) -> StoreResult<()> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(child) = self.child.as_mut()

@@ -60,3 +60,35 @@ fn health_endpoints_name_their_checks_and_readyz_follows_etcd() {
         raw(&plinth, "/readyz") == (true, "ok".to_owned())
     });
 }
+
+#[test]
+fn readyz_follows_the_quorum_of_a_three_member_etcd() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut etcd = runtime
+        .block_on(plinth_store_etcd::testing::EtcdCluster::start(3))
+        .unwrap();
+    let plinth = Plinth::start(common::Backend::SharedEtcd(etcd.endpoints_flag()));
+    assert!(raw(&plinth, "/readyz").0);
+    // One member of three down: quorum holds, the server stays ready and serves.
+    etcd.members[0].kill();
+    for i in 0..5 {
+        let (ready, text) = raw(&plinth, "/readyz?verbose");
+        assert!(ready, "check {i} with one member down: {text}");
+        plinth.kubectl(&["create", "configmap", &format!("one-down-{i}")]);
+    }
+    // Two down: no quorum, no reads — `etcd` fails, and the server is not ready.
+    etcd.members[1].kill();
+    plinth.eventually("readyz to fail without quorum", || {
+        let (ready, text) = raw(&plinth, "/readyz?verbose");
+        !ready && text.contains("[-]etcd failed")
+    });
+    // Both back: ready again, and what was written with one member down is there.
+    etcd.members[0].respawn().unwrap();
+    etcd.members[1].respawn().unwrap();
+    runtime.block_on(etcd.members[0].wait_ready()).unwrap();
+    runtime.block_on(etcd.members[1].wait_ready()).unwrap();
+    plinth.eventually("readyz with quorum back", || raw(&plinth, "/readyz").0);
+    for i in 0..5 {
+        plinth.kubectl(&["get", "configmap", &format!("one-down-{i}")]);
+    }
+}
