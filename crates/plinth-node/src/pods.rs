@@ -1124,9 +1124,12 @@ impl Worker {
                     parent: sandbox::Parent::this(),
                 };
                 let mut command = tokio::process::Command::new(exe);
+                // The environment goes as the sandbox's own (see `sandbox::Spec::env`).
                 command
                     .arg("sandbox")
-                    .arg(serde_json::to_string(&spec).map_err(|e| e.to_string())?);
+                    .arg(serde_json::to_string(&spec).map_err(|e| e.to_string())?)
+                    .env_clear()
+                    .envs(spec.env.iter().cloned());
                 command
             }
             None => {

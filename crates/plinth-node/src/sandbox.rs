@@ -23,12 +23,16 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-/// What the sandbox runs, handed to it as one JSON argument.
+/// What the sandbox runs, handed to it as one JSON argument (all but the environment, which is
+/// the sandbox's own: see [`Spec::env`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Spec {
     /// The program and its arguments.
     pub argv: Vec<String>,
-    /// The whole environment.
+    /// The whole environment. It travels as the stages' own environment, never in the JSON
+    /// argument: arguments are world-readable in `/proc/<pid>/cmdline`, an environment is its
+    /// owner's (`/proc/<pid>/environ`, mode 0400) — containers' variables carry Secrets.
+    #[serde(skip)]
     pub env: Vec<(String, String)>,
     /// The working directory, inside the container.
     pub cwd: Option<String>,
@@ -228,6 +232,7 @@ fn first(spec: &Spec) -> Result<i32, String> {
         ..spec.clone()
     };
     let encoded = serde_json::to_string(&second).map_err(|e| e.to_string())?;
+    // The second stage inherits this one's environment: the container's.
     let child = Command::new(exe)
         .arg("sandbox")
         .arg("--stage2")
@@ -459,10 +464,8 @@ fn second(spec: &Spec) -> Result<i32, String> {
         return Err("no command".into());
     };
     let mut command = Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .envs(spec.env.iter().cloned());
+    // This stage's environment is the container's (see `Spec::env`).
+    command.args(args).env_clear().envs(std::env::vars_os());
     if let Some(cwd) = &spec.cwd {
         let _ = std::fs::create_dir_all(cwd);
         command.current_dir(cwd);
@@ -504,6 +507,7 @@ pub fn available(exe: &Path) -> bool {
     let ok = Command::new(exe)
         .arg("sandbox")
         .arg(encoded)
+        .env_clear()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()

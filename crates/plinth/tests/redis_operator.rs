@@ -300,6 +300,13 @@ fn operated(node: &str, manifest: &str) -> Operated {
     );
     let password = password_of(&plinth, "cache-auth");
     assert!(password.len() >= 24, "a generated password");
+    // No process shows it in its arguments (world-readable in /proc): the servers read it
+    // from standard input.
+    let showing = plinth_testenv::processes(|p| p.args.iter().any(|a| a.contains(&password)));
+    assert!(
+        showing.is_empty(),
+        "the password is in the arguments of {showing:?}"
+    );
     let first_ip = pod_ip(&plinth, &first);
     let info = redis(&first_ip, &password, &["info", "replication"]);
     assert!(info.contains("role:master"), "{info}");

@@ -110,8 +110,21 @@ pub fn services(cluster: &RedisCluster, owner: &OwnerReference) -> Vec<(String, 
     ]
 }
 
+/// How a server starts: its configuration file, its address, and the password on standard
+/// input (`redis-server FILE --bind IP -`: Redis reads a last `-` as "the rest from stdin"),
+/// escaped for Redis's configuration syntax. The password never becomes an argument:
+/// arguments are world-readable (`/proc/<pid>/cmdline`), the environment is the owner's.
+const SERVER_SCRIPT: &str = "set -e
+pw=$(printf '%s' \"$REDIS_PASSWORD\" | sed 's/[\\\\\"]/\\\\&/g')
+exec redis-server /etc/redis/redis.conf --bind \"$POD_IP\" --replica-announce-ip \"$POD_IP\" - <<EOF
+requirepass \"$pw\"
+masterauth \"$pw\"
+EOF
+";
+
 /// The StatefulSet of `replicas` servers: each binds its pod's address, takes its password
-/// from the Secret and keeps its data on a volume of its own.
+/// from the Secret (on standard input, see [`SERVER_SCRIPT`]) and keeps its data on a volume
+/// of its own.
 pub fn stateful_set(cluster: &RedisCluster, owner: &OwnerReference, replicas: i32) -> Value {
     let name = cluster.name_any();
     let storage = cluster.spec.storage.clone().unwrap_or_default();
@@ -130,10 +143,7 @@ pub fn stateful_set(cluster: &RedisCluster, owner: &OwnerReference, replicas: i3
     let mut container = json!({
         "name": "redis",
         "image": cluster.image(),
-        // The image's entry point gives a `.conf` first argument to redis-server.
-        "args": ["/etc/redis/redis.conf", "--bind", "$(POD_IP)",
-                 "--replica-announce-ip", "$(POD_IP)",
-                 "--requirepass", "$(REDIS_PASSWORD)", "--masterauth", "$(REDIS_PASSWORD)"],
+        "command": ["sh", "-c", SERVER_SCRIPT],
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef":
@@ -230,7 +240,7 @@ pub fn backup_job_spec(cluster: &RedisCluster) -> Value {
     let script = format!(
         "set -e\n\
          file=/backup/$JOB_NAME.rdb\n\
-         redis-cli -h \"${{{host}}}\" -p \"${{{port}}}\" --no-auth-warning -a \"$REDIS_PASSWORD\" --rdb \"$file.partial\"\n\
+         redis-cli -h \"${{{host}}}\" -p \"${{{port}}}\" --rdb \"$file.partial\"\n\
          mv \"$file.partial\" \"$file\"\n\
          ls -1t /backup/*.rdb | tail -n +$((RETAIN + 1)) | xargs -r rm -f\n\
          echo \"$file\"\n",
@@ -251,7 +261,8 @@ pub fn backup_job_spec(cluster: &RedisCluster) -> Value {
                         {"name": "JOB_NAME", "valueFrom": {"fieldRef":
                             {"fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}}},
                         {"name": "RETAIN", "value": cluster.retain().to_string()},
-                        {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef":
+                        // redis-cli's password from its environment, not its arguments.
+                        {"name": "REDISCLI_AUTH", "valueFrom": {"secretKeyRef":
                             {"name": auth_secret_name(cluster), "key": "password"}}},
                     ],
                     "volumeMounts": [{"name": "backup", "mountPath": "/backup"}],
