@@ -636,8 +636,15 @@ fn a_redis_cluster_scales_backs_up_restores_and_snapshots_when_deleted() {
         })
     });
 
-    let text = operated.metrics();
     let cluster = r#"{cluster="default/cache"}"#;
+    // The operator counts a backup when it next reconciles after the Job completed.
+    wait(plinth, "the scheduled backup counted", || {
+        metric(
+            &operated.metrics(),
+            &format!("redis_operator_backups_total{cluster}"),
+        ) >= Some(4)
+    });
+    let text = operated.metrics();
     assert!(
         metric(&text, &format!("redis_operator_failovers_total{cluster}")).unwrap_or(0)
             >= i64::from(switches),

@@ -333,6 +333,7 @@ mod tests {
             .to_owned();
         assert!(script.contains("${CACHE_PRIMARY_SERVICE_HOST}"), "{script}");
         assert!(script.contains("${CACHE_PRIMARY_SERVICE_PORT}"), "{script}");
+        assert!(!script.contains("-a "), "no password argument: {script}");
         assert_eq!(
             spec["template"]["spec"]["containers"][0]["env"][1]["value"],
             "2"
@@ -349,9 +350,18 @@ mod tests {
             set["spec"]["selector"]["matchLabels"][INSTANCE_LABEL],
             "cache"
         );
-        let args = &set["spec"]["template"]["spec"]["containers"][0]["args"];
-        assert_eq!(args[0], "/etc/redis/redis.conf");
-        assert_eq!(args[2], "$(POD_IP)");
+        let container = &set["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["command"][0], "sh");
+        let script = container["command"][2].as_str().unwrap_or_default();
+        assert!(
+            script.contains(
+                r#"exec redis-server /etc/redis/redis.conf --bind "$POD_IP" --replica-announce-ip "$POD_IP" - <<EOF"#
+            ),
+            "{script}"
+        );
+        // The password reaches the server on standard input, never as an argument.
+        assert!(script.contains("requirepass \"$pw\""), "{script}");
+        assert!(!container.to_string().contains("--requirepass"));
         assert_eq!(
             selector_text(&cluster()),
             "app.kubernetes.io/name=redis,app.kubernetes.io/instance=cache"
