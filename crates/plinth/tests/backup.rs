@@ -100,6 +100,35 @@ fn spawn_writer(
     (stop, written, writer)
 }
 
+/// Runs `plinth backup ARGS` while a [`spawn_writer`] writes (from 50 writes before it to 20
+/// after it); returns what it printed, the revision.
+fn back_up_under_writes(
+    runtime: &tokio::runtime::Runtime,
+    client: kube::Client,
+    prefix: &'static str,
+    args: &[&str],
+) -> String {
+    let (stop, written, writer) = spawn_writer(runtime, client, prefix);
+    plinth_testenv::eventually_blocking("the writer writes", || {
+        written.load(Ordering::SeqCst) >= 50
+    });
+    let mut command = vec!["backup"];
+    command.extend_from_slice(args);
+    let out = plinth(&command);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at_backup = written.load(Ordering::SeqCst);
+    plinth_testenv::eventually_blocking("writes go on after the backup", || {
+        written.load(Ordering::SeqCst) >= at_backup + 20
+    });
+    stop.store(true, Ordering::SeqCst);
+    runtime.block_on(writer).unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
 #[test]
 fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
     let source = Plinth::start(Backend::Embedded);
@@ -107,30 +136,18 @@ fn a_backup_of_a_live_server_restores_its_objects_at_their_resource_versions() {
     let client = runtime.block_on(source.kube_client());
 
     // A writer creates ConfigMaps and updates earlier ones while the backup runs.
-    let (stop, written, writer) = spawn_writer(&runtime, client, "m");
-    plinth_testenv::eventually_blocking("the writer writes", || {
-        written.load(Ordering::SeqCst) >= 50
-    });
     let file = source.dir.path().join("backup.db");
-    let out = plinth(&[
-        "backup",
-        "--data-dir",
-        source.dir.path().to_str().unwrap(),
-        "--to",
-        file.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let revision = back_up_under_writes(
+        &runtime,
+        client,
+        "m",
+        &[
+            "--data-dir",
+            source.dir.path().to_str().unwrap(),
+            "--to",
+            file.to_str().unwrap(),
+        ],
     );
-    let revision = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let at_backup = written.load(Ordering::SeqCst);
-    plinth_testenv::eventually_blocking("writes go on after the backup", || {
-        written.load(Ordering::SeqCst) >= at_backup + 20
-    });
-    stop.store(true, Ordering::SeqCst);
-    runtime.block_on(writer).unwrap();
 
     // The snapshot, as the live server lists it at the backup's revision: what was written
     // by then and nothing after.
@@ -219,34 +236,15 @@ fn an_etcd_snapshot_under_writes_restores_with_its_resource_versions() {
     let source = runtime.block_on(Plinth::start_etcd());
     let endpoint = source.etcd_endpoint().unwrap();
     let client = runtime.block_on(source.kube_client());
-    let (stop, written, writer) = spawn_writer(&runtime, client, "e");
-    plinth_testenv::eventually_blocking("the writer writes", || {
-        written.load(Ordering::SeqCst) >= 50
-    });
     let file = source.dir.path().join("etcd.snapshot");
-    let out = plinth(&[
-        "backup",
-        "--etcd-servers",
-        &endpoint,
-        "--to",
-        file.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let at_least: i64 = String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let at_backup = written.load(Ordering::SeqCst);
-    plinth_testenv::eventually_blocking("writes go on after the backup", || {
-        written.load(Ordering::SeqCst) >= at_backup + 20
-    });
-    stop.store(true, Ordering::SeqCst);
-    runtime.block_on(writer).unwrap();
+    let at_least: i64 = back_up_under_writes(
+        &runtime,
+        client,
+        "e",
+        &["--etcd-servers", &endpoint, "--to", file.to_str().unwrap()],
+    )
+    .parse()
+    .unwrap();
     // A second snapshot into the same file is refused, the first left as it was.
     let before = std::fs::read(&file).unwrap();
     let again = plinth(&[

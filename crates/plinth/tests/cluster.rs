@@ -279,6 +279,19 @@ fn kubernetes_endpoints(server: &Plinth) -> (Vec<u64>, Vec<String>) {
     (ports, names)
 }
 
+/// How many API server identity Leases `server` lists.
+fn identity_leases(server: &Plinth) -> usize {
+    let leases = server.json(&[
+        "get",
+        "leases",
+        "-n",
+        "kube-system",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
+    leases["items"].as_array().map_or(0, Vec::len)
+}
+
 fn port_of(server: &Plinth) -> u64 {
     server
         .server_url()
@@ -306,37 +319,13 @@ fn the_kubernetes_service_points_at_every_live_server() {
         "one slice per server"
     );
     // Each server keeps an identity Lease, as kube-apiserver does.
-    let leases = a.json(&[
-        "get",
-        "leases",
-        "-n",
-        "kube-system",
-        "-l",
-        "apiserver.kubernetes.io/identity=kube-apiserver",
-    ]);
-    assert_eq!(
-        leases["items"].as_array().map(Vec::len),
-        Some(2),
-        "{leases}"
-    );
+    assert_eq!(identity_leases(&a), 2, "identity Leases");
     // B stops: it takes itself out at once, its Lease gone.
     let b_port = port_of(&b);
     b.terminate();
     a.eventually("only A in the endpoints", || {
         kubernetes_endpoints(&a) == (vec![port_of(&a)], vec!["kubernetes".to_owned()])
     });
-    let leases = a.json(&[
-        "get",
-        "leases",
-        "-n",
-        "kube-system",
-        "-l",
-        "apiserver.kubernetes.io/identity=kube-apiserver",
-    ]);
-    assert_eq!(
-        leases["items"].as_array().map(Vec::len),
-        Some(1),
-        "{leases}"
-    );
+    assert_eq!(identity_leases(&a), 1, "identity Leases");
     assert!(!kubernetes_endpoints(&a).0.contains(&b_port));
 }

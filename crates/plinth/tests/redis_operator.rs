@@ -50,6 +50,16 @@ fn status(plinth: &Plinth) -> Value {
     plinth.json(&["get", "redis", "cache"])["status"].clone()
 }
 
+/// The cluster's status, checked to name a primary (scaling never leaves it without one).
+fn status_with_primary(plinth: &Plinth) -> Value {
+    let status = status(plinth);
+    assert!(
+        status["currentMaster"].is_string(),
+        "never without a primary"
+    );
+    status
+}
+
 fn pod_ip(plinth: &Plinth, pod: &str) -> String {
     plinth
         .kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"])
@@ -530,11 +540,7 @@ fn a_redis_cluster_scales_backs_up_restores_and_snapshots_when_deleted() {
     // (a switch-over first when it is beyond the new size).
     plinth.kubectl(&["scale", "redis", "cache", "--replicas=5"]);
     wait(plinth, "five servers", || {
-        let status = status(plinth);
-        assert!(
-            status["currentMaster"].is_string(),
-            "never without a primary"
-        );
+        let status = status_with_primary(plinth);
         status["readyReplicas"] == 5
     });
     let scale = plinth.kubectl(&[
@@ -554,11 +560,7 @@ fn a_redis_cluster_scales_backs_up_restores_and_snapshots_when_deleted() {
     let switches = i32::from(ordinal(status(plinth)["currentMaster"].as_str().unwrap()) >= 2);
     plinth.kubectl(&["scale", "redis", "cache", "--replicas=2"]);
     wait(plinth, "two servers, a primary among them", || {
-        let status = status(plinth);
-        assert!(
-            status["currentMaster"].is_string(),
-            "never without a primary"
-        );
+        let status = status_with_primary(plinth);
         status["readyReplicas"] == 2
             && status["currentMaster"]
                 .as_str()
