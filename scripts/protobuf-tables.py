@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes crates/plinth-apiserver/src/protobuf/generated.rs: the protobuf field tables of the
+"""Writes crates/plinth-protobuf/src/generated.rs: the protobuf field tables of the
 built-in workload types and everything they contain, read from upstream's generated.proto
 files (a checkout of github.com/kubernetes/api, given as the only argument). Field numbers
 are data; the tables are what protobuf/encode.rs and protobuf/decode.rs walk.
@@ -168,7 +168,7 @@ def main():
            "use super::encode::Shape::{SHAPES};",
            "use super::encode::{Field, Shape, {MAKERS}};",
            "{LIST_META}",
-           "use super::types::{TYPES};",
+           "use super::meta::{TYPES};",
            ""]
     for pkg, name in sorted(order):
         rows = []
@@ -207,15 +207,15 @@ def main():
     out.append("        _ => return None,")
     out.append("    })")
     out.append("}")
-    target = Path(__file__).resolve().parent.parent / "crates/plinth-apiserver/src/protobuf/generated.rs"
+    target = Path(__file__).resolve().parent.parent / "crates/plinth-protobuf/src/generated.rs"
     text = "\n".join(out) + "\n"
     shapes = ["Bool", "Bytes", "BytesMap", "Double", "I32", "I64", "Inline", "IntOrString", "Map",
               "Message", "MicroTime", "Quantity", "RawJson", "Str", "StringMap", "Time"]
-    used = [s for s in shapes if re.search(rf"[(, ]{s}[(),]", text.split("use super::types")[1])]
+    used = [s for s in shapes if re.search(rf"[(, ]{s}[(),]", text.split("use super::meta")[1])]
     text = text.replace("{SHAPES}", "{" + ", ".join(used) + "}")
     makers = [m for m in ["dropped", "kept", "many", "one"] if f"    {m}(" in text]
     text = text.replace("{MAKERS}", ", ".join(makers))
-    body = text.split("use super::types")[1]
+    body = text.split("use super::meta")[1]
     tables = [t for t in ["CONDITION", "DELETE_OPTIONS", "LABEL_SELECTOR", "OBJECT_META", "OWNER_REFERENCE"]
               if re.search(rf"\({t}\)", body)]
     text = text.replace("{TYPES}", "{" + ", ".join(tables) + "}")

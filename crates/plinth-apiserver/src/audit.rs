@@ -481,7 +481,7 @@ impl Audit {
         let object = body.and_then(|b| {
             serde_json::from_slice::<Value>(b)
                 .ok()
-                .or_else(|| crate::protobuf::decode(b).ok())
+                .or_else(|| plinth_protobuf::decode(b).ok())
         });
         if let Some(object) = object {
             event["responseObject"] = object;

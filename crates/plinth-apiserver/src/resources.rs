@@ -437,7 +437,7 @@ impl ResourceDef {
     /// The value of a selectable field of `object`, or `None` if it is not selectable.
     pub fn field_value(&self, object: &Value, field: &str) -> Option<String> {
         self.is_selectable(field)
-            .then(|| crate::cache::selector_value(object, field))
+            .then(|| plinth_watchcache::selector_value(object, field))
     }
 
     /// Every field a field selector may name: `metadata.name`, `metadata.namespace` and the

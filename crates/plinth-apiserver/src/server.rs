@@ -191,7 +191,7 @@ pub async fn start(
 ) -> Result<RunningServer, ServeError> {
     create_private_dir(&config.data_dir)?;
     let registry = Registry {
-        caches: Arc::new(crate::cache::Caches::new(
+        caches: Arc::new(plinth_watchcache::Caches::new(
             store.clone(),
             config.bookmark_interval,
         )),

@@ -54,7 +54,7 @@ pub(crate) fn decode_body(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, Ap
     let value: Value = match kind.as_str() {
         "" | "application/json" => serde_json::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("the object provided is unrecognized: couldn't get version/kind; json parse error: {e}")))?,
-        crate::protobuf::MEDIA_TYPE => crate::protobuf::decode(bytes)?,
+        plinth_protobuf::MEDIA_TYPE => plinth_protobuf::decode(bytes)?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_norway::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("the object provided is unrecognized: yaml parse error: {e}")))?,
         other => return Err(ApiError::unsupported_media_type(other)),

@@ -89,11 +89,11 @@ impl Call<'_> {
         &self,
         code: StatusCode,
         value: &Value,
-        encoded: Result<Vec<u8>, crate::protobuf::Unmapped>,
+        encoded: Result<Vec<u8>, plinth_protobuf::Unmapped>,
         warnings: &[String],
     ) -> Response {
         match encoded {
-            Ok(bytes) => with_body(code, crate::protobuf::MEDIA_TYPE, bytes, warnings),
+            Ok(bytes) => with_body(code, plinth_protobuf::MEDIA_TYPE, bytes, warnings),
             Err(unmapped) => {
                 tracing::warn!(field = %unmapped.0, kind = %self.def.kind, "no protobuf field for it: answered in JSON");
                 respond(code, value, Format::Json, warnings)
@@ -106,7 +106,7 @@ impl Call<'_> {
             Format::Protobuf { .. } => self.protobuf_or_json(
                 code,
                 object,
-                crate::protobuf::encode_object(object),
+                plinth_protobuf::encode_object(object),
                 warnings,
             ),
             Format::Metadata => respond(code, &partial(object), Format::Json, warnings),
@@ -115,7 +115,7 @@ impl Call<'_> {
                 self.protobuf_or_json(
                     code,
                     &partial,
-                    crate::protobuf::encode_object(&partial),
+                    plinth_protobuf::encode_object(&partial),
                     warnings,
                 )
             }
@@ -319,14 +319,14 @@ impl Call<'_> {
         let (list, encoded) = tokio::task::spawn_blocking(move || {
             let encoded = match &list {
                 Listed::Encoded(encoded) => encoded.to_protobuf(),
-                Listed::Value(value) => crate::protobuf::encode_list(value),
+                Listed::Value(value) => plinth_protobuf::encode_list(value),
             };
             (list, encoded)
         })
         .await
         .map_err(|e| ApiError::internal(format!("list: {e}")))?;
         Ok(match encoded {
-            Ok(bytes) => with_body(StatusCode::OK, crate::protobuf::MEDIA_TYPE, bytes, &[]),
+            Ok(bytes) => with_body(StatusCode::OK, plinth_protobuf::MEDIA_TYPE, bytes, &[]),
             Err(unmapped) => {
                 tracing::warn!(field = %unmapped.0, kind = %self.def.kind, "no protobuf field for it: answered in JSON");
                 match list {
@@ -471,7 +471,7 @@ impl Call<'_> {
         let mut response = Response::new(Body::from_stream(body));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static(crate::protobuf::WATCH_MEDIA_TYPE),
+            HeaderValue::from_static(plinth_protobuf::WATCH_MEDIA_TYPE),
         );
         response.headers_mut().insert(
             header::CACHE_CONTROL,
@@ -564,11 +564,11 @@ fn list_response(
                 .map(Vec::as_slice)
                 .unwrap_or_default()
                 .iter()
-                .map(|item| crate::protobuf::encode_message(&partial(item)))
+                .map(|item| plinth_protobuf::encode_message(&partial(item)))
                 .collect();
             let empty = json!({});
             let encoded = items.and_then(|items| {
-                crate::protobuf::encode_list_of(
+                plinth_protobuf::encode_list_of(
                     "meta.k8s.io/v1",
                     "PartialObjectMetadataList",
                     list.get("metadata").unwrap_or(&empty),
@@ -576,7 +576,7 @@ fn list_response(
                 )
             });
             match encoded {
-                Ok(bytes) => with_body(StatusCode::OK, crate::protobuf::MEDIA_TYPE, bytes, &[]),
+                Ok(bytes) => with_body(StatusCode::OK, plinth_protobuf::MEDIA_TYPE, bytes, &[]),
                 Err(unmapped) => {
                     tracing::warn!(field = %unmapped.0, kind = %def.kind, "no protobuf field for it: answered in JSON");
                     list_response(def, Format::Metadata, include, Listed::Value(list.clone()))

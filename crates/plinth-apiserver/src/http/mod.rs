@@ -560,7 +560,7 @@ async fn handle(
             // Protobuf for the built-in types; the others in JSON when the client takes it.
             let format = match format {
                 Format::Protobuf { or_json }
-                    if !crate::protobuf::has_message(
+                    if !plinth_protobuf::has_message(
                         &def.group_version.api_version(),
                         &def.kind,
                     ) =>
@@ -835,7 +835,7 @@ mod properties {
 
         #[test]
         fn bodies_decode_or_get_a_4xx(bytes in prop::collection::vec(any::<u8>(), 0..200), text in ".{0,120}") {
-            for content_type in ["application/json", "application/yaml", crate::protobuf::MEDIA_TYPE, "text/plain", ""] {
+            for content_type in ["application/json", "application/yaml", plinth_protobuf::MEDIA_TYPE, "text/plain", ""] {
                 for body in [bytes.as_slice(), text.as_bytes(), &[b"k8s\0".as_slice(), bytes.as_slice()].concat()] {
                     if let Err(e) = body::decode_body(&headers(content_type), body) {
                         prop_assert!(client_error(&e), "{content_type}: {}", e.message);

@@ -75,7 +75,7 @@ pub struct Registry {
     /// What is served.
     pub resources: Arc<crate::resources::Resources>,
     /// The watch cache.
-    pub caches: Arc<crate::cache::Caches>,
+    pub caches: Arc<plinth_watchcache::Caches>,
     /// The admission webhooks in force.
     pub admission: Arc<crate::admission::Admission>,
 }

@@ -276,7 +276,7 @@ impl Registry {
             None if self.cache_caught_up(def, &cacher, "").await? => (None, None),
             None => return Ok(None),
         };
-        let item = |stored: &crate::cache::Stored| Self::list_item(def, stored, options);
+        let item = |stored: &plinth_watchcache::Stored| Self::list_item(def, stored, options);
         let Some(page) = cacher.page(prefix, at, after.as_deref(), options.limit, item) else {
             return Ok(None);
         };
@@ -298,7 +298,7 @@ impl Registry {
     pub(super) async fn cache_caught_up(
         &self,
         def: &ResourceDef,
-        cacher: &crate::cache::Cacher,
+        cacher: &plinth_watchcache::Cacher,
         rv: &str,
     ) -> Result<bool, ApiError> {
         let reached = if rv.is_empty() {
@@ -319,7 +319,7 @@ impl Registry {
     /// filtered and encoded.
     fn list_cached(
         def: &ResourceDef,
-        objects: Vec<crate::cache::Stored>,
+        objects: Vec<plinth_watchcache::Stored>,
         revision: plinth_store::Revision,
         options: &ListOptions,
     ) -> EncodedList {
@@ -340,7 +340,7 @@ impl Registry {
     /// itself when it goes out as it is, else its view encoded.
     fn list_item(
         def: &ResourceDef,
-        stored: &crate::cache::Stored,
+        stored: &plinth_watchcache::Stored,
         options: &ListOptions,
     ) -> Option<ListItem> {
         if Self::wire_servable(def, stored, options) {
@@ -356,7 +356,10 @@ impl Registry {
 
     /// Whether the options' selectors select a cached object, from its extracted labels and
     /// fields (see [`Registry::wire_servable`]).
-    pub(super) fn cached_selected(stored: &crate::cache::Stored, options: &ListOptions) -> bool {
+    pub(super) fn cached_selected(
+        stored: &plinth_watchcache::Stored,
+        options: &ListOptions,
+    ) -> bool {
         (options.labels.is_empty() || options.labels.matches(stored.labels()))
             && options
                 .fields
@@ -368,7 +371,7 @@ impl Registry {
     /// field the field selector names.
     pub(super) fn wire_servable(
         def: &ResourceDef,
-        stored: &crate::cache::Stored,
+        stored: &plinth_watchcache::Stored,
         options: &ListOptions,
     ) -> bool {
         let meta = stored.type_meta();
@@ -421,7 +424,7 @@ pub struct EncodedList {
 #[derive(Debug)]
 pub enum ListItem {
     /// A cached object that goes out as the cache keeps it (JSON, protobuf once asked for).
-    Cached(crate::cache::Stored),
+    Cached(plinth_watchcache::Stored),
     /// An object's JSON, encoded for this list (its view differs from the stored form).
     Encoded(bytes::Bytes),
 }
@@ -438,14 +441,14 @@ impl ListItem {
     /// The item's protobuf message.
     ///
     /// # Errors
-    /// [`crate::protobuf::Unmapped`] when it has no protobuf form.
-    fn protobuf(&self) -> Result<bytes::Bytes, crate::protobuf::Unmapped> {
-        let unmapped = || crate::protobuf::Unmapped("items".into());
+    /// [`plinth_protobuf::Unmapped`] when it has no protobuf form.
+    fn protobuf(&self) -> Result<bytes::Bytes, plinth_protobuf::Unmapped> {
+        let unmapped = || plinth_protobuf::Unmapped("items".into());
         match self {
             Self::Cached(stored) => stored.protobuf().cloned().ok_or_else(unmapped),
             Self::Encoded(json) => {
                 let object: Value = serde_json::from_slice(json).map_err(|_| unmapped())?;
-                crate::protobuf::encode_message(&object).map(bytes::Bytes::from)
+                plinth_protobuf::encode_message(&object).map(bytes::Bytes::from)
             }
         }
     }
@@ -474,8 +477,8 @@ impl EncodedList {
     /// The list in protobuf: each cached item's message as encoded once.
     ///
     /// # Errors
-    /// [`crate::protobuf::Unmapped`] for an item without a protobuf form.
-    pub fn to_protobuf(&self) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
+    /// [`plinth_protobuf::Unmapped`] for an item without a protobuf form.
+    pub fn to_protobuf(&self) -> Result<Vec<u8>, plinth_protobuf::Unmapped> {
         let items = self
             .items
             .iter()
@@ -485,7 +488,7 @@ impl EncodedList {
         if let Some(token) = &self.continue_token {
             metadata["continue"] = json!(token);
         }
-        crate::protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
+        plinth_protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
     }
 
     /// The list's JSON, byte for byte what serialising [`EncodedList::to_value`] writes.

@@ -29,7 +29,7 @@ pub struct WatchEvent {
 #[derive(Debug, Clone)]
 enum Body {
     Object(Arc<Value>),
-    Cached(crate::cache::Stored),
+    Cached(plinth_watchcache::Stored),
 }
 
 impl WatchEvent {
@@ -54,7 +54,7 @@ impl WatchEvent {
     }
 
     /// An event of an object as the watch cache keeps it.
-    pub(crate) fn cached(kind: &'static str, stored: crate::cache::Stored) -> Self {
+    pub(crate) fn cached(kind: &'static str, stored: plinth_watchcache::Stored) -> Self {
         Self {
             kind,
             body: Body::Cached(stored),
@@ -74,16 +74,16 @@ impl WatchEvent {
     /// keeps it.
     ///
     /// # Errors
-    /// [`crate::protobuf::Unmapped`] for an object without a protobuf form.
-    pub fn to_protobuf_frame(&self) -> Result<Vec<u8>, crate::protobuf::Unmapped> {
+    /// [`plinth_protobuf::Unmapped`] for an object without a protobuf form.
+    pub fn to_protobuf_frame(&self) -> Result<Vec<u8>, plinth_protobuf::Unmapped> {
         if let Body::Cached(stored) = &self.body
             && let Some(raw) = stored.protobuf()
         {
             let meta = stored.type_meta();
-            let object = crate::protobuf::envelope(&meta.api_version, &meta.kind, raw);
-            return Ok(crate::protobuf::watch_frame(self.kind, &object));
+            let object = plinth_protobuf::envelope(&meta.api_version, &meta.kind, raw);
+            return Ok(plinth_protobuf::watch_frame(self.kind, &object));
         }
-        crate::protobuf::encode_watch_event(self.kind, &self.object())
+        plinth_protobuf::encode_watch_event(self.kind, &self.object())
     }
 
     /// The event's JSON line (`{"type":…,"object":…}` and a newline), from the cached bytes
@@ -223,7 +223,7 @@ impl Registry {
         def: &Arc<ResourceDef>,
         namespace: Option<&str>,
         prefix: &str,
-        cacher: &crate::cache::Cacher,
+        cacher: &plinth_watchcache::Cacher,
         options: &Arc<ListOptions>,
         send_initial_events: bool,
     ) -> Result<Start, ApiError> {
@@ -345,7 +345,7 @@ struct Start {
     /// The ADDED events of the initial state.
     initial: Vec<WatchEvent>,
     /// The cache's events after `snapshot`, or the revision to watch storage from.
-    subscription: Result<crate::cache::Subscription, Revision>,
+    subscription: Result<plinth_watchcache::Subscription, Revision>,
     /// The revision of the initial state (or the one resumed from).
     snapshot: Revision,
 }
@@ -360,7 +360,7 @@ fn added(object: Value) -> WatchEvent {
 fn initial_event(
     def: &ResourceDef,
     options: &ListOptions,
-    stored: &crate::cache::Stored,
+    stored: &plinth_watchcache::Stored,
 ) -> Option<WatchEvent> {
     if Registry::wire_servable(def, stored, options) {
         return Registry::cached_selected(stored, options)
@@ -376,7 +376,7 @@ fn live_events(
     def: &Arc<ResourceDef>,
     options: &Arc<ListOptions>,
     prefix: String,
-    subscription: crate::cache::Subscription,
+    subscription: plinth_watchcache::Subscription,
     after: Revision,
     bookmarks: bool,
 ) -> futures::stream::BoxStream<'static, WatchEvent> {
@@ -384,15 +384,15 @@ fn live_events(
     let replay = futures::stream::iter(subscription.replay);
     let live = tokio_stream::wrappers::ReceiverStream::new(subscription.live);
     replay
-        .map(crate::cache::Live::Event)
+        .map(plinth_watchcache::Live::Event)
         .chain(live)
         .filter_map(move |item| {
             let out = match item {
-                crate::cache::Live::Event(event) => (event.revision > after
+                plinth_watchcache::Live::Event(event) => (event.revision > after
                     && event.key.starts_with(&prefix))
                 .then(|| translate_cached(&def, &options, &event))
                 .flatten(),
-                crate::cache::Live::Bookmark(revision) => {
+                plinth_watchcache::Live::Bookmark(revision) => {
                     (bookmarks && revision >= after).then(|| bookmark(&def, revision, false))
                 }
             };
@@ -431,13 +431,13 @@ pub fn bookmark(def: &ResourceDef, revision: Revision, initial_events_end: bool)
 fn translate_cached(
     def: &ResourceDef,
     options: &ListOptions,
-    event: &crate::cache::CacheEvent,
+    event: &plinth_watchcache::CacheEvent,
 ) -> Option<WatchEvent> {
     if !Registry::wire_servable(def, &event.stored, options) {
         let prev = event
             .prev_stored
             .as_ref()
-            .and_then(crate::cache::Stored::decode);
+            .and_then(plinth_watchcache::Stored::decode);
         return translate(
             def,
             options,

@@ -1,18 +1,32 @@
-//! Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`), which client-go's
-//! typed clients send and ask for first. A body is `k8s\0` followed by a `runtime.Unknown`
-//! whose `raw` holds the object. Each built-in type's message is one table in `types`
-//! (upstream's `generated.proto` field numbers and shapes); `encode` writes any of them from
-//! the JSON form, `decode` reads any of them into it. Custom resources have none and are
-//! JSON, as kube-apiserver serves them.
+//! Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`) of built-in objects,
+//! to and from their JSON form. Depends on `plinth-core` only: no HTTP, no storage.
+//!
+//! client-go's typed clients send it and ask for it first. A body is `k8s\0` followed by a
+//! `runtime.Unknown` whose `raw` holds the object. Each built-in type's message is one table
+//! (upstream's `generated.proto` field numbers and shapes): `meta` (ObjectMeta and the other
+//! `meta.k8s.io` messages every table embeds), `types` (written by hand), `generated` (by
+//! `scripts/protobuf-tables.py`); `encode` writes any of them from the JSON form, `decode`
+//! reads any of them into it. Custom resources have none and are JSON, as kube-apiserver
+//! serves them.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod decode;
 mod encode;
 mod generated;
+mod meta;
 mod types;
 
 use plinth_core::ApiError;
 use prost::Message;
 use serde_json::{Value, json};
+
+/// The message of the built-in type `kind` of `apiVersion`, if it has one.
+fn message_of(api_version: &str, kind: &str) -> Option<&'static [encode::Field]> {
+    generated::message_of(api_version, kind).or_else(|| types::message_of(api_version, kind))
+}
 
 /// The media type.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -63,7 +77,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
             "application/vnd.kubernetes.protobuf with a content encoding",
         ));
     }
-    let Some(fields) = types::message_of(&api_version, &kind) else {
+    let Some(fields) = message_of(&api_version, &kind) else {
         return Err(ApiError::unsupported_media_type(&format!(
             "{MEDIA_TYPE} for {kind} {api_version} (send application/json)"
         )));
@@ -83,7 +97,7 @@ pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=w
 
 /// Whether objects of `kind` in `api_version` can be answered in protobuf (built-in types).
 pub fn has_message(api_version: &str, kind: &str) -> bool {
-    types::message_of(api_version, kind).is_some()
+    message_of(api_version, kind).is_some()
 }
 
 fn type_meta(object: &Value) -> (&str, &str) {
@@ -98,7 +112,7 @@ fn type_meta(object: &Value) -> (&str, &str) {
 /// [`Unmapped`] when the type has no message or the object a field its message lacks.
 pub fn encode_message(object: &Value) -> Result<Vec<u8>, Unmapped> {
     let (api_version, kind) = type_meta(object);
-    let fields = types::message_of(api_version, kind).ok_or_else(|| Unmapped(kind.to_owned()))?;
+    let fields = message_of(api_version, kind).ok_or_else(|| Unmapped(kind.to_owned()))?;
     encode::message(fields, object, "")
 }
 

@@ -7,7 +7,7 @@ use super::encode::Shape::{
     Bool, I32, I64, Inline, IntOrString, Map, Message, Quantity, RawJson, Str, StringMap, Time,
 };
 use super::encode::{Field, Shape, dropped, kept, many, one};
-use super::types::{CONDITION, DELETE_OPTIONS, LABEL_SELECTOR, OBJECT_META};
+use super::meta::{CONDITION, DELETE_OPTIONS, LABEL_SELECTOR, OBJECT_META};
 
 /// `apps/v1` `ControllerRevision`.
 pub(crate) static APPS_V1_CONTROLLER_REVISION: [Field; 3] = [

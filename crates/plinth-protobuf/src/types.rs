@@ -1,51 +1,13 @@
 //! The messages of the built-in types, as upstream's `generated.proto` numbers their fields.
 //! Custom resources have none: they are served as JSON, as kube-apiserver serves them.
 
-use super::encode::Shape;
-use super::encode::Shape::{
+use crate::encode::Shape;
+use crate::encode::Shape::{
     Bool, Bytes, BytesMap, Double, I32, I64, Map, Message, MicroTime, OrArray, OrBool,
     OrStringArray, RawJson, Str, StringMap, Strings, Time,
 };
-use super::encode::{Field, many, one};
-
-/// `metav1.OwnerReference`.
-pub(crate) const OWNER_REFERENCE: &[Field] = &[
-    one("kind", 1, Str),
-    one("name", 3, Str),
-    one("uid", 4, Str),
-    one("apiVersion", 5, Str),
-    one("controller", 6, Bool),
-    one("blockOwnerDeletion", 7, Bool),
-];
-
-const MANAGED_FIELDS_ENTRY: &[Field] = &[
-    one("manager", 1, Str),
-    one("operation", 2, Str),
-    one("apiVersion", 3, Str),
-    one("time", 4, Time),
-    one("fieldsType", 6, Str),
-    one("fieldsV1", 7, RawJson),
-    one("subresource", 8, Str),
-];
-
-/// `metav1.ObjectMeta`.
-pub(crate) const OBJECT_META: &[Field] = &[
-    one("name", 1, Str),
-    one("generateName", 2, Str),
-    one("namespace", 3, Str),
-    one("selfLink", 4, Str),
-    one("uid", 5, Str),
-    one("resourceVersion", 6, Str),
-    one("generation", 7, I64),
-    one("creationTimestamp", 8, Time),
-    one("deletionTimestamp", 9, Time),
-    one("deletionGracePeriodSeconds", 10, I64),
-    one("labels", 11, StringMap),
-    one("annotations", 12, StringMap),
-    many("ownerReferences", 13, Message(OWNER_REFERENCE)),
-    many("finalizers", 14, Str),
-    many("managedFields", 17, Message(MANAGED_FIELDS_ENTRY)),
-];
+use crate::encode::{Field, many, one};
+use crate::meta::{DELETE_OPTIONS, LABEL_SELECTOR, OBJECT_META};
 
 const OBJECT_REFERENCE: &[Field] = &[
     one("kind", 1, Str),
@@ -93,18 +55,6 @@ const NAMESPACE: &[Field] = &[
             many("conditions", 2, Message(NAMESPACE_CONDITION)),
         ]),
     ),
-];
-
-const LABEL_SELECTOR_REQUIREMENT: &[Field] = &[
-    one("key", 1, Str),
-    one("operator", 2, Str),
-    many("values", 3, Str),
-];
-
-/// `metav1.LabelSelector`.
-pub(crate) const LABEL_SELECTOR: &[Field] = &[
-    one("matchLabels", 1, StringMap),
-    many("matchExpressions", 2, Message(LABEL_SELECTOR_REQUIREMENT)),
 ];
 
 const POLICY_RULE: &[Field] = &[
@@ -682,34 +632,8 @@ static CRD: [Field; 3] = [
     one("status", 3, Message(CRD_STATUS)),
 ];
 
-/// `metav1.Condition`.
-pub(crate) const CONDITION: &[Field] = &[
-    one("type", 1, Str),
-    one("status", 2, Str),
-    one("observedGeneration", 3, I64),
-    one("lastTransitionTime", 4, Time),
-    one("reason", 5, Str),
-    one("message", 6, Str),
-];
-
-/// `metav1.DeleteOptions` (an Eviction's).
-pub(crate) const DELETE_OPTIONS: &[Field] = &[
-    one("gracePeriodSeconds", 1, I64),
-    one(
-        "preconditions",
-        2,
-        Message(&[one("uid", 1, Str), one("resourceVersion", 2, Str)]),
-    ),
-    one("orphanDependents", 3, Bool),
-    one("propagationPolicy", 4, Str),
-    many("dryRun", 5, Str),
-];
-
 /// The message of the built-in type `kind` of `apiVersion`, if it has one.
 pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Field]> {
-    if let Some(fields) = super::generated::message_of(api_version, kind) {
-        return Some(fields);
-    }
     Some(match (api_version, kind) {
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Secret") => SECRET,

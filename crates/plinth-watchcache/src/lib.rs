@@ -1,5 +1,8 @@
-//! The watch cache: one storage watch per resource feeds an in-memory copy of its objects and a
-//! window of recent events (kube-apiserver's `cacher`). Lists and watches are served from it, so
+//! The watch cache (kube-apiserver's `cacher`): lists and watches served from memory. Depends on
+//! `plinth-store` and `plinth-protobuf`, never on HTTP or the registry.
+//!
+//! One storage watch per resource feeds an in-memory copy of its objects and a
+//! window of recent events. Lists and watches are served from it, so
 //! thousands of watchers cost one storage watch, and a watcher that stops reading is
 //! disconnected — never waited for — as kube-apiserver does; its client resumes from the last
 //! resourceVersion it saw.
@@ -13,6 +16,10 @@
 //!   does not catch up within 3 s sends the reader to storage.
 //! - A watch from revision R gets every change after R exactly once, in order, if R is within
 //!   the window; older R is answered with 410 Expired.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -127,7 +134,7 @@ impl Stored {
             .protobuf
             .get_or_init(|| {
                 let object = self.decode()?;
-                crate::protobuf::encode_message(&object)
+                plinth_protobuf::encode_message(&object)
                     .ok()
                     .map(|raw| raw.into_boxed_slice().into())
             })
