@@ -17,7 +17,7 @@
 use serde_json::{Value, json};
 
 use crate::registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
-use crate::types::core::service::kubernetes_ip;
+use crate::service_range::kubernetes_ip;
 
 const MANAGER: &str = "kube-apiserver";
 const NAME: &str = "kubernetes";

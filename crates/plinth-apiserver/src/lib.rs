@@ -34,6 +34,7 @@ pub mod registry;
 pub mod resources;
 pub mod schema;
 mod server;
+mod service_range;
 pub mod strategy;
 pub mod table;
 pub mod types;

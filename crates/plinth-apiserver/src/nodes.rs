@@ -12,7 +12,7 @@ use axum::response::Response;
 use plinth_core::ApiError;
 use serde_json::Value;
 
-use crate::registry::Registry;
+use crate::resources::{NodeDialer, Objects};
 
 /// The common name of the API server's client certificate toward node agents.
 pub const NODE_CLIENT: &str = "kube-apiserver-kubelet-client";
@@ -34,7 +34,7 @@ impl NodeProxy {
     /// # Errors
     /// An identity rustls cannot use.
     pub fn new(identity: &(String, String)) -> Result<Self, String> {
-        let tls = crate::aggregator::client_tls("", true, identity)?;
+        let tls = crate::callout::client_tls("", true, identity)?;
         Ok(Self {
             tls: Some(Arc::new(tls)),
         })
@@ -49,12 +49,11 @@ impl NodeProxy {
     ///
     /// # Errors
     /// 404 for an unknown node, 400 for one that reports no address.
-    pub async fn base(&self, registry: &Registry, node: &str) -> Result<String, ApiError> {
-        let def = registry
-            .resources
-            .get("", "v1", "nodes")
+    pub async fn base(&self, objects: &dyn Objects, node: &str) -> Result<String, ApiError> {
+        let def = objects
+            .resource("", "v1", "nodes")
             .ok_or_else(|| ApiError::internal("nodes are not served"))?;
-        let object = registry.get(&def, None, node).await?;
+        let object = objects.get(&def, None, node).await?;
         address_of(&object).ok_or_else(|| {
             ApiError::bad_request(format!("node {node:?} reports no address for its agent"))
         })
@@ -64,7 +63,7 @@ impl NodeProxy {
     /// protocols when `upgradable`.
     async fn send(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         node: &str,
         path: &str,
         headers: &[(axum::http::HeaderName, HeaderValue)],
@@ -74,7 +73,7 @@ impl NodeProxy {
             .tls
             .as_ref()
             .ok_or_else(|| ApiError::internal("this server has no identity toward nodes"))?;
-        let base = self.base(registry, node).await?;
+        let base = self.base(objects, node).await?;
         let uri: Uri = format!("{base}{path}")
             .parse()
             .map_err(|e| ApiError::bad_request(format!("invalid node path: {e}")))?;
@@ -115,7 +114,7 @@ impl NodeProxy {
     /// As [`NodeProxy::get`]; 400 when the client asked for no upgrade.
     pub async fn upgrade(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         node: &str,
         path: &str,
         incoming: &axum::http::HeaderMap,
@@ -135,7 +134,7 @@ impl NodeProxy {
             })
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
-        let mut response = self.send(registry, node, path, &passed, true).await?;
+        let mut response = self.send(objects, node, path, &passed, true).await?;
         if response.status() != axum::http::StatusCode::SWITCHING_PROTOCOLS {
             let (parts, body) = response.into_parts();
             return Ok(Response::from_parts(parts, Body::new(body)));
@@ -161,13 +160,36 @@ impl NodeProxy {
     /// As [`NodeProxy::base`]; 500 when the agent cannot be reached.
     pub async fn get(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         node: &str,
         path: &str,
     ) -> Result<Response, ApiError> {
-        let response = self.send(registry, node, path, &[], false).await?;
+        let response = self.send(objects, node, path, &[], false).await?;
         let (parts, body) = response.into_parts();
         Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeDialer for NodeProxy {
+    async fn get(
+        &self,
+        objects: &dyn Objects,
+        node: &str,
+        path: &str,
+    ) -> Result<Response, ApiError> {
+        NodeProxy::get(self, objects, node, path).await
+    }
+
+    async fn upgrade(
+        &self,
+        objects: &dyn Objects,
+        node: &str,
+        path: &str,
+        headers: &axum::http::HeaderMap,
+        upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Result<Response, ApiError> {
+        NodeProxy::upgrade(self, objects, node, path, headers, upgrade).await
     }
 }
 

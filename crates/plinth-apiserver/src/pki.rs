@@ -131,7 +131,7 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Ser
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
-        crate::types::core::service::kubernetes_ip(),
+        crate::service_range::kubernetes_ip(),
         "kubernetes".to_owned(),
         "kubernetes.default".to_owned(),
         "kubernetes.default.svc".to_owned(),

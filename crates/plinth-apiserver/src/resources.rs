@@ -1,5 +1,8 @@
 //! What the server serves: one [`ResourceDef`] per resource — names, scope, verbs, table columns,
 //! and the per-type policy (the "strategy") the generic registry calls.
+//!
+//! A type's hooks see other objects only through [`Objects`] and node agents only through
+//! [`NodeDialer`]: the registry and the node proxy implement them, and this file names neither.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -10,6 +13,114 @@ use serde_json::{Value, json};
 
 use crate::schema::Schema;
 use crate::strategy::{Plain, Strategy};
+
+/// What a type's hooks may do with other objects (the registry's face toward them; the
+/// registry implements it). Writes made through it are checked and admitted as any other.
+#[async_trait::async_trait]
+pub trait Objects: Send + Sync {
+    /// The served resource `plural` of `group`/`version`.
+    fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>>;
+
+    /// Every served resource.
+    fn resources(&self) -> Vec<Arc<ResourceDef>>;
+
+    /// One object as the watch cache holds it (a lister's read, no storage round trip):
+    /// `None` while the cache has not listed yet, `Some(None)` when absent from it.
+    fn cached(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Value>>;
+
+    /// The Namespace `name`: from the cache, else (not there yet) from storage; `None` when
+    /// it does not exist or namespaces are not served.
+    async fn namespace(&self, name: &str) -> Option<Value> {
+        let def = self.resource("", "v1", "namespaces")?;
+        match self.cached(&def, None, name) {
+            Some(Some(namespace)) => Some(namespace),
+            _ => self.get(&def, None, name).await.ok(),
+        }
+    }
+
+    /// One object.
+    ///
+    /// # Errors
+    /// 404 if absent.
+    async fn get(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, plinth_core::ApiError>;
+
+    /// A list (`items`), as [`crate::registry::Registry::list`] answers it.
+    ///
+    /// # Errors
+    /// As the registry's list.
+    async fn list(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &crate::registry::ListOptions,
+    ) -> Result<Value, plinth_core::ApiError>;
+
+    /// A guaranteed update of `part` of an object: `change` runs on the current object (again
+    /// after a conflict) and says whether it changed anything. Returns the object written.
+    ///
+    /// # Errors
+    /// 404 if absent; whatever `change`, validation or admission refuse.
+    async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: crate::registry::Part,
+        options: &crate::registry::WriteOptions,
+        change: &(dyn for<'v> Fn(&'v mut Value) -> Result<bool, plinth_core::ApiError> + Sync),
+    ) -> Result<Option<Value>, plinth_core::ApiError>;
+
+    /// Deletes an object, as a DELETE does.
+    ///
+    /// # Errors
+    /// 404 if absent; a failed precondition; admission's refusal.
+    async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &crate::registry::DeleteOptions,
+    ) -> Result<(), plinth_core::ApiError>;
+}
+
+/// The way to node agents, as a type's hooks use it (the node proxy implements it).
+#[async_trait::async_trait]
+pub trait NodeDialer: Send + Sync {
+    /// GETs `path` from the agent of `node` and streams its answer back as it is.
+    ///
+    /// # Errors
+    /// 404 for an unknown node; 500 when its agent cannot be reached.
+    async fn get(
+        &self,
+        objects: &dyn Objects,
+        node: &str,
+        path: &str,
+    ) -> Result<axum::response::Response, plinth_core::ApiError>;
+
+    /// Sends `path` to the agent of `node` with the client's upgrade headers; when the agent
+    /// switches protocols, so does the client's connection.
+    ///
+    /// # Errors
+    /// As [`NodeDialer::get`]; 400 when the client asked for no upgrade.
+    async fn upgrade(
+        &self,
+        objects: &dyn Objects,
+        node: &str,
+        path: &str,
+        headers: &axum::http::HeaderMap,
+        upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Result<axum::response::Response, plinth_core::ApiError>;
+}
 
 /// Computes a table cell from an object and the current Unix time.
 pub type CellFn = Arc<dyn Fn(&Value, i64) -> Value + Send + Sync>;
@@ -150,12 +261,11 @@ pub type Computed =
     for<'a> fn(Reading<'a>) -> futures::future::BoxFuture<'a, Result<Value, plinth_core::ApiError>>;
 
 /// A read of a computed resource.
-#[derive(Debug)]
 pub struct Reading<'a> {
-    /// The registry.
-    pub registry: &'a crate::registry::Registry,
+    /// The objects.
+    pub objects: &'a dyn Objects,
     /// The way to node agents.
-    pub nodes: &'a crate::nodes::NodeProxy,
+    pub nodes: &'a dyn NodeDialer,
     /// The namespace in the path.
     pub namespace: Option<&'a str>,
     /// The name in the path (a get), or none (a list).
@@ -166,7 +276,7 @@ pub struct Reading<'a> {
 
 /// Gives a new object what it must not share with others ([`ResourceDef::allocate`]).
 pub type Allocate = for<'a> fn(
-    &'a crate::registry::Registry,
+    &'a dyn Objects,
     &'a mut Value,
 )
     -> futures::future::BoxFuture<'a, Result<(), plinth_core::ApiError>>;
@@ -180,7 +290,6 @@ pub type Connect = for<'a> fn(
 >;
 
 /// A request to a connect subresource.
-#[derive(Debug)]
 pub struct ConnectRequest<'a> {
     /// The parent object, as stored.
     pub object: Value,
@@ -192,10 +301,10 @@ pub struct ConnectRequest<'a> {
     pub headers: axum::http::HeaderMap,
     /// The connection's upgrade, when the client asks for one (WebSocket).
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
-    /// The registry.
-    pub registry: &'a crate::registry::Registry,
+    /// The objects.
+    pub objects: &'a dyn Objects,
     /// The way to node agents.
-    pub nodes: &'a crate::nodes::NodeProxy,
+    pub nodes: &'a dyn NodeDialer,
 }
 
 impl ConnectRequest<'_> {
@@ -228,7 +337,6 @@ pub type SubAnswer =
         -> futures::future::BoxFuture<'a, Result<serde_json::Value, plinth_core::ApiError>>;
 
 /// Who asks a question resource ([`ResourceDef::answer`]), and what answers it.
-#[derive(Debug)]
 pub struct Asker<'a> {
     /// The requesting user.
     pub user: &'a crate::auth::User,
@@ -236,8 +344,8 @@ pub struct Asker<'a> {
     pub rbac: &'a crate::auth::rbac::Rbac,
     /// The namespace in the path, for a namespaced question.
     pub namespace: Option<&'a str>,
-    /// The registry, to read what the answer depends on.
-    pub registry: &'a crate::registry::Registry,
+    /// The objects the answer depends on.
+    pub objects: &'a dyn Objects,
     /// The ServiceAccount token issuer.
     pub tokens: &'a crate::auth::serviceaccount::Tokens,
 }

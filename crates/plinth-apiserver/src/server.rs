@@ -77,6 +77,10 @@ pub struct RunningServer {
     pub registry: Registry,
     /// The way to node agents, for in-process controllers (the autoscaler's metrics).
     pub nodes: Arc<crate::nodes::NodeProxy>,
+    /// The creates quota admission has just counted, for the quota controller.
+    pub quota_ledger: Arc<crate::admission::quota::Ledger>,
+    /// Where in-process controllers show their metrics on `/metrics`.
+    pub metric_sources: Arc<crate::metrics::MetricSources>,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -190,6 +194,7 @@ pub async fn start(
     store: Arc<dyn Store>,
 ) -> Result<RunningServer, ServeError> {
     create_private_dir(&config.data_dir)?;
+    let admission = Arc::new(crate::admission::Admission::default());
     let registry = Registry {
         caches: Arc::new(plinth_watchcache::Caches::new(
             store.clone(),
@@ -197,7 +202,7 @@ pub async fn start(
         )),
         store,
         resources: Arc::new(Resources::with(crate::types::builtin())),
-        admission: Arc::default(),
+        admission: admission.clone(),
     };
     bootstrap(&registry).await?;
     let served = controllers::ServedCrds::default();
@@ -240,7 +245,7 @@ pub async fn start(
     };
     crate::auth::controller::start(&registry, &rbac).await?;
     let (stop, stopping) = watch::channel(false);
-    crate::admission::controller::start(&registry, &registry.admission, &stopping)
+    crate::admission::controller::start(&registry, &admission, &stopping)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
     crate::aggregator::bootstrap(&registry, &credentials.ca_pem)
@@ -272,6 +277,7 @@ pub async fn start(
         })?,
     );
     let node_proxy = nodes.clone();
+    let metric_sources = Arc::new(crate::metrics::MetricSources::default());
     let state = Arc::new(AppState {
         registry: registry.clone(),
         authenticator,
@@ -279,6 +285,7 @@ pub async fn start(
         server_address: url.trim_start_matches("https://").to_owned(),
         shutdown: stopping.clone(),
         metrics: crate::metrics::Metrics::default(),
+        metric_sources: metric_sources.clone(),
         openapi: crate::openapi::Cache::default(),
         inflight: crate::http::Inflight::new(
             config.max_requests_inflight,
@@ -319,6 +326,8 @@ pub async fn start(
         signer,
         registry: registry_handle,
         nodes: node_proxy,
+        quota_ledger: admission.quota_ledger.clone(),
+        metric_sources,
         stop,
         done,
     })

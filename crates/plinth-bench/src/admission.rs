@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use plinth_runtime::webhook::{AdmissionRequest, Validator, Verdict, WebhookServer, self_signed};
 use serde_json::json;
 
-use crate::{Error, percentile};
+use crate::common::{Error, percentile};
 
 const LABEL: &str = "plinth-bench-admission";
 
@@ -97,7 +97,7 @@ async fn slow_webhook(client: &Client, url: &str, ca: &[u8], namespace: &str) ->
                     &slow(format!(
                         "slow-{}-{i}-{}",
                         policy.to_ascii_lowercase(),
-                        crate::run_id()
+                        crate::common::run_id()
                     )),
                 )
                 .await;
@@ -160,8 +160,8 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
         .await?;
     let url = format!("https://{}/allow", running.local_addr);
     // A namespace of this run's own (an earlier run's may still be terminating).
-    let namespace = format!("plinth-bench-admission-{}", crate::run_id());
-    crate::ensure_namespace(&client, &namespace).await?;
+    let namespace = format!("plinth-bench-admission-{}", crate::common::run_id());
+    crate::common::ensure_namespace(&client, &namespace).await?;
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -182,7 +182,7 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
         let started = Instant::now();
         loop {
             let before = calls.load(Ordering::Relaxed);
-            let probe = format!("probe-{count}-{}", crate::now_micros());
+            let probe = format!("probe-{count}-{}", crate::common::now_micros());
             maps.create(&PostParams::default(), &config_map(&probe))
                 .await?;
             if calls.load(Ordering::Relaxed) - before == count as u64 {
@@ -195,7 +195,7 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
         }
         let mut times = Vec::with_capacity(requests);
         for i in 0..requests {
-            let name = format!("seq-{count}-{i}-{}", crate::run_id());
+            let name = format!("seq-{count}-{i}-{}", crate::common::run_id());
             let begun = Instant::now();
             maps.create(&PostParams::default(), &config_map(&name))
                 .await?;
@@ -211,7 +211,7 @@ pub(crate) async fn run(client: Client, requests: usize, counts: &[usize]) -> Re
             tasks.push(tokio::spawn(async move {
                 let mut i = 0;
                 while Instant::now() < until {
-                    let name = format!("par-{count}-{client_no}-{i}-{}", crate::run_id());
+                    let name = format!("par-{count}-{client_no}-{i}-{}", crate::common::run_id());
                     maps.create(&PostParams::default(), &config_map(&name))
                         .await?;
                     done.fetch_add(1, Ordering::Relaxed);

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
-use crate::{Error, percentile};
+use crate::common::{Error, percentile};
 
 const NAMESPACE: &str = "plinth-bench-fairness";
 
@@ -65,7 +65,7 @@ pub(crate) async fn run(
     seconds: u64,
 ) -> Result<(), Error> {
     let admin = Client::try_from(admin_config.clone())?;
-    crate::ensure_namespace(&admin, NAMESPACE).await?;
+    crate::common::ensure_namespace(&admin, NAMESPACE).await?;
     bind_view(&admin, flood_user).await?;
     bind_view(&admin, other_user).await?;
     let configs: Api<ConfigMap> = Api::namespaced(admin.clone(), NAMESPACE);

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use crate::{Error, percentile, run_id};
+use crate::common::{Error, percentile, run_id};
 
 fn config_map(name: &str, group: &str, owner: Option<&ConfigMap>) -> ConfigMap {
     let mut cm = ConfigMap::default();

@@ -17,7 +17,8 @@ use kube::core::DynamicObject;
 use kube::{Client, Config};
 use plinth_store_etcd::testing::EtcdCluster;
 
-use crate::{Error, creates, install_crd, percentile, remove_crd, resource};
+use crate::common::{Error, percentile};
+use crate::load::{creates, install_crd, remove_crd, resource};
 
 /// The files that make a server one of the control plane.
 const CREDENTIALS: [&str; 4] = ["ca.crt", "ca.key", "admin.token", "sa.key"];
@@ -144,7 +145,7 @@ pub(crate) async fn run(
             format!("{rate:.0}"),
         ));
     }
-    let (p50, p99) = crate::watch_latency_across(&apis[0], &apis, 100, 100).await?;
+    let (p50, p99) = crate::load::watch_latency_across(&apis[0], &apis, 100, 100).await?;
     rows.push((
         format!("watch latency p50 / p99, 100 watchers over {count} server(s), writes through one"),
         format!(

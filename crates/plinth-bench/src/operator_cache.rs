@@ -19,7 +19,7 @@ use kube::{Client, Resource};
 use redis_operator::RedisCluster;
 use serde_json::json;
 
-use crate::Error;
+use crate::common::Error;
 
 /// The label every cluster's pods carry (the operator's pod informer selects it).
 const POD_LABELS: &str = "app.kubernetes.io/name=redis";

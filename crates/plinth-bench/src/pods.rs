@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 
-use crate::{Error, percentile, run_id};
+use crate::common::{Error, percentile, run_id};
 
 fn kib(pid: u32, file: &str, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/{file}"))

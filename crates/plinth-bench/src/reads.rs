@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, PostParams};
 
-use crate::{Error, percentile, rss_mib};
+use crate::common::{Error, percentile, rss_mib};
 
 const NAMESPACE: &str = "plinth-bench-reads";
 
@@ -47,7 +47,7 @@ async fn median(
 }
 
 async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
-    crate::ensure_namespace(client, NAMESPACE).await?;
+    crate::common::ensure_namespace(client, NAMESPACE).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let payload = "r".repeat(1024);
     let mut tasks = Vec::new();
@@ -79,7 +79,7 @@ async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
 /// carries that much history when the reads are timed.
 pub(crate) async fn write_history(client: &Client, writes: usize) -> Result<(), Error> {
     const SCRATCH: &str = "plinth-bench-history";
-    crate::ensure_namespace(client, SCRATCH).await?;
+    crate::common::ensure_namespace(client, SCRATCH).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), SCRATCH);
     let mut tasks = Vec::new();
     for c in 0..32 {
@@ -227,7 +227,10 @@ pub(crate) async fn run(
         ));
     }
     if let Some(end) = pid.and_then(rss_mib) {
-        rows.push(("server RSS at the end".to_owned(), crate::rss_text(end)));
+        rows.push((
+            "server RSS at the end".to_owned(),
+            crate::common::rss_text(end),
+        ));
     }
     println!("| measurement | result |");
     println!("|---|---|");
@@ -271,7 +274,7 @@ async fn size_of_items(client: &Client, path: &str) -> Result<f64, Error> {
 /// time of the lists.
 async fn quiet_reads(client: &Client) -> Result<(Duration, Duration), Error> {
     const SCRATCH: &str = "plinth-bench-quiet";
-    crate::ensure_namespace(client, SCRATCH).await?;
+    crate::common::ensure_namespace(client, SCRATCH).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), SCRATCH);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("busy".to_owned());

@@ -15,7 +15,7 @@ use plinth_core::cron::Schedule;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use crate::workload::{controller_of, controller_ref, deleting, seen, uid, write_status};
 
 const MANAGER: &str = "cronjob-controller";
@@ -24,24 +24,23 @@ const SCHEDULED: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
 const MISSED_LIMIT: usize = 100;
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_cronjob_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_cronjob_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let cronjobs = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("batch", "cronjobs"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("batch", "cronjobs"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let jobs = {
         let queue = queue.clone();
-        Informer::start(&registry, ("batch", "jobs"), stopping.clone(), move |c| {
+        informers.start(("batch", "jobs"), move |c| {
             for job in [c.new, c.old].into_iter().flatten() {
                 if let Some(owner) = controller_of(job).filter(|o| o["kind"] == "CronJob")
                     && let Some(name) = owner["name"].as_str()

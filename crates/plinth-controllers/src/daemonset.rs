@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
     deleting, next_available, pod_from_template, ready, uid, write_status,
@@ -26,20 +26,19 @@ const MANAGER: &str = "daemonset-controller";
 const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_daemonset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_daemonset_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let sets = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("apps", "daemonsets"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("apps", "daemonsets"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let owned = |queue: Queue| {
         move |c: crate::informer::Change<'_>| {
@@ -53,22 +52,12 @@ pub fn spawn_daemonset_controller(registry: Registry, stopping: watch::Receiver<
             }
         }
     };
-    let pods = Informer::start(
-        &registry,
-        ("", "pods"),
-        stopping.clone(),
-        owned(queue.clone()),
-    );
-    let revisions = Informer::start(
-        &registry,
-        ("apps", "controllerrevisions"),
-        stopping.clone(),
-        owned(queue.clone()),
-    );
+    let pods = informers.start(("", "pods"), owned(queue.clone()));
+    let revisions = informers.start(("apps", "controllerrevisions"), owned(queue.clone()));
     // Any node change may change where every DaemonSet runs.
     let nodes = {
         let (queue, sets) = (queue.clone(), sets.clone());
-        Informer::start(&registry, ("", "nodes"), stopping.clone(), move |_| {
+        informers.start(("", "nodes"), move |_| {
             for set in sets.all_keys() {
                 queue.add(set);
             }

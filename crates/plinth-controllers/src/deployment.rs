@@ -17,7 +17,7 @@ use plinth_apiserver::types::apps::scaled;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Change, Informer, Queue, key_of};
+use crate::informer::{Change, Informer, Queue, SharedInformers, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, normalized, template_hash,
     uid, write_status,
@@ -39,36 +39,30 @@ const NOT_COPIED: &[&str] = &[
 ];
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_deployment_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_deployment_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let deployments = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("apps", "deployments"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("apps", "deployments"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let sets = {
         let (queue, deployments) = (queue.clone(), deployments.clone());
-        Informer::start(
-            &registry,
-            ("apps", "replicasets"),
-            stopping.clone(),
-            move |c| {
-                owner_changed(&queue, &deployments, &c);
-            },
-        )
+        informers.start(("apps", "replicasets"), move |c| {
+            owner_changed(&queue, &deployments, &c);
+        })
     };
     // Pods matter to Recreate, which waits for the old ones to go.
     let pods = {
         let (queue, sets) = (queue.clone(), sets.clone());
-        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+        informers.start(("", "pods"), move |c| {
             for pod in [c.new, c.old].into_iter().flatten() {
                 let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
                 let set = controller_of(pod)

@@ -14,7 +14,7 @@ use plinth_apiserver::types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use crate::workload::{controller_of, deleting, ready, write_status};
 
 const MANAGER: &str = "disruption-controller";
@@ -22,24 +22,23 @@ const MANAGER: &str = "disruption-controller";
 const DELETION_TIMEOUT: i64 = 120;
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_disruption_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_disruption_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let budgets = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("policy", "poddisruptionbudgets"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("policy", "poddisruptionbudgets"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let pods = {
         let (queue, budgets) = (queue.clone(), budgets.clone());
-        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+        informers.start(("", "pods"), move |c| {
             for pod in [c.new, c.old].into_iter().flatten() {
                 let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
                 let labels = plinth_core::meta::labels(pod);
@@ -63,24 +62,9 @@ pub fn spawn_disruption_controller(registry: Registry, stopping: watch::Receiver
             }
         };
         (
-            Informer::start(
-                &registry,
-                ("apps", "replicasets"),
-                stopping.clone(),
-                on_change.clone(),
-            ),
-            Informer::start(
-                &registry,
-                ("apps", "statefulsets"),
-                stopping.clone(),
-                on_change.clone(),
-            ),
-            Informer::start(
-                &registry,
-                ("apps", "deployments"),
-                stopping.clone(),
-                on_change,
-            ),
+            informers.start(("apps", "replicasets"), on_change.clone()),
+            informers.start(("apps", "statefulsets"), on_change.clone()),
+            informers.start(("apps", "deployments"), on_change),
         )
     };
     tokio::spawn(async move {

@@ -9,61 +9,45 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::StreamExt;
-use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::StatusReason;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::informer::{Change, Informer, SharedInformers};
+
 const MANAGER: &str = "endpointslice-controller.k8s.io";
 
-/// Starts the controllers; they end when `stopping` becomes true.
-pub fn spawn_endpoints(registry: Registry, stopping: watch::Receiver<bool>) {
-    let (dirty_tx, dirty_rx) = tokio::sync::mpsc::unbounded_channel();
-    for plural in ["pods", "services"] {
-        tokio::spawn(watch_namespaces(
-            registry.clone(),
-            plural,
-            dirty_tx.clone(),
-            stopping.clone(),
-        ));
-    }
-    tokio::spawn(reconcile_loop(registry, dirty_rx, stopping));
-}
-
-/// Sends the namespace of every change of `plural`.
-async fn watch_namespaces(
+/// Starts the controllers on the shared pod and Service informers; they end when `stopping`
+/// becomes true.
+pub fn spawn_endpoints(
     registry: Registry,
-    plural: &'static str,
-    dirty: tokio::sync::mpsc::UnboundedSender<String>,
+    informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
-    loop {
-        let Some((_, mut events)) = registry
-            .watch_until_stopped(("", plural), &stopping, "endpoints controller")
-            .await
-        else {
-            return;
-        };
-        while let Some(event) = events.next().await {
-            let object = event.object();
-            if let Some(ns) = plinth_core::meta::namespace(&object)
-                && dirty.send(ns.to_owned()).is_err()
-            {
-                return;
+    let (dirty_tx, dirty_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Every change marks its namespace for a pass.
+    let dirty = |tx: tokio::sync::mpsc::UnboundedSender<String>| {
+        move |c: Change<'_>| {
+            if let Some(ns) = c.new.or(c.old).and_then(plinth_core::meta::namespace) {
+                let _ = tx.send(ns.to_owned());
             }
         }
-        if *stopping.borrow() {
-            return;
-        }
-    }
+    };
+    let pods = informers.start(("", "pods"), dirty(dirty_tx.clone()));
+    let services = informers.start(("", "services"), dirty(dirty_tx));
+    tokio::spawn(reconcile_loop(registry, pods, services, dirty_rx, stopping));
 }
 
 async fn reconcile_loop(
     registry: Registry,
+    pods: Informer,
+    services: Informer,
     mut dirty: tokio::sync::mpsc::UnboundedReceiver<String>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    pods.synced().await;
+    services.synced().await;
     let mut resync = tokio::time::interval(Duration::from_secs(10));
     loop {
         let mut namespaces = BTreeSet::new();
@@ -81,38 +65,17 @@ async fn reconcile_loop(
             namespaces.insert(ns);
         }
         if namespaces.remove("") {
-            namespaces.extend(all_namespaces(&registry).await);
+            namespaces.extend(
+                services
+                    .all_values()
+                    .iter()
+                    .filter_map(|s| plinth_core::meta::namespace(s).map(str::to_owned)),
+            );
         }
         for ns in namespaces {
-            reconcile_namespace(&registry, &ns).await;
+            reconcile_namespace(&registry, &pods, &services, &ns).await;
         }
     }
-}
-
-async fn all_namespaces(registry: &Registry) -> Vec<String> {
-    let Some(def) = registry.resources.get("", "v1", "services") else {
-        return Vec::new();
-    };
-    list(registry, &def, None)
-        .await
-        .iter()
-        .filter_map(|s| plinth_core::meta::namespace(s).map(str::to_owned))
-        .collect()
-}
-
-async fn list(
-    registry: &Registry,
-    def: &plinth_apiserver::resources::ResourceDef,
-    namespace: Option<&str>,
-) -> Vec<Value> {
-    let group = def.group_version.group.clone();
-    crate::items(
-        registry,
-        (&group, &def.plural),
-        namespace,
-        &ListOptions::any_state(),
-    )
-    .await
 }
 
 fn pod_ready(pod: &Value) -> bool {
@@ -140,15 +103,14 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
     }
 }
 
-async fn reconcile_namespace(registry: &Registry, namespace: &str) {
-    let (Some(services), Some(pods)) = (
-        registry.resources.get("", "v1", "services"),
-        registry.resources.get("", "v1", "pods"),
-    ) else {
-        return;
-    };
-    let pods = list(registry, &pods, Some(namespace)).await;
-    for service in list(registry, &services, Some(namespace)).await {
+async fn reconcile_namespace(
+    registry: &Registry,
+    pods: &Informer,
+    services: &Informer,
+    namespace: &str,
+) {
+    let pods = pods.in_namespace(namespace);
+    for service in services.in_namespace(namespace) {
         let Some(selector) = service
             .pointer("/spec/selector")
             .and_then(Value::as_object)
@@ -161,6 +123,7 @@ async fn reconcile_namespace(registry: &Registry, namespace: &str) {
         }
         let selected: Vec<&Value> = pods
             .iter()
+            .map(|p| &**p)
             .filter(|p| {
                 let l = plinth_core::meta::labels(p);
                 selector

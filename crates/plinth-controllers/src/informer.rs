@@ -1,6 +1,8 @@
 //! What the workload controllers are built on, client-go's ideas in-process: an [`Informer`]
 //! keeps every object of one resource from a list and its watch (relisting when the watch
-//! ends) and tells a handler about each change; a [`Queue`] holds the keys (`namespace/name`)
+//! ends) and tells its handlers about each change; [`SharedInformers`] gives every controller
+//! the same informer of a resource (one cache, one decoded object per event, however many
+//! controllers follow it); a [`Queue`] holds the keys (`namespace/name`)
 //! to reconcile — each key once, however often it is added, delayed adds keeping the
 //! earliest time. A controller's expectations are waits on its informers: after it creates or
 //! deletes, it waits until its cache shows the change ([`Informer::wait_until`]), so a
@@ -26,6 +28,112 @@ pub(crate) struct Change<'a> {
 
 type Handler = Box<dyn Fn(Change<'_>) + Send + Sync>;
 
+/// A resource an informer follows: (group, version, plural).
+type Resource = (&'static str, &'static str, &'static str);
+
+/// One informer per resource, shared by every controller of one leadership term (client-go's
+/// `SharedInformerFactory`): the first controller to ask starts it, later ones subscribe to
+/// it. Every informer stops when `stopping` becomes true.
+#[derive(Clone)]
+pub struct SharedInformers {
+    inner: Arc<SharedInner>,
+}
+
+struct SharedInner {
+    registry: Registry,
+    stopping: watch::Receiver<bool>,
+    informers: Mutex<BTreeMap<Resource, Informer>>,
+}
+
+impl SharedInformers {
+    /// No informer yet; they follow `registry` until `stopping` becomes true.
+    pub fn new(registry: Registry, stopping: watch::Receiver<bool>) -> Self {
+        Self {
+            inner: Arc::new(SharedInner {
+                registry,
+                stopping,
+                informers: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The informer of `(group, plural)` in v1, started at its first use; `handler` hears
+    /// every change from now on, and of every object it already holds.
+    pub(crate) fn start(
+        &self,
+        (group, plural): (&'static str, &'static str),
+        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
+    ) -> Informer {
+        self.start_version((group, "v1", plural), handler)
+    }
+
+    /// As [`SharedInformers::start`], of a resource in `version`.
+    pub(crate) fn start_version(
+        &self,
+        resource: Resource,
+        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
+    ) -> Informer {
+        let informer = self
+            .inner
+            .informers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(resource)
+            .or_insert_with(|| {
+                Informer::spawn(
+                    self.inner.registry.clone(),
+                    resource,
+                    self.inner.stopping.clone(),
+                )
+            })
+            .clone();
+        informer.subscribe(Box::new(handler));
+        informer
+    }
+
+    /// The informers' metrics in the Prometheus text format: `plinth_informers{resource}`
+    /// (how many informers follow the resource: one, shared) and
+    /// `plinth_informer_handlers{resource}` (how many controllers' handlers hear it).
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let informers = self
+            .inner
+            .informers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for ((group, _, plural), informer) in informers.iter() {
+            let name = if group.is_empty() {
+                (*plural).to_owned()
+            } else {
+                format!("{plural}.{group}")
+            };
+            let entry = counts.entry(name).or_default();
+            entry.0 += 1;
+            entry.1 += informer.handlers().len();
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP plinth_informers Informers the built-in controllers hold, by resource.\n# TYPE plinth_informers gauge"
+        );
+        for (resource, (n, _)) in &counts {
+            let _ = writeln!(out, "plinth_informers{{resource=\"{resource}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP plinth_informer_handlers Controllers' handlers subscribed to an informer, by resource.\n# TYPE plinth_informer_handlers gauge"
+        );
+        for (resource, (_, handlers)) in &counts {
+            let _ = writeln!(
+                out,
+                "plinth_informer_handlers{{resource=\"{resource}\"}} {handlers}"
+            );
+        }
+        out
+    }
+}
+
 /// The objects of one resource, kept from a list and watch.
 #[derive(Clone)]
 pub(crate) struct Informer {
@@ -34,6 +142,8 @@ pub(crate) struct Informer {
 
 struct Inner {
     objects: RwLock<BTreeMap<String, Arc<Value>>>,
+    /// Who hears of changes. Lock order: `handlers` (read) is taken after `objects` is released.
+    handlers: RwLock<Vec<Handler>>,
     synced: watch::Sender<bool>,
     changes: watch::Sender<u64>,
 }
@@ -48,50 +158,63 @@ pub(crate) fn key_of(object: &Value) -> String {
 }
 
 impl Informer {
-    /// Starts keeping `(group, plural)` (v1); `handler` hears every change, the objects of
-    /// each list included. It stops when `stopping` becomes true.
-    pub(crate) fn start(
-        registry: &Registry,
-        (group, plural): (&'static str, &'static str),
-        stopping: watch::Receiver<bool>,
-        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
-    ) -> Self {
-        Self::start_version(registry, (group, "v1", plural), stopping, handler)
-    }
-
-    /// As [`Informer::start`], of a resource in `version`.
-    pub(crate) fn start_version(
-        registry: &Registry,
-        resource: (&'static str, &'static str, &'static str),
-        stopping: watch::Receiver<bool>,
-        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
-    ) -> Self {
+    /// Starts keeping `resource`, with no handler yet. It stops when `stopping` becomes true.
+    fn spawn(registry: Registry, resource: Resource, stopping: watch::Receiver<bool>) -> Self {
         let informer = Self {
             inner: Arc::new(Inner {
                 objects: RwLock::new(BTreeMap::new()),
+                handlers: RwLock::new(Vec::new()),
                 synced: watch::channel(false).0,
                 changes: watch::channel(0).0,
             }),
         };
-        tokio::spawn(
-            informer
-                .clone()
-                .run(registry.clone(), resource, stopping, Box::new(handler)),
-        );
+        tokio::spawn(informer.clone().run(registry, resource, stopping));
         informer
+    }
+
+    fn handlers(&self) -> std::sync::RwLockReadGuard<'_, Vec<Handler>> {
+        self.inner
+            .handlers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds `handler`, first telling it of every object held (as added).
+    fn subscribe(&self, handler: Handler) {
+        let mut handlers = self
+            .inner
+            .handlers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for object in self.all_values() {
+            handler(Change {
+                new: Some(&object),
+                old: None,
+            });
+        }
+        handlers.push(handler);
+    }
+
+    /// Tells every handler of `change`.
+    fn dispatch(&self, change: &Change<'_>) {
+        for handler in self.handlers().iter() {
+            handler(Change {
+                new: change.new,
+                old: change.old,
+            });
+        }
     }
 
     async fn run(
         self,
         registry: Registry,
-        (group, version, plural): (&'static str, &'static str, &'static str),
+        (group, version, plural): Resource,
         stopping: watch::Receiver<bool>,
-        handler: Handler,
     ) {
         let mut failures = 0u32;
         while !*stopping.borrow() {
             match self
-                .list_and_watch(&registry, (group, version, plural), &stopping, &handler)
+                .list_and_watch(&registry, (group, version, plural), &stopping)
                 .await
             {
                 Ok(()) => failures = 0,
@@ -114,7 +237,6 @@ impl Informer {
         registry: &Registry,
         (group, version, plural): (&str, &str, &str),
         stopping: &watch::Receiver<bool>,
-        handler: &Handler,
     ) -> Result<(), String> {
         let def = registry
             .resources
@@ -137,14 +259,14 @@ impl Informer {
         let previous = std::mem::replace(&mut *self.write(), fresh.clone());
         for (key, old) in &previous {
             if !fresh.contains_key(key) {
-                handler(Change {
+                self.dispatch(&Change {
                     new: None,
                     old: Some(old),
                 });
             }
         }
         for (key, new) in &fresh {
-            handler(Change {
+            self.dispatch(&Change {
                 new: Some(new),
                 old: previous.get(key).map(|o| &**o),
             });
@@ -174,14 +296,14 @@ impl Informer {
             match event.kind {
                 "ADDED" | "MODIFIED" => {
                     let old = self.write().insert(key, object.clone());
-                    handler(Change {
+                    self.dispatch(&Change {
                         new: Some(&object),
                         old: old.as_deref(),
                     });
                 }
                 "DELETED" => {
                     let old = self.write().remove(&key);
-                    handler(Change {
+                    self.dispatch(&Change {
                         new: None,
                         old: Some(old.as_deref().unwrap_or(&object)),
                     });

@@ -19,7 +19,7 @@ use plinth_apiserver::registry::{DeleteOptions, Part, Propagation, Registry, Wri
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, claim, controller_of, controller_ref, delete_pod, deleting,
     pod_from_template, ready, seen, uid, write_status,
@@ -33,11 +33,15 @@ const BACKOFF_BASE: i64 = 10;
 const BACKOFF_MAX: i64 = 360;
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_job_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_job_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let jobs = {
         let queue = queue.clone();
-        Informer::start(&registry, ("batch", "jobs"), stopping.clone(), move |c| {
+        informers.start(("batch", "jobs"), move |c| {
             if let Some(o) = c.new.or(c.old) {
                 queue.add(key_of(o));
             }
@@ -45,7 +49,7 @@ pub fn spawn_job_controller(registry: Registry, stopping: watch::Receiver<bool>)
     };
     let pods = {
         let queue = queue.clone();
-        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+        informers.start(("", "pods"), move |c| {
             for pod in [c.new, c.old].into_iter().flatten() {
                 if let Some(owner) = controller_of(pod).filter(|o| o["kind"] == "Job")
                     && let Some(name) = owner["name"].as_str()

@@ -17,9 +17,10 @@ pub mod endpoints;
 pub mod events;
 pub mod gc;
 mod history;
-mod informer;
+pub mod informer;
 pub mod job;
 pub mod leader;
+mod listing;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -36,25 +37,6 @@ pub use gc::spawn_garbage_collector;
 pub use namespace::spawn_namespace_controller;
 pub use quota::spawn_quota_controller;
 pub use rootca::spawn_root_ca_publisher;
-
-/// The items of a list of `plural` in `group`'s v1 (none when it is not served or the list
-/// fails: the caller tries again at its next pass).
-pub(crate) async fn items(
-    registry: &plinth_apiserver::registry::Registry,
-    (group, plural): (&str, &str),
-    namespace: Option<&str>,
-    options: &plinth_apiserver::registry::ListOptions,
-) -> Vec<serde_json::Value> {
-    let Some(def) = registry.resources.get(group, "v1", plural) else {
-        return Vec::new();
-    };
-    registry
-        .list(&def, namespace, options)
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
-}
 
 /// The cluster's CA, as the controllers that need it see it.
 #[derive(Clone, Debug)]
@@ -79,6 +61,12 @@ pub struct Settings {
     /// This server's identity in the controllers' Lease; one that stays across restarts (of
     /// one data directory) takes its own lease back at once. `None`: a new one.
     pub identity: Option<String>,
+    /// The creates this server's quota admission has just counted (`RunningServer`'s), so that
+    /// the quota controller does not lower a count whose object is not stored yet.
+    pub quota_ledger: std::sync::Arc<plinth_apiserver::admission::quota::Ledger>,
+    /// Where the controllers show their metrics (`RunningServer`'s, so that `/metrics` has
+    /// them): `plinth_informers{resource}`, `plinth_informer_handlers{resource}`.
+    pub metrics: std::sync::Arc<plinth_apiserver::metrics::MetricSources>,
 }
 
 impl Default for Settings {
@@ -89,6 +77,8 @@ impl Default for Settings {
             volumes_dir: std::env::temp_dir().join("plinth-volumes"),
             node_proxy: None,
             identity: None,
+            quota_ledger: std::sync::Arc::default(),
+            metrics: std::sync::Arc::default(),
         }
     }
 }
@@ -109,6 +99,9 @@ pub fn spawn_all(
     });
 }
 
+/// The name the controllers' metrics are shown under.
+const METRICS_SOURCE: &str = "controllers";
+
 /// The controllers themselves, until `stopping` becomes true.
 fn spawn_controllers(
     registry: plinth_apiserver::registry::Registry,
@@ -117,11 +110,29 @@ fn spawn_controllers(
     settings: &Settings,
 ) {
     let ca_pem = &ca.pem;
+    // One informer per resource for every workload controller of this term.
+    let informers = informer::SharedInformers::new(registry.clone(), stopping.clone());
+    {
+        let shown = informers.clone();
+        settings.metrics.set(
+            METRICS_SOURCE,
+            std::sync::Arc::new(move || shown.render_metrics()),
+        );
+        let (metrics, mut ended) = (settings.metrics.clone(), stopping.clone());
+        tokio::spawn(async move {
+            let _ = ended.wait_for(|s| *s).await;
+            metrics.remove(METRICS_SOURCE);
+        });
+    }
     csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
     spawn_namespace_controller(registry.clone(), stopping.clone());
-    spawn_quota_controller(registry.clone(), stopping.clone());
+    spawn_quota_controller(
+        registry.clone(),
+        settings.quota_ledger.clone(),
+        stopping.clone(),
+    );
     nodeipam::spawn_node_ipam(registry.clone(), settings.cluster_cidr, stopping.clone());
-    endpoints::spawn_endpoints(registry.clone(), stopping.clone());
+    endpoints::spawn_endpoints(registry.clone(), &informers, stopping.clone());
     volumes::spawn_volume_controller(
         registry.clone(),
         settings.volumes_dir.clone(),
@@ -129,19 +140,21 @@ fn spawn_controllers(
     );
     nodelifecycle::spawn_node_lifecycle(
         registry.clone(),
+        &informers,
         settings.node_lifecycle,
         stopping.clone(),
     );
-    scheduler::spawn_scheduler(registry.clone(), stopping.clone());
-    replicaset::spawn_replicaset_controller(registry.clone(), stopping.clone());
-    deployment::spawn_deployment_controller(registry.clone(), stopping.clone());
-    statefulset::spawn_statefulset_controller(registry.clone(), stopping.clone());
-    job::spawn_job_controller(registry.clone(), stopping.clone());
-    cronjob::spawn_cronjob_controller(registry.clone(), stopping.clone());
-    daemonset::spawn_daemonset_controller(registry.clone(), stopping.clone());
-    disruption::spawn_disruption_controller(registry.clone(), stopping.clone());
+    scheduler::spawn_scheduler(registry.clone(), &informers, stopping.clone());
+    replicaset::spawn_replicaset_controller(registry.clone(), &informers, stopping.clone());
+    deployment::spawn_deployment_controller(registry.clone(), &informers, stopping.clone());
+    statefulset::spawn_statefulset_controller(registry.clone(), &informers, stopping.clone());
+    job::spawn_job_controller(registry.clone(), &informers, stopping.clone());
+    cronjob::spawn_cronjob_controller(registry.clone(), &informers, stopping.clone());
+    daemonset::spawn_daemonset_controller(registry.clone(), &informers, stopping.clone());
+    disruption::spawn_disruption_controller(registry.clone(), &informers, stopping.clone());
     podautoscaler::spawn_hpa_controller(
         registry.clone(),
+        &informers,
         settings.node_proxy.clone(),
         stopping.clone(),
     );

@@ -7,9 +7,11 @@
 
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
+use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
+
+use crate::informer::{Informer, SharedInformers};
 
 const MANAGER: &str = "node-lifecycle-controller";
 /// The taint of a node whose agent is not heard from.
@@ -36,41 +38,43 @@ impl Default for NodeLifecycle {
     }
 }
 
-/// Starts the controller; it ends when `stopping` becomes true.
+/// Starts the controller on the shared node and pod informers; it ends when `stopping`
+/// becomes true.
 pub fn spawn_node_lifecycle(
     registry: Registry,
+    informers: &SharedInformers,
     settings: NodeLifecycle,
     stopping: watch::Receiver<bool>,
 ) {
-    tokio::spawn(run(registry, settings, stopping));
+    // A periodic check: the informers are read, not listened to.
+    let nodes = informers.start(("", "nodes"), |_| {});
+    let pods = informers.start(("", "pods"), |_| {});
+    tokio::spawn(run(registry, nodes, pods, settings, stopping));
 }
 
-async fn run(registry: Registry, settings: NodeLifecycle, mut stopping: watch::Receiver<bool>) {
+async fn run(
+    registry: Registry,
+    nodes: Informer,
+    pods: Informer,
+    settings: NodeLifecycle,
+    mut stopping: watch::Receiver<bool>,
+) {
+    nodes.synced().await;
+    pods.synced().await;
     let mut ticks = tokio::time::interval(settings.period);
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             _ = stopping.wait_for(|s| *s) => return,
         }
-        let nodes = list(&registry, "nodes", None).await;
-        let pods = list(&registry, "pods", None).await;
-        for node in &nodes {
-            let node = check(&registry, node, &settings)
+        let pods = pods.all_values();
+        for node in nodes.all_values() {
+            let node = check(&registry, &node, &settings)
                 .await
-                .unwrap_or_else(|| node.clone());
+                .unwrap_or_else(|| (*node).clone());
             evict(&registry, &node, &pods).await;
         }
     }
-}
-
-async fn list(registry: &Registry, plural: &str, group: Option<&str>) -> Vec<Value> {
-    crate::items(
-        registry,
-        (group.unwrap_or(""), plural),
-        None,
-        &ListOptions::any_state(),
-    )
-    .await
 }
 
 fn time_of(value: Option<&Value>) -> Option<i64> {
@@ -253,7 +257,7 @@ fn tolerated_for(pod: &Value, taint: &Value) -> Option<Option<i64>> {
 }
 
 /// Deletes the node's pods that a `NoExecute` taint no longer lets stay.
-async fn evict(registry: &Registry, node: &Value, pods: &[Value]) {
+async fn evict(registry: &Registry, node: &Value, pods: &[std::sync::Arc<Value>]) {
     let Some(name) = plinth_core::meta::name(node) else {
         return;
     };

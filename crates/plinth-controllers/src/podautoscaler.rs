@@ -19,7 +19,7 @@ use plinth_core::selector::LabelSelector;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Queue, SharedInformers, key_of};
 
 const MANAGER: &str = "horizontal-pod-autoscaler";
 const SYNC_PERIOD: Duration = Duration::from_secs(15);
@@ -29,16 +29,15 @@ const TOLERANCE: f64 = 0.1;
 /// found). It ends when `stopping` becomes true.
 pub fn spawn_hpa_controller(
     registry: Registry,
+    informers: &SharedInformers,
     nodes: Option<Arc<plinth_apiserver::nodes::NodeProxy>>,
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
     let autoscalers = {
         let queue = queue.clone();
-        Informer::start_version(
-            &registry,
+        informers.start_version(
             ("autoscaling", "v2", "horizontalpodautoscalers"),
-            stopping.clone(),
             move |c| {
                 if let Some(o) = c.new.or(c.old) {
                     queue.add(key_of(o));
@@ -378,7 +377,7 @@ impl Pass<'_> {
             return found;
         };
         let reading = Reading {
-            registry: self.registry,
+            objects: self.registry,
             nodes,
             namespace: Some(self.namespace()),
             name: None,

@@ -4,10 +4,11 @@
 //! place back). Resource names other than object counts (`requests.cpu`, …) are shown as
 //! used `0`: compute resources are not counted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::admission::quota::resource_of;
+use plinth_apiserver::admission::quota::{Ledger, resource_of};
 use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -19,8 +20,12 @@ const RESYNC: Duration = Duration::from_secs(2);
 const IN_FLIGHT: Duration = Duration::from_secs(10);
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_quota_controller(registry: Registry, stopping: watch::Receiver<bool>) {
-    tokio::spawn(run(registry, stopping));
+pub fn spawn_quota_controller(
+    registry: Registry,
+    ledger: Arc<Ledger>,
+    stopping: watch::Receiver<bool>,
+) {
+    tokio::spawn(run(registry, ledger, stopping));
 }
 
 /// A consistent list (what storage holds now, not what the cache may still be catching up to).
@@ -56,7 +61,7 @@ async fn desired(registry: &Registry, quota: &Value) -> Value {
     json!({"hard": hard, "used": used})
 }
 
-async fn recount(registry: &Registry, quota: &Value) {
+async fn recount(registry: &Registry, ledger: &Ledger, quota: &Value) {
     let Some(def) = registry.resources.get("", "v1", "resourcequotas") else {
         return;
     };
@@ -84,9 +89,8 @@ async fn recount(registry: &Registry, quota: &Value) {
                 let mut status = status.clone();
                 // Counts admission has just raised stay until their objects can be seen
                 // (asked as the write is decided: admission notes a count before writing it).
-                let recent = registry
-                    .admission
-                    .quota_counted_at(namespace, name)
+                let recent = ledger
+                    .counted_at(namespace, name)
                     .is_some_and(|at| at.elapsed() < IN_FLIGHT);
                 if recent {
                     for (resource, value) in status["used"].as_object_mut().into_iter().flatten() {
@@ -117,7 +121,7 @@ async fn recount(registry: &Registry, quota: &Value) {
     }
 }
 
-async fn run(registry: Registry, stopping: watch::Receiver<bool>) {
+async fn run(registry: Registry, ledger: Arc<Ledger>, stopping: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(RESYNC);
     loop {
         let Some((def, mut events)) = registry
@@ -135,13 +139,13 @@ async fn run(registry: Registry, stopping: watch::Receiver<bool>) {
                 event = events.next() => {
                     let Some(event) = event else { break };
                     if matches!(event.kind, "ADDED" | "MODIFIED") {
-                        recount(&registry, &event.object()).await;
+                        recount(&registry, &ledger, &event.object()).await;
                     }
                 }
                 _ = ticks.tick() => {
                     if let Ok(list) = registry.list(&def, None, &ListOptions::any_state()).await {
                         for quota in list["items"].as_array().into_iter().flatten() {
-                            recount(&registry, quota).await;
+                            recount(&registry, &ledger, quota).await;
                         }
                     }
                 }

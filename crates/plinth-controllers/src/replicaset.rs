@@ -11,7 +11,7 @@ use plinth_apiserver::registry::{DeleteOptions, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Change, Informer, Queue, key_of};
+use crate::informer::{Change, Informer, Queue, SharedInformers, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, active, available, claim, controller_of, controller_ref,
     deleting, next_available, pod_from_template, ready, ready_since, write_status,
@@ -23,25 +23,24 @@ const MANAGER: &str = "replicaset-controller";
 const BURST: usize = 500;
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_replicaset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_replicaset_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let sets = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("apps", "replicasets"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("apps", "replicasets"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let pods = {
         let queue = queue.clone();
         let sets = sets.clone();
-        Informer::start(&registry, ("", "pods"), stopping.clone(), move |c| {
+        informers.start(("", "pods"), move |c| {
             pod_changed(&queue, &sets, &c);
         })
     };

@@ -9,53 +9,60 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use futures::StreamExt;
-use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
-use plinth_core::selector::{FieldSelector, LabelSelector};
+use plinth_apiserver::registry::{Part, Registry, WriteOptions};
+use plinth_core::selector::LabelSelector;
+
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 const COMPONENT: &str = "default-scheduler";
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
-/// Starts the scheduler; it ends when `stopping` becomes true.
-pub fn spawn_scheduler(registry: Registry, stopping: watch::Receiver<bool>) {
-    tokio::spawn(run(registry, stopping));
-}
-
-async fn run(registry: Registry, stopping: watch::Receiver<bool>) {
-    let mut reported: HashMap<String, String> = HashMap::new();
-    let mut ticks = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        let Some((_, mut events)) = registry
-            .watch_until_stopped(("", "pods"), &stopping, "scheduler")
-            .await
-        else {
-            return;
-        };
+/// Starts the scheduler on the shared pod and node informers (no list per decision); it ends
+/// when `stopping` becomes true.
+pub fn spawn_scheduler(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
+    let queue = Queue::default();
+    let pods = {
+        let queue = queue.clone();
+        informers.start(("", "pods"), move |c| {
+            if let Some(pod) = c.new.filter(|p| pending(p)) {
+                queue.add(key_of(pod));
+            }
+        })
+    };
+    // A node change (a new node, one turning Ready) is seen by the next tick's retry.
+    let nodes = informers.start(("", "nodes"), |_| {});
+    tokio::spawn(async move {
+        let mut stopping = stopping;
+        let mut reported: HashMap<String, String> = HashMap::new();
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        pods.synced().await;
+        nodes.synced().await;
         loop {
             tokio::select! {
-                event = events.next() => {
-                    let Some(event) = event else { break };
-                    if event.kind == "ADDED" || event.kind == "MODIFIED" {
-                        let pod = event.object();
-                        if pending(&pod) {
-                            schedule(&registry, &pod, &mut reported).await;
-                        }
+                key = queue.next(&mut stopping) => {
+                    let Some(key) = key else { return };
+                    if let Some(pod) = pods.get(&key).filter(|p| pending(p)) {
+                        schedule(&registry, &pods, &nodes, &pod, &mut reported).await;
                     }
                 }
                 _ = ticks.tick() => {
-                    for pod in unscheduled(&registry).await {
-                        schedule(&registry, &pod, &mut reported).await;
+                    // Pods that fit nowhere are tried again.
+                    for pod in pods.all_values() {
+                        if pending(&pod) {
+                            queue.add(key_of(&pod));
+                        }
                     }
                     reported.retain(|_, m| !m.is_empty());
                 }
             }
         }
-        if *stopping.borrow() {
-            return;
-        }
-    }
+    });
 }
 
 fn pending(pod: &Value) -> bool {
@@ -79,28 +86,6 @@ fn pending(pod: &Value) -> bool {
         Some("Succeeded" | "Failed")
     );
     unassigned && ours && !deleting && !gated && !finished
-}
-
-async fn unscheduled(registry: &Registry) -> Vec<Value> {
-    let (Some(def), Ok(fields)) = (
-        registry.resources.get("", "v1", "pods"),
-        FieldSelector::parse("spec.nodeName="),
-    ) else {
-        return Vec::new();
-    };
-    let options = ListOptions {
-        fields,
-        ..ListOptions::any_state()
-    };
-    registry
-        .list(&def, None, &options)
-        .await
-        .ok()
-        .and_then(|l| l["items"].as_array().cloned())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(pending)
-        .collect()
 }
 
 /// CPU (millicores) and memory (bytes) a pod asks for: its containers' requests summed, or
@@ -349,13 +334,19 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     None
 }
 
-async fn list(registry: &Registry, plural: &str) -> Vec<Value> {
-    crate::items(registry, ("", plural), None, &ListOptions::default()).await
-}
+/// How long a binding may take to reach the pod cache before the next decision goes ahead
+/// without it (kube's scheduler "assumes" the pod bound instead).
+const BOUND_WAIT: Duration = Duration::from_secs(5);
 
-async fn schedule(registry: &Registry, pod: &Value, reported: &mut HashMap<String, String>) {
-    let nodes = list(registry, "nodes").await;
-    let pods = list(registry, "pods").await;
+async fn schedule(
+    registry: &Registry,
+    pod_cache: &Informer,
+    node_cache: &Informer,
+    pod: &Value,
+    reported: &mut HashMap<String, String>,
+) {
+    let nodes = node_cache.all_values();
+    let pods = pod_cache.all_values();
     let uid = plinth_core::meta::meta_str(pod, "uid")
         .unwrap_or("")
         .to_owned();
@@ -365,6 +356,7 @@ async fn schedule(registry: &Registry, pod: &Value, reported: &mut HashMap<Strin
         let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
         let on_node: Vec<&Value> = pods
             .iter()
+            .map(|p| &**p)
             .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(&name))
             .filter(|p| {
                 !matches!(
@@ -409,6 +401,14 @@ async fn schedule(registry: &Registry, pod: &Value, reported: &mut HashMap<Strin
                 .await;
             match bound {
                 Ok(Some(_)) => {
+                    // The next decision counts this pod on its node: wait until the cache
+                    // shows the binding.
+                    let key = format!("{namespace}/{name}");
+                    pod_cache
+                        .wait_until(BOUND_WAIT, |cache| {
+                            cache.get(&key).is_none_or(|p| !pending(&p))
+                        })
+                        .await;
                     reported.remove(&uid);
                     crate::events::record(
                         registry,

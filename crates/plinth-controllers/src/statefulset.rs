@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
     deleting, next_available, pod_from_template, ready, uid, write_status,
@@ -29,20 +29,19 @@ const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_statefulset_controller(registry: Registry, stopping: watch::Receiver<bool>) {
+pub fn spawn_statefulset_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
     let sets = {
         let queue = queue.clone();
-        Informer::start(
-            &registry,
-            ("apps", "statefulsets"),
-            stopping.clone(),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
-            },
-        )
+        informers.start(("apps", "statefulsets"), move |c| {
+            if let Some(o) = c.new.or(c.old) {
+                queue.add(key_of(o));
+            }
+        })
     };
     let owned_by = |queue: Queue, sets: Informer| {
         move |c: crate::informer::Change<'_>| {
@@ -67,16 +66,9 @@ pub fn spawn_statefulset_controller(registry: Registry, stopping: watch::Receive
             }
         }
     };
-    let pods = Informer::start(
-        &registry,
-        ("", "pods"),
-        stopping.clone(),
-        owned_by(queue.clone(), sets.clone()),
-    );
-    let revisions = Informer::start(
-        &registry,
+    let pods = informers.start(("", "pods"), owned_by(queue.clone(), sets.clone()));
+    let revisions = informers.start(
         ("apps", "controllerrevisions"),
-        stopping.clone(),
         owned_by(queue.clone(), sets.clone()),
     );
     tokio::spawn(async move {

@@ -48,7 +48,7 @@ async fn run(registry: Registry, dir: PathBuf, mut stopping: watch::Receiver<boo
 }
 
 async fn list(registry: &Registry, group: &str, plural: &str) -> Vec<Value> {
-    crate::items(registry, (group, plural), None, &ListOptions::default()).await
+    crate::listing::items(registry, (group, plural), None, &ListOptions::default()).await
 }
 
 fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {

@@ -13,8 +13,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
 use plinth_store::{EventKind, Revision, StoreError, StoreResult, WatchEvent};
 use tokio::sync::mpsc;
 
-use crate::Shared;
 use crate::layout::{META_COMPACTED, read_meta, read_version, records, sql};
+use crate::shared::Shared;
 
 type Sender = mpsc::Sender<StoreResult<WatchEvent>>;
 

@@ -35,6 +35,7 @@ pub mod backup;
 mod hub;
 mod index;
 mod layout;
+mod shared;
 mod writer;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -60,6 +61,7 @@ use crate::layout::{
     FORMAT_VERSION, META_COMPACTED, META_FORMAT, OLDEST_FORMAT, connect, read_meta, read_version,
     scan_entries, sql,
 };
+use crate::shared::{Readers, Shared};
 use crate::writer::{Counters, Op, Outcome, Request};
 
 /// The database file inside the data directory (SQLite adds `-wal` and `-shm` beside it).
@@ -86,49 +88,6 @@ impl Default for Options {
             max_value_bytes: 16 << 20,
         }
     }
-}
-
-/// Idle read-only connections, reused across reads.
-pub(crate) struct Readers {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
-}
-
-impl Readers {
-    /// Runs `read` on an idle connection (opening one if none is idle).
-    pub(crate) fn with<T>(
-        &self,
-        read: impl FnOnce(&mut Connection) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => connect(&self.path, true).map_err(sql("open a read connection"))?,
-        };
-        let result = read(&mut conn);
-        if conn.is_autocommit() {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(conn);
-        }
-        result
-    }
-}
-
-/// What the writer thread, the readers and the watchers share.
-pub(crate) struct Shared {
-    pub(crate) readers: Readers,
-    pub(crate) hub: Hub,
-    /// The last committed revision. Lock order: a commit updates `index`, then this.
-    pub(crate) revision: AtomicI64,
-    /// Which revision of each key is visible when; written only by the writer thread.
-    pub(crate) index: RwLock<Index>,
-    _lock: File,
 }
 
 /// The embedded store. Open it inside a tokio runtime; see the [crate docs](crate).

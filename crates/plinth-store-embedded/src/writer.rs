@@ -15,9 +15,9 @@ use plinth_store::{EventKind, KeyValue, Revision, StoreError, StoreResult, Watch
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::Shared;
 use crate::index::{Entry, Index};
 use crate::layout::{META_COMPACTED, delete_record, insert, read_version, sql, write_meta};
+use crate::shared::Shared;
 
 /// A write the thread applies.
 #[derive(Debug)]

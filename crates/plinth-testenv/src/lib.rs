@@ -269,6 +269,8 @@ async fn boot(
         },
         &plinth_controllers::Settings {
             node_proxy: Some(server.nodes.clone()),
+            quota_ledger: server.quota_ledger.clone(),
+            metrics: server.metric_sources.clone(),
             ..settings.clone()
         },
     );

@@ -348,6 +348,13 @@ impl Cacher {
         }
     }
 
+    /// The object stored under `key`, as a lister reads it (no storage round trip): `None`
+    /// until the cache has listed, then `Some(None)` for an absent key.
+    pub fn object(&self, key: &str) -> Option<Option<Stored>> {
+        let state = self.state();
+        (state.revision > 0).then(|| state.objects.get(key).cloned())
+    }
+
     /// The objects under `prefix` and the revision they are at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Stored>, Revision) {
         let state = self.state();

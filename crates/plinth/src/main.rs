@@ -357,6 +357,8 @@ fn main() -> ExitCode {
                 volumes_dir: PathBuf::new(),
                 node_proxy: None,
                 identity: None,
+                quota_ledger: std::sync::Arc::default(),
+                metrics: std::sync::Arc::default(),
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
@@ -619,6 +621,8 @@ async fn serve(
     if let Some(mut settings) = settings {
         settings.volumes_dir = data_dir.join("volumes");
         settings.node_proxy = Some(server.nodes.clone());
+        settings.quota_ledger = server.quota_ledger.clone();
+        settings.metrics = server.metric_sources.clone();
         settings.identity = Some(plinth_controllers::leader::identity_of(&data_dir));
         plinth_controllers::spawn_all(
             server.registry.clone(),

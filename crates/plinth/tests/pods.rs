@@ -660,11 +660,26 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
     let resources = &limited["spec"]["containers"][0]["resources"];
     assert_eq!(resources["limits"]["cpu"], "200m", "{resources}");
     assert_eq!(resources["limits"]["memory"], "64Mi");
+    // kube's LimitRanger: requests from `defaultRequest` (cpu), which defaults to `default`
+    // where it names nothing (memory) — not from the default limits.
+    assert_eq!(resources["requests"]["cpu"], "100m", "{resources}");
     assert_eq!(
         resources["requests"]["memory"], "64Mi",
-        "requests follow the limits"
+        "the default request follows the default limit"
     );
-    assert_eq!(limited["status"]["qosClass"], "Guaranteed", "{limited}");
+    assert_eq!(limited["status"]["qosClass"], "Burstable", "{limited}");
+    let range = plinth.kubectl(&[
+        "get",
+        "limitrange",
+        "limits",
+        "-o",
+        "jsonpath={.spec.limits[0].defaultRequest}",
+    ]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&range).unwrap(),
+        serde_json::json!({"cpu": "100m", "memory": "64Mi"}),
+        "the LimitRange itself is defaulted as kube defaults it"
+    );
     refused(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec: {containers: [{name: a, image: busybox, resources: {limits: {cpu: '2'}}}]}\n",
         "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2",

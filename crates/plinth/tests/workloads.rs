@@ -1564,3 +1564,57 @@ fn refused_all(plinth: &Plinth, cases: &[(&str, &str)]) {
         assert!(stderr.contains(expected), "{expected:?} in {stderr}");
     }
 }
+
+/// The value of the series `name` (labels included) in a `/metrics` text, if it is there.
+fn series(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}
+
+#[test]
+fn the_workload_controllers_share_one_informer_per_resource() {
+    let plinth = Plinth::start(Backend::Embedded);
+    // The controllers start once this server holds their Lease; then `/metrics` shows their
+    // informers: one of pods, heard by the nine controllers that follow pods (ReplicaSet,
+    // Deployment, StatefulSet, DaemonSet, Job, disruption budget, scheduler, endpoints, node
+    // lifecycle).
+    let mut metrics = String::new();
+    plinth.eventually("the controllers' informers are shown", || {
+        metrics = plinth.kubectl(&["get", "--raw", "/metrics"]);
+        series(&metrics, r#"plinth_informer_handlers{resource="pods"}"#).is_some_and(|n| n >= 9.0)
+    });
+    for resource in [
+        "pods",
+        "replicasets.apps",
+        "deployments.apps",
+        "statefulsets.apps",
+        "controllerrevisions.apps",
+        "jobs.batch",
+        "nodes",
+        "services",
+    ] {
+        assert_eq!(
+            series(
+                &metrics,
+                &format!(r#"plinth_informers{{resource="{resource}"}}"#)
+            ),
+            Some(1.0),
+            "one informer of {resource}:\n{metrics}"
+        );
+    }
+    assert_eq!(
+        series(&metrics, r#"plinth_informer_handlers{resource="pods"}"#),
+        Some(9.0),
+        "{metrics}"
+    );
+    // Several controllers follow ReplicaSets (their own, the Deployment's, the budget's).
+    assert!(
+        series(
+            &metrics,
+            r#"plinth_informer_handlers{resource="replicasets.apps"}"#
+        )
+        .is_some_and(|n| n >= 3.0),
+        "{metrics}"
+    );
+}

@@ -6,8 +6,8 @@ use base64::Engine;
 use plinth_core::ApiError;
 use serde_json::{Value, json};
 
+use super::Request;
 use super::webhook::{Matched, Webhook};
-use super::{Request, denied};
 
 /// What a webhook said, when it allowed the write.
 #[derive(Debug, Default)]
@@ -208,7 +208,7 @@ pub(super) async fn review(
         .flatten()
     {
         if let Some(value) = value.as_str() {
-            super::annotate(format!("{}/{key}", hook.name), value.to_owned());
+            super::annotations::annotate(format!("{}/{key}", hook.name), value.to_owned());
         }
     }
     if response.get("allowed") != Some(&Value::Bool(true)) {
@@ -264,4 +264,32 @@ pub(super) async fn review(
     }
     outcome.patched = Some(patched);
     Ok(outcome)
+}
+
+/// kube's answer to a webhook that refuses: its status with "admission webhook … denied the
+/// request" before the message.
+fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
+    let status = status.cloned().unwrap_or_else(|| json!({}));
+    let message = status.get("message").and_then(Value::as_str).unwrap_or("");
+    let why = status.get("reason").and_then(Value::as_str).unwrap_or("");
+    let denied_by = format!("admission webhook {webhook:?} denied the request");
+    let message = if !message.is_empty() {
+        format!("{denied_by}: {message}")
+    } else if !why.is_empty() {
+        format!("{denied_by}: {why}")
+    } else {
+        format!("{denied_by} without explanation")
+    };
+    let code = status
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| *c >= 400)
+        .unwrap_or(400);
+    let reason = plinth_core::StatusReason::from_name(why)
+        .unwrap_or(plinth_core::StatusReason::for_code(code));
+    let mut error = ApiError::new(reason, message);
+    *error.details = plinth_core::Details::from_status(&status);
+    error.details.code = (code != reason.code()).then_some(code);
+    error
 }

@@ -8,7 +8,7 @@ use plinth_core::selector::LabelSelector;
 use serde_json::Value;
 
 use super::{Operation, Request};
-use crate::registry::Registry;
+use crate::resources::Objects;
 
 /// One rule of `rules` / `resourceRules`.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +68,9 @@ pub(crate) struct Matcher {
     equivalent: bool,
     namespace_selector: LabelSelector,
     object_selector: LabelSelector,
+    /// No rules constrain nothing (a policy's `matchResources`) rather than match nothing (a
+    /// webhook's `rules`).
+    all_without_rules: bool,
 }
 
 impl Matcher {
@@ -85,19 +88,24 @@ impl Matcher {
             equivalent: match_policy != "Exact",
             namespace_selector: selector(namespace_selector),
             object_selector: selector(object_selector),
+            all_without_rules: false,
         }
     }
 
     /// A policy binding's `matchResources` (or a policy's `matchConstraints`).
+    /// Without `resourceRules` it matches every resource, as kube's policy matcher does.
     pub(crate) fn of_resources(resources: Option<&Value>) -> Self {
         let field = |key: &str| resources.and_then(|r| r.get(key));
-        Self::parse(
-            field("resourceRules"),
-            field("excludeResourceRules"),
-            field("matchPolicy").and_then(Value::as_str).unwrap_or(""),
-            field("namespaceSelector"),
-            field("objectSelector"),
-        )
+        Self {
+            all_without_rules: true,
+            ..Self::parse(
+                field("resourceRules"),
+                field("excludeResourceRules"),
+                field("matchPolicy").and_then(Value::as_str).unwrap_or(""),
+                field("namespaceSelector"),
+                field("objectSelector"),
+            )
+        }
     }
 
     /// Whether nothing is asked (an absent `matchResources`: everything the policy matches).
@@ -112,7 +120,7 @@ impl Matcher {
     /// resource under `matchPolicy: Equivalent`), else `None`.
     pub(crate) fn matches(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         request: &Request<'_>,
         object: Option<&Value>,
         old: Option<&Value>,
@@ -129,23 +137,23 @@ impl Matcher {
         if hit(&self.exclude, version) {
             return None;
         }
-        let version = if hit(&self.rules, version) {
-            version.to_owned()
-        } else if self.equivalent {
-            registry
-                .resources
-                .all()
-                .into_iter()
-                .filter(|d| {
-                    d.group_version.group == group
-                        && d.plural == def.plural
-                        && d.group_version.version != version
-                })
-                .map(|d| d.group_version.version.clone())
-                .find(|v| hit(&self.rules, v))?
-        } else {
-            return None;
-        };
+        let version =
+            if hit(&self.rules, version) || (self.all_without_rules && self.rules.is_empty()) {
+                version.to_owned()
+            } else if self.equivalent {
+                objects
+                    .resources()
+                    .into_iter()
+                    .filter(|d| {
+                        d.group_version.group == group
+                            && d.plural == def.plural
+                            && d.group_version.version != version
+                    })
+                    .map(|d| d.group_version.version.clone())
+                    .find(|v| hit(&self.rules, v))?
+            } else {
+                return None;
+            };
         if let Some(ns_labels) = namespace_labels
             && !self.namespace_selector.matches(ns_labels)
         {

@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 
 use super::Request;
 use super::matching::Matcher;
-use crate::registry::{ListOptions, Registry};
+use crate::registry::ListOptions;
+use crate::resources::Objects;
 use crate::types::admissionregistration::policy::POLICY_VARIABLES;
 
 struct Validation {
@@ -185,7 +186,7 @@ impl Policies {
     /// The first `Deny` binding's refusal.
     pub async fn validate(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         request: &Request<'_>,
         object: Option<&Value>,
         old: Option<&Value>,
@@ -199,24 +200,24 @@ impl Policies {
             let Some(version) =
                 policy
                     .matcher
-                    .matches(registry, request, object, old, namespace_labels)
+                    .matches(objects, request, object, old, namespace_labels)
             else {
                 continue;
             };
             if !binding.matcher.is_empty()
                 && binding
                     .matcher
-                    .matches(registry, request, object, old, namespace_labels)
+                    .matches(objects, request, object, old, namespace_labels)
                     .is_none()
             {
                 continue;
             }
-            let failures = match params(registry, request, policy, binding).await {
+            let failures = match params(objects, request, policy, binding).await {
                 Ok(Some(all)) => {
                     let mut failures = Vec::new();
                     for params in all {
                         failures.extend(
-                            evaluate(registry, request, &version, policy, &params, object, old)
+                            evaluate(objects, request, &version, policy, &params, object, old)
                                 .await,
                         );
                     }
@@ -252,7 +253,7 @@ impl Policies {
                     if binding.warn {
                         actions.insert(0, "Warn");
                     }
-                    super::annotate(
+                    super::annotations::annotate(
                         "validation.policy.admission.k8s.io/validation_failure".into(),
                         serde_json::json!([{"message": message, "policy": policy.name,
                             "binding": binding.name, "validationActions": actions}])
@@ -268,7 +269,7 @@ impl Policies {
 /// The parameter objects the binding names (`[null]` for a policy without parameters; `None`
 /// when none are found and the binding allows that).
 async fn params(
-    registry: &Registry,
+    objects: &dyn Objects,
     request: &Request<'_>,
     policy: &Policy,
     binding: &Binding,
@@ -282,9 +283,8 @@ async fn params(
             policy.name
         )));
     };
-    let def = registry
-        .resources
-        .all()
+    let def = objects
+        .resources()
         .into_iter()
         .find(|d| d.group_version.api_version() == *api_version && d.kind == *kind)
         .ok_or_else(|| {
@@ -301,7 +301,7 @@ async fn params(
         None
     };
     let found = match (&reference.name, &reference.selector) {
-        (Some(name), _) => match registry.get(&def, namespace.as_deref(), name).await {
+        (Some(name), _) => match objects.get(&def, namespace.as_deref(), name).await {
             Ok(object) => vec![object],
             Err(e) if e.reason == StatusReason::NotFound => Vec::new(),
             Err(e) => return Err(Failure::Error(e.message)),
@@ -311,7 +311,7 @@ async fn params(
                 labels: selector.clone().unwrap_or_default(),
                 ..ListOptions::default()
             };
-            let list = registry
+            let list = objects
                 .list(&def, namespace.as_deref(), &options)
                 .await
                 .map_err(|e| Failure::Error(e.message))?;
@@ -333,7 +333,7 @@ async fn params(
 
 /// The policy's validations on one set of parameters: what did not pass.
 async fn evaluate(
-    registry: &Registry,
+    objects: &dyn Objects,
     request: &Request<'_>,
     version: &str,
     policy: &Policy,
@@ -344,10 +344,10 @@ async fn evaluate(
     let null = Value::Null;
     let review = super::call::review_request(request, version, "", None, None);
     let namespace_object = match request.namespace.filter(|_| request.def.namespaced) {
-        Some(ns) => match registry.resources.get("", "v1", "namespaces") {
-            Some(def) => registry.get(&def, None, ns).await.unwrap_or(Value::Null),
-            None => Value::Null,
-        },
+        Some(_) if request.namespace_object.is_some() => {
+            request.namespace_object.cloned().unwrap_or(Value::Null)
+        }
+        Some(ns) => objects.namespace(ns).await.unwrap_or(Value::Null),
         None => Value::Null,
     };
     let mut variables = Map::new();
@@ -461,7 +461,7 @@ fn undeclared(def: &crate::resources::ResourceDef, path: &[String]) -> Option<St
 /// kube's `status.typeChecking` of a policy: each validation's references to `object` and
 /// `oldObject` checked against the types its `matchConstraints` name exactly (a wildcard
 /// names none), a warning for each field a type does not declare.
-pub fn type_check(registry: &Registry, policy: &Value) -> Value {
+pub fn type_check(objects: &dyn Objects, policy: &Value) -> Value {
     let mut defs = Vec::new();
     for rule in policy
         .pointer("/spec/matchConstraints/resourceRules")
@@ -476,7 +476,7 @@ pub fn type_check(registry: &Registry, policy: &Value) -> Value {
                     .iter()
                     .filter(|r| !r.contains('*') && !r.contains('/'))
                 {
-                    if let Some(def) = registry.resources.get(group, version, resource)
+                    if let Some(def) = objects.resource(group, version, resource)
                         && !defs
                             .iter()
                             .any(|d: &std::sync::Arc<crate::resources::ResourceDef>| {

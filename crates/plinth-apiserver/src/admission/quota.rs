@@ -7,7 +7,8 @@ use plinth_core::ApiError;
 use serde_json::{Value, json};
 
 use super::{Operation, Request};
-use crate::registry::{ListOptions, Part, Registry, WriteOptions};
+use crate::registry::{ListOptions, Part, WriteOptions};
+use crate::resources::Objects;
 use crate::resources::ResourceDef;
 use crate::types::core::resourcequota::count_of;
 
@@ -50,19 +51,52 @@ pub fn resource_of(name: &str) -> Option<(String, String)> {
         .then(|| (String::new(), name.to_owned()))
 }
 
+/// When each quota (namespace, name) last counted a create: the quota controller leaves a count
+/// it would lower alone for a while after, as the object may not be stored yet.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    counted: std::sync::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>,
+}
+
+impl Ledger {
+    /// When quota `name` in `namespace` last counted a create made through this server.
+    pub fn counted_at(&self, namespace: &str, name: &str) -> Option<std::time::Instant> {
+        self.counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn note(&self, namespace: &str, name: &str) {
+        self.counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                (namespace.to_owned(), name.to_owned()),
+                std::time::Instant::now(),
+            );
+    }
+}
+
 /// Counts a create against the quotas of its namespace.
 ///
 /// # Errors
 /// 403 `exceeded quota: …` or `status unknown for quota: …`, as kube words them.
 pub fn admit<'a>(
-    registry: &'a Registry,
+    objects: &'a dyn Objects,
+    ledger: &'a Ledger,
     request: &'a Request<'a>,
 ) -> futures::future::BoxFuture<'a, Result<(), ApiError>> {
     // Boxed: counting writes the quota, whose write is admitted in turn.
-    Box::pin(count_create(registry, request))
+    Box::pin(count_create(objects, ledger, request))
 }
 
-async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), ApiError> {
+async fn count_create(
+    objects: &dyn Objects,
+    ledger: &Ledger,
+    request: &Request<'_>,
+) -> Result<(), ApiError> {
     let def = request.def;
     if request.operation != Operation::Create || !def.namespaced || !request.subresource.is_empty()
     {
@@ -70,12 +104,12 @@ async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), 
     }
     let (Some(namespace), Some(quotas)) = (
         request.namespace,
-        registry.resources.get("", "v1", "resourcequotas"),
+        objects.resource("", "v1", "resourcequotas"),
     ) else {
         return Ok(());
     };
     let names = counted_as(def);
-    let list = registry
+    let list = objects
         .list(&quotas, Some(namespace), &ListOptions::any_state())
         .await?;
     for quota in list["items"].as_array().into_iter().flatten() {
@@ -126,17 +160,15 @@ async fn count_create(registry: &Registry, request: &Request<'_>) -> Result<(), 
         }
         // Noted before the count is written: the controller, seeing the write, must already
         // know that this create's object may not be stored yet.
-        registry
-            .admission
-            .note_quota_counted(namespace, &quota_name);
-        registry
+        ledger.note(namespace, &quota_name);
+        objects
             .modify(
                 &quotas,
                 Some(namespace),
                 &quota_name,
                 Part::Status,
                 &WriteOptions::internal("resourcequota-admission"),
-                count,
+                &count,
             )
             .await?;
     }

@@ -13,7 +13,7 @@ use super::Request;
 pub(super) use super::matching::labels;
 use super::matching::{Matcher, strings};
 pub use crate::callout::Endpoint;
-use crate::registry::Registry;
+use crate::resources::Objects;
 
 /// One webhook, ready to match and call.
 #[derive(Clone)]
@@ -159,7 +159,7 @@ impl Webhook {
     /// 400 for a dry run this webhook may not see.
     pub fn matches(
         &self,
-        registry: &Registry,
+        objects: &dyn Objects,
         request: &Request<'_>,
         object: Option<&Value>,
         old: Option<&Value>,
@@ -167,7 +167,7 @@ impl Webhook {
     ) -> Result<Option<Matched>, ApiError> {
         let Some(version) = self
             .matcher
-            .matches(registry, request, object, old, namespace_labels)
+            .matches(objects, request, object, old, namespace_labels)
         else {
             return Ok(None);
         };

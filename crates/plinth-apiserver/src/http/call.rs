@@ -158,8 +158,8 @@ impl Call<'_> {
                 None => plinth_core::selector::LabelSelector::default(),
             };
             let reading = crate::resources::Reading {
-                registry: self.registry(),
-                nodes: &self.state.nodes,
+                objects: self.registry(),
+                nodes: &*self.state.nodes,
                 namespace: self.namespace.as_deref(),
                 name: self.name.as_deref(),
                 labels,
@@ -191,8 +191,8 @@ impl Call<'_> {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .take(),
-                registry: self.registry(),
-                nodes: &self.state.nodes,
+                objects: self.registry(),
+                nodes: &*self.state.nodes,
             };
             return connect(request).await;
         }
@@ -385,7 +385,7 @@ impl Call<'_> {
             user: self.user,
             rbac: &self.state.rbac,
             namespace: self.namespace.as_deref(),
-            registry: &self.state.registry,
+            objects: &self.state.registry,
             tokens: &self.state.authenticator.service_accounts,
         }
     }

@@ -46,6 +46,8 @@ pub(crate) struct AppState {
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     /// Request metrics.
     pub(crate) metrics: crate::metrics::Metrics,
+    /// Metrics of others in the process (the built-in controllers').
+    pub(crate) metric_sources: Arc<crate::metrics::MetricSources>,
     /// The OpenAPI documents of the current resources.
     pub(crate) openapi: crate::openapi::Cache,
     /// Concurrency limits.
@@ -508,6 +510,7 @@ async fn handle(
         let mut text = state.metrics.render();
         text.push_str(&state.registry.caches.render_metrics());
         text.push_str(&state.inflight.render_metrics());
+        text.push_str(&state.metric_sources.render());
         return Ok((
             StatusCode::OK,
             [(

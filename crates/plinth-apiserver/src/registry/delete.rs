@@ -7,7 +7,8 @@ use plinth_store::{Update, guaranteed_update};
 use serde_json::{Value, json};
 
 use super::codec::{decode_view, encode_view, rv_of, store_error};
-use super::write::{UpdateError, is_deleting};
+use super::is_deleting;
+use super::write::UpdateError;
 use super::{DeleteOptions, Propagation, Registry, now};
 use crate::resources::ResourceDef;
 
@@ -38,12 +39,12 @@ impl Registry {
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
         let key = def.key(namespace, name);
-        if self.admission.has_webhooks() && crate::admission::admits(def) {
+        if self.admission.admits_deletes() && super::admit::admits(def) {
             let current = self.get(def, namespace, name).await?;
             let user = options
                 .user
                 .clone()
-                .unwrap_or_else(crate::admission::server_user);
+                .unwrap_or_else(super::admit::server_user);
             let mut delete_options =
                 json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
             if options.dry_run {
@@ -52,12 +53,13 @@ impl Registry {
             if let Some(p) = options.propagation {
                 delete_options["propagationPolicy"] = json!(p.as_str());
             }
-            let request = crate::admission::Request {
-                operation: crate::admission::Operation::Delete,
+            let request = super::admit::Request {
+                operation: super::admit::Operation::Delete,
                 def,
                 subresource: "",
                 namespace: namespace.filter(|_| def.namespaced),
                 name,
+                namespace_object: None,
                 user: &user,
                 dry_run: options.dry_run,
                 options: delete_options,

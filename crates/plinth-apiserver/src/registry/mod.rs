@@ -4,18 +4,22 @@
 //! lives here once — decode, prepare, validate, store — and optimistic concurrency is the
 //! store's guaranteed-update loop (deletion included).
 //!
-//! Rooms: [`options`] (the typed options of each verb), `codec` (to and from storage, continue
+//! Rooms: [`admit`] (what the registry asks of admission: the trait, the request),
+//! [`user`] (who writes), [`options`] (the typed options of each verb), `codec` (to and from storage, continue
 //! tokens, storage errors → API errors), `read` (get, list), `write` (create, update, the
 //! guaranteed-update step), `patch`, `apply` (server-side apply and managedFields), `delete`,
 //! `watch`, `scale`.
 
+pub mod admit;
 mod apply;
 mod codec;
 mod delete;
+mod objects;
 pub mod options;
 mod patch;
 mod read;
 mod scale;
+pub mod user;
 mod watch;
 mod write;
 
@@ -56,6 +60,13 @@ pub fn now_micro_time() -> String {
     plinth_core::meta::format_micro_time(micros)
 }
 
+/// Whether the object's deletion has begun.
+fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
 /// The outcome of a write: the object and the warnings to send back.
 #[derive(Debug)]
 pub struct Written {
@@ -76,8 +87,9 @@ pub struct Registry {
     pub resources: Arc<crate::resources::Resources>,
     /// The watch cache.
     pub caches: Arc<plinth_watchcache::Caches>,
-    /// The admission webhooks in force.
-    pub admission: Arc<crate::admission::Admission>,
+    /// Admission, called on every create, update and delete (the server's chain: webhooks,
+    /// policies, quota).
+    pub admission: Arc<dyn admit::Admit>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -111,18 +123,27 @@ impl Registry {
             .is_some())
     }
 
-    /// The namespace must exist and not be terminating, for creating in it.
+    /// The namespace must exist and not be terminating, for creating in it. `known`: the
+    /// namespace as the write has read it already (from the watch cache), if it has.
     async fn check_namespace(
         &self,
         def: &ResourceDef,
         namespace: &str,
         name: &str,
+        known: Option<&Value>,
     ) -> Result<(), ApiError> {
         let Some(ns_def) = self.resources.get("", "v1", "namespaces") else {
             return Ok(());
         };
-        let ns = self.get(&ns_def, None, namespace).await?;
-        if write::is_deleting(&ns) {
+        let read;
+        let ns = match known.filter(|ns| plinth_core::meta::name(ns) == Some(namespace)) {
+            Some(ns) => ns,
+            None => {
+                read = self.get(&ns_def, None, namespace).await?;
+                &read
+            }
+        };
+        if is_deleting(ns) {
             let mut error = ApiError::new(
                 StatusReason::Forbidden,
                 format!(

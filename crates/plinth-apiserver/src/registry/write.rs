@@ -45,11 +45,11 @@ pub(super) fn admission_options(kind: &str, options: &WriteOptions) -> Value {
 }
 
 /// Who a write is admitted as: its requester, or the server itself.
-pub(super) fn admission_user(options: &WriteOptions) -> crate::auth::User {
+pub(super) fn admission_user(options: &WriteOptions) -> super::user::User {
     options
         .requester
         .as_ref()
-        .map_or_else(crate::admission::server_user, |r| r.user.clone())
+        .map_or_else(super::admit::server_user, |r| r.user.clone())
 }
 
 impl Registry {
@@ -266,12 +266,18 @@ impl Registry {
         let admitted_namespace = namespace
             .filter(|_| def.namespaced)
             .or(def.namespaced.then_some("default"));
-        let mut admission = crate::admission::Request {
-            operation: crate::admission::Operation::Create,
+        // The namespace, read once (from the watch cache) for admission and the final check.
+        let namespace_object = match admitted_namespace.filter(|_| def.namespaced) {
+            Some(ns) => crate::resources::Objects::namespace(self, ns).await,
+            None => None,
+        };
+        let mut admission = super::admit::Request {
+            operation: super::admit::Operation::Create,
             def,
             subresource: "",
             namespace: admitted_namespace,
             name: &given_name,
+            namespace_object: namespace_object.as_ref(),
             user: &user,
             dry_run: options.dry_run,
             options: admission_options("CreateOptions", options),
@@ -316,7 +322,8 @@ impl Registry {
         if def.namespaced
             && let Some(ns) = &namespace
         {
-            self.check_namespace(def, ns, &name).await?;
+            self.check_namespace(def, ns, &name, namespace_object.as_ref())
+                .await?;
         }
         let key = def.key(namespace.as_deref(), &name);
         if options.dry_run {
@@ -468,12 +475,13 @@ impl Registry {
                 let part = tracking.unwrap_or(Part::Main);
                 let mut warnings = Vec::new();
                 // `/scale` writes are not sent to webhooks (they would expect a Scale).
-                let admission = (part != Part::Scale).then(|| crate::admission::Request {
-                    operation: crate::admission::Operation::Update,
+                let admission = (part != Part::Scale).then(|| super::admit::Request {
+                    operation: super::admit::Operation::Update,
                     def,
                     subresource: part.subresource(),
                     namespace: plinth_core::meta::namespace(&current),
                     name,
+                    namespace_object: None,
                     user,
                     dry_run: options.dry_run,
                     options: admission_options("UpdateOptions", options),
@@ -553,7 +561,7 @@ impl Registry {
                 json!(written.mod_revision.to_string()),
             );
         }
-        if is_deleting(&object)
+        if super::is_deleting(&object)
             && finalizers(&object).is_empty()
             && !def.strategy.deletion_pending(&object)
         {
@@ -570,13 +578,6 @@ impl Registry {
             created: false,
         })
     }
-}
-
-/// Whether the object's deletion has begun.
-pub(super) fn is_deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
 }
 
 /// The object an update stores, by part: for the main resource, the new object with the

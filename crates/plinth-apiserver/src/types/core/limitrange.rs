@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use plinth_core::{ApiError, Cause};
 use serde_json::{Map, Value, json};
 
-use crate::registry::{ListOptions, Registry};
+use crate::registry::ListOptions;
 use crate::resources::ResourceDef;
 use crate::schema::{Schema, array, obj, top};
 use crate::strategy::Strategy;
@@ -38,7 +38,41 @@ pub fn resource() -> ResourceDef {
 #[derive(Debug)]
 struct LimitRanges;
 
+/// kube's defaults of a Container item: the default limit from `max`, the default request from
+/// the default limit, then from `min`.
+fn set_defaults(object: &mut Value) {
+    for limit in object
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if limit["type"] != "Container" {
+            continue;
+        }
+        for (from, to) in [
+            ("max", "default"),
+            ("default", "defaultRequest"),
+            ("min", "defaultRequest"),
+        ] {
+            if let Some(values) = limit[from].as_object().cloned()
+                && !values.is_empty()
+            {
+                set_missing(&mut limit[to], &values);
+            }
+        }
+    }
+}
+
 impl Strategy for LimitRanges {
+    fn prepare_create(&self, object: &mut Value) {
+        set_defaults(object);
+    }
+
+    fn prepare_update(&self, object: &mut Value, _old: &Value) {
+        set_defaults(object);
+    }
+
     fn validate(&self, object: &Value, _old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
         for (i, limit) in object
@@ -116,17 +150,17 @@ fn set_missing(target: &mut Value, values: &Map<String, Value>) {
 
 /// LimitRanger for a new pod (run when it is created, with the namespace's LimitRanges).
 pub fn admit<'a>(
-    registry: &'a Registry,
+    objects: &'a dyn crate::resources::Objects,
     pod: &'a mut Value,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
     Box::pin(async move {
-        let Some(def) = registry.resources.get("", "v1", "limitranges") else {
+        let Some(def) = objects.resource("", "v1", "limitranges") else {
             return Ok(());
         };
         let namespace = plinth_core::meta::namespace(pod)
             .unwrap_or("default")
             .to_owned();
-        let ranges = registry
+        let ranges = objects
             .list(&def, Some(&namespace), &ListOptions::default())
             .await?;
         let limits: Vec<Value> = ranges["items"]
@@ -153,20 +187,26 @@ pub fn admit<'a>(
                 .into_iter()
                 .flatten()
             {
+                // Requests the container's own limits imply come first (kube defaults them as
+                // it decodes the pod, before admission).
+                if let Some(given) = container
+                    .pointer("/resources/limits")
+                    .and_then(Value::as_object)
+                    .cloned()
+                {
+                    set_missing(&mut container["resources"]["requests"], &given);
+                }
                 for limit in &limits {
                     if let Some(defaults) = limit["default"].as_object() {
                         set_missing(&mut container["resources"]["limits"], defaults);
                     }
-                    // Requests default to the limits given, then to `defaultRequest`.
-                    if let Some(given) = container
-                        .pointer("/resources/limits")
-                        .and_then(Value::as_object)
-                        .cloned()
-                    {
-                        set_missing(&mut container["resources"]["requests"], &given);
-                    }
-                    if let Some(defaults) = limit["defaultRequest"].as_object() {
-                        set_missing(&mut container["resources"]["requests"], defaults);
+                    // Then `defaultRequest`, which itself defaults to `default`, then `min` (as
+                    // kube defaults a LimitRange's items; ranges stored before that defaulting
+                    // are read the same way).
+                    for defaults in [&limit["defaultRequest"], &limit["default"], &limit["min"]] {
+                        if let Some(defaults) = defaults.as_object() {
+                            set_missing(&mut container["resources"]["requests"], defaults);
+                        }
                     }
                     for (resource, max) in limit["max"].as_object().into_iter().flatten() {
                         let value = container.pointer(&format!("/resources/limits/{resource}"));

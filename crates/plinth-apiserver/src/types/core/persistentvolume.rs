@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use plinth_core::{ApiError, Cause};
 use serde_json::{Value, json};
 
-use crate::registry::{ListOptions, Registry};
+use crate::registry::ListOptions;
 use crate::resources::{ResourceDef, age_cell, column};
 use crate::schema::{Schema, array, obj, object_reference, strings, top};
 use crate::strategy::Strategy;
@@ -290,7 +290,7 @@ impl Strategy for Claims {
 
 /// The DefaultStorageClass plugin: a claim that names no class gets the default one.
 fn default_class<'a>(
-    registry: &'a Registry,
+    objects: &'a dyn crate::resources::Objects,
     claim: &'a mut Value,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
     Box::pin(async move {
@@ -300,13 +300,10 @@ fn default_class<'a>(
         {
             return Ok(());
         }
-        let Some(def) = registry
-            .resources
-            .get("storage.k8s.io", "v1", "storageclasses")
-        else {
+        let Some(def) = objects.resource("storage.k8s.io", "v1", "storageclasses") else {
             return Ok(());
         };
-        let classes = registry.list(&def, None, &ListOptions::default()).await?;
+        let classes = objects.list(&def, None, &ListOptions::default()).await?;
         let default = classes["items"]
             .as_array()
             .into_iter()

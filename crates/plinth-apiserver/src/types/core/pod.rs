@@ -520,20 +520,19 @@ fn binding<'a>(
             ));
         }
         let def = asker
-            .registry
-            .resources
-            .get("", "v1", "pods")
+            .objects
+            .resource("", "v1", "pods")
             .ok_or_else(|| ApiError::internal("pods are not served"))?;
         let options = crate::registry::WriteOptions::internal("kube-scheduler");
         asker
-            .registry
+            .objects
             .modify(
                 &def,
                 Some(&namespace),
                 &name,
                 crate::registry::Part::Main,
                 &options,
-                |current| {
+                &|current: &mut Value| {
                     if current
                         .pointer("/metadata/deletionTimestamp")
                         .is_some_and(|t| !t.is_null())
@@ -583,11 +582,10 @@ fn eviction<'a>(
             )));
         }
         let def = asker
-            .registry
-            .resources
-            .get("", "v1", "pods")
+            .objects
+            .resource("", "v1", "pods")
             .ok_or_else(|| ApiError::internal("pods are not served"))?;
-        spend_budget(asker.registry, &pod).await?;
+        spend_budget(asker.objects, &pod).await?;
         let options = crate::registry::DeleteOptions {
             grace_period_seconds: request
                 .pointer("/deleteOptions/gracePeriodSeconds")
@@ -600,7 +598,7 @@ fn eviction<'a>(
             ..crate::registry::DeleteOptions::default()
         };
         asker
-            .registry
+            .objects
             .delete(&def, Some(&namespace), &name, &options)
             .await?;
         Ok(
@@ -613,7 +611,10 @@ fn eviction<'a>(
 /// pending pod, or one being deleted, goes regardless; a pod under more than one budget
 /// cannot be evicted; under one, the eviction spends one of its allowed disruptions (noted
 /// in `status.disruptedPods` until the controller sees the pod go) or is refused with 429.
-async fn spend_budget(registry: &crate::registry::Registry, pod: &Value) -> Result<(), ApiError> {
+async fn spend_budget(
+    objects: &dyn crate::resources::Objects,
+    pod: &Value,
+) -> Result<(), ApiError> {
     let phase = pod
         .pointer("/status/phase")
         .and_then(Value::as_str)
@@ -624,15 +625,12 @@ async fn spend_budget(registry: &crate::registry::Registry, pod: &Value) -> Resu
     if matches!(phase, "Succeeded" | "Failed" | "Pending") || deleting {
         return Ok(());
     }
-    let Some(def) = registry
-        .resources
-        .get("policy", "v1", "poddisruptionbudgets")
-    else {
+    let Some(def) = objects.resource("policy", "v1", "poddisruptionbudgets") else {
         return Ok(());
     };
     let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
     let labels = plinth_core::meta::labels(pod);
-    let budgets = registry
+    let budgets = objects
         .list(
             &def,
             Some(namespace),
@@ -680,14 +678,14 @@ async fn spend_budget(registry: &crate::registry::Registry, pod: &Value) -> Resu
     let name = plinth_core::meta::name(budget).unwrap_or("").to_owned();
     let pod_name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
     let now = plinth_core::meta::format_time(crate::registry::now());
-    registry
+    objects
         .modify(
             &def,
             Some(namespace),
             &name,
             crate::registry::Part::Status,
             &crate::registry::WriteOptions::internal("kube-apiserver"),
-            |current| {
+            &|current: &mut Value| {
                 let generation = current
                     .pointer("/metadata/generation")
                     .and_then(Value::as_i64)
@@ -848,7 +846,7 @@ fn log(request: ConnectRequest<'_>) -> BoxFuture<'_, Result<axum::response::Resp
             path.push('?');
             path.push_str(&params.join("&"));
         }
-        request.nodes.get(request.registry, &node, &path).await
+        request.nodes.get(request.objects, &node, &path).await
     })
 }
 
@@ -930,7 +928,7 @@ async fn streamed(
         return request
             .nodes
             .upgrade(
-                request.registry,
+                request.objects,
                 node,
                 &path,
                 &request.headers,
@@ -955,7 +953,7 @@ async fn streamed(
     request
         .nodes
         .upgrade(
-            request.registry,
+            request.objects,
             &node,
             &path,
             &request.headers,

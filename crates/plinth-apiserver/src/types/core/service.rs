@@ -13,47 +13,14 @@ use futures::future::BoxFuture;
 use plinth_core::{ApiError, Cause};
 use serde_json::{Map, Value, json};
 
-use crate::registry::{ListOptions, Registry};
+use crate::registry::ListOptions;
 use crate::resources::{ResourceDef, age_cell, column};
 use crate::schema::{Schema, array, obj, strings, top};
 use crate::strategy::{FieldPath, ListMerge, Strategy};
 
-/// The service range, a `/16` of `127.0.0.0/8` (its first two octets); its `.0.1` is the
-/// `kubernetes` Service's.
-static RANGE: std::sync::RwLock<[u8; 2]> = std::sync::RwLock::new([127, 32]);
+use crate::service_range::range_base;
+pub use crate::service_range::{kubernetes_ip, set_service_range};
 
-/// Sets the service range (kube-apiserver's `--service-cluster-ip-range`): a `/16` in
-/// `127.0.0.0/8`, as `127.N.0.0/16`.
-///
-/// # Errors
-/// Any other range.
-pub fn set_service_range(cidr: &str) -> Result<(), String> {
-    let bad = || {
-        format!(
-            "--service-cluster-ip-range {cidr:?}: a /16 in 127.0.0.0/8 is needed (e.g. 127.32.0.0/16)"
-        )
-    };
-    let (ip, bits) = cidr.split_once('/').ok_or_else(bad)?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
-    let o = ip.octets();
-    if bits != "16" || o[0] != 127 || o[2] != 0 || o[3] != 0 {
-        return Err(bad());
-    }
-    if let Ok(mut range) = RANGE.write() {
-        *range = [o[0], o[1]];
-    }
-    Ok(())
-}
-
-fn range_base() -> [u8; 2] {
-    RANGE.read().map_or([127, 32], |r| *r)
-}
-
-/// The `kubernetes` Service's ClusterIP: the service range's first address.
-pub fn kubernetes_ip() -> String {
-    let [a, b] = range_base();
-    format!("{a}.{b}.0.1")
-}
 const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 const TYPES: &[&str] = &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
 
@@ -413,7 +380,7 @@ fn reserve(taken: &BTreeSet<String>, candidates: impl Iterator<Item = String>) -
 /// Allocates a new Service's ClusterIP and node ports (kube's service REST `Create`): what
 /// every Service holds is taken; a requested address must be free and in the range.
 fn allocate<'a>(
-    registry: &'a Registry,
+    objects: &'a dyn crate::resources::Objects,
     service: &'a mut Value,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
     Box::pin(async move {
@@ -427,11 +394,10 @@ fn allocate<'a>(
         if kind == "ExternalName" {
             return Ok(());
         }
-        let def = registry
-            .resources
-            .get("", "v1", "services")
+        let def = objects
+            .resource("", "v1", "services")
             .ok_or_else(|| ApiError::internal("services are not served"))?;
-        let all = registry.list(&def, None, &ListOptions::default()).await?;
+        let all = objects.list(&def, None, &ListOptions::default()).await?;
         let items = all["items"].as_array().cloned().unwrap_or_default();
         let ips: BTreeSet<String> = items
             .iter()

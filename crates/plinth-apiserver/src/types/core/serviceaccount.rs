@@ -88,15 +88,11 @@ fn token<'a>(
                         )));
                     }
                 };
-                let def = asker
-                    .registry
-                    .resources
-                    .get("", "v1", plural)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!("cannot bind token to {plural}"))
-                    })?;
+                let def = asker.objects.resource("", "v1", plural).ok_or_else(|| {
+                    ApiError::bad_request(format!("cannot bind token to {plural}"))
+                })?;
                 let object = asker
-                    .registry
+                    .objects
                     .get(&def, Some(&namespace), text("name"))
                     .await?;
                 let object_uid = plinth_core::meta::meta_str(&object, "uid").unwrap_or("");

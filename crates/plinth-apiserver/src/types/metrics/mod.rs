@@ -22,11 +22,11 @@ pub fn resources() -> Vec<ResourceDef> {
 /// Every node's summary (nodes that do not answer are left out, as metrics-server leaves
 /// them out).
 async fn summaries(reading: &Reading<'_>) -> Vec<Value> {
-    let Some(def) = reading.registry.resources.get("", "v1", "nodes") else {
+    let Some(def) = reading.objects.resource("", "v1", "nodes") else {
         return Vec::new();
     };
     let nodes = reading
-        .registry
+        .objects
         .list(&def, None, &ListOptions::any_state())
         .await
         .ok()
@@ -39,7 +39,7 @@ async fn summaries(reading: &Reading<'_>) -> Vec<Value> {
         };
         let Ok(response) = reading
             .nodes
-            .get(reading.registry, name, "/stats/summary")
+            .get(reading.objects, name, "/stats/summary")
             .await
         else {
             continue;
@@ -77,7 +77,7 @@ fn not_found(resource: &str, name: &str) -> ApiError {
 
 fn pod_metrics(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> {
     Box::pin(async move {
-        let pods_def = reading.registry.resources.get("", "v1", "pods");
+        let pods_def = reading.objects.resource("", "v1", "pods");
         let mut items = Vec::new();
         for summary in summaries(&reading).await {
             for pod in summary["pods"].as_array().into_iter().flatten() {
@@ -89,7 +89,7 @@ fn pod_metrics(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> {
                     continue;
                 }
                 let stored = match &pods_def {
-                    Some(def) => reading.registry.get(def, Some(namespace), name).await.ok(),
+                    Some(def) => reading.objects.get(def, Some(namespace), name).await.ok(),
                     None => None,
                 };
                 let Some(stored) = stored else { continue };
