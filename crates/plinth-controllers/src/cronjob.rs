@@ -15,8 +15,10 @@ use plinth_core::cron::Schedule;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, SharedInformers, key_of};
-use crate::workload::{controller_of, controller_ref, deleting, seen, uid, write_status};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
+use crate::workload::{
+    controller_of, controller_ref, deleting, enqueue_owner, seen, uid, write_status,
+};
 
 const MANAGER: &str = "cronjob-controller";
 const SCHEDULED: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
@@ -30,45 +32,26 @@ pub fn spawn_cronjob_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let cronjobs = {
-        let queue = queue.clone();
-        informers.start(("batch", "cronjobs"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
-    let jobs = {
-        let queue = queue.clone();
-        informers.start(("batch", "jobs"), move |c| {
-            for job in [c.new, c.old].into_iter().flatten() {
-                if let Some(owner) = controller_of(job).filter(|o| o["kind"] == "CronJob")
-                    && let Some(name) = owner["name"].as_str()
-                {
-                    let namespace = plinth_core::meta::namespace(job).unwrap_or("default");
-                    queue.add(format!("{namespace}/{name}"));
-                }
-            }
-        })
-    };
+    let cronjobs = informers.start(("batch", "cronjobs"), enqueue(&queue));
+    let jobs = informers.start(("batch", "jobs"), enqueue_owner(&queue, "CronJob", None));
     tokio::spawn(async move {
-        let mut stopping = stopping;
-        cronjobs.synced().await;
-        jobs.synced().await;
-        while let Some(key) = queue.next(&mut stopping).await {
-            let Some(cronjob) = cronjobs.get(&key) else {
-                continue;
-            };
-            let pass = Pass {
-                registry: &registry,
-                cronjobs: &cronjobs,
-                jobs: &jobs,
-                cronjob: &cronjob,
-            };
-            if let Some(wait) = pass.sync().await {
-                queue.add_after(key, wait);
-            }
-        }
+        let (registry, all_cronjobs, owned_jobs) = (&registry, &cronjobs, &jobs);
+        run_workers(
+            queue,
+            stopping,
+            &[&cronjobs, &jobs],
+            &cronjobs,
+            move |cronjob| async move {
+                let pass = Pass {
+                    registry,
+                    cronjobs: all_cronjobs,
+                    jobs: owned_jobs,
+                    cronjob: &cronjob,
+                };
+                pass.sync().await
+            },
+        )
+        .await;
     });
 }
 

@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
-    deleting, next_available, pod_from_template, ready, uid, write_status,
+    deleting, enqueue_owner, next_available, pod_from_template, ready, uid, write_status,
 };
 
 const MANAGER: &str = "daemonset-controller";
@@ -32,28 +32,12 @@ pub fn spawn_daemonset_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let sets = {
-        let queue = queue.clone();
-        informers.start(("apps", "daemonsets"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
-    let owned = |queue: Queue| {
-        move |c: crate::informer::Change<'_>| {
-            for object in [c.new, c.old].into_iter().flatten() {
-                if let Some(owner) = controller_of(object).filter(|o| o["kind"] == "DaemonSet")
-                    && let Some(name) = owner["name"].as_str()
-                {
-                    let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
-                    queue.add(format!("{namespace}/{name}"));
-                }
-            }
-        }
-    };
-    let pods = informers.start(("", "pods"), owned(queue.clone()));
-    let revisions = informers.start(("apps", "controllerrevisions"), owned(queue.clone()));
+    let sets = informers.start(("apps", "daemonsets"), enqueue(&queue));
+    let pods = informers.start(("", "pods"), enqueue_owner(&queue, "DaemonSet", None));
+    let revisions = informers.start(
+        ("apps", "controllerrevisions"),
+        enqueue_owner(&queue, "DaemonSet", None),
+    );
     // Any node change may change where every DaemonSet runs.
     let nodes = {
         let (queue, sets) = (queue.clone(), sets.clone());
@@ -64,26 +48,20 @@ pub fn spawn_daemonset_controller(
         })
     };
     tokio::spawn(async move {
-        let mut stopping = stopping;
-        for informer in [&sets, &pods, &revisions, &nodes] {
-            informer.synced().await;
-        }
-        for key in sets.all_keys() {
-            queue.add(key);
-        }
-        while let Some(key) = queue.next(&mut stopping).await {
-            let Some(set) = sets.get(&key) else { continue };
+        let caches = [&sets, &pods, &revisions, &nodes];
+        let (registry, owned_pods, owned_revisions, all_nodes) =
+            (&registry, &pods, &revisions, &nodes);
+        run_workers(queue, stopping, &caches, &sets, move |set| async move {
             let pass = Pass {
-                registry: &registry,
-                pods: &pods,
-                revisions: &revisions,
-                nodes: &nodes,
+                registry,
+                pods: owned_pods,
+                revisions: owned_revisions,
+                nodes: all_nodes,
                 set: &set,
             };
-            if let Some(wait) = pass.sync().await {
-                queue.add_after(key, wait);
-            }
-        }
+            pass.sync().await
+        })
+        .await;
     });
 }
 

@@ -17,10 +17,10 @@ use plinth_apiserver::types::apps::scaled;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Change, Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
-    EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, normalized, template_hash,
-    uid, write_status,
+    EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, enqueue_owner, normalized,
+    template_hash, uid, write_status,
 };
 
 const MANAGER: &str = "deployment-controller";
@@ -45,20 +45,11 @@ pub fn spawn_deployment_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let deployments = {
-        let queue = queue.clone();
-        informers.start(("apps", "deployments"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
-    let sets = {
-        let (queue, deployments) = (queue.clone(), deployments.clone());
-        informers.start(("apps", "replicasets"), move |c| {
-            owner_changed(&queue, &deployments, &c);
-        })
-    };
+    let deployments = informers.start(("apps", "deployments"), enqueue(&queue));
+    let sets = informers.start(
+        ("apps", "replicasets"),
+        enqueue_owner(&queue, "Deployment", Some(deployments.clone())),
+    );
     // Pods matter to Recreate, which waits for the old ones to go.
     let pods = {
         let (queue, sets) = (queue.clone(), sets.clone());
@@ -78,58 +69,26 @@ pub fn spawn_deployment_controller(
             }
         })
     };
-    tokio::spawn(run(registry, deployments, sets, pods, queue, stopping));
-}
-
-/// Queues the Deployment controlling a changed ReplicaSet, or for an orphan each one that
-/// could adopt it.
-fn owner_changed(queue: &Queue, deployments: &Informer, change: &Change<'_>) {
-    for set in [change.new, change.old].into_iter().flatten() {
-        let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
-        match controller_of(set) {
-            Some(owner) if owner["kind"] == "Deployment" => {
-                if let Some(name) = owner["name"].as_str() {
-                    queue.add(format!("{namespace}/{name}"));
-                }
-            }
-            Some(_) => {}
-            None => {
-                let labels = plinth_core::meta::labels(set);
-                for d in deployments.in_namespace(namespace) {
-                    if crate::workload::selector(&d).is_some_and(|s| s.matches(&labels)) {
-                        queue.add(key_of(&d));
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn run(
-    registry: Registry,
-    deployments: Informer,
-    sets: Informer,
-    pods: Informer,
-    queue: Queue,
-    mut stopping: watch::Receiver<bool>,
-) {
-    deployments.synced().await;
-    sets.synced().await;
-    pods.synced().await;
-    while let Some(key) = queue.next(&mut stopping).await {
-        let Some(deployment) = deployments.get(&key) else {
-            continue;
-        };
-        let context = Context {
-            registry: &registry,
-            sets: &sets,
-            pods: &pods,
-            deployment: &deployment,
-        };
-        if let Some(wait) = context.sync().await {
-            queue.add_after(key, wait);
-        }
-    }
+    tokio::spawn(async move {
+        let caches = [&deployments, &sets, &pods];
+        let (registry, owned_sets, owned_pods) = (&registry, &sets, &pods);
+        run_workers(
+            queue,
+            stopping,
+            &caches,
+            &deployments,
+            move |deployment| async move {
+                let context = Context {
+                    registry,
+                    sets: owned_sets,
+                    pods: owned_pods,
+                    deployment: &deployment,
+                };
+                context.sync().await
+            },
+        )
+        .await;
+    });
 }
 
 struct Context<'a> {

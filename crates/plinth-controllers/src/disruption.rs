@@ -14,7 +14,7 @@ use plinth_apiserver::types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{controller_of, deleting, ready, write_status};
 
 const MANAGER: &str = "disruption-controller";
@@ -28,14 +28,7 @@ pub fn spawn_disruption_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let budgets = {
-        let queue = queue.clone();
-        informers.start(("policy", "poddisruptionbudgets"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
+    let budgets = informers.start(("policy", "poddisruptionbudgets"), enqueue(&queue));
     let pods = {
         let (queue, budgets) = (queue.clone(), budgets.clone());
         informers.start(("", "pods"), move |c| {
@@ -68,17 +61,15 @@ pub fn spawn_disruption_controller(
         )
     };
     tokio::spawn(async move {
-        let mut stopping = stopping;
-        budgets.synced().await;
-        pods.synced().await;
-        while let Some(key) = queue.next(&mut stopping).await {
-            let Some(budget) = budgets.get(&key) else {
-                continue;
-            };
-            if let Some(wait) = sync(&registry, &pods, &sets, &budget).await {
-                queue.add_after(key, wait);
-            }
-        }
+        let (registry, all_pods, all_sets) = (&registry, &pods, &sets);
+        run_workers(
+            queue,
+            stopping,
+            &[&budgets, &pods],
+            &budgets,
+            move |budget| async move { sync(registry, all_pods, all_sets, &budget).await },
+        )
+        .await;
     });
 }
 

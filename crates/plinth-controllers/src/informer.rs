@@ -387,6 +387,43 @@ impl Informer {
     }
 }
 
+/// A handler that queues the changed object's own key.
+pub(crate) fn enqueue(queue: &Queue) -> impl Fn(Change<'_>) + Send + Sync + 'static {
+    let queue = queue.clone();
+    move |c| {
+        if let Some(object) = c.new.or(c.old) {
+            queue.add(key_of(object));
+        }
+    }
+}
+
+/// The worker loop every controller runs (kube-controller-manager's `processNextWorkItem`):
+/// once `caches` have listed, each key taken from `queue` whose object `primary` holds is
+/// synced; `sync` answers when to look at it again, if it must. Ends when `stopping`
+/// becomes true.
+pub(crate) async fn run_workers<SyncFn, SyncFuture>(
+    queue: Queue,
+    mut stopping: watch::Receiver<bool>,
+    caches: &[&Informer],
+    primary: &Informer,
+    sync: SyncFn,
+) where
+    SyncFn: Fn(Arc<Value>) -> SyncFuture,
+    SyncFuture: std::future::Future<Output = Option<Duration>>,
+{
+    for cache in caches {
+        cache.synced().await;
+    }
+    while let Some(key) = queue.next(&mut stopping).await {
+        let Some(object) = primary.get(&key) else {
+            continue;
+        };
+        if let Some(wait) = sync(object).await {
+            queue.add_after(key, wait);
+        }
+    }
+}
+
 /// Keys to reconcile, each held once; delayed keys wait in time order.
 #[derive(Clone, Default)]
 pub(crate) struct Queue {

@@ -19,7 +19,7 @@ use plinth_apiserver::registry::{DeleteOptions, Part, Propagation, Registry, Wri
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, claim, controller_of, controller_ref, delete_pod, deleting,
     pod_from_template, ready, seen, uid, write_status,
@@ -39,14 +39,7 @@ pub fn spawn_job_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let jobs = {
-        let queue = queue.clone();
-        informers.start(("batch", "jobs"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
+    let jobs = informers.start(("batch", "jobs"), enqueue(&queue));
     let pods = {
         let queue = queue.clone();
         informers.start(("", "pods"), move |c| {

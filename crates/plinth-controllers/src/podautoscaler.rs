@@ -19,7 +19,7 @@ use plinth_core::selector::LabelSelector;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Queue, SharedInformers, key_of};
+use crate::informer::{Queue, SharedInformers, enqueue, key_of, run_workers};
 
 const MANAGER: &str = "horizontal-pod-autoscaler";
 const SYNC_PERIOD: Duration = Duration::from_secs(15);
@@ -34,34 +34,30 @@ pub fn spawn_hpa_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let autoscalers = {
-        let queue = queue.clone();
-        informers.start_version(
-            ("autoscaling", "v2", "horizontalpodautoscalers"),
-            move |c| {
-                if let Some(o) = c.new.or(c.old) {
-                    queue.add(key_of(o));
-                }
+    let autoscalers = informers.start_version(
+        ("autoscaling", "v2", "horizontalpodautoscalers"),
+        enqueue(&queue),
+    );
+    tokio::spawn(async move {
+        let history: Mutex<HashMap<String, Vec<(i64, i64)>>> = Mutex::new(HashMap::new());
+        let (registry, nodes, history) = (&registry, nodes.as_deref(), &history);
+        run_workers(
+            queue,
+            stopping,
+            &[&autoscalers],
+            &autoscalers,
+            move |hpa| async move {
+                let pass = Pass {
+                    registry,
+                    nodes,
+                    hpa: &hpa,
+                    history,
+                };
+                pass.sync().await;
+                Some(SYNC_PERIOD)
             },
         )
-    };
-    tokio::spawn(async move {
-        let mut stopping = stopping;
-        autoscalers.synced().await;
-        let history: Mutex<HashMap<String, Vec<(i64, i64)>>> = Mutex::new(HashMap::new());
-        while let Some(key) = queue.next(&mut stopping).await {
-            let Some(hpa) = autoscalers.get(&key) else {
-                continue;
-            };
-            let pass = Pass {
-                registry: &registry,
-                nodes: nodes.as_deref(),
-                hpa: &hpa,
-                history: &history,
-            };
-            pass.sync().await;
-            queue.add_after(key, SYNC_PERIOD);
-        }
+        .await;
     });
 }
 

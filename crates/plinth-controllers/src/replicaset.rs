@@ -11,10 +11,10 @@ use plinth_apiserver::registry::{DeleteOptions, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Change, Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, active, available, claim, controller_of, controller_ref,
-    deleting, next_available, pod_from_template, ready, ready_since, write_status,
+    deleting, enqueue_owner, next_available, pod_from_template, ready, ready_since, write_status,
 };
 
 const MANAGER: &str = "replicaset-controller";
@@ -29,63 +29,22 @@ pub fn spawn_replicaset_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let sets = {
-        let queue = queue.clone();
-        informers.start(("apps", "replicasets"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
-    let pods = {
-        let queue = queue.clone();
-        let sets = sets.clone();
-        informers.start(("", "pods"), move |c| {
-            pod_changed(&queue, &sets, &c);
-        })
-    };
-    tokio::spawn(run(registry, sets, pods, queue, stopping));
-}
-
-/// Queues the ReplicaSet that controls the pod, or, for an orphan, every one that could
-/// adopt it.
-fn pod_changed(queue: &Queue, sets: &Informer, change: &Change<'_>) {
-    for pod in [change.new, change.old].into_iter().flatten() {
-        let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
-        match controller_of(pod) {
-            Some(owner) if owner["kind"] == "ReplicaSet" => {
-                if let Some(name) = owner["name"].as_str() {
-                    queue.add(format!("{namespace}/{name}"));
-                }
-            }
-            Some(_) => {}
-            None => {
-                let labels = plinth_core::meta::labels(pod);
-                for set in sets.in_namespace(namespace) {
-                    if crate::workload::selector(&set).is_some_and(|s| s.matches(&labels)) {
-                        queue.add(key_of(&set));
-                    }
-                }
-            }
-        }
-    }
-}
-
-async fn run(
-    registry: Registry,
-    sets: Informer,
-    pods: Informer,
-    queue: Queue,
-    mut stopping: watch::Receiver<bool>,
-) {
-    sets.synced().await;
-    pods.synced().await;
-    while let Some(key) = queue.next(&mut stopping).await {
-        let Some(set) = sets.get(&key) else { continue };
-        if let Some(wait) = sync(&registry, &pods, &set).await {
-            queue.add_after(key, wait);
-        }
-    }
+    let sets = informers.start(("apps", "replicasets"), enqueue(&queue));
+    let pods = informers.start(
+        ("", "pods"),
+        enqueue_owner(&queue, "ReplicaSet", Some(sets.clone())),
+    );
+    tokio::spawn(async move {
+        let (registry, cached) = (&registry, &pods);
+        run_workers(
+            queue,
+            stopping,
+            &[&sets, &pods],
+            &sets,
+            move |set| async move { sync(registry, cached, &set).await },
+        )
+        .await;
+    });
 }
 
 /// One pass over a ReplicaSet; when to look again, if a pod's availability is due.

@@ -17,10 +17,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, SharedInformers, key_of};
+use crate::informer::{Informer, Queue, SharedInformers, enqueue, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
-    deleting, next_available, pod_from_template, ready, uid, write_status,
+    deleting, enqueue_owner, next_available, pod_from_template, ready, uid, write_status,
 };
 
 const MANAGER: &str = "statefulset-controller";
@@ -35,59 +35,28 @@ pub fn spawn_statefulset_controller(
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
-    let sets = {
-        let queue = queue.clone();
-        informers.start(("apps", "statefulsets"), move |c| {
-            if let Some(o) = c.new.or(c.old) {
-                queue.add(key_of(o));
-            }
-        })
-    };
-    let owned_by = |queue: Queue, sets: Informer| {
-        move |c: crate::informer::Change<'_>| {
-            for object in [c.new, c.old].into_iter().flatten() {
-                let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
-                match controller_of(object) {
-                    Some(owner) if owner["kind"] == "StatefulSet" => {
-                        if let Some(name) = owner["name"].as_str() {
-                            queue.add(format!("{namespace}/{name}"));
-                        }
-                    }
-                    Some(_) => {}
-                    None => {
-                        let labels = plinth_core::meta::labels(object);
-                        for set in sets.in_namespace(namespace) {
-                            if crate::workload::selector(&set).is_some_and(|s| s.matches(&labels)) {
-                                queue.add(key_of(&set));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    };
-    let pods = informers.start(("", "pods"), owned_by(queue.clone(), sets.clone()));
+    let sets = informers.start(("apps", "statefulsets"), enqueue(&queue));
+    let pods = informers.start(
+        ("", "pods"),
+        enqueue_owner(&queue, "StatefulSet", Some(sets.clone())),
+    );
     let revisions = informers.start(
         ("apps", "controllerrevisions"),
-        owned_by(queue.clone(), sets.clone()),
+        enqueue_owner(&queue, "StatefulSet", Some(sets.clone())),
     );
     tokio::spawn(async move {
-        let mut stopping = stopping;
-        sets.synced().await;
-        pods.synced().await;
-        revisions.synced().await;
-        while let Some(key) = queue.next(&mut stopping).await {
-            let Some(set) = sets.get(&key) else { continue };
+        let caches = [&sets, &pods, &revisions];
+        let (registry, owned_pods, owned_revisions) = (&registry, &pods, &revisions);
+        run_workers(queue, stopping, &caches, &sets, move |set| async move {
             let pass = Pass {
-                registry: &registry,
-                pods: &pods,
-                revisions: &revisions,
+                registry,
+                pods: owned_pods,
+                revisions: owned_revisions,
                 set: &set,
             };
-            if let Some(wait) = pass.sync().await {
-                queue.add_after(key, wait);
-            }
-        }
+            pass.sync().await
+        })
+        .await;
     });
 }
 

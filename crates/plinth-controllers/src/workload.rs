@@ -10,7 +10,7 @@ use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::selector::LabelSelector;
 use serde_json::{Map, Value, json};
 
-use crate::informer::{Informer, key_of};
+use crate::informer::{Change, Informer, Queue, key_of};
 
 /// How long a controller waits for its cache to show its own write.
 pub(crate) const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,6 +22,38 @@ pub(crate) fn controller_of(object: &Value) -> Option<&Value> {
         .and_then(Value::as_array)?
         .iter()
         .find(|o| o["controller"] == true)
+}
+
+/// A handler that queues the `kind` controlling the changed object (client-go's
+/// `EnqueueRequestForOwner`) and, with `adopters`, for an orphan every one of them whose
+/// selector matches its labels (any of them may adopt it).
+pub(crate) fn enqueue_owner(
+    queue: &Queue,
+    kind: &'static str,
+    adopters: Option<Informer>,
+) -> impl Fn(Change<'_>) + Send + Sync + 'static {
+    let queue = queue.clone();
+    move |c| {
+        for object in [c.new, c.old].into_iter().flatten() {
+            let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
+            match controller_of(object) {
+                Some(owner) if owner["kind"] == kind => {
+                    if let Some(name) = owner["name"].as_str() {
+                        queue.add(format!("{namespace}/{name}"));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    let labels = plinth_core::meta::labels(object);
+                    for adopter in adopters.iter().flat_map(|a| a.in_namespace(namespace)) {
+                        if selector(&adopter).is_some_and(|s| s.matches(&labels)) {
+                            queue.add(key_of(&adopter));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A controller reference to `owner` of `api_version`/`kind`.

@@ -601,7 +601,13 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
     );
     assert_eq!(stored["status"]["qosClass"], "Guaranteed");
     assert_eq!(stored["status"]["phase"], "Pending");
-    let before = stored["metadata"]["resourceVersion"].clone();
+    // The scheduler writes its verdict (no node) once; read the pod after it.
+    plinth.eventually("the scheduler's PodScheduled condition", || {
+        pod(&plinth, "one")["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "PodScheduled"))
+    });
+    let before = pod(&plinth, "one")["metadata"]["resourceVersion"].clone();
     let out = plinth.kubectl_stdin(
         &[
             "patch",
