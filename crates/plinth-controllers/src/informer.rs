@@ -19,6 +19,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 /// A change the handler hears of: the object now (`None` once deleted) and before.
+#[derive(Clone, Copy)]
 pub(crate) struct Change<'a> {
     /// The object as it is now; `None` when it was deleted.
     pub(crate) new: Option<&'a Value>,
@@ -198,10 +199,7 @@ impl Informer {
     /// Tells every handler of `change`.
     fn dispatch(&self, change: &Change<'_>) {
         for handler in self.handlers().iter() {
-            handler(Change {
-                new: change.new,
-                old: change.old,
-            });
+            handler(*change);
         }
     }
 

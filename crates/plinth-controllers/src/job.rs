@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, claim, controller_of, controller_ref, delete_pod, deleting,
-    pod_from_template, ready, seen, uid, write_status,
+    enqueue_owner, pod_from_template, ready, seen, uid, write_status,
 };
 
 const MANAGER: &str = "job-controller";
@@ -41,18 +41,16 @@ pub fn spawn_job_controller(
     let queue = Queue::default();
     let jobs = informers.start(("batch", "jobs"), enqueue(&queue));
     let pods = {
+        let owner = enqueue_owner(&queue, "Job", None);
         let queue = queue.clone();
         informers.start(("", "pods"), move |c| {
+            owner(c);
+            // A tracked pod whose Job is gone is freed by name.
             for pod in [c.new, c.old].into_iter().flatten() {
-                if let Some(owner) = controller_of(pod).filter(|o| o["kind"] == "Job")
-                    && let Some(name) = owner["name"].as_str()
-                {
-                    let namespace = plinth_core::meta::namespace(pod).unwrap_or("default");
-                    queue.add(format!("{namespace}/{name}"));
-                    // A tracked pod whose Job is gone is freed by name.
-                    if has_finalizer(pod) {
-                        queue.add(format!("pod:{}", key_of(pod)));
-                    }
+                let of_a_job =
+                    controller_of(pod).is_some_and(|o| o["kind"] == "Job" && o["name"].is_string());
+                if of_a_job && has_finalizer(pod) {
+                    queue.add(format!("pod:{}", key_of(pod)));
                 }
             }
         })

@@ -85,7 +85,10 @@ impl Admission {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
 
+#[async_trait::async_trait]
+impl crate::registry::admit::Admit for Admission {
     /// The mutating webhooks that match, in order, each allowed to change `object`; one that
     /// asked for `reinvocationPolicy: IfNeeded` is called once more when a later one changed
     /// the object after it. Returns the webhooks' warnings.
@@ -93,7 +96,7 @@ impl Admission {
     /// # Errors
     /// A denial (the webhook's status, kube's "admission webhook … denied the request"), a
     /// failed call under `failurePolicy: Fail` (500), a patch that does not apply.
-    pub async fn mutate(
+    async fn mutate(
         &self,
         objects: &dyn Objects,
         request: &Request<'_>,
@@ -148,7 +151,7 @@ impl Admission {
     ///
     /// # Errors
     /// The first denial or failed call (under `failurePolicy: Fail`), in configuration order.
-    pub async fn validate(
+    async fn validate(
         &self,
         objects: &dyn Objects,
         request: &Request<'_>,
@@ -181,29 +184,6 @@ impl Admission {
         }
         quota::admit(objects, &self.quota_ledger, request).await?;
         Ok(warnings)
-    }
-}
-
-#[async_trait::async_trait]
-impl crate::registry::admit::Admit for Admission {
-    async fn mutate(
-        &self,
-        objects: &dyn Objects,
-        request: &Request<'_>,
-        object: &mut Value,
-        old: Option<&Value>,
-    ) -> Result<Vec<String>, ApiError> {
-        Admission::mutate(self, objects, request, object, old).await
-    }
-
-    async fn validate(
-        &self,
-        objects: &dyn Objects,
-        request: &Request<'_>,
-        object: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<Vec<String>, ApiError> {
-        Admission::validate(self, objects, request, object, old).await
     }
 
     fn admits_deletes(&self) -> bool {
@@ -245,15 +225,28 @@ async fn namespace_labels(
     if def.group_version.group.is_empty() && def.plural == "namespaces" {
         return Some(object.map(labels_of).unwrap_or_default());
     }
-    let namespace = request.namespace.filter(|_| def.namespaced)?;
+    request.namespace.filter(|_| def.namespaced)?;
     objects.resource("", "v1", "namespaces")?;
-    let read;
-    let found = match request.namespace_object {
-        Some(known) => Some(known),
-        None => {
-            read = objects.namespace(namespace).await;
-            read.as_ref()
-        }
-    };
-    Some(found.map(labels_of).unwrap_or_default())
+    Some(
+        namespace_of(objects, request)
+            .await
+            .map(|n| labels_of(&n))
+            .unwrap_or_default(),
+    )
+}
+
+/// The Namespace of a namespaced write: as the registry read it already, else from `objects`
+/// (`None` for a cluster-wide write, or a namespace that does not exist).
+async fn namespace_of<'a>(
+    objects: &dyn Objects,
+    request: &Request<'a>,
+) -> Option<std::borrow::Cow<'a, Value>> {
+    let namespace = request.namespace.filter(|_| request.def.namespaced)?;
+    match request.namespace_object {
+        Some(known) => Some(std::borrow::Cow::Borrowed(known)),
+        None => objects
+            .namespace(namespace)
+            .await
+            .map(std::borrow::Cow::Owned),
+    }
 }

@@ -343,13 +343,9 @@ async fn evaluate(
 ) -> Vec<Failure> {
     let null = Value::Null;
     let review = super::call::review_request(request, version, "", None, None);
-    let namespace_object = match request.namespace.filter(|_| request.def.namespaced) {
-        Some(_) if request.namespace_object.is_some() => {
-            request.namespace_object.cloned().unwrap_or(Value::Null)
-        }
-        Some(ns) => objects.namespace(ns).await.unwrap_or(Value::Null),
-        None => Value::Null,
-    };
+    let namespace_object = super::namespace_of(objects, request)
+        .await
+        .map_or(Value::Null, std::borrow::Cow::into_owned);
     let mut variables = Map::new();
     let evaluate_with = |expression: &Expression, variables: &Map<String, Value>| {
         let variables = Value::Object(variables.clone());

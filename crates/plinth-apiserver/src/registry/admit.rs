@@ -101,34 +101,3 @@ pub trait Admit: Send + Sync + std::fmt::Debug {
     /// Whether deletes need admitting at all (any webhook or policy in force).
     fn admits_deletes(&self) -> bool;
 }
-
-/// No admission: every write is let through unchanged (a registry built without a chain).
-#[derive(Debug, Default)]
-pub struct AdmitAll;
-
-#[async_trait::async_trait]
-impl Admit for AdmitAll {
-    async fn mutate(
-        &self,
-        _objects: &dyn Objects,
-        _request: &Request<'_>,
-        _object: &mut Value,
-        _old: Option<&Value>,
-    ) -> Result<Vec<String>, ApiError> {
-        Ok(Vec::new())
-    }
-
-    async fn validate(
-        &self,
-        _objects: &dyn Objects,
-        _request: &Request<'_>,
-        _object: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<Vec<String>, ApiError> {
-        Ok(Vec::new())
-    }
-
-    fn admits_deletes(&self) -> bool {
-        false
-    }
-}
