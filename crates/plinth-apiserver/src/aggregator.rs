@@ -19,9 +19,9 @@ use plinth_core::ApiError;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::auth::User;
-use crate::registry::{Part, Registry, WriteOptions};
-use crate::types::apiregistration::apiservice::URL_ANNOTATION;
+use plinth_auth::User;
+use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_types::apiregistration::apiservice::URL_ANNOTATION;
 
 /// How often extension servers' discovery is checked.
 const CHECK_EVERY: Duration = Duration::from_secs(3);
@@ -104,7 +104,7 @@ fn remote_of(service: &Value, identity: &(String, String)) -> Option<Remote> {
             text(&spec["service"], "name")
         )),
     };
-    let tls = match crate::callout::client_tls(
+    let tls = match plinth_registry::callout::client_tls(
         &text(spec, "caBundle"),
         spec.get("insecureSkipTLSVerify") == Some(&json!(true)),
         identity,
@@ -137,7 +137,7 @@ async fn send(
     let uri: Uri = format!("{base}{path_and_query}")
         .parse()
         .map_err(|e| format!("invalid URL: {e}"))?;
-    let mut sender = crate::callout::dial(&remote.tls, &uri).await?;
+    let mut sender = plinth_registry::callout::dial(&remote.tls, &uri).await?;
     sender.ready().await.map_err(|e| e.to_string())?;
     let mut request = HttpRequest::builder()
         .method(method)
@@ -214,7 +214,7 @@ pub(crate) async fn proxy(
 fn condition(available: bool, reason: &str, message: &str) -> Value {
     json!({"type": "Available", "status": if available { "True" } else { "False" },
         "reason": reason, "message": message,
-        "lastTransitionTime": plinth_core::meta::format_time(crate::registry::now())})
+        "lastTransitionTime": plinth_core::meta::format_time(plinth_registry::now())})
 }
 
 async fn write_condition(registry: &Registry, name: &str, wanted: Value) {
@@ -392,7 +392,7 @@ pub(crate) async fn bootstrap(registry: &Registry, ca_pem: &str) -> Result<(), A
             if !seen.insert((group.clone(), version.clone())) {
                 continue;
             }
-            let object = crate::types::apiregistration::apiservice::local(&group, &version);
+            let object = plinth_types::apiregistration::apiservice::local(&group, &version);
             match registry.create(&def, None, object, &options).await {
                 Ok(_) => {}
                 Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-use crate::auth::{Attributes, User};
+use plinth_auth::{Attributes, User};
 
 /// How much of a request is logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

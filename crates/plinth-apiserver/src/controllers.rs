@@ -11,8 +11,8 @@ use plinth_core::StatusReason;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
-use crate::resources::ResourceDef;
+use plinth_registry::resources::ResourceDef;
+use plinth_registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 
 /// Starts the loops; they end when `stopping` becomes true.
 pub(crate) fn spawn(registry: Registry, stopping: watch::Receiver<bool>, served: ServedCrds) {
@@ -43,7 +43,7 @@ pub(crate) async fn register_existing_crds(registry: &Registry, served: &ServedC
 }
 
 fn register(registry: &Registry, served: &ServedCrds, name: &str, crd: &Value) {
-    let defs = crate::types::apiextensions::served_defs(crd);
+    let defs = plinth_types::apiextensions::served_defs(crd);
     let keys: Vec<(String, String, String)> = defs
         .iter()
         .map(|d| {
@@ -132,9 +132,9 @@ async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: Serve
 }
 
 async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, crd: &Value) {
-    let status = crate::types::apiextensions::desired_status(
+    let status = plinth_types::apiextensions::desired_status(
         crd,
-        &plinth_core::meta::format_time(crate::registry::now()),
+        &plinth_core::meta::format_time(plinth_registry::now()),
     );
     if crd.get("status") == Some(&status) {
         return;
@@ -160,7 +160,7 @@ async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, c
 
 /// Deletes every custom resource of a deleted CRD, then releases its cleanup finalizer.
 async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
-    if let Some(def) = crate::types::apiextensions::served_defs(crd)
+    if let Some(def) = plinth_types::apiextensions::served_defs(crd)
         .into_iter()
         .next()
     {
@@ -204,7 +204,7 @@ async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
     };
     let kept: Vec<String> = plinth_core::meta::finalizers(&current)
         .into_iter()
-        .filter(|f| f != crate::types::apiextensions::CLEANUP_FINALIZER)
+        .filter(|f| f != plinth_types::apiextensions::CLEANUP_FINALIZER)
         .collect();
     let patch = Patch::merge(json!({"metadata": {"finalizers": kept}}));
     if let Err(e) = registry

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::resources::{ResourceDef, Resources};
+use plinth_registry::resources::{ResourceDef, Resources};
 
 /// The Kubernetes version Plinth speaks.
 pub const KUBE_MAJOR: &str = "1";

@@ -1,5 +1,5 @@
 //! kube-apiserver's bootstrap controller: the `default/kubernetes` Service (ClusterIP
-//! [`kubernetes_ip`](crate::types::core::service::kubernetes_ip), port 443) and its Endpoints
+//! [`kubernetes_ip`](plinth_types::core::service::kubernetes_ip), port 443) and its Endpoints
 //! and EndpointSlices pointing at every live API server of the cluster, written before the
 //! server takes requests and put back every ten seconds if changed or deleted.
 //!
@@ -16,8 +16,8 @@
 
 use serde_json::{Value, json};
 
-use crate::registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
-use crate::service_range::kubernetes_ip;
+use plinth_registry::service_range::kubernetes_ip;
+use plinth_registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
 
 const MANAGER: &str = "kube-apiserver";
 const NAME: &str = "kubernetes";
@@ -29,14 +29,7 @@ const LIVE_FOR: i64 = 30;
 /// The identity Lease's duration, as kube-apiserver's.
 const LEASE_SECONDS: i64 = 3600;
 
-/// The host's name (`/etc/hostname`), or `plinth`.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "plinth".to_owned())
-}
+use plinth_core::host_name;
 
 /// This server as the Leases know it.
 struct Me {
@@ -73,7 +66,7 @@ async fn renew(registry: &Registry, me: &Me) {
         return;
     };
     let options = WriteOptions::internal(MANAGER);
-    let now = crate::registry::now_micro_time();
+    let now = plinth_registry::now_micro_time();
     match registry.get(&def, Some(LEASE_NAMESPACE), &me.lease).await {
         Err(e) if e.reason == plinth_core::StatusReason::NotFound => {
             let lease = json!({
@@ -138,7 +131,7 @@ async fn live_ports(registry: &Registry, me: Option<&Me>) -> Vec<u16> {
             return ports;
         }
     };
-    let now = crate::registry::now();
+    let now = plinth_registry::now();
     for lease in listed["items"].as_array().into_iter().flatten() {
         if lease.pointer("/metadata/labels/apiserver.kubernetes.io~1identity")
             != Some(&json!("kube-apiserver"))

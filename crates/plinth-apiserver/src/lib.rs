@@ -1,43 +1,32 @@
-//! Plinth's Kubernetes-compatible API server: HTTP over rustls, authentication and RBAC
-//! ([`auth`]), discovery, and one generic registry that serves every resource over an
+//! Plinth's Kubernetes-compatible API server, the composition root: HTTP over rustls,
+//! discovery, OpenAPI, the aggregator, audit, encryption at rest and the node proxy, wiring
+//! [`plinth_registry`], [`plinth_auth`], [`plinth_types`] and [`plinth_admission`] over an
 //! `Arc<dyn` [`plinth_store::Store`]`>` — which backend is the caller's choice; this crate
 //! depends on none.
 //!
-//! Requests flow `http` (routing, negotiation, query and body decoding, errors → `Status`) →
-//! `registry` (the order of steps, optimistic concurrency) calling the resource's
-//! [`strategy`] (one module per type under [`types`]) and [`admission`] (webhooks) → the store. Storage errors become API
-//! errors in `registry::store_error`; API errors become responses in `http` — each in one
-//! place.
+//! Requests flow `http` (routing, negotiation, query and body decoding, authentication and
+//! authorization, errors → `Status`) → [`plinth_registry::Registry`] (the order of steps,
+//! optimistic concurrency) calling the resource's strategy (one module per type in
+//! [`plinth_types`]) and admission ([`plinth_admission`], through the registry's `Admit`
+//! trait) → the store. Storage errors become API errors in `plinth_registry::store_error`;
+//! API errors become responses in `http` — each in one place.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-pub mod admission;
 pub mod aggregator;
 pub mod audit;
-pub mod auth;
-mod callout;
 mod controllers;
-pub mod conversion;
 pub mod discovery;
 pub mod encryption;
 mod http;
 mod kubernetes_service;
-pub use kubernetes_service::host_name;
 pub mod metrics;
 pub mod nodes;
 pub mod openapi;
 pub mod openapi_v2_proto;
-pub mod pki;
-pub mod registry;
-pub mod resources;
-pub mod schema;
 mod server;
-mod service_range;
-pub mod strategy;
-pub mod table;
-pub mod types;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,7 +69,7 @@ pub enum ServeError {
     Encryption(#[from] encryption::ConfigError),
     /// The token file cannot be used.
     #[error(transparent)]
-    TokenFile(#[from] auth::TokenFileError),
+    TokenFile(#[from] plinth_auth::TokenFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -90,4 +79,13 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<plinth_auth::CredentialsError> for ServeError {
+    fn from(e: plinth_auth::CredentialsError) -> Self {
+        Self::Credentials {
+            step: e.step,
+            reason: e.reason,
+        }
+    }
 }

@@ -12,7 +12,7 @@ use axum::response::Response;
 use plinth_core::ApiError;
 use serde_json::Value;
 
-use crate::resources::{NodeDialer, Objects};
+use plinth_registry::resources::{NodeDialer, Objects};
 
 /// The common name of the API server's client certificate toward node agents.
 pub const NODE_CLIENT: &str = "kube-apiserver-kubelet-client";
@@ -34,7 +34,7 @@ impl NodeProxy {
     /// # Errors
     /// An identity rustls cannot use.
     pub fn new(identity: &(String, String)) -> Result<Self, String> {
-        let tls = crate::callout::client_tls("", true, identity)?;
+        let tls = plinth_registry::callout::client_tls("", true, identity)?;
         Ok(Self {
             tls: Some(Arc::new(tls)),
         })
@@ -79,9 +79,9 @@ impl NodeProxy {
             .map_err(|e| ApiError::bad_request(format!("invalid node path: {e}")))?;
         let unreachable = |why: String| ApiError::internal(format!("Get \"{base}{path}\": {why}"));
         let dialled = if upgradable {
-            crate::callout::dial_upgradable(tls, &uri).await
+            plinth_registry::callout::dial_upgradable(tls, &uri).await
         } else {
-            crate::callout::dial(tls, &uri).await
+            plinth_registry::callout::dial(tls, &uri).await
         };
         let mut sender = dialled.map_err(unreachable)?;
         sender

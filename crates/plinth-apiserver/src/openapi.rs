@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::resources::{ResourceDef, Resources};
-use crate::schema::Schema;
+use plinth_registry::resources::{ResourceDef, Resources};
+use plinth_registry::schema::Schema;
 
 /// The path of a group-version's document, relative to the server: `api/v1`, `apis/g/v`.
 fn gv_path(group: &str, version: &str) -> String {
@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn every_group_version_has_a_document_with_patch_and_field_validation() {
-        let resources = Resources::with(crate::types::builtin());
+        let resources = Resources::with(plinth_types::builtin());
         let cache = Cache::default();
         let docs = cache.documents(&resources);
         assert!(

@@ -15,9 +15,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::http::{AppState, router};
-use crate::registry::{Part, Registry, WriteOptions};
-use crate::resources::Resources;
-use crate::{ServeError, controllers, pki};
+use crate::{ServeError, controllers};
+use plinth_auth::pki;
+use plinth_registry::resources::Resources;
+use plinth_registry::{Part, Registry, WriteOptions};
 
 /// How to run the server.
 #[derive(Clone, Debug)]
@@ -76,9 +77,9 @@ pub struct RunningServer {
     /// The registry, for in-process controllers (the garbage collector).
     pub registry: Registry,
     /// The way to node agents, for in-process controllers (the autoscaler's metrics).
-    pub nodes: Arc<crate::nodes::NodeProxy>,
+    pub nodes: Arc<dyn plinth_registry::resources::NodeDialer>,
     /// The creates quota admission has just counted, for the quota controller.
-    pub quota_ledger: Arc<crate::admission::quota::Ledger>,
+    pub quota_ledger: Arc<plinth_admission::quota::Ledger>,
     /// Where in-process controllers show their metrics on `/metrics`.
     pub metric_sources: Arc<crate::metrics::MetricSources>,
     stop: watch::Sender<bool>,
@@ -143,7 +144,7 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
             .create(
                 &classes,
                 None,
-                crate::types::storage::storageclass::standard(),
+                plinth_types::storage::storageclass::standard(),
                 &options,
             )
             .await
@@ -155,7 +156,7 @@ async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
     }
     // The flow-control objects describing the server's fair queuing; a status given is
     // written through `/status` once the object is created.
-    for (plural, object) in crate::types::flowcontrol::defaults() {
+    for (plural, object) in plinth_types::flowcontrol::defaults() {
         let Some(def) = registry
             .resources
             .get("flowcontrol.apiserver.k8s.io", "v1", plural)
@@ -194,14 +195,14 @@ pub async fn start(
     store: Arc<dyn Store>,
 ) -> Result<RunningServer, ServeError> {
     create_private_dir(&config.data_dir)?;
-    let admission = Arc::new(crate::admission::Admission::default());
+    let admission = Arc::new(plinth_admission::Admission::default());
     let registry = Registry {
         caches: Arc::new(plinth_watchcache::Caches::new(
             store.clone(),
             config.bookmark_interval,
         )),
         store,
-        resources: Arc::new(Resources::with(crate::types::builtin())),
+        resources: Arc::new(Resources::with(plinth_types::builtin())),
         admission: admission.clone(),
     };
     bootstrap(&registry).await?;
@@ -223,17 +224,17 @@ pub async fn start(
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
 
-    let service_accounts = Arc::new(crate::auth::serviceaccount::Tokens::load_or_create(
+    let service_accounts = Arc::new(plinth_auth::serviceaccount::Tokens::load_or_create(
         &config.data_dir,
         &url,
     )?);
-    let authenticator = crate::auth::Authenticator::new(
+    let authenticator = plinth_auth::Authenticator::new(
         &credentials.token,
         config.token_auth_file.as_deref(),
         service_accounts,
     )?
     .with_anonymous(config.anonymous_auth);
-    let rbac = Arc::new(crate::auth::rbac::Rbac::default());
+    let rbac = Arc::new(plinth_auth::rbac::Rbac::default());
     let audit = match &config.audit {
         Some(a) => Some(crate::audit::Audit::open(
             &a.policy,
@@ -243,9 +244,11 @@ pub async fn start(
         )?),
         None => None,
     };
-    crate::auth::controller::start(&registry, &rbac).await?;
+    plinth_auth::controller::start(&registry, &rbac)
+        .await
+        .map_err(|e| ServeError::Bootstrap(e.message))?;
     let (stop, stopping) = watch::channel(false);
-    crate::admission::controller::start(&registry, &admission, &stopping)
+    plinth_admission::controller::start(&registry, &admission, &stopping)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
     crate::aggregator::bootstrap(&registry, &credentials.ca_pem)
@@ -301,7 +304,7 @@ pub async fn start(
         stopping.clone(),
     ));
     let registry_handle = registry.clone();
-    crate::auth::controller::spawn(registry.clone(), rbac, stopping.clone());
+    plinth_auth::controller::spawn(registry.clone(), rbac, stopping.clone());
     let bootstrap = crate::kubernetes_service::start(
         registry.clone(),
         &config.data_dir,
@@ -408,7 +411,7 @@ async fn serve(
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .map(|cert| crate::auth::PeerCertificate(Arc::new(cert.to_vec())));
+                .map(|cert| plinth_auth::PeerCertificate(Arc::new(cert.to_vec())));
             let app = tower::ServiceExt::map_request(
                 app,
                 move |mut request: axum::http::Request<hyper::body::Incoming>| {

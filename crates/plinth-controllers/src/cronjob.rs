@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use plinth_apiserver::registry::{DeleteOptions, Propagation, Registry, WriteOptions};
 use plinth_core::cron::Schedule;
+use plinth_registry::{DeleteOptions, Propagation, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

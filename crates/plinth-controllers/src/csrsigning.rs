@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use base64::Engine;
 use futures::StreamExt;
-use plinth_apiserver::pki::ClusterSigner;
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
-use plinth_apiserver::types::certificates::csr::CLIENT_SIGNER;
+use plinth_auth::pki::ClusterSigner;
+use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_types::certificates::csr::CLIENT_SIGNER;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -88,9 +88,7 @@ async fn run(registry: Registry, signer: Arc<ClusterSigner>, stopping: watch::Re
                                 current["status"]["certificate"] = json!(certificate)
                             }
                             Err(why) => {
-                                let now = plinth_core::meta::format_time(
-                                    plinth_apiserver::registry::now(),
-                                );
+                                let now = plinth_core::meta::format_time(plinth_registry::now());
                                 let failed = json!({"type": "Failed", "status": "True",
                                     "reason": "SignerValidationFailure", "message": why,
                                     "lastUpdateTime": now, "lastTransitionTime": now});

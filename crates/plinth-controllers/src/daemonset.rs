@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Registry, WriteOptions};
-use plinth_apiserver::types::apps::scaled;
+use plinth_registry::{Registry, WriteOptions};
+use plinth_types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -343,7 +343,7 @@ impl Pass<'_> {
             .pointer("/spec/minReadySeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        let now = plinth_apiserver::registry::now();
+        let now = plinth_registry::now();
         let on = |node: &String| -> Vec<&Arc<Value>> {
             pods.iter()
                 .filter(|p| node_of(p) == Some(node.as_str()))

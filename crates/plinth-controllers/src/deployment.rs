@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
-use plinth_apiserver::types::apps::scaled;
+use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_types::apps::scaled;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -688,7 +688,7 @@ impl Context<'_> {
     /// Sets the `Progressing` condition (true) with `reason` and `message` right away.
     async fn set_progressing(&self, reason: &str, message: &str) {
         let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
-        let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+        let now = plinth_core::meta::format_time(plinth_registry::now());
         set_condition(
             &mut status,
             "Progressing",
@@ -756,7 +756,7 @@ impl Context<'_> {
                 map.remove(field);
             }
         }
-        let now_secs = plinth_apiserver::registry::now();
+        let now_secs = plinth_registry::now();
         let now = plinth_core::meta::format_time(now_secs);
         if available >= desired - max_unavailable {
             set_condition(

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::Registry;
-use plinth_apiserver::types::apps::scaled;
+use plinth_registry::Registry;
+use plinth_types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -160,7 +160,7 @@ async fn sync(
         }
         _ => (i64::try_from(matched.len()).unwrap_or(0), 0),
     };
-    let now = plinth_apiserver::registry::now();
+    let now = plinth_registry::now();
     // Evicted pods count as gone until they are, for at most the deletion timeout.
     let mut disrupted = serde_json::Map::new();
     let mut next_expiry: Option<i64> = None;

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::StatusReason;
+use plinth_registry::{Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

@@ -1,7 +1,7 @@
 //! Events the built-in controllers record (core/v1, as `kubectl describe` and `kubectl
 //! events` show them).
 
-use plinth_apiserver::registry::{Registry, WriteOptions};
+use plinth_registry::{Registry, WriteOptions};
 use serde_json::{Value, json};
 
 /// Records an event of `kind` (`Normal`/`Warning`) about `object`, from `component`.
@@ -18,7 +18,7 @@ pub async fn record(
     };
     let name = plinth_core::meta::name(object).unwrap_or("");
     let namespace = plinth_core::meta::namespace(object).unwrap_or("default");
-    let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+    let now = plinth_core::meta::format_time(plinth_registry::now());
     let event = json!({
         "apiVersion": "v1",
         "kind": "Event",

@@ -27,12 +27,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{
+use plinth_core::{ApiError, GroupVersion, StatusReason};
+use plinth_registry::resources::ResourceDef;
+use plinth_registry::{
     DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, Part, Propagation, Registry,
     WatchOptions, WriteOptions,
 };
-use plinth_apiserver::resources::ResourceDef;
-use plinth_core::{ApiError, GroupVersion, StatusReason};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -695,7 +695,7 @@ impl Collector {
             return;
         };
         let namespace = dependent.namespace.as_deref().unwrap_or("");
-        let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+        let now = plinth_core::meta::format_time(plinth_registry::now());
         let event = json!({
             "apiVersion": "v1",
             "kind": "Event",

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 
 use crate::informer::{Informer, key_of};

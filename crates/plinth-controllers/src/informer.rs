@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{ListOptions, Registry, WatchOptions};
+use plinth_registry::{ListOptions, Registry, WatchOptions};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, Part, Propagation, Registry, WriteOptions};
+use plinth_registry::{DeleteOptions, Part, Propagation, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -245,7 +245,7 @@ impl Pass<'_> {
             MANAGER,
         )
         .await;
-        let now = plinth_apiserver::registry::now();
+        let now = plinth_registry::now();
         let mut status = self.job.get("status").cloned().unwrap_or_else(|| json!({}));
         // Counting: finished pods not yet counted go into uncountedTerminatedPods, then lose
         // their finalizer, then move into the counts.

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::StatusReason;
+use plinth_registry::{Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -27,11 +27,11 @@ pub fn identity() -> String {
 }
 
 fn host() -> String {
-    plinth_apiserver::host_name()
+    plinth_core::host_name()
 }
 
 fn now_micro() -> String {
-    plinth_apiserver::registry::now_micro_time()
+    plinth_registry::now_micro_time()
 }
 
 /// The identity of the server keeping its data in `dir`: the host and the directory, the

@@ -44,7 +44,7 @@ pub struct ClusterCa {
     /// Its certificate (PEM), published in every namespace.
     pub pem: String,
     /// Its key, signing approved client certificate requests.
-    pub signer: std::sync::Arc<plinth_apiserver::pki::ClusterSigner>,
+    pub signer: std::sync::Arc<plinth_auth::pki::ClusterSigner>,
 }
 
 /// How the controllers that have settings run (kube-controller-manager's flags).
@@ -57,16 +57,16 @@ pub struct Settings {
     /// Where provisioned volumes live.
     pub volumes_dir: std::path::PathBuf,
     /// The way to the node agents (for the autoscaler's resource metrics).
-    pub node_proxy: Option<std::sync::Arc<plinth_apiserver::nodes::NodeProxy>>,
+    pub node_proxy: Option<std::sync::Arc<dyn plinth_registry::resources::NodeDialer>>,
     /// This server's identity in the controllers' Lease; one that stays across restarts (of
     /// one data directory) takes its own lease back at once. `None`: a new one.
     pub identity: Option<String>,
     /// The creates this server's quota admission has just counted (`RunningServer`'s), so that
     /// the quota controller does not lower a count whose object is not stored yet.
-    pub quota_ledger: std::sync::Arc<plinth_apiserver::admission::quota::Ledger>,
+    pub quota_ledger: std::sync::Arc<plinth_admission::quota::Ledger>,
     /// Where the controllers show their metrics (`RunningServer`'s, so that `/metrics` has
     /// them): `plinth_informers{resource}`, `plinth_informer_handlers{resource}`.
-    pub metrics: std::sync::Arc<plinth_apiserver::metrics::MetricSources>,
+    pub metrics: std::sync::Arc<plinth_registry::metrics::MetricSources>,
 }
 
 impl Default for Settings {
@@ -86,7 +86,7 @@ impl Default for Settings {
 /// Starts every built-in controller on `registry` while this server holds the
 /// controllers' Lease (see [`leader`]); they stop when it is lost or `stopping` becomes true.
 pub fn spawn_all(
-    registry: plinth_apiserver::registry::Registry,
+    registry: plinth_registry::Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,
     settings: &Settings,
@@ -104,7 +104,7 @@ const METRICS_SOURCE: &str = "controllers";
 
 /// The controllers themselves, until `stopping` becomes true.
 fn spawn_controllers(
-    registry: plinth_apiserver::registry::Registry,
+    registry: plinth_registry::Registry,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,
     settings: &Settings,

@@ -3,10 +3,10 @@
 /// The items of a list of `plural` in `group`'s v1 (none when it is not served or the list
 /// fails: the caller tries again at its next pass).
 pub(crate) async fn items(
-    registry: &plinth_apiserver::registry::Registry,
+    registry: &plinth_registry::Registry,
     (group, plural): (&str, &str),
     namespace: Option<&str>,
-    options: &plinth_apiserver::registry::ListOptions,
+    options: &plinth_registry::ListOptions,
 ) -> Vec<serde_json::Value> {
     let Some(def) = registry.resources.get(group, "v1", plural) else {
         return Vec::new();

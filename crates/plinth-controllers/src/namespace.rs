@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 use plinth_core::StatusReason;
+use plinth_registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -280,11 +280,11 @@ async fn finalize(registry: &Registry, namespace: &str) {
 /// lastTransitionTime while its status stays the same).
 async fn report(
     registry: &Registry,
-    def: &plinth_apiserver::resources::ResourceDef,
+    def: &plinth_registry::resources::ResourceDef,
     namespace: &str,
     progress: &Progress,
 ) {
-    let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+    let now = plinth_core::meta::format_time(plinth_registry::now());
     let conditions = |ns: &mut Value| {
         let old: Vec<Value> = ns
             .pointer("/status/conditions")

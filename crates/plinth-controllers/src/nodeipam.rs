@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_registry::{ListOptions, Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

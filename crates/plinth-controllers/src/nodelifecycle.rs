@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -126,7 +126,7 @@ fn ready_status(node: &Value) -> Option<String> {
 async fn check(registry: &Registry, node: &Value, settings: &NodeLifecycle) -> Option<Value> {
     let def = registry.resources.get("", "v1", "nodes")?;
     let name = plinth_core::meta::name(node)?.to_owned();
-    let now = plinth_apiserver::registry::now();
+    let now = plinth_registry::now();
     let grace = i64::try_from(settings.grace.as_secs()).unwrap_or(40);
     let heard = last_heard(registry, node).await;
     let silent = heard.is_some_and(|t| now - t > grace)
@@ -274,7 +274,7 @@ async fn evict(registry: &Registry, node: &Value, pods: &[std::sync::Arc<Value>]
     let Some(def) = registry.resources.get("", "v1", "pods") else {
         return;
     };
-    let now = plinth_apiserver::registry::now();
+    let now = plinth_registry::now();
     for pod in pods {
         let on_node = pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name);
         let deleting = pod

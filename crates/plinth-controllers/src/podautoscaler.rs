@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use plinth_apiserver::registry::{ListOptions, Part, Patch, Registry, ScaleWrite, WriteOptions};
-use plinth_apiserver::resources::Reading;
 use plinth_core::selector::LabelSelector;
+use plinth_registry::resources::Reading;
+use plinth_registry::{ListOptions, Part, Patch, Registry, ScaleWrite, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -30,7 +30,7 @@ const TOLERANCE: f64 = 0.1;
 pub fn spawn_hpa_controller(
     registry: Registry,
     informers: &SharedInformers,
-    nodes: Option<Arc<plinth_apiserver::nodes::NodeProxy>>,
+    nodes: Option<Arc<dyn plinth_registry::resources::NodeDialer>>,
     stopping: watch::Receiver<bool>,
 ) {
     let queue = Queue::default();
@@ -63,7 +63,7 @@ pub fn spawn_hpa_controller(
 
 struct Pass<'a> {
     registry: &'a Registry,
-    nodes: Option<&'a plinth_apiserver::nodes::NodeProxy>,
+    nodes: Option<&'a dyn plinth_registry::resources::NodeDialer>,
     hpa: &'a Value,
     /// Recent recommendations (time, replicas) per autoscaler, for stabilization.
     history: &'a Mutex<HashMap<String, Vec<(i64, i64)>>>,
@@ -98,7 +98,7 @@ impl Pass<'_> {
 
     async fn sync(&self) {
         let mut conditions = Vec::new();
-        let now = plinth_apiserver::registry::now();
+        let now = plinth_registry::now();
         let now_text = plinth_core::meta::format_time(now);
         let mut status = self.hpa.get("status").cloned().unwrap_or_else(|| json!({}));
         status["observedGeneration"] = self

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::admission::quota::{Ledger, resource_of};
-use plinth_apiserver::registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_admission::quota::{Ledger, resource_of};
+use plinth_registry::{ListOptions, Part, Registry, WriteOptions};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -97,8 +97,8 @@ async fn recount(registry: &Registry, ledger: &Ledger, quota: &Value) {
                         let shown = current
                             .pointer("/status/used")
                             .and_then(|u| u.get(resource))
-                            .and_then(plinth_apiserver::types::core::resourcequota::count_of);
-                        let counted = plinth_apiserver::types::core::resourcequota::count_of(value);
+                            .and_then(plinth_types::core::resourcequota::count_of);
+                        let counted = plinth_types::core::resourcequota::count_of(value);
                         if let (Some(shown), Some(counted)) = (shown, counted)
                             && shown > counted
                         {

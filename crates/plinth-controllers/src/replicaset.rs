@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{DeleteOptions, Registry, WriteOptions};
+use plinth_registry::{DeleteOptions, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -83,7 +83,7 @@ async fn sync(registry: &Registry, pods: &Informer, set: &Value) -> Option<Durat
         .pointer("/spec/minReadySeconds")
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let now = plinth_apiserver::registry::now();
+    let now = plinth_registry::now();
     let template_labels = crate::workload::labels_of_template(set);
     let count = |f: &dyn Fn(&Value) -> bool| current.iter().filter(|p| f(p)).count();
     let mut status = json!({

@@ -4,9 +4,9 @@
 //! put back if changed.
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{ListOptions, Part, Registry, WatchOptions, WriteOptions};
 use plinth_core::StatusReason;
 use plinth_core::selector::FieldSelector;
+use plinth_registry::{ListOptions, Part, Registry, WatchOptions, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 

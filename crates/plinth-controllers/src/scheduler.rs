@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::selector::LabelSelector;
+use plinth_registry::{Part, Registry, WriteOptions};
 
 use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use serde_json::{Value, json};
@@ -453,7 +453,7 @@ async fn schedule(
                 COMPONENT,
             )
             .await;
-            let now = plinth_core::meta::format_time(plinth_apiserver::registry::now());
+            let now = plinth_core::meta::format_time(plinth_registry::now());
             let _ = registry
                 .modify(
                     &def,

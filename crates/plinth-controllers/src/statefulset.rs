@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Part, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -433,7 +433,7 @@ impl Pass<'_> {
 
     /// Keeps an existing claim's reference to the set as `whenDeleted` says: present for
     /// `Delete` (the claim goes with the set), absent for `Retain`.
-    async fn claim_owner(&self, def: &plinth_apiserver::resources::ResourceDef, name: &str) {
+    async fn claim_owner(&self, def: &plinth_registry::resources::ResourceDef, name: &str) {
         let owner = controller_ref(self.set, "apps/v1", "StatefulSet");
         let wanted = self.retention("whenDeleted") == "Delete";
         let _ = self
@@ -557,7 +557,7 @@ impl Pass<'_> {
             .filter(|p| controller_of(p).is_some_and(|c| c["uid"] == owner))
             .collect();
         let min_ready = int(self.set, "/spec/minReadySeconds");
-        let now = plinth_apiserver::registry::now();
+        let now = plinth_registry::now();
         let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count();
         let replicas = self
             .set

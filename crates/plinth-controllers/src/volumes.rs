@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_apiserver::registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
-use plinth_apiserver::types::storage::storageclass::LOCAL_PROVISIONER;
+use plinth_registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
+use plinth_types::storage::storageclass::LOCAL_PROVISIONER;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -168,7 +168,7 @@ async fn sync(registry: &Registry, dir: &std::path::Path) {
 /// A new volume for `claim`, when its class is provisioned here.
 async fn provision(
     registry: &Registry,
-    pvs: &plinth_apiserver::resources::ResourceDef,
+    pvs: &plinth_registry::resources::ResourceDef,
     classes: &[Value],
     claim: &Value,
     dir: &std::path::Path,
@@ -214,8 +214,8 @@ async fn provision(
 
 async fn bind(
     registry: &Registry,
-    pvs: &plinth_apiserver::resources::ResourceDef,
-    pvcs: &plinth_apiserver::resources::ResourceDef,
+    pvs: &plinth_registry::resources::ResourceDef,
+    pvcs: &plinth_registry::resources::ResourceDef,
     volume: &Value,
     claim: &Value,
 ) {

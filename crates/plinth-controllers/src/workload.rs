@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_apiserver::registry::{Part, Registry, WriteOptions};
 use plinth_core::selector::LabelSelector;
+use plinth_registry::{Part, Registry, WriteOptions};
 use serde_json::{Map, Value, json};
 
 use crate::informer::{Change, Informer, Queue, key_of};
@@ -383,7 +383,7 @@ pub(crate) async fn delete_pod(
         return false;
     };
     let name = plinth_core::meta::name(pod).unwrap_or("");
-    let options = plinth_apiserver::registry::DeleteOptions::default();
+    let options = plinth_registry::DeleteOptions::default();
     if registry
         .delete(&def, plinth_core::meta::namespace(pod), name, &options)
         .await

@@ -21,3 +21,12 @@ pub mod validation;
 
 pub use gvk::{GroupResource, GroupVersion, GroupVersionKind};
 pub use status::{ApiError, Cause, Details, StatusReason};
+
+/// The host's name (`/etc/hostname`), or `plinth`.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "plinth".to_owned())
+}

@@ -93,7 +93,7 @@ impl TestEnv {
     /// If the server or the agent cannot start.
     pub async fn start_with_node(node: &str) -> Result<Self, Error> {
         let slot = Slot::take();
-        plinth_apiserver::types::core::service::set_service_range(&slot.service_range())
+        plinth_types::core::service::set_service_range(&slot.service_range())
             .map_err(Error::Ranges)?;
         let cluster_cidr = plinth_controllers::nodeipam::ClusterCidr::parse(&slot.pod_range())
             .map_err(Error::Ranges)?;

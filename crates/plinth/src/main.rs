@@ -330,7 +330,7 @@ fn main() -> ExitCode {
                 }),
             };
             let node = (!no_node).then_some(node);
-            plinth_apiserver::types::core::pod::set_default_toleration_seconds(
+            plinth_types::core::pod::set_default_toleration_seconds(
                 default_not_ready_toleration_seconds,
                 default_unreachable_toleration_seconds,
             );
@@ -343,7 +343,7 @@ fn main() -> ExitCode {
                 }
             };
             if let Err(e) =
-                plinth_apiserver::types::core::service::set_service_range(&service_cluster_ip_range)
+                plinth_types::core::service::set_service_range(&service_cluster_ip_range)
             {
                 eprintln!("plinth: {e}");
                 return ExitCode::FAILURE;
@@ -417,7 +417,7 @@ fn main() -> ExitCode {
                 None => dir.join("kubeconfig-servers"),
             });
             let user = user.as_deref().map(|user| (user, groups.as_slice()));
-            match plinth_apiserver::pki::write_cluster_kubeconfig(&dir, &servers, user, &out) {
+            match plinth_auth::pki::write_cluster_kubeconfig(&dir, &servers, user, &out) {
                 Ok(()) => {
                     println!("{}", out.display());
                     ExitCode::SUCCESS
@@ -644,10 +644,10 @@ async fn serve(
                 // The agent acts as its node (`system:node:<name>`, group `system:nodes`).
                 let kubeconfig = data_dir.join(format!("kubeconfig-node-{}", config.name));
                 let user = format!("system:node:{}", config.name);
-                if let Err(e) = plinth_apiserver::pki::write_user_kubeconfig(
+                if let Err(e) = plinth_auth::pki::write_user_kubeconfig(
                     &data_dir,
                     &user,
-                    &[plinth_apiserver::auth::bootstrap::NODES],
+                    &[plinth_auth::bootstrap::NODES],
                     &kubeconfig,
                 ) {
                     eprintln!("plinth: {e}");

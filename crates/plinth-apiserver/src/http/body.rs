@@ -8,7 +8,7 @@ use futures::StreamExt;
 use plinth_core::{ApiError, StatusReason};
 use serde_json::Value;
 
-use crate::registry::{MAX_BODY_BYTES, Patch};
+use plinth_registry::{MAX_BODY_BYTES, Patch};
 
 /// How much of an oversized body is read and discarded before answering 413, so that the
 /// request completes normally (an HTTP/2 stream reset mid-upload makes clients drop the answer).

@@ -15,9 +15,9 @@ use super::AppState;
 use super::body::{decode_body, decode_patch};
 use super::negotiate::{Format, partial, respond, respond_bytes, with_body};
 use super::query::Query;
-use crate::registry::{Listed, Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
-use crate::resources::ResourceDef;
-use crate::table::{self, IncludeObject};
+use plinth_registry::resources::ResourceDef;
+use plinth_registry::table::{self, IncludeObject};
+use plinth_registry::{Listed, Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
 
 /// One request on a resource.
 pub(super) struct Call<'a> {
@@ -30,7 +30,7 @@ pub(super) struct Call<'a> {
     pub(super) query: &'a Query,
     pub(super) headers: &'a HeaderMap,
     /// Who asks.
-    pub(super) user: &'a crate::auth::User,
+    pub(super) user: &'a plinth_auth::User,
     /// The connection's upgrade, if it asks for one.
     pub(super) upgrade: &'a std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
@@ -40,9 +40,9 @@ impl Call<'_> {
     /// to its first `/`, as kube-apiserver does.
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
         let mut options = self.query.write_options()?;
-        options.requester = Some(crate::registry::Requester {
+        options.requester = Some(plinth_registry::Requester {
             user: self.user.clone(),
-            rbac: self.state.rbac.clone(),
+            authorizer: self.state.rbac.clone(),
         });
         let agent = self
             .headers
@@ -157,7 +157,7 @@ impl Call<'_> {
                 })?,
                 None => plinth_core::selector::LabelSelector::default(),
             };
-            let reading = crate::resources::Reading {
+            let reading = plinth_registry::resources::Reading {
                 objects: self.registry(),
                 nodes: &*self.state.nodes,
                 namespace: self.namespace.as_deref(),
@@ -181,7 +181,7 @@ impl Call<'_> {
                 .registry()
                 .get(&self.def, self.namespace()?, name)
                 .await?;
-            let request = crate::resources::ConnectRequest {
+            let request = plinth_registry::resources::ConnectRequest {
                 object,
                 method: method.clone(),
                 query: self.query.pairs(),
@@ -218,7 +218,7 @@ impl Call<'_> {
                     .get("resourceVersion")
                     .filter(|rv| !rv.is_empty())
                 {
-                    crate::registry::parse_rv(rv)?;
+                    plinth_registry::parse_rv(rv)?;
                 }
                 let object = registry.get(&self.def, ns, &name).await?;
                 Ok(self.object_response(StatusCode::OK, &object, &[]))
@@ -304,7 +304,7 @@ impl Call<'_> {
     }
 
     /// 201 for a write that created, 200 otherwise.
-    fn written_response(&self, written: &crate::registry::Written) -> Response {
+    fn written_response(&self, written: &plinth_registry::Written) -> Response {
         let code = if written.created {
             StatusCode::CREATED
         } else {
@@ -343,7 +343,7 @@ impl Call<'_> {
     /// stored; nothing else is served.
     fn answer(
         &self,
-        answer: crate::resources::Answer,
+        answer: plinth_registry::resources::Answer,
         method: &Method,
         body: &Bytes,
     ) -> Result<Response, ApiError> {
@@ -380,20 +380,20 @@ impl Call<'_> {
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
 
-    fn asker(&self) -> crate::resources::Asker<'_> {
-        crate::resources::Asker {
+    fn asker(&self) -> plinth_registry::resources::Asker<'_> {
+        plinth_registry::resources::Asker {
             user: self.user,
-            rbac: &self.state.rbac,
+            authorizer: &*self.state.rbac,
             namespace: self.namespace.as_deref(),
             objects: &self.state.registry,
-            tokens: &self.state.authenticator.service_accounts,
+            tokens: &*self.state.authenticator.service_accounts,
         }
     }
 
     /// A subresource answered from its parent (`serviceaccounts/<name>/token`): POST only.
     async fn answer_subresource(
         &self,
-        answer: crate::resources::SubAnswer,
+        answer: plinth_registry::resources::SubAnswer,
         method: &Method,
         body: &Bytes,
     ) -> Result<Response, ApiError> {
@@ -437,7 +437,7 @@ impl Call<'_> {
     }
 
     /// The delete options from the query and the `DeleteOptions` body, if any.
-    fn delete_options(&self, body: &Bytes) -> Result<crate::registry::DeleteOptions, ApiError> {
+    fn delete_options(&self, body: &Bytes) -> Result<plinth_registry::DeleteOptions, ApiError> {
         let parsed = if body.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
@@ -452,7 +452,7 @@ impl Call<'_> {
     /// object has no protobuf form ends the stream with a log line: the client re-watches.
     fn protobuf_watch(
         &self,
-        events: futures::stream::BoxStream<'static, crate::registry::WatchEvent>,
+        events: futures::stream::BoxStream<'static, plinth_registry::WatchEvent>,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Response {
         let kind = self.def.kind.clone();
@@ -500,7 +500,7 @@ impl Call<'_> {
         if self.format == Format::MetadataProtobuf {
             let partials = events.map(|event| match event.kind {
                 "ERROR" => event,
-                kind => crate::registry::WatchEvent::new(kind, partial(&event.object())),
+                kind => plinth_registry::WatchEvent::new(kind, partial(&event.object())),
             });
             return Ok(self.protobuf_watch(partials.boxed(), stop));
         }
@@ -521,7 +521,7 @@ impl Call<'_> {
                 // Plain JSON: the cache's bytes when it encoded the object.
                 return Ok::<_, std::convert::Infallible>(event.to_json_line());
             };
-            Ok(crate::registry::WatchEvent::new(event.kind, object).to_json_line())
+            Ok(plinth_registry::WatchEvent::new(event.kind, object).to_json_line())
         });
         let mut response = Response::new(Body::from_stream(body));
         response.headers_mut().insert(

@@ -16,10 +16,9 @@ use axum::http::Method;
 use plinth_core::{ApiError, StatusReason};
 use tokio::sync::oneshot;
 
-use crate::auth::{MASTERS, User};
+use plinth_auth::{MASTERS, User};
 
-/// Requests of one user waiting at most.
-pub(crate) const QUEUE_LENGTH: usize = 64;
+pub(crate) use plinth_types::flowcontrol::QUEUE_LENGTH;
 /// How long a request waits for a seat at most.
 pub(crate) const QUEUE_WAIT: Duration = Duration::from_secs(10);
 

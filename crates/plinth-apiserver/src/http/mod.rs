@@ -26,10 +26,11 @@ use plinth_core::{ApiError, StatusReason};
 use serde_json::Value;
 
 use crate::discovery;
-use crate::registry::Registry;
 use body::{content_type, read_body};
 use call::Call;
 use negotiate::{Format, negotiate, respond};
+use plinth_auth::Authorizer;
+use plinth_registry::Registry;
 use query::Query;
 
 /// What every request handler shares.
@@ -37,9 +38,9 @@ pub(crate) struct AppState {
     /// The registry.
     pub(crate) registry: Registry,
     /// Who is asking.
-    pub(crate) authenticator: crate::auth::Authenticator,
+    pub(crate) authenticator: plinth_auth::Authenticator,
     /// Whether they may.
-    pub(crate) rbac: Arc<crate::auth::rbac::Rbac>,
+    pub(crate) rbac: Arc<plinth_auth::rbac::Rbac>,
     /// `host:port` clients reach the server at.
     pub(crate) server_address: String,
     /// Becomes `true` when the server is shutting down; open watches end.
@@ -190,7 +191,7 @@ fn parse_target(path: &str) -> Target {
 /// Every request.
 async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
     let (mut parts, body) = request.into_parts();
-    let peer = parts.extensions.remove::<crate::auth::PeerCertificate>();
+    let peer = parts.extensions.remove::<plinth_auth::PeerCertificate>();
     let address = parts
         .extensions
         .get::<PeerAddress>()
@@ -219,14 +220,14 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
             };
             let scoped = async {
                 let result = handle(&state, &request, bytes, target, &mut audited).await;
-                let annotations = crate::admission::AUDIT_ANNOTATIONS.with(|a| {
+                let annotations = plinth_admission::AUDIT_ANNOTATIONS.with(|a| {
                     std::mem::take(
                         &mut *a.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
                     )
                 });
                 (result, annotations)
             };
-            let (result, annotations) = crate::admission::AUDIT_ANNOTATIONS
+            let (result, annotations) = plinth_admission::AUDIT_ANNOTATIONS
                 .scope(std::sync::Mutex::new(Vec::new()), scoped)
                 .await;
             if let Some((record, _)) = &mut audited {
@@ -362,7 +363,7 @@ struct Request<'a> {
     uri: &'a Uri,
     query: &'a Query,
     headers: &'a HeaderMap,
-    peer: Option<&'a crate::auth::PeerCertificate>,
+    peer: Option<&'a plinth_auth::PeerCertificate>,
     address: Option<std::net::SocketAddr>,
     /// The connection's upgrade, taken by the one who serves it.
     upgrade: &'a std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
@@ -370,9 +371,9 @@ struct Request<'a> {
 
 fn received<'a>(
     request: &'a Request<'_>,
-    user: &'a crate::auth::User,
-    impersonator: Option<&'a crate::auth::User>,
-    attributes: &'a crate::auth::Attributes,
+    user: &'a plinth_auth::User,
+    impersonator: Option<&'a plinth_auth::User>,
+    attributes: &'a plinth_auth::Attributes,
     body: &'a (dyn Fn() -> Option<Value> + Sync),
 ) -> crate::audit::Received<'a> {
     crate::audit::Received {
@@ -394,7 +395,7 @@ fn received<'a>(
 }
 
 /// The authorization attributes of a request for `target`.
-fn attributes(target: &Target, request: &Request<'_>) -> crate::auth::Attributes {
+fn attributes(target: &Target, request: &Request<'_>) -> plinth_auth::Attributes {
     match target {
         Target::Resource {
             group,
@@ -403,7 +404,7 @@ fn attributes(target: &Target, request: &Request<'_>) -> crate::auth::Attributes
             resource,
             name,
             subresource,
-        } => crate::auth::Attributes::resource(&crate::auth::attributes::ResourceRequest {
+        } => plinth_auth::Attributes::resource(&plinth_registry::authz::ResourceRequest {
             method: request.method.as_str(),
             watch: request.query.flag("watch"),
             group,
@@ -413,7 +414,7 @@ fn attributes(target: &Target, request: &Request<'_>) -> crate::auth::Attributes
             name: name.as_deref(),
             subresource: subresource.as_deref(),
         }),
-        _ => crate::auth::Attributes::path(request.method.as_str(), request.uri.path()),
+        _ => plinth_auth::Attributes::path(request.method.as_str(), request.uri.path()),
     }
 }
 
@@ -478,7 +479,7 @@ async fn handle(
             .then(|| body::decode_body(headers, &body).ok())
             .flatten()
     };
-    let user = match crate::auth::impersonate(user, headers, &state.rbac) {
+    let user = match plinth_auth::impersonate(user, headers, &state.rbac) {
         Ok(user) => user,
         Err(e) => {
             if let Some(audit) = &state.audit {
@@ -501,7 +502,7 @@ async fn handle(
             ))
             .map(|r| (r, attributes.verb == "watch"));
     }
-    if state.rbac.authorize(&user, &attributes) == crate::auth::rbac::Decision::Deny {
+    if state.rbac.authorize(&user, &attributes) == plinth_auth::Decision::Deny {
         return Err(attributes.forbidden(&user, ""));
     }
     let long_running = attributes.verb == "watch";

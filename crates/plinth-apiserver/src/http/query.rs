@@ -13,7 +13,7 @@ use plinth_core::selector::{FieldSelector, LabelSelector};
 use plinth_core::{ApiError, Cause};
 use serde_json::{Value, json};
 
-use crate::registry::{
+use plinth_registry::{
     DeleteOptions, FieldValidation, ListOptions, Propagation, ResourceVersionMatch, WatchOptions,
     WriteOptions, decode_continue, parse_rv,
 };

@@ -1,0 +1,230 @@
+//! Keeps the authorizer in step with the RBAC objects (kube's RBAC authorizer reads them from
+//! informers: list, then watch from the list's revision, relisting after a break), creates the
+//! default roles and bindings at start, and aggregates ClusterRoles: one with an
+//! `aggregationRule` gets the rules of every ClusterRole its selectors match (kube-controller-
+//! manager's `clusterrole-aggregation` controller).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use plinth_core::StatusReason;
+use plinth_core::selector::LabelSelector;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::rbac::{RESOURCES, Rbac};
+use plinth_registry::authz::Rule;
+use plinth_registry::resources::ResourceDef;
+use plinth_registry::{ListOptions, Part, Registry, WatchOptions, WriteOptions};
+
+const GROUP: &str = "rbac.authorization.k8s.io";
+const AGGREGATOR: &str = "clusterrole-aggregation-controller";
+
+fn def(registry: &Registry, plural: &str) -> Option<Arc<ResourceDef>> {
+    registry.resources.get(GROUP, "v1", plural)
+}
+
+/// Creates the default roles and bindings that are missing (and brings back the rules of
+/// those marked for auto-update), loads every RBAC object into `rbac`, and aggregates; run
+/// once before the server accepts requests.
+///
+/// # Errors
+/// The API error if the defaults cannot be written or the objects read.
+pub async fn start(registry: &Registry, rbac: &Rbac) -> Result<(), plinth_core::ApiError> {
+    let defaults = [
+        ("clusterroles", super::bootstrap::cluster_roles()),
+        (
+            "clusterrolebindings",
+            super::bootstrap::cluster_role_bindings(),
+        ),
+    ];
+    for (plural, objects) in defaults {
+        let Some(def) = def(registry, plural) else {
+            continue;
+        };
+        for object in objects {
+            reconcile_default(registry, &def, object).await?;
+        }
+    }
+    for plural in RESOURCES {
+        let Some(def) = def(registry, plural) else {
+            continue;
+        };
+        let list = registry.list(&def, None, &ListOptions::default()).await?;
+        for item in list["items"].as_array().into_iter().flatten() {
+            rbac.put(plural, item);
+        }
+    }
+    aggregate(registry, rbac).await;
+    Ok(())
+}
+
+/// Creates a default object, or restores its rules when it asks for auto-update (roles that
+/// aggregate get theirs from the aggregation, not from here).
+async fn reconcile_default(
+    registry: &Registry,
+    def: &ResourceDef,
+    object: Value,
+) -> Result<(), plinth_core::ApiError> {
+    let options = WriteOptions::internal("kube-apiserver");
+    match registry.create(def, None, object.clone(), &options).await {
+        Ok(_) => return Ok(()),
+        Err(e) if e.reason == StatusReason::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if object.get("aggregationRule").is_some() || def.plural != "clusterroles" {
+        return Ok(());
+    }
+    let name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
+    let rules = object.get("rules").cloned().unwrap_or(json!([]));
+    registry
+        .modify(def, None, &name, Part::Main, &options, |current| {
+            let auto = current
+                .pointer("/metadata/annotations/rbac.authorization.kubernetes.io~1autoupdate")
+                .and_then(Value::as_str)
+                == Some("true");
+            if !auto || current.get("rules") == Some(&rules) {
+                return Ok(false);
+            }
+            current["rules"] = rules.clone();
+            Ok(true)
+        })
+        .await
+        .map(drop)
+}
+
+/// Gives every aggregating ClusterRole the rules of the ClusterRoles its selectors match (in
+/// name order, each rule once).
+async fn aggregate(registry: &Registry, rbac: &Rbac) {
+    let Some(def) = def(registry, "clusterroles") else {
+        return;
+    };
+    let roles = rbac.cluster_roles();
+    let mut names: Vec<&String> = roles.keys().collect();
+    names.sort();
+    for (name, role) in &roles {
+        let Some(selectors) = &role.selectors else {
+            continue;
+        };
+        let selectors: Vec<LabelSelector> = selectors
+            .iter()
+            .filter_map(|s| LabelSelector::from_object(s).ok())
+            .collect();
+        let mut rules: Vec<Rule> = Vec::new();
+        for other in &names {
+            if *other == name {
+                continue;
+            }
+            let candidate = &roles[*other];
+            if selectors.iter().any(|s| s.matches(&candidate.labels)) {
+                for rule in &candidate.rules {
+                    if !rules.contains(rule) {
+                        rules.push(rule.clone());
+                    }
+                }
+            }
+        }
+        if rules == role.rules {
+            continue;
+        }
+        let rules = Value::Array(rules.iter().map(Rule::to_json).collect());
+        let written = registry
+            .modify(
+                &def,
+                None,
+                name,
+                Part::Main,
+                &WriteOptions::internal(AGGREGATOR),
+                |current| {
+                    if current.get("rules") == Some(&rules) {
+                        return Ok(false);
+                    }
+                    current["rules"] = rules.clone();
+                    Ok(true)
+                },
+            )
+            .await;
+        match written {
+            Ok(Some(written)) => rbac.put("clusterroles", &written.object),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(role = %name, error = %e.message, "aggregating a ClusterRole failed")
+            }
+        }
+    }
+}
+
+/// Starts one loop per RBAC resource; they end when `stopping` becomes true.
+pub fn spawn(registry: Registry, rbac: Arc<Rbac>, stopping: watch::Receiver<bool>) {
+    for plural in RESOURCES {
+        tokio::spawn(follow(
+            registry.clone(),
+            rbac.clone(),
+            plural,
+            stopping.clone(),
+        ));
+    }
+}
+
+/// Lists `plural` and watches it from the list's revision, applying every change to `rbac`;
+/// after a break, lists again (replacing what it knew of the resource).
+async fn follow(
+    registry: Registry,
+    rbac: Arc<Rbac>,
+    plural: &'static str,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let Some(def) = def(&registry, plural) else {
+        return;
+    };
+    while !*stopping.borrow() {
+        let listed = registry.list(&def, None, &ListOptions::default()).await;
+        let list = match listed {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::warn!(%plural, error = %e.message, "RBAC: list failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+        rbac.replace(plural, &items);
+        if plural == "clusterroles" {
+            aggregate(&registry, &rbac).await;
+        }
+        let options = WatchOptions {
+            list: ListOptions {
+                resource_version: list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned),
+                ..ListOptions::default()
+            },
+            ..WatchOptions::default()
+        };
+        let mut events = match registry.watch(def.clone(), None, options).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(%plural, error = %e.message, "RBAC: watch failed; relisting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = stopping.wait_for(|s| *s) => return,
+            };
+            let Some(event) = event else { break };
+            match event.kind {
+                "ADDED" | "MODIFIED" => rbac.put(plural, &event.object()),
+                "DELETED" => rbac.remove(plural, &event.object()),
+                "ERROR" => break,
+                _ => continue,
+            }
+            if plural == "clusterroles" {
+                aggregate(&registry, &rbac).await;
+            }
+        }
+    }
+}

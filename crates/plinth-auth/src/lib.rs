@@ -1,0 +1,237 @@
+//! Who is asking, and whether they may: authentication (a chain — client certificates signed
+//! by the cluster CA, the admin token, a static token file; first match wins, else 401) and
+//! authorization (RBAC, [`rbac`]), as kube-apiserver's filters do them before a request reaches
+//! its handler.
+//!
+//! Rooms: this file (users, the authenticator chain), `rbac` (the RBAC authorizer, which
+//! implements `plinth_registry::authz::Authorizer`), `serviceaccount` (ServiceAccount tokens,
+//! the `TokenIssuer`), `bootstrap` (the default roles and bindings every cluster has),
+//! `controller` (keeping the authorizer in step with the RBAC objects, ClusterRole
+//! aggregation), `pki` (the cluster CA, serving and client certificates, kubeconfigs),
+//! `tokens` (the token file), `x509` (client certificates).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod bootstrap;
+pub mod controller;
+mod error;
+pub mod pki;
+pub mod rbac;
+pub mod serviceaccount;
+mod tokens;
+mod x509;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, header};
+use plinth_core::ApiError;
+
+pub use error::CredentialsError;
+pub use plinth_registry::authz::{Attributes, Authorizer, Decision, Rule};
+pub use plinth_registry::user::{ANONYMOUS, AUTHENTICATED, MASTERS, UNAUTHENTICATED, User};
+pub use tokens::TokenFileError;
+
+/// The user the admin token stands for.
+pub const ADMIN: &str = "plinth-admin";
+
+/// The client certificate of a TLS connection (DER), already verified against the cluster
+/// CA by the TLS layer; every request on the connection carries it.
+#[derive(Clone, Debug)]
+pub struct PeerCertificate(pub Arc<Vec<u8>>);
+
+/// The authenticator chain.
+#[derive(Debug)]
+pub struct Authenticator {
+    admin_token: String,
+    tokens: HashMap<String, User>,
+    anonymous: bool,
+    /// ServiceAccount tokens.
+    pub service_accounts: Arc<serviceaccount::Tokens>,
+}
+
+impl Authenticator {
+    /// The chain with the admin token and, if given, kube's static token file
+    /// (`token,user,uid,"group1,group2"` per line).
+    ///
+    /// # Errors
+    /// [`TokenFileError`] for a file that cannot be read or has a malformed line.
+    pub fn new(
+        admin_token: &str,
+        token_file: Option<&Path>,
+        service_accounts: Arc<serviceaccount::Tokens>,
+    ) -> Result<Self, TokenFileError> {
+        let tokens = match token_file {
+            Some(path) => tokens::read(path)?,
+            None => HashMap::new(),
+        };
+        Ok(Self {
+            admin_token: admin_token.to_owned(),
+            tokens,
+            anonymous: false,
+            service_accounts,
+        })
+    }
+
+    /// With `allow`, a request without credentials is [`User::anonymous`] and RBAC decides
+    /// what it may do (kube's `--anonymous-auth`); without, it gets 401. Credentials that
+    /// fail still get 401 either way.
+    #[must_use]
+    pub fn with_anonymous(mut self, allow: bool) -> Self {
+        self.anonymous = allow;
+        self
+    }
+
+    /// Who sent a request with these headers over a connection presenting `peer`: the client
+    /// certificate's subject first (CN the user, O the groups), then the bearer token — the
+    /// admin's, the token file's, or a ServiceAccount token whose account (and bound object)
+    /// `registry` still holds with the uid it was issued for.
+    ///
+    /// # Errors
+    /// 401 `Unauthorized` when no authenticator accepts the request (no credentials, an
+    /// unknown, expired or tampered token, a certificate without a common name).
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&PeerCertificate>,
+        registry: &plinth_registry::Registry,
+    ) -> Result<User, ApiError> {
+        if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
+            return Ok(user);
+        }
+        let Some(credentials) = headers.get(header::AUTHORIZATION) else {
+            return if self.anonymous && peer.is_none() {
+                Ok(User::anonymous())
+            } else {
+                Err(ApiError::unauthorized())
+            };
+        };
+        let token = credentials
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(ApiError::unauthorized)?;
+        if constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()) {
+            return Ok(User::new(ADMIN, &[MASTERS]));
+        }
+        if let Some((_, user)) = self
+            .tokens
+            .iter()
+            .find(|(known, _)| constant_time_eq(known.as_bytes(), token.as_bytes()))
+        {
+            return Ok(user.clone());
+        }
+        let claims = self
+            .service_accounts
+            .verify(token)
+            .ok_or_else(ApiError::unauthorized)?;
+        let exists = |plural: &'static str, name: String, uid: String| {
+            let namespace = claims.namespace.clone();
+            async move {
+                let Some(def) = registry.resources.get("", "v1", plural) else {
+                    return false;
+                };
+                registry
+                    .get(&def, Some(&namespace), &name)
+                    .await
+                    .is_ok_and(|o| plinth_core::meta::meta_str(&o, "uid") == Some(uid.as_str()))
+            }
+        };
+        if !exists("serviceaccounts", claims.name.clone(), claims.uid.clone()).await {
+            return Err(ApiError::unauthorized());
+        }
+        if let Some((kind, name, uid)) = &claims.bound {
+            let plural = match kind.as_str() {
+                "Secret" => "secrets",
+                "Pod" => "pods",
+                _ => return Err(ApiError::unauthorized()),
+            };
+            if !exists(plural, name.clone(), uid.clone()).await {
+                return Err(ApiError::unauthorized());
+            }
+        }
+        Ok(claims.user())
+    }
+}
+
+/// kube's impersonation filter: a request with `Impersonate-User` (and `-Group`, `-Uid`,
+/// `-Extra-<key>`) acts as that user if its sender may `impersonate` each of them (users,
+/// groups, `uids` and `userextras/<key>` of `authentication.k8s.io`, ServiceAccounts for a
+/// `system:serviceaccount:` name). Without the headers, the sender as is.
+///
+/// # Errors
+/// 403 for an impersonation not allowed; 400 for groups or extras without a user.
+pub fn impersonate(sender: User, headers: &HeaderMap, rbac: &rbac::Rbac) -> Result<User, ApiError> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
+    };
+    let user = values("impersonate-user").into_iter().next();
+    let groups = values("impersonate-group");
+    let uid = values("impersonate-uid").into_iter().next();
+    let extras: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let key = name.as_str().strip_prefix("impersonate-extra-")?;
+            Some((key.to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    let Some(name) = user else {
+        if groups.is_empty() && extras.is_empty() && uid.is_none() {
+            return Ok(sender);
+        }
+        return Err(ApiError::bad_request(
+            "requested impersonation of groups, a uid or extras without impersonating a user",
+        ));
+    };
+    let check = |group: &str, resource: &str, namespace: &str, object: &str| {
+        let attributes = Attributes::check("impersonate", group, resource, namespace, object);
+        match rbac.authorize(&sender, &attributes) {
+            Decision::Allow(_) => Ok(()),
+            Decision::Deny => Err(attributes.forbidden(&sender, "")),
+        }
+    };
+    match name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((namespace, account)) => check("", "serviceaccounts", namespace, account)?,
+        None => check("", "users", "", &name)?,
+    }
+    for group in &groups {
+        check("", "groups", "", group)?;
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", "", uid)?;
+    }
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (key, value) in extras {
+        check(
+            "authentication.k8s.io",
+            &format!("userextras/{key}"),
+            "",
+            &value,
+        )?;
+        extra.entry(key).or_default().push(value);
+    }
+    let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let mut user = User::new(&name, &group_refs);
+    if let Some(uid) = uid {
+        user.uid = uid;
+    }
+    user.extra = extra;
+    Ok(user)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

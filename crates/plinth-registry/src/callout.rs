@@ -1,0 +1,325 @@
+//! Calls out to webhooks (admission and conversion): where they are (`clientConfig`), the
+//! TLS trust of their `caBundle`, and one POST over HTTPS — a connection a call, the caller
+//! bounding it with its timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request as HttpRequest, Uri, header};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+/// Largest answer read from a webhook.
+const MAX_RESPONSE: usize = 16 * 1024 * 1024;
+
+/// Where a webhook is (`clientConfig`).
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// `clientConfig.url`.
+    Url(String),
+    /// `clientConfig.service` (namespace, name, path, port).
+    Service {
+        /// The Service's namespace.
+        namespace: String,
+        /// The Service's name.
+        name: String,
+        /// The path on it.
+        path: String,
+        /// Its port.
+        port: u16,
+    },
+}
+
+impl Endpoint {
+    /// The endpoint of a `clientConfig` (a Service reference, else the URL).
+    pub fn of(client: &Value) -> Self {
+        let text =
+            |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+        match client.get("service").filter(|s| s.is_object()) {
+            Some(service) => Self::Service {
+                namespace: text(service, "namespace"),
+                name: text(service, "name"),
+                path: text(service, "path"),
+                port: service
+                    .get("port")
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .unwrap_or(443),
+            },
+            None => Self::Url(text(client, "url")),
+        }
+    }
+}
+
+/// The TLS client configuration trusting `ca_bundle` (base64 PEM), or the system's roots.
+pub fn tls(ca_bundle: &str) -> Result<rustls::ClientConfig, String> {
+    let roots = roots(ca_bundle)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The certificates a `caBundle` (base64 PEM) trusts, or the system's when it is empty.
+pub fn roots(ca_bundle: &str) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    if ca_bundle.is_empty() {
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+    } else {
+        let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca_bundle)
+            .map_err(|e| format!("caBundle is not base64: {e}"))?;
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+            let cert: rustls::pki_types::CertificateDer<'_> =
+                cert.map_err(|e| format!("caBundle: {e}"))?;
+            roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
+        }
+    }
+    Ok(roots)
+}
+
+/// The webhook's URL, with kube's `timeout` query parameter.
+pub fn url(endpoint: &Endpoint, timeout: Duration) -> Result<String, String> {
+    let base = match endpoint {
+        Endpoint::Url(url) => url.clone(),
+        Endpoint::Service {
+            namespace, name, ..
+        } => {
+            return Err(format!(
+                "service \"{namespace}/{name}\": Services are not served yet; use clientConfig.url"
+            ));
+        }
+    };
+    let separator = if base.contains('?') { '&' } else { '?' };
+    Ok(format!("{base}{separator}timeout={}s", timeout.as_secs()))
+}
+
+/// Idle connections kept per webhook (its TLS trust and authority) for the next calls.
+const IDLE_PER_WEBHOOK: usize = 32;
+
+/// One idle HTTP/1 connection's sending half.
+pub type Sender = hyper::client::conn::http1::SendRequest<Body>;
+
+/// Idle HTTP/1 connections by webhook: a call takes one (or dials), and gives it back when
+/// the answer was read whole — a TLS handshake per connection, not per call.
+/// (Each entry holds the TLS configuration it was dialled with, so that its address, the
+/// key, cannot be reused by another configuration while the entry lives.)
+type Pool = std::collections::HashMap<(usize, String), Vec<(Arc<rustls::ClientConfig>, Sender)>>;
+
+fn idle() -> &'static std::sync::Mutex<Pool> {
+    static IDLE: std::sync::OnceLock<std::sync::Mutex<Pool>> = std::sync::OnceLock::new();
+    IDLE.get_or_init(Default::default)
+}
+
+/// A TLS connection to `uri`'s host, trusting (and presenting) what `tls` says.
+async fn connect(
+    tls: &Arc<rustls::ClientConfig>,
+    uri: &Uri,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let host = uri.host().ok_or("the URL has no host")?.to_owned();
+    let port = uri.port_u16().unwrap_or(443);
+    let address = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = rustls::pki_types::ServerName::try_from(address.clone())
+        .map_err(|e| format!("invalid server name {host}: {e}"))?;
+    tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))
+}
+
+/// An HTTP/1 connection over TLS to `uri`'s host, trusting (and presenting) what `tls` says.
+pub async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
+    let stream = connect(tls, uri).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// As [`dial`], on a connection that may switch protocols (`101`).
+pub async fn dial_upgradable(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
+    let stream = connect(tls, uri).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    Ok(sender)
+}
+
+/// POSTs `body` (JSON) to `url` over TLS trusting `tls`; returns the answer's body.
+pub async fn post(
+    tls: &Arc<rustls::ClientConfig>,
+    url: &str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+    let authority = uri.authority().map_or("", |a| a.as_str()).to_owned();
+    let key = (Arc::as_ptr(tls) as usize, authority.clone());
+    let reused = {
+        let mut idle = idle()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = None;
+        if let Some(senders) = idle.get_mut(&key) {
+            while let Some((_, sender)) = senders.pop() {
+                if !sender.is_closed() {
+                    found = Some(sender);
+                    break;
+                }
+            }
+        }
+        found
+    };
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let request = || {
+        HttpRequest::post(path.clone())
+            .header(header::HOST, authority.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json")
+            .body(Body::from(body.clone()))
+            .map_err(|e| e.to_string())
+    };
+    // A kept connection the server closed meanwhile fails at once: then a fresh one.
+    let mut attempt = match reused {
+        Some(mut sender) => match sender.ready().await {
+            Ok(()) => match sender.send_request(request()?).await {
+                Ok(response) => Some((sender, response)),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        },
+        None => None,
+    };
+    if attempt.is_none() {
+        let mut sender = dial(tls, &uri).await?;
+        sender.ready().await.map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request()?)
+            .await
+            .map_err(|e| e.to_string())?;
+        attempt = Some((sender, response));
+    }
+    let Some((sender, response)) = attempt else {
+        return Err("no connection".into());
+    };
+    let status = response.status();
+    let bytes = axum::body::to_bytes(Body::new(response.into_body()), MAX_RESPONSE)
+        .await
+        .map_err(|e| format!("reading the response: {e}"))?;
+    if !sender.is_closed() {
+        let mut idle = idle()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let senders = idle.entry(key).or_default();
+        if senders.len() < IDLE_PER_WEBHOOK {
+            senders.push((tls.clone(), sender));
+        }
+    }
+    if !status.is_success() {
+        return Err(format!(
+            "the server responded with the status code {}: {}",
+            status.as_u16(),
+            String::from_utf8_lossy(&bytes).trim()
+        ));
+    }
+    Ok(bytes.to_vec())
+}
+
+/// Accepts any server certificate (`insecureSkipTLSVerify: true`).
+#[derive(Debug)]
+struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS configuration toward an extension server or a node agent: `ca_bundle` trusted (or
+/// nothing checked), `identity` (PEM certificate and key) presented.
+pub fn client_tls(
+    ca_bundle: &str,
+    skip_verify: bool,
+    identity: &(String, String),
+) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = if skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+    } else {
+        builder.with_root_certificates(roots(ca_bundle)?)
+    };
+    let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
+        rustls::pki_types::CertificateDer::pem_slice_iter(identity.0.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(identity.1.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut config = builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
