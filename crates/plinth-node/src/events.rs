@@ -47,7 +47,7 @@ impl Recorder {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-        let now = plinth_core::meta::format_time(crate::node::now());
+        let now = plinth_core::meta::format_time(crate::clock::now());
         let key = (uid.clone(), reason.to_owned(), message.to_owned());
         let earlier = self.sent.lock().ok().and_then(|s| s.get(&key).cloned());
         if let Some((event, count)) = earlier {

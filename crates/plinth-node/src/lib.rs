@@ -8,6 +8,9 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+mod addresses;
+mod agent;
+mod clock;
 mod events;
 mod exec;
 pub mod images;
@@ -23,74 +26,12 @@ mod stats;
 mod volumes;
 
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use agent::{AgentError, Config};
 pub use images::ImageMap;
 
-/// How an agent runs.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// The Node's name.
-    pub name: String,
-    /// Where pods' directories, volumes and logs live.
-    pub data_dir: PathBuf,
-    /// Which executables images stand for.
-    pub images: ImageMap,
-    /// The executable that has the `sandbox` command (`plinth`); `None`: containers run as
-    /// plain child processes, without namespaces.
-    pub sandbox: Option<PathBuf>,
-    /// The address the agent's server (logs) listens on; port 0 picks one.
-    pub listen: std::net::SocketAddr,
-    /// How often the Node's status and Lease are renewed.
-    pub heartbeat: std::time::Duration,
-}
-
-impl Config {
-    /// An agent named `name` keeping its files in `data_dir`, with the built-in image map,
-    /// no sandbox, a server on a loopback port of its choosing and a 10 s heartbeat.
-    pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            name: name.into(),
-            data_dir: data_dir.into(),
-            images: ImageMap::default(),
-            sandbox: None,
-            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            heartbeat: std::time::Duration::from_secs(10),
-        }
-    }
-}
-
-/// Why the agent could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// The data directory cannot be used.
-    #[error("data directory {0}: {1}")]
-    DataDir(PathBuf, std::io::Error),
-    /// The agent's server could not start.
-    #[error("agent server: {0}")]
-    Server(String),
-    /// The API server refused the Node.
-    #[error("registering node {0}: {1}")]
-    Register(String, kube::Error),
-}
-
-/// What the parts of a running agent share.
-pub(crate) struct Agent {
-    pub(crate) config: Config,
-    pub(crate) client: kube::Client,
-    pub(crate) pods: pods::Registry,
-    /// The service proxy (and the Services containers learn of).
-    pub(crate) proxy: Arc<proxy::Proxy>,
-    /// Resource usage.
-    pub(crate) stats: stats::Stats,
-    /// Events on the pods.
-    pub(crate) events: events::Recorder,
-    /// ServiceAccount tokens of the pods' volumes.
-    pub(crate) tokens: volumes::Tokens,
-    /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
-    pub(crate) ips: std::sync::Mutex<node::Addresses>,
-}
+use agent::Agent;
 
 /// Runs an agent until `stopping` becomes true: it then stops every container it started
 /// (as its node is going away) and returns.
@@ -128,8 +69,8 @@ pub async fn run(
         proxy: Arc::new(proxy::Proxy::default()),
         stats: stats::Stats::default(),
         events: events::Recorder::default(),
-        tokens: volumes::Tokens::default(),
-        ips: std::sync::Mutex::new(node::Addresses::default()),
+        tokens: agent::Tokens::default(),
+        ips: std::sync::Mutex::new(addresses::Addresses::default()),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
     tokio::spawn(server::serve(
@@ -140,8 +81,16 @@ pub async fn run(
     ));
     node::register(&agent, port).await?;
     tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
-    let proxy_done = tokio::spawn(proxy::run(agent.clone(), stopping.clone()));
-    tokio::spawn(stats::run(agent.clone(), stopping.clone()));
+    let proxy_done = tokio::spawn(proxy::run(
+        agent.proxy.clone(),
+        agent.client.clone(),
+        stopping.clone(),
+    ));
+    let sampler = agent.clone();
+    tokio::spawn(stats::run(
+        Arc::new(move || sampler.stats.sample(sampler.pods.processes())),
+        stopping.clone(),
+    ));
     let pods_done = tokio::spawn(pods::run(agent.clone(), stopping.clone()));
     let _ = stopping.wait_for(|s| *s).await;
     let _ = pods_done.await;

@@ -1,8 +1,7 @@
 //! The agent's Node: registered at start (labels, capacity, addresses, the agent's port),
-//! its status and its Lease in `kube-node-lease` renewed every heartbeat, and pod addresses
-//! handed out from the `spec.podCIDR` the node IPAM controller gives it.
+//! its status and its Lease in `kube-node-lease` renewed every heartbeat, and the
+//! `spec.podCIDR` the node IPAM controller gives it handed to the pod addresses.
 
-use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -11,7 +10,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::{Agent, AgentError};
+use crate::agent::{Agent, AgentError};
+use crate::clock::{now, now_micros};
 
 /// The version the Node reports (`kubectl get nodes` shows it).
 pub(crate) const VERSION: &str = "v1.32.0";
@@ -19,39 +19,6 @@ const MANAGER: &str = "plinth-node";
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The most pods a node takes (kubelet's `--max-pods` default).
 pub(crate) const MAX_PODS: u32 = 110;
-
-/// Pod addresses of this node: its /24 and the hosts in use.
-#[derive(Debug, Default)]
-pub(crate) struct Addresses {
-    base: Option<[u8; 3]>,
-    used: BTreeSet<u8>,
-}
-
-impl Addresses {
-    /// An address not in use (`.2` to `.254`; `.1` is the node's gateway in kube's layout).
-    pub(crate) fn allocate(&mut self) -> Option<Ipv4Addr> {
-        let base = self.base?;
-        let host = (2..=254u8).find(|h| !self.used.contains(h))?;
-        self.used.insert(host);
-        Some(Ipv4Addr::new(base[0], base[1], base[2], host))
-    }
-
-    /// Marks `ip` in use (a pod already running there).
-    pub(crate) fn claim(&mut self, ip: Ipv4Addr) {
-        let o = ip.octets();
-        if self.base == Some([o[0], o[1], o[2]]) {
-            self.used.insert(o[3]);
-        }
-    }
-
-    /// Gives `ip` back.
-    pub(crate) fn release(&mut self, ip: Ipv4Addr) {
-        let o = ip.octets();
-        if self.base == Some([o[0], o[1], o[2]]) {
-            self.used.remove(&o[3]);
-        }
-    }
-}
 
 fn memory_kib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -133,20 +100,6 @@ fn status(agent: &Agent, port: u16) -> Value {
     })
 }
 
-/// Seconds since the Unix epoch.
-pub(crate) fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Microseconds since the Unix epoch.
-pub(crate) fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
 /// Creates the Node if it is missing, reports its status and waits for its `podCIDR`.
 pub(crate) async fn register(agent: &Arc<Agent>, port: u16) -> Result<(), AgentError> {
     let nodes: Api<Node> = Api::all(agent.client.clone());
@@ -178,7 +131,7 @@ pub(crate) async fn register(agent: &Arc<Agent>, port: u16) -> Result<(), AgentE
         let cidr = node.spec.and_then(|s| s.pod_cidr).unwrap_or_default();
         if let Some(base) = base_of(&cidr) {
             if let Ok(mut ips) = agent.ips.lock() {
-                ips.base = Some(base);
+                ips.set_base(base);
             }
             return Ok(());
         }

@@ -17,8 +17,6 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use serde_json::Value;
 
-use crate::Agent;
-
 /// What one listener serves: a Service's port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Target {
@@ -308,15 +306,18 @@ fn as_json<K: serde::Serialize>(event: watcher::Event<K>) -> watcher::Event<Valu
 }
 
 /// Follows Services and EndpointSlices until `stopping`, keeping the listeners in step.
-pub(crate) async fn run(agent: Arc<Agent>, mut stopping: tokio::sync::watch::Receiver<bool>) {
-    let proxy = agent.proxy.clone();
+pub(crate) async fn run(
+    proxy: Arc<Proxy>,
+    client: kube::Client,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
     let services = watcher(
-        Api::<Service>::all(agent.client.clone()),
+        Api::<Service>::all(client.clone()),
         watcher::Config::default(),
     )
     .map(|e| (true, e.map(as_json)));
     let slices = watcher(
-        Api::<EndpointSlice>::all(agent.client.clone()),
+        Api::<EndpointSlice>::all(client),
         watcher::Config::default(),
     )
     .map(|e| (false, e.map(as_json)));

@@ -11,7 +11,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
-use crate::Agent;
+use crate::agent::Agent;
 use crate::logs;
 
 /// The common name of the API server's client certificate toward node agents.
@@ -255,7 +255,7 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
     let number = |key: &str| get(key).and_then(|v| v.parse::<i64>().ok());
     let since = number("sinceSeconds")
         .map(|s| {
-            let at = crate::node::now() - s;
+            let at = crate::clock::now() - s;
             plinth_core::meta::format_time(at)
         })
         .or_else(|| get("sinceTime").map(str::to_owned));

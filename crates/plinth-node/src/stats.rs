@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::Agent;
-
 /// How often usage is sampled (metrics-server's window).
 pub(crate) const WINDOW: Duration = Duration::from_secs(5);
 
@@ -141,14 +139,15 @@ fn rate(latest: Sample, previous: Option<Sample>) -> u64 {
 }
 
 impl Stats {
-    fn sample(&self, agent: &Agent) {
+    /// Takes a sample of the node and of `running` (what [`crate::pods::Registry::processes`]
+    /// lists).
+    pub(crate) fn sample(&self, running: Vec<((String, String, String), u32, bool)>) {
         let now = Instant::now();
         let all = processes();
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
         for (pid, (ppid, _, _)) in &all {
             children.entry(*ppid).or_default().push(*pid);
         }
-        let running = agent.pods.processes();
         if let Ok(mut containers) = self.containers.lock() {
             containers.retain(|k, _| running.iter().any(|(r, _, _)| r == k));
             for (key, pid, sandboxed) in running {
@@ -175,7 +174,7 @@ impl Stats {
             ));
         }
         if let Ok(mut taken) = self.taken.lock() {
-            *taken = Some(plinth_core::meta::format_time(crate::node::now()));
+            *taken = Some(plinth_core::meta::format_time(crate::clock::now()));
         }
     }
 
@@ -213,15 +212,18 @@ impl Stats {
     }
 }
 
-/// Samples until `stopping`.
-pub(crate) async fn run(agent: Arc<Agent>, mut stopping: tokio::sync::watch::Receiver<bool>) {
+/// Calls `sample` (on a blocking thread: it reads `/proc`) every window until `stopping`.
+pub(crate) async fn run(
+    sample: Arc<dyn Fn() + Send + Sync>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
     let mut ticks = tokio::time::interval(WINDOW);
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             _ = stopping.wait_for(|s| *s) => return,
         }
-        let sampler = agent.clone();
-        let _ = tokio::task::spawn_blocking(move || sampler.stats.sample(&sampler)).await;
+        let sample = sample.clone();
+        let _ = tokio::task::spawn_blocking(move || sample()).await;
     }
 }

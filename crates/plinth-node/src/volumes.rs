@@ -3,14 +3,14 @@
 //! `persistentVolumeClaim` (its bound volume's `hostPath` or `local` directory). The API-backed
 //! ones are written again on every sync, so that a changed ConfigMap shows in its files.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use crate::Agent;
+use crate::agent::Agent;
 
 /// Why a volume cannot be set up (the pod waits, as the kubelet's `FailedMount`).
 pub(crate) type MountError = String;
@@ -282,10 +282,6 @@ fn downward(pod: &Value, items: &[Value], default: u32, files: &mut Files) {
         files.insert(path, (value.into_bytes(), mode(item, default)));
     }
 }
-
-/// Tokens asked for, by pod and path, with when they are to be renewed (at 80 % of their
-/// life, as the kubelet renews them).
-pub(crate) type Tokens = std::sync::Mutex<HashMap<(String, String), (Vec<u8>, std::time::Instant)>>;
 
 async fn token(agent: &Agent, pod: &Pod, source: &Value) -> Result<Vec<u8>, MountError> {
     let key = (

@@ -1,0 +1,438 @@
+//! One container's supervisor: runs it, restarts it by its policy with kube's back-off,
+//! stops it gracefully.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::env::host_name;
+use nix::sys::signal::Signal;
+
+use super::runtime::{APPLETS, Launch, cpu_cgroup, memory_cgroup, oom_killed};
+use super::state::{ContainerState, Kind, Terminated, now_text};
+use super::table::Running;
+use super::worker::{Phase, Worker};
+use crate::images;
+use crate::logs;
+use crate::probes;
+use crate::sandbox;
+
+impl Worker {
+    /// Runs one container for as long as its restart policy says; returns its last exit
+    /// code when it ends for good (`None` when stopped).
+    pub(super) async fn supervise(self: Arc<Self>, container: Value, kind: Kind) -> Option<i32> {
+        let name = container["name"].as_str().unwrap_or("").to_owned();
+        let pod = self.current();
+        let policy = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        let pod_label = format!(
+            "{}_{}({})",
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or("")
+        );
+        // As the kubelet's: the first restart at once, then 10 s doubling to five minutes; a
+        // container that ran ten minutes starts the sequence again.
+        let mut backoff = Duration::ZERO;
+        let mut run: u32 = 0;
+        let log_dir = self.dir.join("logs").join(&name);
+        let _ = std::fs::create_dir_all(&log_dir);
+        loop {
+            if self.terminating() {
+                return None;
+            }
+            let prepared = match self.environment(&container).await {
+                Ok(env) => self.command(&container, &env).map(|argv| (argv, env)),
+                Err(e) => Err(e),
+            };
+            let (argv, env) = match prepared {
+                Ok(p) => p,
+                Err((reason, message)) => {
+                    let image = container["image"].as_str().unwrap_or("");
+                    let said = if reason == "ErrImagePull" {
+                        format!("Failed to pull image {image:?}: {message}")
+                    } else {
+                        format!("Error: {message}")
+                    };
+                    self.event(Some(&name), true, "Failed", &said).await;
+                    self.update(&name, |s| {
+                        s.state = ContainerState::waiting(&reason, &message)
+                    });
+                    if self.stopping_within(Duration::from_secs(2)).await {
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            self.agent.pods.set_running(
+                &pod,
+                &name,
+                Running {
+                    dir: log_dir.clone(),
+                    run,
+                    sandbox_pid: None,
+                    env: env.clone(),
+                    pid: 0,
+                    stdin: None,
+                    stdin_once: false,
+                    clients: self.clients(&container, &env),
+                },
+            );
+            let log = log_dir.join(format!("{run}.log"));
+            let _ = std::fs::remove_file(logs::done_marker(&log));
+            let started = Instant::now();
+            self.event(
+                Some(&name),
+                false,
+                "Pulled",
+                &format!(
+                    "Container image {:?} already present on machine",
+                    container["image"].as_str().unwrap_or("")
+                ),
+            )
+            .await;
+            let outcome = self.run_once(&container, kind, argv, env, &log, run).await;
+            let _ = std::fs::write(logs::done_marker(&log), b"");
+            let (code, reason, started_text) = match outcome {
+                Ok(done) => done,
+                Err(message) => {
+                    // The process could not be started at all.
+                    self.update(&name, |s| {
+                        s.state = ContainerState::waiting("RunContainerError", &message)
+                    });
+                    if self
+                        .stopping_within(backoff.max(Duration::from_secs(10)))
+                        .await
+                    {
+                        return None;
+                    }
+                    continue;
+                }
+            };
+            let terminated = ContainerState::Terminated(Terminated {
+                exit_code: i64::from(code),
+                reason,
+                message: String::new(),
+                started_at: Some(started_text),
+                finished_at: now_text(),
+                container_id: Some(format!(
+                    "plinth://{}-{name}-{run}",
+                    pod.metadata.uid.as_deref().unwrap_or("")
+                )),
+            });
+            self.update(&name, |s| {
+                s.state = terminated.clone();
+                s.ready = false;
+                s.started = false;
+            });
+            let stopping = self.terminating();
+            let restart = !stopping
+                && match kind {
+                    Kind::Sidecar => true,
+                    Kind::Init => code != 0 && policy != "Never",
+                    Kind::Regular => match policy.as_str() {
+                        "Always" => true,
+                        "OnFailure" => code != 0,
+                        _ => false,
+                    },
+                };
+            if !restart {
+                return (!stopping).then_some(code);
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                backoff = Duration::ZERO;
+            }
+            if backoff.is_zero() {
+                backoff = Duration::from_secs(10);
+                run += 1;
+                self.update(&name, |s| {
+                    s.last_state = Some(terminated.clone());
+                    s.restart_count += 1;
+                });
+                continue;
+            }
+            let message = format!(
+                "back-off {} restarting failed container={name} pod={pod_label}",
+                plinth_core::meta::human_duration(i64::try_from(backoff.as_secs()).unwrap_or(300))
+            );
+            self.update(&name, |s| {
+                s.last_state = Some(terminated.clone());
+                s.state = ContainerState::waiting("CrashLoopBackOff", &message);
+            });
+            self.event(
+                Some(&name),
+                true,
+                "BackOff",
+                &format!("Back-off restarting failed container {name} in pod {pod_label}"),
+            )
+            .await;
+            if self.stopping_within(backoff).await {
+                return None;
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(300));
+            run += 1;
+            self.update(&name, |s| s.restart_count += 1);
+        }
+    }
+
+    /// Starts the container's process and supervises it until it exits: probes, stop
+    /// requests. Returns its exit code, termination reason and start time.
+    pub(super) async fn run_once(
+        self: &Arc<Self>,
+        container: &Value,
+        kind: Kind,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        log: &std::path::Path,
+        run: u32,
+    ) -> Result<(i32, String, String), String> {
+        let name = container["name"].as_str().unwrap_or("").to_owned();
+        let pod = self.current();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let cgroup = memory_cgroup(&self.agent.config.name, &uid, &name, run, container);
+        let cpu = cpu_cgroup(&self.agent.config.name, &uid, &name, run, container);
+        let cgroups: Vec<PathBuf> = cgroup.iter().chain(cpu.iter()).cloned().collect();
+        // A multi-call image (busybox) finds its applets first on `PATH`, as in its image.
+        let mut env = env;
+        let mut extra_mounts = Vec::new();
+        let applets = container["image"]
+            .as_str()
+            .and_then(|image| self.agent.config.images.lookup(image))
+            .and_then(|entry| entry.wrapper.clone())
+            .and_then(|wrapper| images::applet_dir(&wrapper, &self.agent.config.data_dir));
+        if let Some(dir) = applets {
+            let inside = if self.runtime.isolates() {
+                extra_mounts.push(sandbox::Mount {
+                    source: dir,
+                    target: APPLETS.to_owned(),
+                    read_only: true,
+                });
+                APPLETS.to_owned()
+            } else {
+                dir.display().to_string()
+            };
+            for (key, value) in &mut env {
+                if key == "PATH" {
+                    *value = format!("{inside}:{value}");
+                }
+            }
+        }
+        // A program the image map names under a directory the sandbox makes its own
+        // (`/tmp`: a build's target directory, say) is shown at its path inside.
+        if self.runtime.isolates()
+            && let Some(program) = argv.first()
+            && sandbox::replaced(program)
+            && std::path::Path::new(program).is_file()
+        {
+            extra_mounts.push(sandbox::Mount {
+                source: PathBuf::from(program),
+                target: program.clone(),
+                read_only: true,
+            });
+        }
+        let launch = Launch {
+            argv,
+            env: env.clone(),
+            working_dir: container["workingDir"]
+                .as_str()
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
+            root: self.dir.join("root").join(&name),
+            mounts: self
+                .mounts(container)
+                .into_iter()
+                .chain(extra_mounts)
+                .collect(),
+            cgroups: cgroups.clone(),
+            hostname: host_name(&pod),
+            hide: vec![self.agent.config.data_dir.clone()],
+            stdin: container["stdin"] == true,
+        };
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .await
+            .map_err(|e| format!("log {}: {e}", log.display()))?;
+        let file = Arc::new(tokio::sync::Mutex::new(file));
+        let mut child = self.runtime.start(&launch)?;
+        let pid = child.id().unwrap_or(0);
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| Arc::new(tokio::sync::Mutex::new(Some(s))));
+        let mut copies = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            copies.push(tokio::spawn(logs::copy(out, "stdout", file.clone())));
+        }
+        if let Some(err) = child.stderr.take() {
+            copies.push(tokio::spawn(logs::copy(err, "stderr", file.clone())));
+        }
+        let started_text = now_text();
+        // Known to the agent's server (exec, attach) before the container is reported
+        // running: `kubectl run -i` attaches as soon as it sees it running.
+        let sandbox_pid = self.runtime.namespaces_of(pid).await;
+        self.agent.pods.set_running(
+            &pod,
+            &name,
+            Running {
+                dir: log
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default(),
+                run,
+                sandbox_pid,
+                env: env.clone(),
+                pid,
+                stdin,
+                stdin_once: container["stdinOnce"] == true,
+                clients: self.clients(container, &env),
+            },
+        );
+        self.event(
+            Some(&name),
+            false,
+            "Created",
+            &format!("Created container: {name}"),
+        )
+        .await;
+        self.event(
+            Some(&name),
+            false,
+            "Started",
+            &format!("Started container {name}"),
+        )
+        .await;
+        let has_startup = container.get("startupProbe").is_some_and(Value::is_object);
+        let has_readiness = container
+            .get("readinessProbe")
+            .is_some_and(Value::is_object);
+        self.update(&name, |s| {
+            s.state = ContainerState::Running {
+                started_at: started_text.clone(),
+            };
+            s.started = !has_startup;
+            s.ready = kind != Kind::Init && !has_startup && !has_readiness;
+            s.container_id = format!("plinth://{uid}-{name}-{run}");
+        });
+        let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);
+        let probes: Vec<_> = ["startupProbe", "readinessProbe", "livenessProbe"]
+            .into_iter()
+            .filter(|p| container.get(*p).is_some_and(Value::is_object))
+            .map(|p| {
+                tokio::spawn(self.clone().probe_loop(
+                    p,
+                    container.clone(),
+                    sandbox_pid,
+                    env.clone(),
+                    kill_tx.clone(),
+                ))
+            })
+            .collect();
+        drop(kill_tx);
+        let mut stop = self.phase.subscribe();
+        let stopped = async {
+            let _ = stop.wait_for(Phase::is_terminating).await;
+        };
+        let status = tokio::select! {
+            status = child.wait() => status,
+            () = stopped => {
+                let deadline = self.phase.borrow().deadline().unwrap_or_else(Instant::now);
+                self.terminate(container, &mut child, pid, sandbox_pid, &env, deadline).await;
+                child.wait().await
+            }
+            reason = async {
+                // No probe left to ask (or none at all): nothing comes from here.
+                match kill_rx.recv().await {
+                    Some(reason) => reason,
+                    None => std::future::pending().await,
+                }
+            } => {
+                tracing::info!(container = %name, %reason, "probe failed; restarting");
+                self.event(
+                    Some(&name),
+                    false,
+                    "Killing",
+                    &format!("Container {name} failed liveness probe, will be restarted"),
+                )
+                .await;
+                let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+                let deadline = Instant::now() + Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(30));
+                self.terminate(container, &mut child, pid, sandbox_pid, &env, deadline).await;
+                child.wait().await
+            }
+        };
+        for probe in probes {
+            probe.abort();
+        }
+        for copy in copies {
+            let _ = copy.await;
+        }
+        let status = status.map_err(|e| e.to_string())?;
+        let code = sandbox::code_of(status);
+        let oom = cgroup.as_ref().is_some_and(|cg| oom_killed(cg));
+        for cg in &cgroups {
+            let _ = std::fs::remove_dir(cg);
+        }
+        let reason = if oom {
+            "OOMKilled"
+        } else if code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        };
+        Ok((code, reason.to_owned(), started_text))
+    }
+
+    /// Stops a container by `deadline`: its `preStop` hook, `SIGTERM`, then `SIGKILL`.
+    pub(super) async fn terminate(
+        &self,
+        container: &Value,
+        child: &mut tokio::process::Child,
+        pid: u32,
+        sandbox_pid: Option<u32>,
+        env: &[(String, String)],
+        deadline: Instant,
+    ) {
+        let clients = self.clients(container, env);
+        let target = probes::Target {
+            pod_ip: &self.ip,
+            container,
+            sandbox_pid,
+            env,
+            clients: &clients,
+        };
+        if let Some(hook) = container
+            .pointer("/lifecycle/preStop")
+            .filter(|h| h.is_object())
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut hook = hook.clone();
+            hook["timeoutSeconds"] = json!(left.as_secs().max(1));
+            if let Some(sleep) = hook.pointer("/sleep/seconds").and_then(Value::as_u64) {
+                let _ = tokio::time::timeout(left, tokio::time::sleep(Duration::from_secs(sleep)))
+                    .await;
+            } else {
+                let _ = tokio::time::timeout(left, probes::run(&hook, &target)).await;
+            }
+        }
+        let name = container["name"].as_str().unwrap_or("");
+        self.event(
+            Some(name),
+            false,
+            "Killing",
+            &format!("Stopping container {name}"),
+        )
+        .await;
+        self.runtime.signal(pid, Signal::SIGTERM);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, child.wait()).await.is_err() {
+            self.runtime.signal(pid, Signal::SIGKILL);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The pods of this node: a watch on the Pods bound to it, one worker per pod, and in each
+//! worker one supervisor per container — init containers in order (sidecars left running),
+//! then the containers; restarts by `restartPolicy` with kube's back-off (the first at once,
+//! then 10 s doubling to five minutes, `CrashLoopBackOff` meanwhile); probes; graceful
+//! termination (`preStop`, `SIGTERM`, `SIGKILL` at the end of the grace period); the pod's
+//! status as kube reports it.
+
+mod container;
+mod env;
+mod probing;
+mod runtime;
+mod state;
+mod status;
+mod table;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::agent::Agent;
+use worker::Worker;
+
+pub(crate) use table::{Registry, Stdin};
+
+/// Watches the pods bound to this node and gives each to its worker until `stopping`.
+pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) {
+    let pods: Api<Pod> = Api::all(agent.client.clone());
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={}", agent.config.name));
+    let mut events = watcher(pods, config).boxed();
+    let mut workers = Vec::new();
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let Some(event) = event else { break };
+        match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                if let Some(worker) = deliver(&agent, pod) {
+                    workers.push(worker);
+                }
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                if let Ok(map) = agent.pods.workers.lock()
+                    && let Some(sender) = map.get(&uid)
+                {
+                    let _ = sender.send(None);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    // The node goes away: every container is stopped.
+    if let Ok(map) = agent.pods.workers.lock() {
+        for sender in map.values() {
+            let _ = sender.send(None);
+        }
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut map = agent.pods.workers.lock().ok()?;
+    if let Some(sender) = map.get(&uid) {
+        let _ = sender.send(Some(pod));
+        return None;
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+    if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let (sender, receiver) = watch::channel(Some(pod));
+    map.insert(uid.clone(), sender);
+    let agent = agent.clone();
+    Some(tokio::spawn(async move {
+        Worker::start(agent.clone(), receiver).await;
+        if let Ok(mut map) = agent.pods.workers.lock() {
+            map.remove(&uid);
+        }
+    }))
+}

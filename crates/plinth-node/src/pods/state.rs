@@ -1,0 +1,209 @@
+//! A pod's state as its worker keeps it: each container's status, typed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+/// What kind of container a supervisor runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    Init,
+    Sidecar,
+    Regular,
+}
+
+/// A container's state (kube's `ContainerState`): one of waiting, running, terminated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum ContainerState {
+    /// Not running yet, or between runs (`ContainerCreating`, `CrashLoopBackOff`…).
+    Waiting {
+        /// Why.
+        reason: String,
+        /// More of why; empty for none.
+        message: String,
+    },
+    /// Its process runs.
+    Running {
+        /// When it started (RFC 3339).
+        started_at: String,
+    },
+    /// It ran and ended.
+    Terminated(Terminated),
+}
+
+/// How a container's run ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Terminated {
+    /// Its exit code (137 for one killed).
+    pub(super) exit_code: i64,
+    /// `Completed`, `Error`, `OOMKilled`.
+    pub(super) reason: String,
+    /// More of why; empty for none.
+    pub(super) message: String,
+    /// When it started, if it did.
+    pub(super) started_at: Option<String>,
+    /// When it ended.
+    pub(super) finished_at: String,
+    /// The run's container ID, if it had one.
+    pub(super) container_id: Option<String>,
+}
+
+impl ContainerState {
+    /// Waiting for `reason` (with `message`, if not empty).
+    pub(super) fn waiting(reason: &str, message: &str) -> Self {
+        Self::Waiting {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Whether its process runs.
+    pub(super) fn is_running(&self) -> bool {
+        matches!(self, Self::Running { .. })
+    }
+
+    /// Whether it ran and ended.
+    pub(super) fn is_terminated(&self) -> bool {
+        matches!(self, Self::Terminated(_))
+    }
+
+    /// As kube writes it.
+    pub(super) fn to_json(&self) -> Value {
+        match self {
+            Self::Waiting { reason, message } if message.is_empty() => {
+                json!({"waiting": {"reason": reason}})
+            }
+            Self::Waiting { reason, message } => {
+                json!({"waiting": {"reason": reason, "message": message}})
+            }
+            Self::Running { started_at } => json!({"running": {"startedAt": started_at}}),
+            Self::Terminated(t) => {
+                let mut terminated = json!({
+                    "exitCode": t.exit_code,
+                    "reason": t.reason,
+                    "finishedAt": t.finished_at,
+                });
+                for (field, value) in [
+                    ("message", Some(&t.message).filter(|m| !m.is_empty())),
+                    ("startedAt", t.started_at.as_ref()),
+                    ("containerID", t.container_id.as_ref()),
+                ] {
+                    if let Some(value) = value {
+                        terminated[field] = json!(value);
+                    }
+                }
+                json!({ "terminated": terminated })
+            }
+        }
+    }
+
+    /// From what kube wrote (a status of an earlier agent); `None` for an empty state.
+    pub(super) fn from_json(state: &Value) -> Option<Self> {
+        let text = |v: &Value, field: &str| v[field].as_str().unwrap_or("").to_owned();
+        if let Some(w) = state.get("waiting") {
+            return Some(Self::waiting(&text(w, "reason"), &text(w, "message")));
+        }
+        if let Some(r) = state.get("running") {
+            return Some(Self::Running {
+                started_at: text(r, "startedAt"),
+            });
+        }
+        let t = state.get("terminated")?;
+        let optional = |field: &str| t[field].as_str().map(str::to_owned);
+        Some(Self::Terminated(Terminated {
+            exit_code: t["exitCode"].as_i64().unwrap_or(0),
+            reason: text(t, "reason"),
+            message: text(t, "message"),
+            started_at: optional("startedAt"),
+            finished_at: text(t, "finishedAt"),
+            container_id: optional("containerID"),
+        }))
+    }
+}
+
+/// A container's status as the pod reports it.
+#[derive(Clone, Debug)]
+pub(super) struct Status {
+    pub(super) name: String,
+    pub(super) image: String,
+    pub(super) kind: Kind,
+    pub(super) state: ContainerState,
+    /// The previous run's end (kube's `lastState`), if there was one.
+    pub(super) last_state: Option<ContainerState>,
+    pub(super) ready: bool,
+    pub(super) started: bool,
+    pub(super) restart_count: i64,
+    pub(super) container_id: String,
+}
+
+impl Status {
+    pub(super) fn to_json(&self) -> Value {
+        let mut status = json!({
+            "name": self.name,
+            "image": self.image,
+            "imageID": self.image,
+            "state": self.state.to_json(),
+            "lastState": self.last_state.as_ref().map_or_else(|| json!({}), ContainerState::to_json),
+            "ready": self.ready,
+            "restartCount": self.restart_count,
+            "started": self.started,
+        });
+        if !self.container_id.is_empty() {
+            status["containerID"] = json!(self.container_id);
+        }
+        status
+    }
+}
+
+/// How a pod's worker ended the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Terminal {
+    /// Every container ended with 0 (phase `Succeeded`).
+    Succeeded,
+    /// A container failed for good (phase `Failed`).
+    Failed,
+    /// Stopped because the pod is deleted (the phase stays what it was).
+    Stopped,
+}
+
+/// What the parts of one pod's worker share.
+pub(super) struct PodState {
+    pub(super) statuses: Vec<Status>,
+    /// Whether the init containers are done (sidecars started).
+    pub(super) initialized: bool,
+    /// How the pod ended, once it has.
+    pub(super) terminal: Option<Terminal>,
+    /// Each condition's status and last transition time.
+    pub(super) conditions: BTreeMap<String, (String, String)>,
+}
+
+pub(super) fn now_text() -> String {
+    plinth_core::meta::format_time(crate::clock::now())
+}
+
+/// Whether the pod has init containers.
+pub(super) fn has_init(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// The pod's containers as JSON with their kinds, init containers first.
+pub(super) fn containers(pod: &Pod) -> Vec<(Kind, Value)> {
+    let spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(Value::Null);
+    let mut all = Vec::new();
+    for c in spec["initContainers"].as_array().into_iter().flatten() {
+        let kind = if c["restartPolicy"] == "Always" {
+            Kind::Sidecar
+        } else {
+            Kind::Init
+        };
+        all.push((kind, c.clone()));
+    }
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        all.push((Kind::Regular, c.clone()));
+    }
+    all
+}

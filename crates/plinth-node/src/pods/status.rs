@@ -1,0 +1,227 @@
+//! The pod's status as kube reports it, written whenever it changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::state::{Kind, Status, Terminal, now_text};
+use super::worker::Worker;
+
+impl Worker {
+    /// Writes the pod's status whenever it changes.
+    pub(super) async fn write_status(self: Arc<Self>) {
+        loop {
+            let notified = self.changed.notified();
+            if let Err(e) = self.write_once().await {
+                tracing::debug!(error = %e, "pod status not written; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), notified).await;
+        }
+    }
+
+    pub(super) async fn write_once(&self) -> Result<(), kube::Error> {
+        let pod = self.current();
+        let status = self.status_json();
+        let api: Api<Pod> = Api::namespaced(
+            self.agent.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let current = serde_json::to_value(pod.status.as_ref()).unwrap_or(Value::Null);
+        if same_status(&current, &status) {
+            return Ok(());
+        }
+        let written = api
+            .patch_status(
+                pod.metadata.name.as_deref().unwrap_or(""),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+        if let Ok(mut p) = self.pod.lock()
+            && p.metadata.uid == written.metadata.uid
+        {
+            p.status = written.status;
+        }
+        Ok(())
+    }
+
+    pub(super) fn status_json(&self) -> Value {
+        let Ok(mut state) = self.state.lock() else {
+            return Value::Null;
+        };
+        let pod = self.current();
+        let gates: Vec<String> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.readiness_gates.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|g| g.condition_type)
+            .collect();
+        let regular: Vec<&Status> = state
+            .statuses
+            .iter()
+            .filter(|s| s.kind == Kind::Regular)
+            .collect();
+        let sidecars_ready = state
+            .statuses
+            .iter()
+            .filter(|s| s.kind == Kind::Sidecar)
+            .all(|s| s.ready);
+        let containers_ready =
+            !regular.is_empty() && regular.iter().all(|s| s.ready) && sidecars_ready;
+        let existing: Vec<Value> = pod
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(&s.conditions).ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        let gates_met = gates.iter().all(|g| {
+            existing
+                .iter()
+                .any(|c| c["type"] == g.as_str() && c["status"] == "True")
+        });
+        let terminal = state.terminal;
+        let phase = match terminal {
+            Some(Terminal::Succeeded) => "Succeeded",
+            Some(Terminal::Failed) => "Failed",
+            _ if state.initialized
+                && regular.iter().any(|s| {
+                    s.state.is_running() || s.restart_count > 0 || s.state.is_terminated()
+                }) =>
+            {
+                "Running"
+            }
+            _ => "Pending",
+        };
+        let done = matches!(phase, "Succeeded" | "Failed");
+        let truth = |b: bool| if b { "True" } else { "False" };
+        let wanted = [
+            (
+                "PodReadyToStartContainers",
+                truth(!done || terminal.is_some()),
+                "",
+            ),
+            (
+                "Initialized",
+                truth(state.initialized),
+                if state.initialized {
+                    ""
+                } else {
+                    "ContainersNotInitialized"
+                },
+            ),
+            (
+                "Ready",
+                truth(containers_ready && gates_met && !done),
+                if containers_ready && !done {
+                    ""
+                } else if done {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                },
+            ),
+            (
+                "ContainersReady",
+                truth(containers_ready && !done),
+                if containers_ready && !done {
+                    ""
+                } else if done {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                },
+            ),
+            ("PodScheduled", "True", ""),
+        ];
+        let not_ready: Vec<String> = regular
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| s.name.clone())
+            .collect();
+        let mut conditions = Vec::new();
+        for (kind, status, reason) in wanted {
+            let now = now_text();
+            let entry = state
+                .conditions
+                .entry(kind.to_owned())
+                .or_insert_with(|| (status.to_owned(), now.clone()));
+            if entry.0 != status {
+                *entry = (status.to_owned(), now);
+            }
+            let mut condition = json!({"type": kind, "status": status, "lastProbeTime": null,
+                "lastTransitionTime": entry.1});
+            if !reason.is_empty() {
+                condition["reason"] = json!(reason);
+                if reason == "ContainersNotReady" {
+                    condition["message"] = json!(format!(
+                        "containers with unready status: [{}]",
+                        not_ready.join(" ")
+                    ));
+                } else if reason == "ContainersNotInitialized" {
+                    let pending: Vec<String> = state
+                        .statuses
+                        .iter()
+                        .filter(|s| {
+                            s.kind != Kind::Regular && !s.state.is_terminated() && !s.started
+                        })
+                        .map(|s| s.name.clone())
+                        .collect();
+                    condition["message"] = json!(format!(
+                        "containers with incomplete status: [{}]",
+                        pending.join(" ")
+                    ));
+                }
+            }
+            conditions.push(condition);
+        }
+        // Conditions other agents set (readiness gates) stay.
+        for c in existing {
+            if !conditions.iter().any(|w| w["type"] == c["type"]) {
+                conditions.push(c);
+            }
+        }
+        let init: Vec<Value> = state
+            .statuses
+            .iter()
+            .filter(|s| s.kind != Kind::Regular)
+            .map(Status::to_json)
+            .collect();
+        let main: Vec<Value> = state
+            .statuses
+            .iter()
+            .filter(|s| s.kind == Kind::Regular)
+            .map(Status::to_json)
+            .collect();
+        let mut status = json!({
+            "phase": phase,
+            "conditions": conditions,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.ip,
+            "podIPs": [{"ip": self.ip}],
+            "startTime": self.started_at,
+            "containerStatuses": main,
+        });
+        if !init.is_empty() {
+            status["initContainerStatuses"] = json!(init);
+        }
+        status
+    }
+}
+
+/// Whether the stored status already says what `wanted` does (ignoring what only the server
+/// adds).
+pub(super) fn same_status(current: &Value, wanted: &Value) -> bool {
+    wanted
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| current.get(k) == Some(v))
+}

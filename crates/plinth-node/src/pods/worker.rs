@@ -1,0 +1,490 @@
+//! One pod's worker: follows the pod (sync), stops it when it is deleted (terminate), cleans
+//! up after it (terminated).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Preconditions};
+use serde_json::Value;
+use tokio::sync::{Notify, watch};
+
+use super::runtime::Runtime;
+use super::state::{
+    ContainerState, Kind, PodState, Status, Terminal, Terminated, containers, has_init, now_text,
+};
+use crate::agent::Agent;
+use crate::volumes;
+
+/// Where a pod's worker is, in the kubelet's terms: syncing the pod (starting and keeping its
+/// containers), or terminating it (stopping them by a deadline: the grace period). Terminated
+/// is the worker's end, when `Worker::start` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Starting and keeping the containers.
+    Syncing,
+    /// Stopping them by `deadline`.
+    Terminating {
+        /// When every container must have stopped (`SIGKILL` then).
+        deadline: Instant,
+    },
+}
+
+impl Phase {
+    /// Whether the containers are to stop.
+    pub(super) fn is_terminating(&self) -> bool {
+        matches!(self, Self::Terminating { .. })
+    }
+
+    /// When they must have stopped, once terminating.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        match self {
+            Self::Syncing => None,
+            Self::Terminating { deadline } => Some(*deadline),
+        }
+    }
+}
+
+pub(super) struct Worker {
+    pub(super) agent: Arc<Agent>,
+    pub(super) pod: Mutex<Pod>,
+    pub(super) dir: PathBuf,
+    pub(super) ip: String,
+    pub(super) started_at: String,
+    pub(super) state: Mutex<PodState>,
+    pub(super) changed: Notify,
+    /// Syncing, until the pod is to stop: then terminating, by a deadline.
+    pub(super) phase: watch::Sender<Phase>,
+    /// What runs the containers.
+    pub(super) runtime: Arc<dyn Runtime>,
+    pub(super) volumes: Mutex<BTreeMap<String, PathBuf>>,
+}
+
+impl Worker {
+    pub(super) async fn start(agent: Arc<Agent>, mut updates: watch::Receiver<Option<Pod>>) {
+        let Some(pod) = updates.borrow().clone() else {
+            return;
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let dir = agent.config.data_dir.join("pods").join(&uid);
+        let existing_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let ip = if host_network {
+            Some("127.0.0.1".to_owned())
+        } else {
+            agent.ips.lock().ok().and_then(|mut ips| {
+                match existing_ip.as_deref().and_then(|ip| ip.parse().ok()) {
+                    Some(ip) => {
+                        ips.claim(ip);
+                        Some(ip.to_string())
+                    }
+                    None => ips.allocate().map(|ip| ip.to_string()),
+                }
+            })
+        };
+        let Some(ip) = ip else {
+            tracing::warn!(pod = %uid, "no pod address left on this node");
+            return;
+        };
+        // A pod this node ran before (the agent restarted): its containers start again, each
+        // counted as a restart, what ran before as their last state.
+        let before = serde_json::to_value(pod.status.as_ref()).unwrap_or(Value::Null);
+        let previous = |name: &str| -> Option<Value> {
+            ["containerStatuses", "initContainerStatuses"]
+                .iter()
+                .filter_map(|k| before.get(*k).and_then(Value::as_array))
+                .flatten()
+                .find(|s| s["name"] == name)
+                .cloned()
+        };
+        let statuses = containers(&pod)
+            .into_iter()
+            .map(|(kind, c)| {
+                let name = c["name"].as_str().unwrap_or("").to_owned();
+                let earlier = previous(&name);
+                let state = earlier
+                    .as_ref()
+                    .and_then(|s| ContainerState::from_json(&s["state"]));
+                let ran = state
+                    .as_ref()
+                    .is_some_and(|s| s.is_running() || s.is_terminated());
+                let last_state = match state {
+                    Some(ContainerState::Running { started_at }) => {
+                        Some(ContainerState::Terminated(Terminated {
+                            exit_code: 137,
+                            reason: "Error".into(),
+                            message: "the node agent restarted".into(),
+                            started_at: Some(started_at),
+                            finished_at: now_text(),
+                            container_id: None,
+                        }))
+                    }
+                    Some(s) if ran => Some(s),
+                    _ => earlier
+                        .as_ref()
+                        .and_then(|s| ContainerState::from_json(&s["lastState"])),
+                };
+                let restart_count = earlier
+                    .as_ref()
+                    .and_then(|s| s["restartCount"].as_i64())
+                    .unwrap_or(0)
+                    + i64::from(ran && kind != Kind::Init);
+                Status {
+                    name,
+                    image: c["image"].as_str().unwrap_or("").to_owned(),
+                    kind,
+                    state: ContainerState::waiting(
+                        if kind == Kind::Regular && has_init(&pod) {
+                            "PodInitializing"
+                        } else {
+                            "ContainerCreating"
+                        },
+                        "",
+                    ),
+                    last_state,
+                    ready: false,
+                    started: false,
+                    restart_count,
+                    container_id: String::new(),
+                }
+            })
+            .collect();
+        if let Ok(mut addresses) = agent.pods.addresses.lock() {
+            addresses.insert(
+                (
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                ),
+                ip.clone(),
+            );
+        }
+        let (phase, _) = watch::channel(Phase::Syncing);
+        let worker = Arc::new(Worker {
+            agent: agent.clone(),
+            pod: Mutex::new(pod.clone()),
+            dir,
+            ip: ip.clone(),
+            started_at: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map_or_else(now_text, |t| {
+                    plinth_core::meta::format_time(t.0.as_second())
+                }),
+            state: Mutex::new(PodState {
+                statuses,
+                initialized: !has_init(&pod),
+                terminal: None,
+                conditions: BTreeMap::new(),
+            }),
+            changed: Notify::new(),
+            phase,
+            runtime: super::runtime::of(agent.config.sandbox.as_ref()),
+            volumes: Mutex::new(BTreeMap::new()),
+        });
+        let writer = tokio::spawn(worker.clone().write_status());
+        let lifecycle = tokio::spawn(worker.clone().lifecycle());
+        let refresher = tokio::spawn(worker.clone().refresh_volumes());
+        // Follow the pod until it is deleted.
+        let mut deleted_from_api = false;
+        loop {
+            let current = updates.borrow_and_update().clone();
+            match current {
+                None => {
+                    deleted_from_api = true;
+                    worker.terminate_by(Instant::now());
+                }
+                Some(pod) => {
+                    let grace = pod.metadata.deletion_grace_period_seconds;
+                    let deleting = pod.metadata.deletion_timestamp.is_some();
+                    if let Ok(mut current) = worker.pod.lock() {
+                        *current = pod;
+                    }
+                    if deleting {
+                        let seconds = u64::try_from(grace.unwrap_or(0).max(0)).unwrap_or(0);
+                        worker.terminate_by(Instant::now() + Duration::from_secs(seconds));
+                    }
+                }
+            }
+            let deleting = worker.current().metadata.deletion_timestamp.is_some();
+            // A finished pod (Succeeded/Failed) keeps its record and logs until deleted.
+            if deleted_from_api || (deleting && worker.finished()) {
+                break;
+            }
+            tokio::select! {
+                changed = updates.changed() => if changed.is_err() {
+                    deleted_from_api = true;
+                    worker.terminate_by(Instant::now());
+                },
+                () = worker.changed.notified() => {},
+            }
+        }
+        let _ = lifecycle.await;
+        refresher.abort();
+        worker.changed.notify_one();
+        let pod = worker.current();
+        if !deleted_from_api && pod.metadata.deletion_timestamp.is_some() {
+            // Everything stopped: the pod can go.
+            let _ = worker.write_once().await;
+            let api: Api<Pod> = Api::namespaced(
+                agent.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+            );
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = api
+                .delete(pod.metadata.name.as_deref().unwrap_or(""), &params)
+                .await
+            {
+                tracing::warn!(error = %e, "could not delete a stopped pod");
+            }
+        }
+        writer.abort();
+        agent.pods.forget(&pod);
+        agent
+            .events
+            .forget(pod.metadata.uid.as_deref().unwrap_or(""));
+        volumes::forget_tokens(&agent, pod.metadata.uid.as_deref().unwrap_or(""));
+        if let Ok(ip) = ip.parse()
+            && !host_network
+            && let Ok(mut ips) = agent.ips.lock()
+        {
+            ips.release(ip);
+        }
+        let _ = std::fs::remove_dir_all(worker.dir.join("volumes"));
+        let _ = std::fs::remove_dir_all(worker.dir.join("root"));
+    }
+
+    /// Records an event on the pod (about `container`, if named).
+    pub(super) async fn event(
+        &self,
+        container: Option<&str>,
+        warning: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let pod = self.current();
+        self.agent
+            .events
+            .record(
+                &self.agent.client,
+                &self.agent.config.name,
+                &pod,
+                crate::events::Said {
+                    container,
+                    warning,
+                    reason,
+                    message,
+                },
+            )
+            .await;
+    }
+
+    pub(super) fn current(&self) -> Pod {
+        self.pod.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    pub(super) fn finished(&self) -> bool {
+        self.state.lock().is_ok_and(|s| s.terminal.is_some())
+    }
+
+    pub(super) fn terminate_by(&self, deadline: Instant) {
+        self.phase
+            .send_if_modified(|current| match current.deadline() {
+                Some(existing) if existing <= deadline => false,
+                _ => {
+                    *current = Phase::Terminating { deadline };
+                    true
+                }
+            });
+    }
+
+    /// Whether the pod's containers are to stop.
+    pub(super) fn terminating(&self) -> bool {
+        self.phase.borrow().is_terminating()
+    }
+
+    pub(super) fn update(&self, name: &str, change: impl FnOnce(&mut Status)) {
+        if let Ok(mut state) = self.state.lock()
+            && let Some(status) = state.statuses.iter_mut().find(|s| s.name == name)
+        {
+            change(status);
+        }
+        self.changed.notify_waiters();
+        self.changed.notify_one();
+    }
+
+    /// Init containers in order, then the containers; the pod's end when they are done.
+    pub(super) async fn lifecycle(self: Arc<Self>) {
+        let pod = self.current();
+        // Volumes first: a container waits until they are all there.
+        loop {
+            match volumes::sync(&self.agent, &pod, &self.dir).await {
+                Ok(paths) => {
+                    if let Ok(mut v) = self.volumes.lock() {
+                        *v = paths;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(pod = ?pod.metadata.name, error = %e, "volumes not ready");
+                    self.event(
+                        None,
+                        true,
+                        "FailedMount",
+                        &format!("MountVolume.SetUp failed: {e}"),
+                    )
+                    .await;
+                    if self.stopping_within(Duration::from_secs(2)).await {
+                        self.mark_all_terminated();
+                        return;
+                    }
+                }
+            }
+        }
+        let all = containers(&pod);
+        let mut running = Vec::new();
+        for (kind, container) in all.iter().filter(|(k, _)| *k != Kind::Regular) {
+            let supervisor = tokio::spawn(self.clone().supervise(container.clone(), *kind));
+            if *kind == Kind::Sidecar {
+                // A sidecar counts as done once started.
+                self.wait_started(container["name"].as_str().unwrap_or(""))
+                    .await;
+                running.push(supervisor);
+                continue;
+            }
+            let code = supervisor.await.ok().flatten();
+            if code != Some(0) {
+                // Failed for good (restartPolicy Never) or stopped.
+                let stopped = self.terminating();
+                for s in running {
+                    let _ = s.await;
+                }
+                self.mark_all_terminated();
+                if !stopped {
+                    self.set_terminal(Terminal::Failed);
+                }
+                return;
+            }
+        }
+        if let Ok(mut state) = self.state.lock() {
+            state.initialized = true;
+            for status in state
+                .statuses
+                .iter_mut()
+                .filter(|s| s.kind == Kind::Regular)
+            {
+                status.state = ContainerState::waiting("ContainerCreating", "");
+            }
+        }
+        self.changed.notify_one();
+        let regular: Vec<_> = all
+            .iter()
+            .filter(|(k, _)| *k == Kind::Regular)
+            .map(|(_, c)| tokio::spawn(self.clone().supervise(c.clone(), Kind::Regular)))
+            .collect();
+        let mut codes = Vec::new();
+        for supervisor in regular {
+            codes.push(supervisor.await.ok().flatten());
+        }
+        // The containers are done: sidecars stop too.
+        self.terminate_by(Instant::now() + Duration::from_secs(2));
+        for s in running {
+            let _ = s.await;
+        }
+        let stopped_by_delete = self.current().metadata.deletion_timestamp.is_some();
+        if !stopped_by_delete {
+            let ok = codes.iter().all(|c| *c == Some(0));
+            self.set_terminal(if ok {
+                Terminal::Succeeded
+            } else {
+                Terminal::Failed
+            });
+        } else {
+            self.mark_all_terminated();
+            self.set_terminal(Terminal::Stopped);
+        }
+    }
+
+    pub(super) fn set_terminal(&self, terminal: Terminal) {
+        if let Ok(mut state) = self.state.lock() {
+            state.terminal = Some(terminal);
+        }
+        self.changed.notify_one();
+        self.changed.notify_waiters();
+    }
+
+    /// When the pod ends: no container is ready, and one still shown running is shown
+    /// killed (one that never ran stays waiting).
+    pub(super) fn mark_all_terminated(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            for status in &mut state.statuses {
+                if status.state.is_terminated() {
+                    continue;
+                }
+                status.ready = false;
+                if status.state.is_running() {
+                    status.state = ContainerState::Terminated(Terminated {
+                        exit_code: 137,
+                        reason: "Error".into(),
+                        finished_at: now_text(),
+                        ..Terminated::default()
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) async fn wait_started(&self, name: &str) {
+        loop {
+            let notified = self.changed.notified();
+            let done = self.state.lock().is_ok_and(|s| {
+                s.statuses
+                    .iter()
+                    .any(|c| c.name == name && (c.started || c.state.is_terminated()))
+            });
+            if done || self.terminating() {
+                return;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), notified).await;
+        }
+    }
+
+    /// Sleeps `period`, or less when the pod is stopping; returns whether it is.
+    pub(super) async fn stopping_within(&self, period: Duration) -> bool {
+        let mut stop = self.phase.subscribe();
+        if stop.borrow().is_terminating() {
+            return true;
+        }
+        let stopped = tokio::select! {
+            () = tokio::time::sleep(period) => false,
+            () = async { let _ = stop.wait_for(Phase::is_terminating).await; } => true,
+        };
+        stopped || self.terminating()
+    }
+
+    /// Rewrites the API-backed volumes now and then, so that a changed ConfigMap shows.
+    pub(super) async fn refresh_volumes(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let pod = self.current();
+            if let Ok(paths) = volumes::sync(&self.agent, &pod, &self.dir).await
+                && let Ok(mut v) = self.volumes.lock()
+            {
+                *v = paths;
+            }
+        }
+    }
+}
