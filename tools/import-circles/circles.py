@@ -89,6 +89,8 @@ def resolve(files, defs, module_path, rest, depth=0):
     if parts and parts[0] == "crate":
         start = []
         parts = parts[1:]
+    elif parts and re.fullmatch(r"plinth_\w+|std|core|alloc", parts[0]):
+        return None  # another crate's item: no edge inside this one
     elif parts and parts[0] in ("super", "self"):
         start = base
         while parts and parts[0] in ("super", "self"):
@@ -98,7 +100,7 @@ def resolve(files, defs, module_path, rest, depth=0):
     elif parts and tuple(base + [parts[0]]) in files:
         start = base
     else:
-        return target  # re-exported from another crate
+        return None  # re-exported from another crate: no edge inside this one
     original_parts = original.split("::")
     return resolve(files, defs, start, parts + original_parts, depth + 1)
 

@@ -678,7 +678,7 @@ fn embedded_resources_are_validated_like_objects() {
 
 #[test]
 fn property_names_are_escaped_for_cel_as_kube_escapes_them() {
-    use crate::cel::{escape, unescape};
+    use crate::cel::names::{escape, unescape};
     for (name, escaped) in [
         ("namespace", Some("__namespace__")),
         ("if", Some("__if__")),

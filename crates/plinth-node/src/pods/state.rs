@@ -207,3 +207,78 @@ pub(super) fn containers(pod: &Pod) -> Vec<(Kind, Value)> {
     }
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_states_read_back_what_they_write() {
+        let states = [
+            ContainerState::waiting("ContainerCreating", ""),
+            ContainerState::waiting(
+                "CrashLoopBackOff",
+                "back-off 10s restarting failed container",
+            ),
+            ContainerState::Running {
+                started_at: "2026-12-03T10:00:00Z".into(),
+            },
+            ContainerState::Terminated(Terminated {
+                exit_code: 137,
+                reason: "Error".into(),
+                message: "the node agent restarted".into(),
+                started_at: Some("2026-12-03T10:00:00Z".into()),
+                finished_at: "2026-12-03T10:01:00Z".into(),
+                container_id: Some("plinth://uid-c-0".into()),
+            }),
+            ContainerState::Terminated(Terminated {
+                exit_code: 0,
+                reason: "Completed".into(),
+                finished_at: "2026-12-03T10:01:00Z".into(),
+                ..Terminated::default()
+            }),
+        ];
+        for state in states {
+            let json = state.to_json();
+            assert_eq!(ContainerState::from_json(&json), Some(state), "{json}");
+        }
+        assert_eq!(ContainerState::from_json(&json!({})), None);
+    }
+
+    #[test]
+    fn states_are_written_as_kube_writes_them() {
+        assert_eq!(
+            ContainerState::waiting("PodInitializing", "").to_json(),
+            json!({"waiting": {"reason": "PodInitializing"}})
+        );
+        let killed = ContainerState::Terminated(Terminated {
+            exit_code: 137,
+            reason: "Error".into(),
+            finished_at: "t".into(),
+            ..Terminated::default()
+        });
+        assert_eq!(
+            killed.to_json(),
+            json!({"terminated": {"exitCode": 137, "reason": "Error", "finishedAt": "t"}})
+        );
+        assert!(killed.is_terminated() && !killed.is_running());
+        let status = Status {
+            name: "c".into(),
+            image: "busybox".into(),
+            kind: Kind::Regular,
+            state: ContainerState::Running {
+                started_at: "t".into(),
+            },
+            last_state: None,
+            ready: true,
+            started: true,
+            restart_count: 0,
+            container_id: String::new(),
+        };
+        assert_eq!(status.to_json()["lastState"], json!({}));
+        assert_eq!(
+            status.to_json()["state"],
+            json!({"running": {"startedAt": "t"}})
+        );
+    }
+}

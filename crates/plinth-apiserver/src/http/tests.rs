@@ -1,0 +1,36 @@
+use super::*;
+
+#[test]
+fn targets_follow_kube_apiserver_paths() {
+    assert_eq!(parse_target("/api"), Target::Api);
+    assert_eq!(
+        parse_target("/apis/coordination.k8s.io"),
+        Target::Group("coordination.k8s.io".into())
+    );
+    let cm = parse_target("/api/v1/namespaces/default/configmaps/a");
+    assert_eq!(
+        cm,
+        Target::Resource {
+            group: "".into(),
+            version: "v1".into(),
+            namespace: Some("default".into()),
+            resource: "configmaps".into(),
+            name: Some("a".into()),
+            subresource: None
+        }
+    );
+    let ns_status = parse_target("/api/v1/namespaces/default/status");
+    assert!(
+        matches!(ns_status, Target::Resource { ref resource, ref name, ref subresource, .. }
+        if resource == "namespaces" && name.as_deref() == Some("default") && subresource.as_deref() == Some("status"))
+    );
+    let ns = parse_target("/api/v1/namespaces/default");
+    assert!(
+        matches!(ns, Target::Resource { ref resource, namespace: None, .. } if resource == "namespaces")
+    );
+    let leases = parse_target("/apis/coordination.k8s.io/v1/namespaces/x/leases");
+    assert!(
+        matches!(leases, Target::Resource { ref group, name: None, .. } if group == "coordination.k8s.io")
+    );
+    assert_eq!(parse_target("/nothing/here"), Target::NotFound);
+}

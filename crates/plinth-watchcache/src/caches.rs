@@ -1,0 +1,273 @@
+//! Every resource's cache, made on first use, and watch progress requested of the store for\n//! consistent reads.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use plinth_store::{Revision, Store, StoreError};
+use tokio::sync::{Notify, watch};
+
+use crate::stored::TypeMetas;
+use crate::{Cacher, State, run};
+
+/// Every resource's cache, started on first use.
+pub struct Caches {
+    store: Arc<dyn Store>,
+    bookmark_interval: Duration,
+    caches: Mutex<HashMap<String, Arc<Cacher>>>,
+    progress: Arc<ProgressRequests>,
+    /// Lists served from the caches and from storage, by resource prefix.
+    lists: Mutex<BTreeMap<(String, &'static str), u64>>,
+}
+
+/// Readers waiting for a cache to catch up with the store; while there are any, a task asks the
+/// store for progress notifications (kube-apiserver's `progressRequester`).
+#[derive(Default)]
+pub(crate) struct ProgressRequests {
+    waiting: AtomicUsize,
+    wake: Notify,
+    started: std::sync::OnceLock<()>,
+}
+
+/// Counts one waiting reader while alive.
+pub(crate) struct Waiting<'a>(&'a ProgressRequests);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a reader waits for the answer to its own progress request to an in-process store
+/// before asking as for a remote one.
+pub(crate) const LOCAL_PROGRESS_WAIT: Duration = Duration::from_millis(100);
+
+/// How often progress is asked for while a reader waits.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The least time between two progress requests (a new reader's comes this soon).
+pub(crate) const PROGRESS_SPACING: Duration = Duration::from_millis(1);
+
+pub(crate) async fn request_progress(store: Arc<dyn Store>, requests: Arc<ProgressRequests>) {
+    loop {
+        if requests.waiting.load(Ordering::Acquire) == 0 {
+            requests.wake.notified().await;
+            continue;
+        }
+        if let Err(e) = store.request_progress().await {
+            tracing::warn!(error = %e, "watch cache: progress request failed");
+        }
+        // Again in 10 ms while anyone still waits — or 1 ms after this request, when a new
+        // reader comes (it must not wait out a tick started for an earlier one).
+        tokio::time::sleep(PROGRESS_SPACING).await;
+        let _ = tokio::time::timeout(
+            PROGRESS_INTERVAL - PROGRESS_SPACING,
+            requests.wake.notified(),
+        )
+        .await;
+    }
+}
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caches").finish_non_exhaustive()
+    }
+}
+
+impl Caches {
+    /// Storage history before `revision` is gone: so is the caches' (a watch from an older
+    /// resourceVersion is then 410 whichever way it is served).
+    pub fn compacted(&self, revision: Revision) {
+        for cacher in self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            let mut state = cacher.state_mut();
+            state.oldest = state.oldest.max(revision - 1);
+            while state.history.front().is_some_and(|e| e.revision < revision) {
+                state.history.pop_front();
+            }
+        }
+    }
+
+    /// Caches over `store`, bookmarking watchers every `bookmark_interval`.
+    pub fn new(store: Arc<dyn Store>, bookmark_interval: Duration) -> Self {
+        Self {
+            store,
+            bookmark_interval,
+            caches: Mutex::default(),
+            progress: Arc::default(),
+            lists: Mutex::default(),
+        }
+    }
+
+    /// Waits until `cacher` reflects every write acknowledged before this call (the store's
+    /// current revision), asking the store for progress notifications meanwhile. Returns the
+    /// cache's revision, or `None` if it did not catch up in time (the caller reads storage
+    /// instead, as kube-apiserver falls back to etcd).
+    ///
+    /// # Errors
+    /// The store's error if its current revision cannot be read.
+    pub async fn consistent(&self, cacher: &Cacher) -> Result<Option<Revision>, StoreError> {
+        if !self.store.progress_is_reliable() {
+            // The cache cannot know it has every change up to a revision: storage answers.
+            return Ok(None);
+        }
+        let wanted = self.store.current_revision().await?;
+        self.reach(cacher, wanted).await
+    }
+
+    /// Waits until `cacher` reaches `wanted` (requesting progress); `None` if not within 3 s.
+    ///
+    /// # Errors
+    /// None today; kept fallible for symmetry with [`Caches::consistent`].
+    pub async fn reach(
+        &self,
+        cacher: &Cacher,
+        wanted: Revision,
+    ) -> Result<Option<Revision>, StoreError> {
+        let reached = cacher.revision();
+        if reached >= wanted && reached > 0 {
+            return Ok(Some(reached));
+        }
+        if self.store.progress_is_local() && reached > 0 {
+            // In-process: the notification is queued behind the changes the cache has still
+            // to apply as this returns, so the cache reaches `wanted` as soon as it has
+            // applied them — no request loop, no tick. Only a storage watch that was not up
+            // to date when asked (catching up, its buffer full) reports nothing: after a
+            // while the reader asks as remote stores do, again until it is.
+            self.store.request_progress().await?;
+            let mut revision = cacher.revision.subscribe();
+            let reached =
+                tokio::time::timeout(LOCAL_PROGRESS_WAIT, revision.wait_for(|r| *r >= wanted))
+                    .await;
+            if let Ok(Ok(r)) = reached {
+                return Ok(Some(*r));
+            }
+        }
+        let requests = &self.progress;
+        requests.started.get_or_init(|| {
+            drop(tokio::spawn(request_progress(
+                self.store.clone(),
+                requests.clone(),
+            )));
+        });
+        requests.waiting.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(requests);
+        requests.wake.notify_one();
+        Ok(cacher.wait_for(wanted.max(1)).await.ok())
+    }
+
+    /// Counts a list of the resource under `prefix`, served from its cache or from storage.
+    pub fn count_list(&self, prefix: &str, from_cache: bool) {
+        let source = if from_cache { "cache" } else { "storage" };
+        *self
+            .lists
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((prefix.trim_end_matches('/').to_owned(), source))
+            .or_default() += 1;
+    }
+
+    /// `apiserver_cache_list_total` and `apiserver_storage_list_total` (labelled by resource
+    /// prefix), and each cache's live objects and the bytes they hold
+    /// (`plinth_watch_cache_objects`, `plinth_watch_cache_bytes`: [`Stored::footprint`] and the
+    /// key of each), in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let caches: Vec<_> = self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let sizes: Vec<_> = caches
+            .iter()
+            .map(|cacher| {
+                let state = cacher.state();
+                let bytes: usize = state
+                    .objects
+                    .iter()
+                    .map(|(key, stored)| key.len() + stored.footprint())
+                    .sum();
+                (
+                    cacher.prefix.trim_end_matches('/'),
+                    state.objects.len(),
+                    bytes,
+                )
+            })
+            .collect();
+        for (name, help, pick) in [
+            (
+                "plinth_watch_cache_objects",
+                "Live objects in the watch cache",
+                0,
+            ),
+            (
+                "plinth_watch_cache_bytes",
+                "Bytes the watch cache's live objects hold (encodings, extracted fields)",
+                1,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (prefix, objects, bytes) in &sizes {
+                let value = if pick == 0 { *objects } else { *bytes };
+                let _ = writeln!(out, "{name}{{resource_prefix=\"{prefix}\"}} {value}");
+            }
+        }
+        let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
+        for (source, name, help) in [
+            (
+                "cache",
+                "apiserver_cache_list_total",
+                "Number of LIST requests served from watch cache",
+            ),
+            (
+                "storage",
+                "apiserver_storage_list_total",
+                "Number of LIST requests served from storage",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for ((prefix, _), n) in lists.iter().filter(|((_, s), _)| *s == source) {
+                let _ = writeln!(out, "{name}{{resource_prefix=\"{prefix}\"}} {n}");
+            }
+        }
+        out
+    }
+
+    /// The cache of the resource stored under `prefix`, started if needed, extracting
+    /// `fields` (the selectable fields, when it starts) from every object; it is ready once it
+    /// has listed (wait with [`Cacher::wait_for`]).
+    pub fn get(&self, prefix: &str, fields: &[String]) -> Arc<Cacher> {
+        let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cacher) = caches.get(prefix) {
+            return cacher.clone();
+        }
+        let cacher = Arc::new(Cacher {
+            prefix: prefix.to_owned(),
+            types: TypeMetas::default(),
+            fields: fields.into(),
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                oldest: 0,
+                revision: 0,
+                watchers: Vec::new(),
+            }),
+            revision: watch::Sender::new(0),
+        });
+        caches.insert(prefix.to_owned(), cacher.clone());
+        tokio::spawn(run(
+            self.store.clone(),
+            cacher.clone(),
+            self.bookmark_interval.max(Duration::from_millis(100)),
+        ));
+        cacher
+    }
+}
