@@ -20,7 +20,6 @@ mod history;
 pub mod informer;
 pub mod job;
 pub mod leader;
-mod listing;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -125,9 +124,10 @@ fn spawn_controllers(
         });
     }
     csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
-    spawn_namespace_controller(registry.clone(), stopping.clone());
+    spawn_namespace_controller(registry.clone(), &informers, stopping.clone());
     spawn_quota_controller(
         registry.clone(),
+        &informers,
         settings.quota_ledger.clone(),
         stopping.clone(),
     );
@@ -135,6 +135,7 @@ fn spawn_controllers(
     endpoints::spawn_endpoints(registry.clone(), &informers, stopping.clone());
     volumes::spawn_volume_controller(
         registry.clone(),
+        &informers,
         settings.volumes_dir.clone(),
         stopping.clone(),
     );

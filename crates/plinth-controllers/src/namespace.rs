@@ -8,62 +8,88 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use plinth_core::StatusReason;
 use plinth_registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::informer::{Change, Informer, Queue, SharedInformers, enqueue, run_workers};
+
 /// How often a terminating namespace is looked at again while content remains.
 const RECHECK: Duration = Duration::from_millis(500);
 
-/// Starts the loop; it ends when `stopping` becomes true.
-pub fn spawn_namespace_controller(registry: Registry, stopping: watch::Receiver<bool>) {
-    tokio::spawn(namespaces(registry, stopping));
+/// Starts the controller on the shared namespace and ServiceAccount informers; it ends when
+/// `stopping` becomes true.
+pub fn spawn_namespace_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
+    let queue = Queue::default();
+    let namespaces = informers.start(("", "namespaces"), enqueue(&queue));
+    // A `default` ServiceAccount deleted comes back (kube's serviceaccounts controller).
+    let requeue = queue.clone();
+    let accounts = informers.start(("", "serviceaccounts"), move |c: Change<'_>| {
+        if let Some(old) = c.old
+            && c.new.is_none()
+            && plinth_core::meta::name(old) == Some("default")
+            && let Some(namespace) = plinth_core::meta::namespace(old)
+        {
+            requeue.add(namespace.to_owned());
+        }
+    });
+    let finalizing: Arc<Mutex<HashSet<String>>> = Arc::default();
+    tokio::spawn(async move {
+        run_workers(
+            queue,
+            stopping,
+            &[&namespaces, &accounts],
+            &namespaces,
+            |namespace| {
+                let (registry, accounts, finalizing) = (&registry, &accounts, &finalizing);
+                async move {
+                    sync(registry, accounts, finalizing, &namespace).await;
+                    None
+                }
+            },
+        )
+        .await;
+    });
 }
 
-async fn namespaces(registry: Registry, stopping: watch::Receiver<bool>) {
-    let finalizing: Arc<Mutex<HashSet<String>>> = Arc::default();
-    loop {
-        let Some((_, mut events)) = registry
-            .watch_until_stopped(("", "namespaces"), &stopping, "namespace controller")
-            .await
-        else {
-            return;
-        };
-        while let Some(event) = events.next().await {
-            if !matches!(event.kind, "ADDED" | "MODIFIED") {
-                continue;
-            }
-            let object = event.object();
-            let Some(name) = plinth_core::meta::name(&object).map(str::to_owned) else {
-                continue;
-            };
-            let deleting = object
-                .pointer("/metadata/deletionTimestamp")
-                .is_some_and(|v| !v.is_null());
-            if !deleting {
-                ensure_default_service_account(&registry, &name).await;
-                continue;
-            }
-            let first = finalizing
+/// A live namespace gets its `default` ServiceAccount; a deleted one is emptied (once at a
+/// time: a pass already under way is not started again).
+async fn sync(
+    registry: &Registry,
+    accounts: &Informer,
+    finalizing: &Arc<Mutex<HashSet<String>>>,
+    namespace: &Value,
+) {
+    let Some(name) = plinth_core::meta::name(namespace).map(str::to_owned) else {
+        return;
+    };
+    let deleting = namespace
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
+    if !deleting {
+        if accounts.get(&format!("{name}/default")).is_none() {
+            ensure_default_service_account(registry, &name).await;
+        }
+        return;
+    }
+    let first = finalizing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(name.clone());
+    if first {
+        let (registry, finalizing) = (registry.clone(), finalizing.clone());
+        tokio::spawn(async move {
+            finalize(&registry, &name).await;
+            finalizing
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(name.clone());
-            if first {
-                let (registry, finalizing) = (registry.clone(), finalizing.clone());
-                tokio::spawn(async move {
-                    finalize(&registry, &name).await;
-                    finalizing
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .remove(&name);
-                });
-            }
-        }
-        if *stopping.borrow() {
-            return;
-        }
+                .remove(&name);
+        });
     }
 }
 

@@ -1,17 +1,18 @@
 //! The resource quota controller (kube-controller-manager's `resourcequota`): each quota's
 //! `status.hard` follows its spec and `status.used` counts what its namespace holds — at
-//! once for a new or changed quota, and every few seconds for all (objects deleted give their
-//! place back). Resource names other than object counts (`requests.cpu`, …) are shown as
+//! once for a new or changed quota (heard from the shared quota informer), and every few
+//! seconds again (objects deleted give their place back). Resource names other than object counts (`requests.cpu`, …) are shown as
 //! used `0`: compute resources are not counted.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use plinth_admission::quota::{Ledger, resource_of};
 use plinth_registry::{ListOptions, Part, Registry, WriteOptions};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
+
+use crate::informer::{Queue, SharedInformers, enqueue, run_workers};
 
 /// How often every quota is recounted.
 const RESYNC: Duration = Duration::from_secs(2);
@@ -19,13 +20,26 @@ const RESYNC: Duration = Duration::from_secs(2);
 /// still be on its way to storage).
 const IN_FLIGHT: Duration = Duration::from_secs(10);
 
-/// Starts the controller; it ends when `stopping` becomes true.
+/// Starts the controller on the shared quota informer; it ends when `stopping` becomes true.
 pub fn spawn_quota_controller(
     registry: Registry,
+    informers: &SharedInformers,
     ledger: Arc<Ledger>,
     stopping: watch::Receiver<bool>,
 ) {
-    tokio::spawn(run(registry, ledger, stopping));
+    let queue = Queue::default();
+    let quotas = informers.start(("", "resourcequotas"), enqueue(&queue));
+    tokio::spawn(async move {
+        run_workers(queue, stopping, &[&quotas], &quotas, |quota| {
+            let (registry, ledger) = (&registry, &ledger);
+            async move {
+                recount(registry, ledger, &quota).await;
+                // Counted again after a while: deleted objects give their place back.
+                Some(RESYNC)
+            }
+        })
+        .await;
+    });
 }
 
 /// A consistent list (what storage holds now, not what the cache may still be catching up to).
@@ -118,41 +132,5 @@ async fn recount(registry: &Registry, ledger: &Ledger, quota: &Value) {
         && e.reason != plinth_core::StatusReason::NotFound
     {
         tracing::warn!(quota = name, namespace, error = %e.message, "could not update the quota's status");
-    }
-}
-
-async fn run(registry: Registry, ledger: Arc<Ledger>, stopping: watch::Receiver<bool>) {
-    let mut ticks = tokio::time::interval(RESYNC);
-    loop {
-        let Some((def, mut events)) = registry
-            .watch_until_stopped(
-                ("", "resourcequotas"),
-                &stopping,
-                "resource quota controller",
-            )
-            .await
-        else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                event = events.next() => {
-                    let Some(event) = event else { break };
-                    if matches!(event.kind, "ADDED" | "MODIFIED") {
-                        recount(&registry, &ledger, &event.object()).await;
-                    }
-                }
-                _ = ticks.tick() => {
-                    if let Ok(list) = registry.list(&def, None, &ListOptions::any_state()).await {
-                        for quota in list["items"].as_array().into_iter().flatten() {
-                            recount(&registry, &ledger, quota).await;
-                        }
-                    }
-                }
-            }
-        }
-        if *stopping.borrow() {
-            return;
-        }
     }
 }

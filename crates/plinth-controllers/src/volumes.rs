@@ -2,53 +2,72 @@
 //! provisioner): a pending claim is bound to an available volume that fits it (class,
 //! access modes, size, the volume it names), or — when its StorageClass's provisioner is
 //! Plinth's — to a new volume, a directory under the volumes directory. A volume whose claim
-//! is gone is deleted (`Delete`) or `Released` (`Retain`).
+//! is gone is deleted (`Delete`) or `Released` (`Retain`). It reads claims, volumes and
+//! classes from the shared informers; a bind is decided again on the stored objects.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use futures::StreamExt;
-use plinth_registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
+use plinth_core::ApiError;
+use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
 use plinth_types::storage::storageclass::LOCAL_PROVISIONER;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::informer::{Change, Informer, Queue, SharedInformers};
+
 const MANAGER: &str = "persistentvolume-binder";
 
-/// Starts the controller; provisioned volumes live under `dir`. It ends with `stopping`.
-pub fn spawn_volume_controller(registry: Registry, dir: PathBuf, stopping: watch::Receiver<bool>) {
-    tokio::spawn(run(registry, dir, stopping));
+/// The one key the controller's queue holds: every pass looks at every claim and volume.
+const PASS: &str = "pass";
+/// How long after a pass the next one comes without a change heard of.
+const RESYNC: Duration = Duration::from_secs(5);
+
+/// What a pass reads: the shared informers of claims, volumes and classes.
+struct Caches {
+    claims: Informer,
+    volumes: Informer,
+    classes: Informer,
 }
 
-async fn run(registry: Registry, dir: PathBuf, mut stopping: watch::Receiver<bool>) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        let Some((_, mut events)) = registry
-            .watch_until_stopped(
-                ("", "persistentvolumeclaims"),
-                &stopping,
-                "volume controller",
-            )
-            .await
-        else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                event = events.next() => if event.is_none() { break },
-                _ = ticks.tick() => {}
-                _ = stopping.wait_for(|s| *s) => return,
-            }
-            sync(&registry, &dir).await;
-        }
-        if *stopping.borrow() {
-            return;
-        }
+impl Caches {
+    fn values(informer: &Informer) -> Vec<Value> {
+        informer
+            .all_values()
+            .iter()
+            .map(|v| Value::clone(v))
+            .collect()
     }
 }
 
-async fn list(registry: &Registry, group: &str, plural: &str) -> Vec<Value> {
-    crate::listing::items(registry, (group, plural), None, &ListOptions::default()).await
+/// Starts the controller on the shared informers of claims, volumes and StorageClasses;
+/// provisioned volumes live under `dir`. It ends with `stopping`.
+pub fn spawn_volume_controller(
+    registry: Registry,
+    informers: &SharedInformers,
+    dir: PathBuf,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let queue = Queue::default();
+    let pass = |queue: &Queue| {
+        let queue = queue.clone();
+        move |_: Change<'_>| queue.add(PASS.to_owned())
+    };
+    let caches = Caches {
+        claims: informers.start(("", "persistentvolumeclaims"), pass(&queue)),
+        volumes: informers.start(("", "persistentvolumes"), pass(&queue)),
+        classes: informers.start(("storage.k8s.io", "storageclasses"), pass(&queue)),
+    };
+    tokio::spawn(async move {
+        for cache in [&caches.claims, &caches.volumes, &caches.classes] {
+            cache.synced().await;
+        }
+        queue.add(PASS.to_owned());
+        while queue.next(&mut stopping).await.is_some() {
+            sync(&registry, &caches, &dir).await;
+            queue.add_after(PASS.to_owned(), RESYNC);
+        }
+    });
 }
 
 fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {
@@ -82,16 +101,18 @@ fn fits(volume: &Value, claim: &Value) -> bool {
     free && class && modes && size && by_name
 }
 
-async fn sync(registry: &Registry, dir: &std::path::Path) {
+async fn sync(registry: &Registry, caches: &Caches, dir: &std::path::Path) {
     let (Some(pvs), Some(pvcs)) = (
         registry.resources.get("", "v1", "persistentvolumes"),
         registry.resources.get("", "v1", "persistentvolumeclaims"),
     ) else {
         return;
     };
-    let classes = list(registry, "storage.k8s.io", "storageclasses").await;
-    let claims = list(registry, "", "persistentvolumeclaims").await;
-    let mut volumes = list(registry, "", "persistentvolumes").await;
+    // The caches may be a moment behind this controller's own writes: a bind is decided again
+    // on the stored objects (see `bind`), so a stale cache cannot bind twice.
+    let classes = Caches::values(&caches.classes);
+    let claims = Caches::values(&caches.claims);
+    let mut volumes = Caches::values(&caches.volumes);
     let options = WriteOptions::internal(MANAGER);
     // New volumes become available.
     for volume in &mut volumes {
@@ -225,8 +246,22 @@ async fn bind(
     let namespace = text(claim, "/metadata/namespace").to_owned();
     let reference = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1",
         "namespace": namespace, "name": claim_name, "uid": claim.pointer("/metadata/uid")});
+    let claim_uid = claim
+        .pointer("/metadata/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
     let bound = registry
         .modify(pvs, None, &volume_name, Part::Main, &options, |current| {
+            // Bound meanwhile (to another claim): not this one's.
+            if let Some(held) = current.pointer("/spec/claimRef").filter(|r| !r.is_null())
+                && held.get("uid") != Some(&claim_uid)
+            {
+                return Err(ApiError::conflict(
+                    &plinth_core::GroupResource::new("", "persistentvolumes"),
+                    &volume_name,
+                    "the volume is bound to another claim",
+                ));
+            }
             current["spec"]["claimRef"] = reference.clone();
             Ok(true)
         })
@@ -248,6 +283,14 @@ async fn bind(
             Part::Main,
             &options,
             |current| {
+                // Bound meanwhile (to another volume): left as it is.
+                let held = current
+                    .pointer("/spec/volumeName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !held.is_empty() && held != volume_name {
+                    return Ok(false);
+                }
                 current["spec"]["volumeName"] = json!(volume_name);
                 let annotations = &mut current["metadata"]["annotations"];
                 if !annotations.is_object() {
