@@ -160,9 +160,13 @@ enum Command {
         /// How many.
         #[arg(long, default_value_t = 100)]
         pods: usize,
-        /// The process running the node agent (`plinth serve`'s), for its memory.
+        /// The process running the node agent (`plinth serve`'s, or `plinth node`'s), for its
+        /// memory.
         #[arg(long)]
         agent_pid: Option<u32>,
+        /// The API server's process, when the agent runs apart (`plinth node`), for its memory.
+        #[arg(long)]
+        server_pid: Option<u32>,
     },
     /// A Deployment on the server's node agents: the time until its replicas are available
     /// and until a rolling update finishes, the server's memory.
@@ -329,8 +333,9 @@ async fn main() -> std::process::ExitCode {
             namespace,
             pods: count,
             agent_pid,
+            server_pid,
         } => match client(kubeconfig).await {
-            Ok(client) => pods::run(client, &namespace, count, agent_pid).await,
+            Ok(client) => pods::run(client, &namespace, count, agent_pid, server_pid).await,
             Err(e) => Err(e),
         },
         Command::Deployments {

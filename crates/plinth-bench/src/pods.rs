@@ -75,10 +75,12 @@ pub(crate) async fn run(
     namespace: &str,
     count: usize,
     agent_pid: Option<u32>,
+    server_pid: Option<u32>,
 ) -> Result<(), Error> {
     let api: Api<Pod> = Api::namespaced(client, namespace);
     let label = format!("bench-pods={}", run_id());
     let rss_before = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
+    let server_before = server_pid.map(|p| kib(p, "status", "VmRSS:"));
     let (sandboxes_before, _) = sandboxes_pss();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
     let watch_api = api.clone();
@@ -132,6 +134,7 @@ pub(crate) async fn run(
     let all_ready = started.elapsed();
     watching.abort();
     let rss_after = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
+    let server_after = server_pid.map(|p| kib(p, "status", "VmRSS:"));
     let (sandboxes_after, processes) = sandboxes_pss();
     latencies.sort();
     println!(
@@ -149,13 +152,21 @@ pub(crate) async fn run(
         percentile(&latencies, 0.99).as_secs_f64() * 1000.0,
         latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0
     );
-    if let (Some(before), Some(after)) = (rss_before, rss_after) {
-        println!(
-            "agent (server) RSS        {:.1} MiB → {:.1} MiB ({:.0} KiB per pod)",
-            before as f64 / 1024.0,
-            after as f64 / 1024.0,
-            after.saturating_sub(before) as f64 / count as f64
-        );
+    let rss = |what: &str, before: Option<u64>, after: Option<u64>| {
+        if let (Some(before), Some(after)) = (before, after) {
+            println!(
+                "{what:<26}{:.1} MiB → {:.1} MiB ({:.0} KiB per pod)",
+                before as f64 / 1024.0,
+                after as f64 / 1024.0,
+                after.saturating_sub(before) as f64 / count as f64
+            );
+        }
+    };
+    if server_pid.is_some() {
+        rss("agent RSS", rss_before, rss_after);
+        rss("server RSS", server_before, server_after);
+    } else {
+        rss("agent (server) RSS", rss_before, rss_after);
     }
     println!(
         "sandboxes                 {processes} processes, {:.0} KiB PSS per pod",

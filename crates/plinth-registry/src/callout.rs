@@ -54,15 +54,41 @@ impl Endpoint {
 
 /// The TLS client configuration trusting `ca_bundle` (base64 PEM), or the system's roots.
 pub fn tls(ca_bundle: &str) -> Result<rustls::ClientConfig, String> {
-    let roots = roots(ca_bundle)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config = trusting(ca_bundle, false)?.with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// A client configuration that trusts `ca_bundle` as kube does ([`BundleVerifier`]), the
+/// system's roots when it is empty, or anything with `skip_verify`.
+fn trusting(
+    ca_bundle: &str,
+    skip_verify: bool,
+) -> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    if skip_verify {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider))));
+    }
+    if ca_bundle.is_empty() {
+        return Ok(builder.with_root_certificates(roots(ca_bundle)?));
+    }
+    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots(ca_bundle)?),
+        provider,
+    )
+    .build()
+    .map_err(|e| format!("caBundle: {e}"))?;
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(BundleVerifier {
+            webpki,
+            bundle: bundle(ca_bundle)?,
+        })))
 }
 
 /// The certificates a `caBundle` (base64 PEM) trusts, or the system's when it is empty.
@@ -73,15 +99,20 @@ pub fn roots(ca_bundle: &str) -> Result<rustls::RootCertStore, String> {
             let _ = roots.add(cert);
         }
     } else {
-        let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca_bundle)
-            .map_err(|e| format!("caBundle is not base64: {e}"))?;
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
-            let cert: rustls::pki_types::CertificateDer<'_> =
-                cert.map_err(|e| format!("caBundle: {e}"))?;
+        for cert in bundle(ca_bundle)? {
             roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
         }
     }
     Ok(roots)
+}
+
+/// The certificates of a (base64) `caBundle`.
+fn bundle(ca_bundle: &str) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca_bundle)
+        .map_err(|e| format!("caBundle is not base64: {e}"))?;
+    rustls::pki_types::pem::PemObject::pem_slice_iter(&pem)
+        .map(|cert| cert.map_err(|e| format!("caBundle: {e}")))
+        .collect()
 }
 
 /// The webhook's URL, with kube's `timeout` query parameter.
@@ -292,6 +323,86 @@ impl rustls::client::danger::ServerCertVerifier for NoVerification {
     }
 }
 
+/// Verifies a server as Go's `crypto/x509` does for kube-apiserver: a chain to the caBundle
+/// (webpki), or else the caBundle's own certificate presented as the server's — a self-signed
+/// `CA:TRUE` certificate, as `openssl req -x509` makes by default, which webpki refuses as an
+/// end entity ("CaUsedAsEndEntity") and Go accepts — when it names the server and is current.
+/// Anything else webpki refuses stays refused.
+#[derive(Debug)]
+struct BundleVerifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    bundle: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for BundleVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let refused =
+            match self
+                .webpki
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            {
+                Ok(verified) => return Ok(verified),
+                Err(e) => e,
+            };
+        if !self
+            .bundle
+            .iter()
+            .any(|trusted| trusted.as_ref() == end_entity.as_ref())
+        {
+            return Err(refused);
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&parsed, server_name)?;
+        let bad = || rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding);
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(end_entity.as_ref()).map_err(|_| bad())?;
+        let at = i64::try_from(now.as_secs())
+            .ok()
+            .and_then(|secs| x509_parser::time::ASN1Time::from_timestamp(secs).ok())
+            .ok_or_else(bad)?;
+        if at < cert.validity().not_before {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidYet,
+            ));
+        }
+        if at > cert.validity().not_after {
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Expired,
+            ));
+        }
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
 /// The TLS configuration toward an extension server or a node agent: `ca_bundle` trusted (or
 /// nothing checked), `identity` (PEM certificate and key) presented.
 pub fn client_tls(
@@ -300,17 +411,7 @@ pub fn client_tls(
     identity: &(String, String),
 ) -> Result<rustls::ClientConfig, String> {
     use rustls::pki_types::pem::PemObject;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
-    let builder = if skip_verify {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
-    } else {
-        builder.with_root_certificates(roots(ca_bundle)?)
-    };
+    let builder = trusting(ca_bundle, skip_verify)?;
     let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
         rustls::pki_types::CertificateDer::pem_slice_iter(identity.0.as_bytes())
             .collect::<Result<_, _>>()

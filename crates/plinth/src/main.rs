@@ -526,8 +526,10 @@ fn answer(outcome: plinth_store::StoreResult<plinth_store::Revision>) -> ExitCod
 fn init_logging(format: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // Colour codes only on a terminal: `plinth serve 2> file` writes plain lines.
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if format == "json" {
         subscriber.json().init();

@@ -1372,3 +1372,39 @@ fn the_data_directory_is_the_owners_alone() {
         "credentials, kubeconfig and the store: {files} files"
     );
 }
+
+/// Logs written to a file (not a terminal) are plain lines, without colour codes.
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args([
+            "serve",
+            "--no-node",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    // The kubeconfig's path on stdout: the server is up, and has logged its start.
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("INFO"), "the log has lines: {text}");
+    assert!(!text.contains('\u{1b}'), "no escape codes: {text:?}");
+}
