@@ -1,8 +1,11 @@
 //! The garbage collector: deletes objects whose owners are all gone, and carries out the
 //! `Foreground` and `Orphan` propagation policies (kube-controller-manager's garbage collector).
 //!
-//! It watches every served resource, keeping in memory which objects name which owners (by
-//! uid), so that when an object is deleted its dependents are found at once. Whether an owner
+//! It follows every served resource — through the shared informer when another controller
+//! keeps one of it (pods, ReplicaSets, Deployments, …), else with a watch of its own that keeps
+//! no object (as kube's collector follows most resources with metadata informers of its own) —
+//! keeping in memory which objects name which owners (by uid), so that when an object is
+//! deleted its dependents are found at once. Whether an owner
 //! is really gone is always confirmed by reading it from storage (name and uid), so the order in
 //! which watch events arrive can never make it delete something whose owner exists — an owner
 //! created just before its dependent, or recreated under the same name with a new uid, is judged
@@ -35,6 +38,8 @@ use plinth_registry::{
 };
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
+
+use crate::informer::{Change, SharedInformers};
 
 /// How many work items run at once.
 const WORKERS: usize = 8;
@@ -158,12 +163,18 @@ fn has_finalizer(object: &Value, finalizer: &str) -> bool {
         .any(|f| f == finalizer)
 }
 
-/// Starts the collector; it stops when `stopping` becomes true.
-pub fn spawn_garbage_collector(registry: Registry, stopping: watch::Receiver<bool>) {
+/// Starts the collector; it stops when `stopping` becomes true. It follows a resource through
+/// `informers` when another controller keeps one of it (pods, ReplicaSets, …).
+pub fn spawn_garbage_collector(
+    registry: Registry,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let graph: Arc<Mutex<Graph>> = Arc::default();
     let (queue, work) = mpsc::unbounded_channel::<Work>();
     let collector = Collector {
         registry,
+        informers: informers.clone(),
         graph,
         queue,
     };
@@ -174,6 +185,7 @@ pub fn spawn_garbage_collector(registry: Registry, stopping: watch::Receiver<boo
 #[derive(Clone)]
 struct Collector {
     registry: Registry,
+    informers: SharedInformers,
     graph: Arc<Mutex<Graph>>,
     queue: mpsc::UnboundedSender<Work>,
 }
@@ -193,13 +205,44 @@ impl Collector {
                     continue;
                 }
                 self.graph().synced.insert(def.key_prefix(), false);
-                tokio::spawn(self.clone().watch_resource(def, stopping.clone()));
+                if !self.join(&def) {
+                    tokio::spawn(self.clone().watch_resource(def, stopping.clone()));
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 _ = stopping.wait_for(|s| *s) => return,
             }
         }
+    }
+
+    /// Follows `def` through the shared informer another controller keeps of it, if there is
+    /// one: its changes feed the graph, its first full list marks the resource read.
+    fn join(&self, def: &Arc<ResourceDef>) -> bool {
+        let collector = self.clone();
+        let followed = def.clone();
+        let resource = (
+            def.group_version.group.as_str(),
+            def.group_version.version.as_str(),
+            def.plural.as_str(),
+        );
+        let Some(informer) = self.informers.join(resource, move |change: Change<'_>| {
+            let (kind, object) = match (change.new, change.old) {
+                (Some(new), None) => ("ADDED", new),
+                (Some(new), Some(_)) => ("MODIFIED", new),
+                (None, Some(old)) => ("DELETED", old),
+                (None, None) => return,
+            };
+            collector.observe(&followed, kind, object);
+        }) else {
+            return false;
+        };
+        let (collector, def) = (self.clone(), def.clone());
+        tokio::spawn(async move {
+            informer.synced().await;
+            collector.initial_state_read(&def);
+        });
+        true
     }
 
     fn served(&self, def: &ResourceDef) -> bool {
@@ -252,6 +295,29 @@ impl Collector {
         }
     }
 
+    /// `def`'s objects are all known now: dependents naming one of its kind are looked at
+    /// again (an owner deleted before this resource was followed is seen as gone).
+    fn initial_state_read(&self, def: &Arc<ResourceDef>) {
+        let mut g = self.graph();
+        g.synced.insert(def.key_prefix(), true);
+        let group = &def.group_version.group;
+        let recheck: Vec<String> = g
+            .dependents
+            .iter()
+            .filter(|(_, d)| {
+                d.owners.iter().any(|o| {
+                    o.kind == def.kind
+                        && GroupVersion::parse(&o.api_version).is_some_and(|gv| gv.group == *group)
+                })
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        drop(g);
+        for uid in recheck {
+            let _ = self.queue.send(Work::Dependent(uid));
+        }
+    }
+
     /// Updates the graph from one watch event and queues what it makes worth a look.
     fn observe(&self, def: &Arc<ResourceDef>, kind: &str, object: &Value) {
         if kind == "BOOKMARK" {
@@ -259,27 +325,7 @@ impl Collector {
                 .pointer("/metadata/annotations/k8s.io~1initial-events-end")
                 .is_some()
             {
-                // Now that this kind's objects are known, dependents naming one of them are
-                // looked at again: an owner deleted before this watch began is seen as gone.
-                let mut g = self.graph();
-                g.synced.insert(def.key_prefix(), true);
-                let group = &def.group_version.group;
-                let recheck: Vec<String> = g
-                    .dependents
-                    .iter()
-                    .filter(|(_, d)| {
-                        d.owners.iter().any(|o| {
-                            o.kind == def.kind
-                                && GroupVersion::parse(&o.api_version)
-                                    .is_some_and(|gv| gv.group == *group)
-                        })
-                    })
-                    .map(|(uid, _)| uid.clone())
-                    .collect();
-                drop(g);
-                for uid in recheck {
-                    let _ = self.queue.send(Work::Dependent(uid));
-                }
+                self.initial_state_read(def);
             }
             return;
         }

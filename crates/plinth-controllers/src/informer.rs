@@ -92,6 +92,26 @@ impl SharedInformers {
         informer
     }
 
+    /// Subscribes `handler` to the informer of `resource` (group, version, plural) if another
+    /// controller has started one, as [`SharedInformers::start_version`] would; `None` (and
+    /// nothing started) otherwise.
+    pub(crate) fn join(
+        &self,
+        (group, version, plural): (&str, &str, &str),
+        handler: impl Fn(Change<'_>) + Send + Sync + 'static,
+    ) -> Option<Informer> {
+        let informer = self
+            .inner
+            .informers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|((g, v, p), _)| *g == group && *v == version && *p == plural)
+            .map(|(_, informer)| informer.clone())?;
+        informer.subscribe(Box::new(handler));
+        Some(informer)
+    }
+
     /// The informers' metrics in the Prometheus text format: `plinth_informers{resource}`
     /// (how many informers follow the resource: one, shared) and
     /// `plinth_informer_handlers{resource}` (how many controllers' handlers hear it).

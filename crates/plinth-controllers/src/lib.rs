@@ -160,5 +160,5 @@ fn spawn_controllers(
         stopping.clone(),
     );
     spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
-    spawn_garbage_collector(registry, stopping);
+    spawn_garbage_collector(registry, &informers, stopping);
 }

@@ -538,21 +538,30 @@ fn init_logging(format: &str) {
     }
 }
 
-/// Sends `true` on `stop` at SIGTERM or Ctrl-C.
-async fn stop_on_signal(stop: tokio::sync::watch::Sender<bool>) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot handle SIGTERM");
-            return;
+/// Sends `true` on `stop` at SIGTERM or Ctrl-C. The handlers are in place when this returns
+/// (before the future runs): a signal that comes at once after, say, the kubeconfig's path is
+/// printed still stops the process cleanly.
+fn stop_on_signal(
+    stop: tokio::sync::watch::Sender<bool>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handlers = signal(SignalKind::terminate())
+        .and_then(|term| signal(SignalKind::interrupt()).map(|interrupt| (term, interrupt)));
+    async move {
+        let (mut term, mut interrupt) = match handlers {
+            Ok(handlers) => handlers,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot handle SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        tracing::info!("shutting down");
+        let _ = stop.send(true);
     }
-    tracing::info!("shutting down");
-    let _ = stop.send(true);
 }
 
 /// Where objects are stored and how: the binary picks the backend (and wraps it in
@@ -638,6 +647,7 @@ async fn serve(
     } else {
         tracing::info!("the built-in controllers are off (--controllers=false)");
     }
+    tokio::spawn(stop_on_signal(server.stopper()));
     println!("{}", server.kubeconfig.display());
     let agent = match node {
         Some(args) => match node::config(&args, &data_dir) {
@@ -669,7 +679,6 @@ async fn serve(
         },
         None => None,
     };
-    tokio::spawn(stop_on_signal(server.stopper()));
     server.wait().await;
     if let Some(agent) = agent {
         let _ = agent.await;
