@@ -211,6 +211,9 @@ pub struct ResourceDef {
     pub allow_create_on_update: bool,
     /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`.
     pub selectable_fields: Vec<String>,
+    /// A selectable field's value when an object lacks it (kube formats Go's zero value: a
+    /// boolean field is `false`); `""` for those not named here.
+    pub absent_fields: Vec<(String, String)>,
     /// Table columns after `Name`.
     pub columns: Vec<Column>,
     /// Whether an `Age` column follows them.
@@ -373,6 +376,7 @@ impl ResourceDef {
             generation: false,
             allow_create_on_update: false,
             selectable_fields: Vec::new(),
+            absent_fields: Vec::new(),
             columns: Vec::new(),
             age_column: true,
             schema: Arc::new(Schema::Any),
@@ -466,6 +470,24 @@ impl ResourceDef {
         self
     }
 
+    /// Selectable fields whose value, when an object lacks them, is not `""` but the given
+    /// one (`("spec.unschedulable", "false")`: kube's field sets format Go's zero values).
+    pub fn absent_as(mut self, fields: &[(&str, &str)]) -> Self {
+        self.absent_fields = fields
+            .iter()
+            .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
+            .collect();
+        self
+    }
+
+    /// What a selectable field reads when an object lacks it.
+    fn absent_value(&self, field: &str) -> &str {
+        self.absent_fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
     /// Table columns after `Name`.
     pub fn columns(mut self, columns: Vec<Column>) -> Self {
         self.columns = columns;
@@ -544,17 +566,27 @@ impl ResourceDef {
 
     /// The value of a selectable field of `object`, or `None` if it is not selectable.
     pub fn field_value(&self, object: &Value, field: &str) -> Option<String> {
-        self.is_selectable(field)
-            .then(|| plinth_watchcache::selector_value(object, field))
+        self.is_selectable(field).then(|| {
+            let value = plinth_watchcache::selector_value(object, field);
+            if value.is_empty() {
+                self.absent_value(field).to_owned()
+            } else {
+                value
+            }
+        })
     }
 
-    /// Every field a field selector may name: `metadata.name`, `metadata.namespace` and the
-    /// type's selectable fields.
-    pub fn selector_fields(&self) -> Vec<String> {
+    /// Every field a field selector may name — `metadata.name`, `metadata.namespace` and the
+    /// type's selectable fields — each with its value when an object lacks it.
+    pub fn selector_fields(&self) -> Vec<(String, String)> {
         ["metadata.name", "metadata.namespace"]
             .iter()
             .map(|f| (*f).to_owned())
             .chain(self.selectable_fields.iter().cloned())
+            .map(|f| {
+                let absent = self.absent_value(&f).to_owned();
+                (f, absent)
+            })
             .collect()
     }
 

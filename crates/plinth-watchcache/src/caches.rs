@@ -242,9 +242,10 @@ impl Caches {
     }
 
     /// The cache of the resource stored under `prefix`, started if needed, extracting
-    /// `fields` (the selectable fields, when it starts) from every object; it is ready once it
-    /// has listed (wait with [`Cacher::wait_for`]).
-    pub fn get(&self, prefix: &str, fields: &[String]) -> Arc<Cacher> {
+    /// `fields` (the selectable fields, when it starts: each path with its value when an object
+    /// lacks it) from every object; it is ready once it has listed (wait with
+    /// [`Cacher::wait_for`]).
+    pub fn get(&self, prefix: &str, fields: &[(String, String)]) -> Arc<Cacher> {
         let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(cacher) = caches.get(prefix) {
             return cacher.clone();
@@ -252,7 +253,8 @@ impl Caches {
         let cacher = Arc::new(Cacher {
             prefix: prefix.to_owned(),
             types: TypeMetas::default(),
-            fields: fields.into(),
+            fields: fields.iter().map(|(path, _)| path.clone()).collect(),
+            absent: fields.iter().map(|(_, absent)| absent.clone()).collect(),
             state: RwLock::new(State {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),

@@ -82,6 +82,9 @@ pub struct Cacher {
     /// The selectable fields extracted from every object (those of the resource that first
     /// asked for this cache).
     fields: Arc<[String]>,
+    /// Each field's value when an object does not have it (`false` for a boolean, as kube's
+    /// field sets format Go's zero values), in the order of `fields`.
+    absent: Arc<[String]>,
     state: RwLock<State>,
     revision: watch::Sender<Revision>,
 }
@@ -334,17 +337,27 @@ impl Cacher {
         }
         // The previous object as it was: at its own revision (pages of a list at a past
         // revision show it so).
-        let prev = event
-            .prev
-            .as_ref()
-            .and_then(|kv| encode(&kv.value, kv.mod_revision, &self.types, &self.fields));
+        let prev = event.prev.as_ref().and_then(|kv| {
+            encode(
+                &kv.value,
+                kv.mod_revision,
+                &self.types,
+                &self.fields,
+                &self.absent,
+            )
+        });
         // A deleted object goes out at the deletion's revision, as kube sends it.
         let current = match event.kind {
-            EventKind::Put => encode(&event.kv.value, revision, &self.types, &self.fields),
-            EventKind::Delete | EventKind::Progress => event
-                .prev
-                .as_ref()
-                .and_then(|kv| encode(&kv.value, revision, &self.types, &self.fields)),
+            EventKind::Put => encode(
+                &event.kv.value,
+                revision,
+                &self.types,
+                &self.fields,
+                &self.absent,
+            ),
+            EventKind::Delete | EventKind::Progress => event.prev.as_ref().and_then(|kv| {
+                encode(&kv.value, revision, &self.types, &self.fields, &self.absent)
+            }),
         };
         let Some(stored) = current else {
             tracing::warn!(key = %event.kv.key, "watch cache: undecodable object skipped");
@@ -402,8 +415,13 @@ pub(crate) async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_int
                 .kvs
                 .into_iter()
                 .filter_map(|kv| {
-                    let stored =
-                        encode(&kv.value, kv.mod_revision, &encoder.types, &encoder.fields)?;
+                    let stored = encode(
+                        &kv.value,
+                        kv.mod_revision,
+                        &encoder.types,
+                        &encoder.fields,
+                        &encoder.absent,
+                    )?;
                     Some((kv.key, stored))
                 })
                 .collect()

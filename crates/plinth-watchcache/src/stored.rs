@@ -169,19 +169,28 @@ pub fn selector_value(object: &Value, field: &str) -> String {
 }
 
 /// Decodes stored bytes, sets the resourceVersion, and encodes the result once, extracting
-/// its labels and the cache's selectable `fields`.
+/// its labels and the cache's selectable `fields` (`absent` where the object has none).
 pub(crate) fn encode(
     value: &[u8],
     revision: Revision,
     types: &TypeMetas,
     fields: &Arc<[String]>,
+    absent: &[String],
 ) -> Option<Stored> {
     let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
     let labels = plinth_core::meta::labels(&object);
     let field_values = fields
         .iter()
-        .map(|f| selector_value(&object, f).into_boxed_str())
+        .zip(absent)
+        .map(|(f, absent)| {
+            let value = selector_value(&object, f);
+            if value.is_empty() {
+                absent.clone().into_boxed_str()
+            } else {
+                value.into_boxed_str()
+            }
+        })
         .collect();
     let stored = Stored(Arc::new(StoredObject {
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).

@@ -36,6 +36,7 @@ on_both_backends! {
     dry_runs_store_nothing;
     cel_rules_validate_custom_resources;
     crd_schemas_must_be_structural;
+    field_selectors_read_absent_booleans_as_false;
 }
 
 fn system_namespaces_and_default_service_accounts(p: &mut Plinth) {
@@ -1928,4 +1929,42 @@ fn crd_schemas_must_be_structural(p: &mut Plinth) {
                 )
         })
     });
+}
+
+/// A boolean field an object lacks reads `false` in field selectors, as kube's field sets
+/// format Go's zero value: `spec.unschedulable=false` lists the nodes that are not cordoned
+/// (kube-rs and the e2e suite ask so), `spec.hostNetwork=false` the pods on the pod network.
+fn field_selectors_read_absent_booleans_as_false(p: &mut Plinth) {
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: open-node}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: cordoned-node}\nspec: {unschedulable: true}\n",
+    );
+    let names = |kind: &str, selector: &str| -> Vec<String> {
+        p.kubectl(&["get", kind, "--field-selector", selector, "-o", "name"])
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        names("nodes", "spec.unschedulable=false"),
+        ["node/open-node"]
+    );
+    assert_eq!(
+        names("nodes", "spec.unschedulable!=true"),
+        ["node/open-node"]
+    );
+    assert_eq!(
+        names("nodes", "spec.unschedulable=true"),
+        ["node/cordoned-node"]
+    );
+    assert_eq!(
+        names("nodes", "spec.unschedulable=false,metadata.name=open-node"),
+        ["node/open-node"]
+    );
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: plain}\nspec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    assert_eq!(names("pods", "spec.hostNetwork=false"), ["pod/plain"]);
+    assert!(names("pods", "spec.hostNetwork=true").is_empty());
 }

@@ -15,6 +15,7 @@ pub fn resource() -> ResourceDef {
         .short_names(&["no"])
         .with_status()
         .selectable(&["spec.unschedulable"])
+        .absent_as(&[("spec.unschedulable", "false")])
         .columns(vec![
             column("Status", "string", "The status of the node", 0, |o, _| json!(status_cell(o))),
             column("Roles", "string", "The roles of the node", 0, |o, _| json!(roles_cell(o))),

@@ -33,6 +33,7 @@ pub fn resource() -> ResourceDef {
             "status.podIP",
             "status.nominatedNodeName",
         ])
+        .absent_as(&[("spec.hostNetwork", "false")])
         .columns(vec![
             column("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0, |o, _| json!(ready_cell(o))),
             column("Status", "string", "The aggregate status of the containers in this pod.", 0, |o, _| json!(status_cell(o))),
