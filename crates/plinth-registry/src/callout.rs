@@ -77,18 +77,20 @@ fn trusting(
     if ca_bundle.is_empty() {
         return Ok(builder.with_root_certificates(roots(ca_bundle)?));
     }
-    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots(ca_bundle)?),
-        provider,
-    )
-    .build()
-    .map_err(|e| format!("caBundle: {e}"))?;
+    let bundle = bundle(ca_bundle)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in &bundle {
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("caBundle: {e}"))?;
+    }
+    let webpki =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| format!("caBundle: {e}"))?;
     Ok(builder
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(BundleVerifier {
-            webpki,
-            bundle: bundle(ca_bundle)?,
-        })))
+        .with_custom_certificate_verifier(Arc::new(BundleVerifier { webpki, bundle })))
 }
 
 /// The certificates a `caBundle` (base64 PEM) trusts, or the system's when it is empty.

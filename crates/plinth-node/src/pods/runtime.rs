@@ -197,7 +197,23 @@ impl Runtime for Sandbox {
 /// Where a multi-call image's applets appear in its containers.
 pub(super) const APPLETS: &str = "/.plinth/applets";
 
-pub(super) const MEMORY_CGROUPS: &str = "/sys/fs/cgroup/memory";
+const MEMORY_CGROUPS: &str = "/sys/fs/cgroup/memory";
+const CPU_CGROUPS: &str = "/sys/fs/cgroup/cpu";
+
+/// The cgroup of one run of a container under `hierarchy`, made if it can be.
+fn container_cgroup(
+    hierarchy: &str,
+    node: &str,
+    uid: &str,
+    container: &str,
+    run: u32,
+) -> Option<PathBuf> {
+    let dir = PathBuf::from(hierarchy)
+        .join(format!("plinth-{node}"))
+        .join(format!("{uid}-{container}-{run}"));
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir)
+}
 
 /// A memory cgroup with the container's limit, when it has one and cgroups can be made here.
 pub(super) fn memory_cgroup(
@@ -210,16 +226,11 @@ pub(super) fn memory_cgroup(
     let limit = spec
         .pointer("/resources/limits/memory")
         .and_then(plinth_core::quantity::bytes)?;
-    let dir = PathBuf::from(MEMORY_CGROUPS)
-        .join(format!("plinth-{node}"))
-        .join(format!("{uid}-{container}-{run}"));
-    std::fs::create_dir_all(&dir).ok()?;
+    let dir = container_cgroup(MEMORY_CGROUPS, node, uid, container, run)?;
     std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
     let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
     Some(dir)
 }
-
-pub(super) const CPU_CGROUPS: &str = "/sys/fs/cgroup/cpu";
 
 /// A CPU cgroup with the container's limit as a CFS quota (kube's: the limit's millicores
 /// in 100 ms periods), when it has one and cgroups can be made here.
@@ -233,10 +244,7 @@ pub(super) fn cpu_cgroup(
     let millicores = spec
         .pointer("/resources/limits/cpu")
         .and_then(plinth_core::quantity::millis)?;
-    let dir = PathBuf::from(CPU_CGROUPS)
-        .join(format!("plinth-{node}"))
-        .join(format!("{uid}-{container}-{run}"));
-    std::fs::create_dir_all(&dir).ok()?;
+    let dir = container_cgroup(CPU_CGROUPS, node, uid, container, run)?;
     std::fs::write(dir.join("cpu.cfs_period_us"), "100000").ok()?;
     // kube's minimum quota is 1 ms.
     let quota = (millicores * 100).max(1000);
