@@ -1396,14 +1396,15 @@ fn logs_to_a_file_carry_no_colour_codes() {
         .unwrap();
     // The kubeconfig's path on stdout: the server is up, and has logged its start.
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let started = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+    // Stopped by its PID before anything is asserted.
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    assert!(child.wait().unwrap().success());
+    let exited = child.wait().unwrap();
+    started.unwrap();
+    assert!(exited.success(), "{exited:?}");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("INFO"), "the log has lines: {text}");
     assert!(!text.contains('\u{1b}'), "no escape codes: {text:?}");
