@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Admission, webhook};
-use plinth_registry::{ListOptions, Registry};
+use plinth_registry::{Client, ListOptions};
 
 const GROUP: &str = "admissionregistration.k8s.io";
 const KINDS: [(&str, bool); 2] = [
@@ -69,7 +69,7 @@ fn publish_policies(admission: &Admission, seen: &Seen) {
 /// kube's policy status: the generation checked and its type checking (fields the matched
 /// types do not declare).
 async fn report_status(
-    registry: &Registry,
+    registry: &Client,
     def: &plinth_registry::resources::ResourceDef,
     policy: &Value,
 ) {
@@ -115,7 +115,7 @@ async fn report_status(
 }
 
 async fn follow_policies(
-    registry: Registry,
+    registry: Client,
     admission: Arc<Admission>,
     stopping: watch::Receiver<bool>,
     plural: &'static str,
@@ -167,7 +167,7 @@ async fn follow_policies(
 /// # Errors
 /// A list that fails at start.
 pub async fn start(
-    registry: &Registry,
+    registry: &Client,
     admission: &Arc<Admission>,
     stopping: &watch::Receiver<bool>,
 ) -> Result<(), ApiError> {
@@ -221,7 +221,7 @@ pub async fn start(
 }
 
 async fn follow(
-    registry: Registry,
+    registry: Client,
     admission: Arc<Admission>,
     stopping: watch::Receiver<bool>,
     plural: &'static str,

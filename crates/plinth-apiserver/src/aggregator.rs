@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use plinth_auth::User;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apiregistration::apiservice::URL_ANNOTATION;
 
 /// How often extension servers' discovery is checked.
@@ -217,7 +217,7 @@ fn condition(available: bool, reason: &str, message: &str) -> Value {
         "lastTransitionTime": plinth_core::meta::format_time(plinth_registry::now())})
 }
 
-async fn write_condition(registry: &Registry, name: &str, wanted: Value) {
+async fn write_condition(registry: &Client, name: &str, wanted: Value) {
     let Some(def) = registry
         .resources
         .get("apiregistration.k8s.io", "v1", "apiservices")
@@ -250,7 +250,7 @@ async fn write_condition(registry: &Registry, name: &str, wanted: Value) {
 }
 
 /// Checks one extension server's discovery; records what it serves.
-async fn check(registry: &Registry, remote: &Remote) {
+async fn check(registry: &Client, remote: &Remote) {
     let path = format!("/apis/{}/{}", remote.group, remote.version);
     let base = remote.base.clone().unwrap_or_default();
     let outcome = tokio::time::timeout(CHECK_TIMEOUT, async {
@@ -292,7 +292,7 @@ async fn check(registry: &Registry, remote: &Remote) {
 /// Follows the APIServices, checks the extension servers every few seconds, and marks the
 /// local ones available.
 pub(crate) fn spawn(
-    registry: Registry,
+    registry: Client,
     aggregator: Arc<Aggregator>,
     identity: (String, String),
     stopping: watch::Receiver<bool>,
@@ -377,7 +377,7 @@ pub(crate) fn spawn(
 
 /// The local APIServices (one per built-in group/version) and the
 /// `extension-apiserver-authentication` ConfigMap, created at start.
-pub(crate) async fn bootstrap(registry: &Registry, ca_pem: &str) -> Result<(), ApiError> {
+pub(crate) async fn bootstrap(registry: &Client, ca_pem: &str) -> Result<(), ApiError> {
     let options = WriteOptions::internal("kube-apiserver");
     if let Some(def) = registry
         .resources

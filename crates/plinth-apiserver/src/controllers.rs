@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use plinth_registry::resources::ResourceDef;
-use plinth_registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, ListOptions, Part, Patch, WriteOptions};
 
 /// Starts the loops; they end when `stopping` becomes true.
-pub(crate) fn spawn(registry: Registry, stopping: watch::Receiver<bool>, served: ServedCrds) {
+pub(crate) fn spawn(registry: Client, stopping: watch::Receiver<bool>, served: ServedCrds) {
     tokio::spawn(crds(registry, stopping, served));
 }
 
@@ -23,7 +23,7 @@ pub(crate) fn spawn(registry: Registry, stopping: watch::Receiver<bool>, served:
 pub(crate) type ServedCrds = Arc<Mutex<HashMap<String, Vec<(String, String, String)>>>>;
 
 /// Serves the versions of every stored CRD; called once before the server accepts requests.
-pub(crate) async fn register_existing_crds(registry: &Registry, served: &ServedCrds) {
+pub(crate) async fn register_existing_crds(registry: &Client, served: &ServedCrds) {
     let Some(def) =
         registry
             .resources
@@ -42,7 +42,7 @@ pub(crate) async fn register_existing_crds(registry: &Registry, served: &ServedC
     }
 }
 
-fn register(registry: &Registry, served: &ServedCrds, name: &str, crd: &Value) {
+fn register(registry: &Client, served: &ServedCrds, name: &str, crd: &Value) {
     let defs = plinth_types::apiextensions::served_defs(crd);
     let keys: Vec<(String, String, String)> = defs
         .iter()
@@ -69,7 +69,7 @@ fn register(registry: &Registry, served: &ServedCrds, name: &str, crd: &Value) {
     served.insert(name.to_owned(), keys);
 }
 
-fn unregister(registry: &Registry, served: &ServedCrds, name: &str) {
+fn unregister(registry: &Client, served: &ServedCrds, name: &str) {
     let removed = served
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -79,7 +79,7 @@ fn unregister(registry: &Registry, served: &ServedCrds, name: &str) {
     }
 }
 
-async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: ServedCrds) {
+async fn crds(registry: Client, stopping: watch::Receiver<bool>, served: ServedCrds) {
     let cleaning: Arc<Mutex<HashSet<String>>> = Arc::default();
     loop {
         let Some((def, mut events)) = registry
@@ -131,7 +131,7 @@ async fn crds(registry: Registry, stopping: watch::Receiver<bool>, served: Serve
     }
 }
 
-async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, crd: &Value) {
+async fn ensure_crd_status(registry: &Client, def: &ResourceDef, name: &str, crd: &Value) {
     let status = plinth_types::apiextensions::desired_status(
         crd,
         &plinth_core::meta::format_time(plinth_registry::now()),
@@ -159,7 +159,7 @@ async fn ensure_crd_status(registry: &Registry, def: &ResourceDef, name: &str, c
 }
 
 /// Deletes every custom resource of a deleted CRD, then releases its cleanup finalizer.
-async fn clean_up_crd(registry: &Registry, name: &str, crd: &Value) {
+async fn clean_up_crd(registry: &Client, name: &str, crd: &Value) {
     if let Some(def) = plinth_types::apiextensions::served_defs(crd)
         .into_iter()
         .next()

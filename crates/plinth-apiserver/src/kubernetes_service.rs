@@ -17,7 +17,7 @@
 use serde_json::{Value, json};
 
 use plinth_registry::service_range::kubernetes_ip;
-use plinth_registry::{DeleteOptions, ListOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, ListOptions, Part, WriteOptions};
 
 const MANAGER: &str = "kube-apiserver";
 const NAME: &str = "kubernetes";
@@ -58,7 +58,7 @@ impl Me {
 }
 
 /// Creates or renews this server's identity Lease.
-async fn renew(registry: &Registry, me: &Me) {
+async fn renew(registry: &Client, me: &Me) {
     let Some(def) = registry
         .resources
         .get("coordination.k8s.io", "v1", "leases")
@@ -113,7 +113,7 @@ async fn renew(registry: &Registry, me: &Me) {
 
 /// The ports of the live servers, sorted (with `me`'s unless it is stopping); deletes the
 /// Leases unrenewed past their duration.
-async fn live_ports(registry: &Registry, me: Option<&Me>) -> Vec<u16> {
+async fn live_ports(registry: &Client, me: Option<&Me>) -> Vec<u16> {
     let mut ports: Vec<u16> = me.map(|me| me.port).into_iter().collect();
     let Some(def) = registry
         .resources
@@ -221,7 +221,7 @@ fn slice(name: &str, port: u16) -> Value {
 
 /// Makes the stored object at (`group`, `plural`) `default/<wanted's name>` say what `wanted`
 /// says in `fields`.
-async fn ensure(registry: &Registry, group: &str, plural: &str, wanted: Value, fields: &[&str]) {
+async fn ensure(registry: &Client, group: &str, plural: &str, wanted: Value, fields: &[&str]) {
     let Some(def) = registry.resources.get(group, "v1", plural) else {
         return;
     };
@@ -272,7 +272,7 @@ async fn ensure(registry: &Registry, group: &str, plural: &str, wanted: Value, f
 
 /// Makes the Service and its endpoints what they should be for the live servers on `ports`
 /// (the first created the Service, with its port as the target).
-async fn ensure_all(registry: &Registry, ports: &[u16]) {
+async fn ensure_all(registry: &Client, ports: &[u16]) {
     let Some(first) = ports.first() else {
         return;
     };
@@ -323,7 +323,7 @@ async fn ensure_all(registry: &Registry, ports: &[u16]) {
 /// Renews this server's Lease and brings the endpoints in line with the live servers; on
 /// storage no other server writes, this server is the only one (and writes no Lease: the
 /// storage's revision stays where it is while nothing changes).
-async fn reconcile(registry: &Registry, me: &Me) {
+async fn reconcile(registry: &Client, me: &Me) {
     if !registry.store.shared() {
         ensure_all(registry, &[me.port]).await;
         return;
@@ -338,7 +338,7 @@ async fn reconcile(registry: &Registry, me: &Me) {
 /// Lease and takes itself out of the endpoints; the returned task ends then. This server keeps
 /// its data in `data_dir` and listens on `port`.
 pub(crate) async fn start(
-    registry: Registry,
+    registry: Client,
     data_dir: &std::path::Path,
     port: u16,
     mut stopping: tokio::sync::watch::Receiver<bool>,

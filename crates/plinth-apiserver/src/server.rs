@@ -18,7 +18,7 @@ use crate::http::{AppState, router};
 use crate::{ServeError, controllers};
 use plinth_auth::pki;
 use plinth_registry::resources::Resources;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, Registry, WriteOptions};
 
 /// How to run the server.
 #[derive(Clone, Debug)]
@@ -74,8 +74,9 @@ pub struct RunningServer {
     pub ca_pem: String,
     /// The CA as a signer of client certificates.
     pub signer: Arc<pki::ClusterSigner>,
-    /// The registry, for in-process controllers (the garbage collector).
-    pub registry: Registry,
+    /// The in-process client (the registry with the server's admission), for in-process
+    /// controllers.
+    pub client: Client,
     /// The way to node agents, for in-process controllers (the autoscaler's metrics).
     pub nodes: Arc<dyn plinth_registry::resources::NodeDialer>,
     /// The creates quota admission has just counted, for the quota controller.
@@ -114,7 +115,7 @@ impl RunningServer {
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
-async fn bootstrap(registry: &Registry) -> Result<(), ServeError> {
+async fn bootstrap(registry: &Client) -> Result<(), ServeError> {
     let Some(namespaces) = registry.resources.get("", "v1", "namespaces") else {
         return Ok(());
     };
@@ -203,11 +204,11 @@ pub async fn start(
         )),
         store,
         resources: Arc::new(Resources::with(plinth_types::builtin())),
-        admission: admission.clone(),
     };
-    bootstrap(&registry).await?;
+    let client = Client::new(registry, admission.clone());
+    bootstrap(&client).await?;
     let served = controllers::ServedCrds::default();
-    controllers::register_existing_crds(&registry, &served).await;
+    controllers::register_existing_crds(&client, &served).await;
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -244,14 +245,14 @@ pub async fn start(
         )?),
         None => None,
     };
-    plinth_auth::controller::start(&registry, &rbac)
+    plinth_auth::controller::start(&client, &rbac)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
     let (stop, stopping) = watch::channel(false);
-    plinth_admission::controller::start(&registry, &admission, &stopping)
+    plinth_admission::controller::start(&client, &admission, &stopping)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
-    crate::aggregator::bootstrap(&registry, &credentials.ca_pem)
+    crate::aggregator::bootstrap(&client, &credentials.ca_pem)
         .await
         .map_err(|e| ServeError::Bootstrap(e.message))?;
     let aggregator = Arc::new(crate::aggregator::Aggregator::default());
@@ -262,7 +263,7 @@ pub async fn start(
             reason,
         })?;
     crate::aggregator::spawn(
-        registry.clone(),
+        client.clone(),
         aggregator.clone(),
         proxy_identity,
         stopping.clone(),
@@ -282,7 +283,8 @@ pub async fn start(
     let node_proxy = nodes.clone();
     let metric_sources = Arc::new(crate::metrics::MetricSources::default());
     let state = Arc::new(AppState {
-        registry: registry.clone(),
+        registry: client.registry().clone(),
+        admission: admission.clone(),
         authenticator,
         rbac: rbac.clone(),
         server_address: url.trim_start_matches("https://").to_owned(),
@@ -299,20 +301,20 @@ pub async fn start(
         nodes,
     });
     tokio::spawn(compactor(
-        registry.clone(),
+        client.registry().clone(),
         config.compaction_interval,
         stopping.clone(),
     ));
-    let registry_handle = registry.clone();
-    plinth_auth::controller::spawn(registry.clone(), rbac, stopping.clone());
+    let client_handle = client.clone();
+    plinth_auth::controller::spawn(client.clone(), rbac, stopping.clone());
     let bootstrap = crate::kubernetes_service::start(
-        registry.clone(),
+        client.clone(),
         &config.data_dir,
         local_addr.port(),
         stopping.clone(),
     )
     .await;
-    controllers::spawn(registry, stopping.clone(), served);
+    controllers::spawn(client, stopping.clone(), served);
     let app = router(state);
     let acceptor = tokio_rustls::TlsAcceptor::from(credentials.tls.clone());
     let done = tokio::spawn(async move {
@@ -327,7 +329,7 @@ pub async fn start(
         token: credentials.token,
         ca_pem: credentials.ca_pem,
         signer,
-        registry: registry_handle,
+        client: client_handle,
         nodes: node_proxy,
         quota_ledger: admission.quota_ledger.clone(),
         metric_sources,

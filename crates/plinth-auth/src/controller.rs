@@ -16,12 +16,12 @@ use tokio::sync::watch;
 use super::rbac::{RESOURCES, Rbac};
 use plinth_registry::authz::Rule;
 use plinth_registry::resources::ResourceDef;
-use plinth_registry::{ListOptions, Part, Registry, WatchOptions, WriteOptions};
+use plinth_registry::{Client, ListOptions, Part, WatchOptions, WriteOptions};
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 const AGGREGATOR: &str = "clusterrole-aggregation-controller";
 
-fn def(registry: &Registry, plural: &str) -> Option<Arc<ResourceDef>> {
+fn def(registry: &Client, plural: &str) -> Option<Arc<ResourceDef>> {
     registry.resources.get(GROUP, "v1", plural)
 }
 
@@ -31,7 +31,7 @@ fn def(registry: &Registry, plural: &str) -> Option<Arc<ResourceDef>> {
 ///
 /// # Errors
 /// The API error if the defaults cannot be written or the objects read.
-pub async fn start(registry: &Registry, rbac: &Rbac) -> Result<(), plinth_core::ApiError> {
+pub async fn start(registry: &Client, rbac: &Rbac) -> Result<(), plinth_core::ApiError> {
     let defaults = [
         ("clusterroles", super::bootstrap::cluster_roles()),
         (
@@ -63,7 +63,7 @@ pub async fn start(registry: &Registry, rbac: &Rbac) -> Result<(), plinth_core::
 /// Creates a default object, or restores its rules when it asks for auto-update (roles that
 /// aggregate get theirs from the aggregation, not from here).
 async fn reconcile_default(
-    registry: &Registry,
+    registry: &Client,
     def: &ResourceDef,
     object: Value,
 ) -> Result<(), plinth_core::ApiError> {
@@ -96,7 +96,7 @@ async fn reconcile_default(
 
 /// Gives every aggregating ClusterRole the rules of the ClusterRoles its selectors match (in
 /// name order, each rule once).
-async fn aggregate(registry: &Registry, rbac: &Rbac) {
+async fn aggregate(registry: &Client, rbac: &Rbac) {
     let Some(def) = def(registry, "clusterroles") else {
         return;
     };
@@ -156,7 +156,7 @@ async fn aggregate(registry: &Registry, rbac: &Rbac) {
 }
 
 /// Starts one loop per RBAC resource; they end when `stopping` becomes true.
-pub fn spawn(registry: Registry, rbac: Arc<Rbac>, stopping: watch::Receiver<bool>) {
+pub fn spawn(registry: Client, rbac: Arc<Rbac>, stopping: watch::Receiver<bool>) {
     for plural in RESOURCES {
         tokio::spawn(follow(
             registry.clone(),
@@ -170,7 +170,7 @@ pub fn spawn(registry: Registry, rbac: Arc<Rbac>, stopping: watch::Receiver<bool
 /// Lists `plural` and watches it from the list's revision, applying every change to `rbac`;
 /// after a break, lists again (replacing what it knew of the resource).
 async fn follow(
-    registry: Registry,
+    registry: Client,
     rbac: Arc<Rbac>,
     plural: &'static str,
     mut stopping: watch::Receiver<bool>,

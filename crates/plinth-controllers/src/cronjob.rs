@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use plinth_core::cron::Schedule;
-use plinth_registry::{DeleteOptions, Propagation, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, Propagation, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -27,7 +27,7 @@ const MISSED_LIMIT: usize = 100;
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_cronjob_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -56,7 +56,7 @@ pub fn spawn_cronjob_controller(
 }
 
 struct Pass<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     cronjobs: &'a Informer,
     jobs: &'a Informer,
     cronjob: &'a Value,

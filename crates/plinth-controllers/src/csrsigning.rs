@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine;
 use futures::StreamExt;
 use plinth_auth::pki::ClusterSigner;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::certificates::csr::CLIENT_SIGNER;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -19,7 +19,7 @@ const YEAR: i64 = 365 * 24 * 3600;
 
 /// Starts the signer; it ends when `stopping` becomes true.
 pub fn spawn_csr_signer(
-    registry: Registry,
+    registry: Client,
     signer: Arc<ClusterSigner>,
     stopping: watch::Receiver<bool>,
 ) {
@@ -36,7 +36,7 @@ fn has(object: &Value, kind: &str) -> bool {
         })
 }
 
-async fn run(registry: Registry, signer: Arc<ClusterSigner>, stopping: watch::Receiver<bool>) {
+async fn run(registry: Client, signer: Arc<ClusterSigner>, stopping: watch::Receiver<bool>) {
     loop {
         let Some((def, mut events)) = registry
             .watch_until_stopped(

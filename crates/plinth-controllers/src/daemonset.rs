@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::{Registry, WriteOptions};
+use plinth_registry::{Client, WriteOptions};
 use plinth_types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -27,7 +27,7 @@ const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_daemonset_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -66,7 +66,7 @@ pub fn spawn_daemonset_controller(
 }
 
 struct Pass<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     pods: &'a Informer,
     revisions: &'a Informer,
     nodes: &'a Informer,

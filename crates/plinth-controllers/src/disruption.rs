@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::Registry;
+use plinth_registry::Client;
 use plinth_types::apps::scaled;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -23,7 +23,7 @@ const DELETION_TIMEOUT: i64 = 120;
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_disruption_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -124,7 +124,7 @@ fn expected_scale(pods: &[Arc<Value>], sets: &(Informer, Informer, Informer)) ->
 }
 
 async fn sync(
-    registry: &Registry,
+    registry: &Client,
     pods: &Informer,
     sets: &(Informer, Informer, Informer),
     budget: &Value,

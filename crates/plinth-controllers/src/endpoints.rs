@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use plinth_core::StatusReason;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -21,7 +21,7 @@ const MANAGER: &str = "endpointslice-controller.k8s.io";
 /// Starts the controllers on the shared pod and Service informers; they end when `stopping`
 /// becomes true.
 pub fn spawn_endpoints(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -40,7 +40,7 @@ pub fn spawn_endpoints(
 }
 
 async fn reconcile_loop(
-    registry: Registry,
+    registry: Client,
     pods: Informer,
     services: Informer,
     mut dirty: tokio::sync::mpsc::UnboundedReceiver<String>,
@@ -104,7 +104,7 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
 }
 
 async fn reconcile_namespace(
-    registry: &Registry,
+    registry: &Client,
     pods: &Informer,
     services: &Informer,
     namespace: &str,
@@ -170,7 +170,7 @@ fn service_ports(service: &Value) -> Vec<Value> {
 /// A subset in the making: its ports, ready and not-ready addresses.
 type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
 
-async fn write_endpoints(registry: &Registry, service: &Value, pods: &[&Value]) {
+async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
     let publish_all = service.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
     // One subset per distinct set of resolved ports.
     let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
@@ -234,7 +234,7 @@ async fn write_endpoints(registry: &Registry, service: &Value, pods: &[&Value]) 
     .await;
 }
 
-async fn write_slice(registry: &Registry, service: &Value, pods: &[&Value]) {
+async fn write_slice(registry: &Client, service: &Value, pods: &[&Value]) {
     let endpoints: Vec<Value> = pods
         .iter()
         .map(|pod| {
@@ -295,7 +295,7 @@ async fn write_slice(registry: &Registry, service: &Value, pods: &[&Value]) {
 
 /// Creates `wanted`, or makes the stored object agree with it in `fields`.
 async fn upsert(
-    registry: &Registry,
+    registry: &Client,
     group: &str,
     plural: &str,
     namespace: &str,

@@ -1,12 +1,12 @@
 //! Events the built-in controllers record (core/v1, as `kubectl describe` and `kubectl
 //! events` show them).
 
-use plinth_registry::{Registry, WriteOptions};
+use plinth_registry::{Client, WriteOptions};
 use serde_json::{Value, json};
 
 /// Records an event of `kind` (`Normal`/`Warning`) about `object`, from `component`.
 pub async fn record(
-    registry: &Registry,
+    registry: &Client,
     object: &Value,
     kind: &str,
     reason: &str,

@@ -33,8 +33,8 @@ use futures::StreamExt;
 use plinth_core::{ApiError, GroupVersion, StatusReason};
 use plinth_registry::resources::ResourceDef;
 use plinth_registry::{
-    DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, Part, Propagation, Registry,
-    WatchOptions, WriteOptions,
+    Client, DeleteOptions, FINALIZER_FOREGROUND, FINALIZER_ORPHAN, Part, Propagation, WatchOptions,
+    WriteOptions,
 };
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -166,7 +166,7 @@ fn has_finalizer(object: &Value, finalizer: &str) -> bool {
 /// Starts the collector; it stops when `stopping` becomes true. It follows a resource through
 /// `informers` when another controller keeps one of it (pods, ReplicaSets, …).
 pub fn spawn_garbage_collector(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -184,7 +184,7 @@ pub fn spawn_garbage_collector(
 
 #[derive(Clone)]
 struct Collector {
-    registry: Registry,
+    registry: Client,
     informers: SharedInformers,
     graph: Arc<Mutex<Graph>>,
     queue: mpsc::UnboundedSender<Work>,

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 
 use crate::informer::{Informer, key_of};
@@ -15,7 +15,7 @@ use crate::workload::{EXPECTATION_TIMEOUT, controller_of, template_hash, uid};
 /// One workload's revisions.
 pub(crate) struct History<'a> {
     /// The registry written to.
-    pub(crate) registry: &'a Registry,
+    pub(crate) registry: &'a Client,
     /// The ControllerRevisions, cached.
     pub(crate) revisions: &'a Informer,
     /// The workload.

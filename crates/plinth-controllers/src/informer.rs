@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use plinth_registry::{ListOptions, Registry, WatchOptions};
+use plinth_registry::{Client, ListOptions, WatchOptions};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -41,14 +41,14 @@ pub struct SharedInformers {
 }
 
 struct SharedInner {
-    registry: Registry,
+    registry: Client,
     stopping: watch::Receiver<bool>,
     informers: Mutex<BTreeMap<Resource, Informer>>,
 }
 
 impl SharedInformers {
     /// No informer yet; they follow `registry` until `stopping` becomes true.
-    pub fn new(registry: Registry, stopping: watch::Receiver<bool>) -> Self {
+    pub fn new(registry: Client, stopping: watch::Receiver<bool>) -> Self {
         Self {
             inner: Arc::new(SharedInner {
                 registry,
@@ -180,7 +180,7 @@ pub(crate) fn key_of(object: &Value) -> String {
 
 impl Informer {
     /// Starts keeping `resource`, with no handler yet. It stops when `stopping` becomes true.
-    fn spawn(registry: Registry, resource: Resource, stopping: watch::Receiver<bool>) -> Self {
+    fn spawn(registry: Client, resource: Resource, stopping: watch::Receiver<bool>) -> Self {
         let informer = Self {
             inner: Arc::new(Inner {
                 objects: RwLock::new(BTreeMap::new()),
@@ -225,7 +225,7 @@ impl Informer {
 
     async fn run(
         self,
-        registry: Registry,
+        registry: Client,
         (group, version, plural): Resource,
         stopping: watch::Receiver<bool>,
     ) {
@@ -252,7 +252,7 @@ impl Informer {
 
     async fn list_and_watch(
         &self,
-        registry: &Registry,
+        registry: &Client,
         (group, version, plural): (&str, &str, &str),
         stopping: &watch::Receiver<bool>,
     ) -> Result<(), String> {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use plinth_core::StatusReason;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -49,7 +49,7 @@ fn record(lease: &Value) -> Value {
 /// Runs `lead` whenever this process holds the Lease: it gets a receiver that turns true
 /// when leadership ends (lost, or the server stopping). Ends when `stopping` turns true.
 pub fn run_while_leading(
-    registry: Registry,
+    registry: Client,
     identity: String,
     stopping: watch::Receiver<bool>,
     lead: impl Fn(watch::Receiver<bool>) + Send + 'static,
@@ -84,7 +84,7 @@ pub fn run_while_leading(
 
 /// One attempt to become the holder.
 async fn try_acquire(
-    registry: &Registry,
+    registry: &Client,
     identity: &str,
     observed: &mut Option<(Value, Instant)>,
 ) -> bool {
@@ -175,7 +175,7 @@ async fn try_acquire(
     }
 }
 
-async fn became_leader(registry: &Registry, lease: &Value, identity: &str) {
+async fn became_leader(registry: &Client, lease: &Value, identity: &str) {
     crate::events::record(
         registry,
         lease,
@@ -188,7 +188,7 @@ async fn became_leader(registry: &Registry, lease: &Value, identity: &str) {
 }
 
 /// Renews until leadership is lost (false) or the server stops (true).
-async fn keep(registry: &Registry, identity: &str, stopping: &watch::Receiver<bool>) -> bool {
+async fn keep(registry: &Client, identity: &str, stopping: &watch::Receiver<bool>) -> bool {
     let Some(def) = registry
         .resources
         .get("coordination.k8s.io", "v1", "leases")
@@ -234,7 +234,7 @@ async fn keep(registry: &Registry, identity: &str, stopping: &watch::Receiver<bo
 }
 
 /// Hands the lease back (client-go's `ReleaseOnCancel`): no holder, a one-second duration.
-async fn release(registry: &Registry, identity: &str) {
+async fn release(registry: &Client, identity: &str) {
     let Some(def) = registry
         .resources
         .get("coordination.k8s.io", "v1", "leases")

@@ -85,7 +85,7 @@ impl Default for Settings {
 /// Starts every built-in controller on `registry` while this server holds the
 /// controllers' Lease (see [`leader`]); they stop when it is lost or `stopping` becomes true.
 pub fn spawn_all(
-    registry: plinth_registry::Registry,
+    registry: plinth_registry::Client,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,
     settings: &Settings,
@@ -103,7 +103,7 @@ const METRICS_SOURCE: &str = "controllers";
 
 /// The controllers themselves, until `stopping` becomes true.
 fn spawn_controllers(
-    registry: plinth_registry::Registry,
+    registry: plinth_registry::Client,
     stopping: tokio::sync::watch::Receiver<bool>,
     ca: &ClusterCa,
     settings: &Settings,

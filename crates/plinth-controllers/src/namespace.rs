@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use plinth_core::StatusReason;
-use plinth_registry::{DeleteOptions, ListOptions, Part, Patch, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, ListOptions, Part, Patch, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -21,7 +21,7 @@ const RECHECK: Duration = Duration::from_millis(500);
 /// Starts the controller on the shared namespace and ServiceAccount informers; it ends when
 /// `stopping` becomes true.
 pub fn spawn_namespace_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -60,7 +60,7 @@ pub fn spawn_namespace_controller(
 /// A live namespace gets its `default` ServiceAccount; a deleted one is emptied (once at a
 /// time: a pass already under way is not started again).
 async fn sync(
-    registry: &Registry,
+    registry: &Client,
     accounts: &Informer,
     finalizing: &Arc<Mutex<HashSet<String>>>,
     namespace: &Value,
@@ -93,7 +93,7 @@ async fn sync(
     }
 }
 
-async fn ensure_default_service_account(registry: &Registry, namespace: &str) {
+async fn ensure_default_service_account(registry: &Client, namespace: &str) {
     let Some(def) = registry.resources.get("", "v1", "serviceaccounts") else {
         return;
     };
@@ -220,7 +220,7 @@ impl Progress {
 }
 
 /// Deletes everything in `namespace` once.
-async fn delete_content(registry: &Registry, namespace: &str) -> Progress {
+async fn delete_content(registry: &Client, namespace: &str) -> Progress {
     let mut progress = Progress::default();
     for def in registry.resources.namespaced() {
         let resource = format!("{}.{}", def.plural, def.group_version.group);
@@ -260,7 +260,7 @@ async fn delete_content(registry: &Registry, namespace: &str) -> Progress {
 
 /// Empties a terminating namespace, reporting progress in its conditions, then releases its
 /// `kubernetes` finalizer so that it goes.
-async fn finalize(registry: &Registry, namespace: &str) {
+async fn finalize(registry: &Client, namespace: &str) {
     let Some(def) = registry.resources.get("", "v1", "namespaces") else {
         return;
     };
@@ -305,7 +305,7 @@ async fn finalize(registry: &Registry, namespace: &str) {
 /// Writes `progress` into the namespace's status conditions (keeping each condition's
 /// lastTransitionTime while its status stays the same).
 async fn report(
-    registry: &Registry,
+    registry: &Client,
     def: &plinth_registry::resources::ResourceDef,
     namespace: &str,
     progress: &Progress,

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
-use plinth_registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, ListOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -67,11 +67,11 @@ impl ClusterCidr {
 }
 
 /// Starts the controller; it ends when `stopping` becomes true.
-pub fn spawn_node_ipam(registry: Registry, range: ClusterCidr, stopping: watch::Receiver<bool>) {
+pub fn spawn_node_ipam(registry: Client, range: ClusterCidr, stopping: watch::Receiver<bool>) {
     tokio::spawn(run(registry, range, stopping));
 }
 
-async fn run(registry: Registry, range: ClusterCidr, stopping: watch::Receiver<bool>) {
+async fn run(registry: Client, range: ClusterCidr, stopping: watch::Receiver<bool>) {
     loop {
         let Some((def, mut events)) = registry
             .watch_until_stopped(("", "nodes"), &stopping, "node IPAM controller")

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -41,7 +41,7 @@ impl Default for NodeLifecycle {
 /// Starts the controller on the shared node and pod informers; it ends when `stopping`
 /// becomes true.
 pub fn spawn_node_lifecycle(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     settings: NodeLifecycle,
     stopping: watch::Receiver<bool>,
@@ -53,7 +53,7 @@ pub fn spawn_node_lifecycle(
 }
 
 async fn run(
-    registry: Registry,
+    registry: Client,
     nodes: Informer,
     pods: Informer,
     settings: NodeLifecycle,
@@ -88,7 +88,7 @@ fn time_of(value: Option<&Value>) -> Option<i64> {
 }
 
 /// When the node's agent was last heard from: its Lease's renewal or its status's heartbeat.
-async fn last_heard(registry: &Registry, node: &Value) -> Option<i64> {
+async fn last_heard(registry: &Client, node: &Value) -> Option<i64> {
     let name = plinth_core::meta::name(node)?;
     let heartbeat = node
         .pointer("/status/conditions")
@@ -123,7 +123,7 @@ fn ready_status(node: &Value) -> Option<String> {
 
 /// Marks an unheard node `Unknown` and sets the taints its readiness calls for; returns the
 /// node as written, if it was.
-async fn check(registry: &Registry, node: &Value, settings: &NodeLifecycle) -> Option<Value> {
+async fn check(registry: &Client, node: &Value, settings: &NodeLifecycle) -> Option<Value> {
     let def = registry.resources.get("", "v1", "nodes")?;
     let name = plinth_core::meta::name(node)?.to_owned();
     let now = plinth_registry::now();
@@ -257,7 +257,7 @@ fn tolerated_for(pod: &Value, taint: &Value) -> Option<Option<i64>> {
 }
 
 /// Deletes the node's pods that a `NoExecute` taint no longer lets stay.
-async fn evict(registry: &Registry, node: &Value, pods: &[std::sync::Arc<Value>]) {
+async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Value>]) {
     let Some(name) = plinth_core::meta::name(node) else {
         return;
     };

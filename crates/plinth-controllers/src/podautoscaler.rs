@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use plinth_core::selector::LabelSelector;
 use plinth_registry::resources::Reading;
-use plinth_registry::{ListOptions, Part, Patch, Registry, ScaleWrite, WriteOptions};
+use plinth_registry::{Client, ListOptions, Part, Patch, ScaleWrite, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -28,7 +28,7 @@ const TOLERANCE: f64 = 0.1;
 /// Starts the controller; `nodes` reach the agents for metrics (without, no metric is ever
 /// found). It ends when `stopping` becomes true.
 pub fn spawn_hpa_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     nodes: Option<Arc<dyn plinth_registry::resources::NodeDialer>>,
     stopping: watch::Receiver<bool>,
@@ -62,7 +62,7 @@ pub fn spawn_hpa_controller(
 }
 
 struct Pass<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     nodes: Option<&'a dyn plinth_registry::resources::NodeDialer>,
     hpa: &'a Value,
     /// Recent recommendations (time, replicas) per autoscaler, for stabilization.

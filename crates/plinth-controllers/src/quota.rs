@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plinth_admission::quota::{Ledger, resource_of};
-use plinth_registry::{ListOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, ListOptions, Part, WriteOptions};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -22,7 +22,7 @@ const IN_FLIGHT: Duration = Duration::from_secs(10);
 
 /// Starts the controller on the shared quota informer; it ends when `stopping` becomes true.
 pub fn spawn_quota_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     ledger: Arc<Ledger>,
     stopping: watch::Receiver<bool>,
@@ -48,7 +48,7 @@ fn current() -> ListOptions {
 }
 
 /// `status` as it should be for `quota`.
-async fn desired(registry: &Registry, quota: &Value) -> Value {
+async fn desired(registry: &Client, quota: &Value) -> Value {
     let namespace = plinth_core::meta::namespace(quota).unwrap_or("");
     let hard = quota
         .pointer("/spec/hard")
@@ -75,7 +75,7 @@ async fn desired(registry: &Registry, quota: &Value) -> Value {
     json!({"hard": hard, "used": used})
 }
 
-async fn recount(registry: &Registry, ledger: &Ledger, quota: &Value) {
+async fn recount(registry: &Client, ledger: &Ledger, quota: &Value) {
     let Some(def) = registry.resources.get("", "v1", "resourcequotas") else {
         return;
     };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::{DeleteOptions, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -24,7 +24,7 @@ const BURST: usize = 500;
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_replicaset_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -48,7 +48,7 @@ pub fn spawn_replicaset_controller(
 }
 
 /// One pass over a ReplicaSet; when to look again, if a pod's availability is due.
-async fn sync(registry: &Registry, pods: &Informer, set: &Value) -> Option<Duration> {
+async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Option<Duration> {
     let controller = controller_ref(set, "apps/v1", "ReplicaSet");
     let owned: Vec<Arc<Value>> = claim(registry, pods, ("", "pods"), set, &controller, MANAGER)
         .await
@@ -124,7 +124,7 @@ async fn sync(registry: &Registry, pods: &Informer, set: &Value) -> Option<Durat
 
 /// Creates `missing` pods (at most [`BURST`]); the first failure's message.
 async fn create_pods(
-    registry: &Registry,
+    registry: &Client,
     pods: &Informer,
     set: &Value,
     controller: &Value,
@@ -186,7 +186,7 @@ async fn create_pods(
 
 /// Deletes `extra` of `owned`, the least useful first.
 async fn delete_pods(
-    registry: &Registry,
+    registry: &Client,
     pods: &Informer,
     set: &Value,
     owned: &[Arc<Value>],

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use plinth_core::StatusReason;
 use plinth_core::selector::FieldSelector;
-use plinth_registry::{ListOptions, Part, Registry, WatchOptions, WriteOptions};
+use plinth_registry::{Client, ListOptions, Part, WatchOptions, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -15,11 +15,7 @@ pub const NAME: &str = "kube-root-ca.crt";
 const MANAGER: &str = "kube-controller-manager";
 
 /// Starts the publisher for the CA in `ca_pem`; it ends when `stopping` becomes true.
-pub fn spawn_root_ca_publisher(
-    registry: Registry,
-    ca_pem: String,
-    stopping: watch::Receiver<bool>,
-) {
+pub fn spawn_root_ca_publisher(registry: Client, ca_pem: String, stopping: watch::Receiver<bool>) {
     tokio::spawn(namespaces(
         registry.clone(),
         ca_pem.clone(),
@@ -28,7 +24,7 @@ pub fn spawn_root_ca_publisher(
     tokio::spawn(config_maps(registry, ca_pem, stopping));
 }
 
-async fn namespaces(registry: Registry, ca: String, stopping: watch::Receiver<bool>) {
+async fn namespaces(registry: Client, ca: String, stopping: watch::Receiver<bool>) {
     loop {
         let Some((_, mut events)) = registry
             .watch_until_stopped(("", "namespaces"), &stopping, "root CA publisher")
@@ -56,7 +52,7 @@ async fn namespaces(registry: Registry, ca: String, stopping: watch::Receiver<bo
 
 /// Watches the `kube-root-ca.crt` ConfigMaps (a field selector the watch cache answers
 /// without decoding the others) and repairs what changes.
-async fn config_maps(registry: Registry, ca: String, mut stopping: watch::Receiver<bool>) {
+async fn config_maps(registry: Client, ca: String, mut stopping: watch::Receiver<bool>) {
     let Ok(fields) = FieldSelector::parse(&format!("metadata.name={NAME}")) else {
         return;
     };
@@ -101,7 +97,7 @@ async fn config_maps(registry: Registry, ca: String, mut stopping: watch::Receiv
 }
 
 /// Creates or repairs the ConfigMap in `namespace` (not in one that is going away).
-async fn ensure(registry: &Registry, namespace: &str, ca: &str) {
+async fn ensure(registry: &Client, namespace: &str, ca: &str) {
     let (Some(def), Some(namespaces)) = (
         registry.resources.get("", "v1", "configmaps"),
         registry.resources.get("", "v1", "namespaces"),

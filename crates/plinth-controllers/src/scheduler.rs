@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use plinth_core::selector::LabelSelector;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 
 use crate::informer::{Informer, Queue, SharedInformers, key_of};
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ const HOSTNAME: &str = "kubernetes.io/hostname";
 /// Starts the scheduler on the shared pod and node informers (no list per decision); it ends
 /// when `stopping` becomes true.
 pub fn spawn_scheduler(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -339,7 +339,7 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
 const BOUND_WAIT: Duration = Duration::from_secs(5);
 
 async fn schedule(
-    registry: &Registry,
+    registry: &Client,
     pod_cache: &Informer,
     node_cache: &Informer,
     pod: &Value,

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -30,7 +30,7 @@ const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_statefulset_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -61,7 +61,7 @@ pub fn spawn_statefulset_controller(
 }
 
 struct Pass<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     pods: &'a Informer,
     revisions: &'a Informer,
     set: &'a Value,

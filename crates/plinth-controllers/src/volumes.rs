@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use plinth_core::ApiError;
-use plinth_registry::{DeleteOptions, Part, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
 use plinth_types::storage::storageclass::LOCAL_PROVISIONER;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -43,7 +43,7 @@ impl Caches {
 /// Starts the controller on the shared informers of claims, volumes and StorageClasses;
 /// provisioned volumes live under `dir`. It ends with `stopping`.
 pub fn spawn_volume_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     dir: PathBuf,
     mut stopping: watch::Receiver<bool>,
@@ -101,7 +101,7 @@ fn fits(volume: &Value, claim: &Value) -> bool {
     free && class && modes && size && by_name
 }
 
-async fn sync(registry: &Registry, caches: &Caches, dir: &std::path::Path) {
+async fn sync(registry: &Client, caches: &Caches, dir: &std::path::Path) {
     let (Some(pvs), Some(pvcs)) = (
         registry.resources.get("", "v1", "persistentvolumes"),
         registry.resources.get("", "v1", "persistentvolumeclaims"),
@@ -188,7 +188,7 @@ async fn sync(registry: &Registry, caches: &Caches, dir: &std::path::Path) {
 
 /// A new volume for `claim`, when its class is provisioned here.
 async fn provision(
-    registry: &Registry,
+    registry: &Client,
     pvs: &plinth_registry::resources::ResourceDef,
     classes: &[Value],
     claim: &Value,
@@ -234,7 +234,7 @@ async fn provision(
 }
 
 async fn bind(
-    registry: &Registry,
+    registry: &Client,
     pvs: &plinth_registry::resources::ResourceDef,
     pvcs: &plinth_registry::resources::ResourceDef,
     volume: &Value,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plinth_core::selector::LabelSelector;
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Map, Value, json};
 
 use crate::informer::{Change, Informer, Queue, key_of};
@@ -184,7 +184,7 @@ pub(crate) enum PodName<'a> {
 /// (kube's `ClaimPods`/`ClaimReplicaSets`); a workload being deleted adopts and releases
 /// nothing.
 pub(crate) async fn claim(
-    registry: &Registry,
+    registry: &Client,
     objects: &Informer,
     resource: (&str, &str),
     owner: &Value,
@@ -233,7 +233,7 @@ pub(crate) async fn claim(
 /// Adds `controller` to the object's owner references (adoption), or removes the reference
 /// to `owner_uid` (release); the object as written.
 async fn set_owner(
-    registry: &Registry,
+    registry: &Client,
     (group, plural): (&str, &str),
     pod: &Value,
     owner_uid: &str,
@@ -283,7 +283,7 @@ async fn set_owner(
 /// Writes `status` as the workload's status (`/status`) unless it already is; the
 /// resourceVersion written, if it wrote.
 pub(crate) async fn write_status(
-    registry: &Registry,
+    registry: &Client,
     resource: (&str, &str),
     workload: &Value,
     status: Value,
@@ -369,7 +369,7 @@ pub(crate) fn template_hash(template: &Value, collisions: Option<i64>) -> String
 /// Deletes `pod` of `owner` (unless it is already going), records `SuccessfulDelete` with
 /// `message`, and waits until `pods` shows it going; whether it deleted.
 pub(crate) async fn delete_pod(
-    registry: &Registry,
+    registry: &Client,
     pods: &Informer,
     owner: &Value,
     pod: &Value,

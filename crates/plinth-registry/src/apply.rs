@@ -1,6 +1,7 @@
 //! Server-side apply and managedFields: the field shape of each type (from ObjectMeta, the
 //! strategy and the type's schema), conflicts, and creating through apply.
 
+use crate::admit::Admit;
 use plinth_core::managed::{Element, ListType, MapType};
 use plinth_core::meta::format_time;
 use plinth_core::{ApiError, Cause, StatusReason};
@@ -227,8 +228,13 @@ impl Registry {
     /// # Errors
     /// 422 without a field manager; 400 for a malformed configuration; 409 listing the
     /// conflicting managers and fields unless `force`; 422 if the result is invalid.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission of a write is an argument, as kube passes it to rest.Updater"
+    )]
     pub(super) async fn apply(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
@@ -263,7 +269,7 @@ impl Registry {
                     .map_err(|c| conflict_error(&c))?;
             plinth_core::managed::write_entries(&mut object, entries);
             let written = self
-                .create_with(def, namespace, object, options, false)
+                .create_with(admit, def, namespace, object, options, false)
                 .await?;
             let mut warnings = warnings;
             warnings.extend(written.warnings);
@@ -274,7 +280,7 @@ impl Registry {
         }
         let precondition = rv_of(&config).map(parse_rv).transpose()?;
         let written = self
-            .write_update(def, &key, name, options, None, |current| {
+            .write_update(admit, def, &key, name, options, None, |current| {
                 if let Some(expected) = precondition
                     && expected != current_rv(current)
                 {

@@ -1,6 +1,7 @@
 //! Deletion: preconditions, the garbage collector's finalizers by propagation policy, marking
 //! objects that wait for finalizers, and the final delete — all one guaranteed update.
 
+use crate::admit::Admit;
 use plinth_core::ApiError;
 use plinth_core::meta::{finalizers, format_time, metadata_mut};
 use plinth_store::{Update, guaranteed_update};
@@ -33,13 +34,14 @@ impl Registry {
     /// 404 if absent; 409 if a precondition fails.
     pub async fn delete(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
         let key = def.key(namespace, name);
-        if self.admission.admits_deletes() && super::admit::admits(def) {
+        if admit.admits_deletes() && super::admit::admits(def) {
             let current = self.get(def, namespace, name).await?;
             let user = options
                 .user
@@ -65,11 +67,11 @@ impl Registry {
                 options: delete_options,
             };
             let mut none = Value::Null;
-            self.admission
-                .mutate(self, &request, &mut none, Some(&current))
+            admit
+                .mutate(&self.admitted(admit), &request, &mut none, Some(&current))
                 .await?;
-            self.admission
-                .validate(self, &request, None, Some(&current))
+            admit
+                .validate(&self.admitted(admit), &request, None, Some(&current))
                 .await?;
         }
         let mut outcome: Option<Deleted> = None;

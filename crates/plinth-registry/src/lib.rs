@@ -8,7 +8,10 @@
 //! [`authz`] (what it and the type hooks ask of authorization and token issuing),
 //! [`resources`] (a resource's definition; the `Objects` and `NodeDialer` traits hooks read
 //! through), [`strategy`] (a type's behaviour), [`schema`] (built-in schemas), [`table`],
-//! [`conversion`], [`callout`] (HTTPS to webhooks), [`metrics`], [`user`] (who writes), [`options`] (the typed options of each verb), `codec` (to and from storage, continue
+//! [`conversion`], [`callout`] (HTTPS to webhooks), [`metrics`], [`user`] (who writes),
+//! [`options`] (the typed options of each verb), `client` ([`Client`], the in-process client
+//! with the server's admission, and [`Admitted`], a registry and an admission for one call;
+//! every write takes its admission as an argument), `codec` (to and from storage, continue
 //! tokens, storage errors → API errors), `read` (get, list), `write` (create, update, the
 //! guaranteed-update step), `patch`, `apply` (server-side apply and managedFields), `delete`,
 //! `watch`, `scale`.
@@ -21,11 +24,11 @@ pub mod admit;
 mod apply;
 pub mod authz;
 pub mod callout;
+mod client;
 mod codec;
 pub mod conversion;
 mod delete;
 pub mod metrics;
-mod objects;
 pub mod options;
 pub mod patch;
 mod read;
@@ -46,6 +49,7 @@ use plinth_core::{ApiError, Cause, StatusReason};
 use plinth_store::Store;
 use serde_json::Value;
 
+pub use client::{Admitted, Client};
 pub use codec::{decode_continue, parse_rv, set_type_meta, store_error};
 pub use delete::{Deleted, FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
 pub use options::{
@@ -103,9 +107,6 @@ pub struct Registry {
     pub resources: Arc<crate::resources::Resources>,
     /// The watch cache.
     pub caches: Arc<plinth_watchcache::Caches>,
-    /// Admission, called on every create, update and delete (the server's chain: webhooks,
-    /// policies, quota).
-    pub admission: Arc<dyn admit::Admit>,
 }
 
 impl std::fmt::Debug for Registry {

@@ -1,6 +1,7 @@
 //! Patches: JSON patch, merge patch and strategic merge patch applied in the guaranteed-update
 //! loop; apply patches go to server-side apply.
 
+use crate::admit::Admit;
 use plinth_core::{ApiError, Cause, StatusReason};
 use serde_json::{Value, json};
 
@@ -56,8 +57,13 @@ impl Registry {
     /// 404 if absent (not for apply, which creates); 415 for strategic merge patch of a custom
     /// resource; 422 if the patch cannot be applied or the result is invalid; 409 on a
     /// resourceVersion precondition in the patch that fails.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission of a write is an argument, as kube passes it to rest.Updater"
+    )]
     pub async fn patch(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
@@ -67,7 +73,7 @@ impl Registry {
     ) -> Result<Written, ApiError> {
         if let Patch::Apply(config) = patch {
             return self
-                .apply(def, namespace, name, config, part, options)
+                .apply(admit, def, namespace, name, config, part, options)
                 .await;
         }
         if matches!(patch, Patch::Strategic(_)) && !def.strategy.strategic_merge_patch() {
@@ -92,7 +98,7 @@ impl Registry {
         let lists = patch_lists(def);
         let warnings = std::sync::Mutex::new(Vec::new());
         let written = self
-            .write_update(def, &key, name, options, Some(part), |current| {
+            .write_update(admit, def, &key, name, options, Some(part), |current| {
                 let mut patched = current.clone();
                 apply_patch(&mut patched, &patch, &lists)?;
                 let precondition = rv_of(&patched).map(parse_rv).transpose()?;

@@ -1,6 +1,7 @@
 //! The `/scale` subresource of custom resources that declare one and of the built-in
 //! workloads: the autoscaling/v1 Scale view, and writes of its replicas back into the object.
 
+use crate::admit::Admit;
 use plinth_core::{ApiError, Cause};
 use serde_json::{Value, json};
 
@@ -39,6 +40,7 @@ impl Registry {
     /// 404 if absent; 409 on a stale resourceVersion in the Scale; 422 for invalid replicas.
     pub async fn write_scale(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
@@ -52,42 +54,50 @@ impl Registry {
         let key = def.key(namespace, name);
         self.require_exists(def, &key, name).await?;
         let written = self
-            .write_update(def, &key, name, options, Some(Part::Scale), |current| {
-                let wanted = match &change {
-                    ScaleWrite::Replace(scale) => scale.clone(),
-                    ScaleWrite::Patch(patch) => {
-                        let mut scale = to_scale(def, current)?;
-                        apply_patch(&mut scale, patch, &[])?;
-                        scale
+            .write_update(
+                admit,
+                def,
+                &key,
+                name,
+                options,
+                Some(Part::Scale),
+                |current| {
+                    let wanted = match &change {
+                        ScaleWrite::Replace(scale) => scale.clone(),
+                        ScaleWrite::Patch(patch) => {
+                            let mut scale = to_scale(def, current)?;
+                            apply_patch(&mut scale, patch, &[])?;
+                            scale
+                        }
+                    };
+                    if let Some(rv) = rv_of(&wanted)
+                        && parse_rv(rv)? != current_rv(current)
+                    {
+                        return Err(ApiError::stale(&def.group_resource(), name));
                     }
-                };
-                if let Some(rv) = rv_of(&wanted)
-                    && parse_rv(rv)? != current_rv(current)
-                {
-                    return Err(ApiError::stale(&def.group_resource(), name));
-                }
-                let replicas = wanted
-                    .pointer("/spec/replicas")
-                    .cloned()
-                    .unwrap_or(json!(0));
-                let invalid = |detail: &str| {
-                    ApiError::invalid(
-                        "autoscaling",
-                        "Scale",
-                        name,
-                        vec![Cause::invalid("spec.replicas", &replicas, detail)],
-                    )
-                };
-                let count = replicas
-                    .as_i64()
-                    .ok_or_else(|| invalid("must be an integer"))?;
-                if count < 0 {
-                    return Err(invalid("must be greater than or equal to 0"));
-                }
-                let mut new = current.clone();
-                set_path(&mut new, &paths.spec_replicas, json!(count));
-                Ok(new)
-            })
+                    let replicas = wanted
+                        .pointer("/spec/replicas")
+                        .cloned()
+                        .unwrap_or(json!(0));
+                    let invalid = |detail: &str| {
+                        ApiError::invalid(
+                            "autoscaling",
+                            "Scale",
+                            name,
+                            vec![Cause::invalid("spec.replicas", &replicas, detail)],
+                        )
+                    };
+                    let count = replicas
+                        .as_i64()
+                        .ok_or_else(|| invalid("must be an integer"))?;
+                    if count < 0 {
+                        return Err(invalid("must be greater than or equal to 0"));
+                    }
+                    let mut new = current.clone();
+                    set_path(&mut new, &paths.spec_replicas, json!(count));
+                    Ok(new)
+                },
+            )
             .await?;
         to_scale(def, &written.object)
     }

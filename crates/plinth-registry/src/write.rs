@@ -1,6 +1,7 @@
 //! Writes: create and update (PUT), and the guaranteed-update step every change of a stored
 //! object goes through — the order of the strategy's calls lives here once.
 
+use crate::admit::Admit;
 use plinth_core::meta::{finalizers, format_time, metadata, metadata_mut};
 use plinth_core::{ApiError, Cause};
 use plinth_store::{StoreError, Update, guaranteed_update};
@@ -233,12 +234,13 @@ impl Registry {
     /// 409 if it exists; 404 if its namespace does not; 422 if invalid; 400 for a malformed body.
     pub async fn create(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         object: Value,
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        self.create_with(def, namespace, object, options, true)
+        self.create_with(admit, def, namespace, object, options, true)
             .await
     }
 
@@ -246,6 +248,7 @@ impl Registry {
     /// has recorded them already).
     pub(super) async fn create_with(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         mut object: Value,
@@ -268,7 +271,7 @@ impl Registry {
             .or(def.namespaced.then_some("default"));
         // The namespace, read once (from the watch cache) for admission and the final check.
         let namespace_object = match admitted_namespace.filter(|_| def.namespaced) {
-            Some(ns) => crate::resources::Objects::namespace(self, ns).await,
+            Some(ns) => crate::resources::Objects::namespace(&self.admitted(admit), ns).await,
             None => None,
         };
         let mut admission = super::admit::Request {
@@ -284,8 +287,8 @@ impl Registry {
         };
         let before = object.clone();
         warnings.extend(
-            self.admission
-                .mutate(self, &admission, &mut object, None)
+            admit
+                .mutate(&self.admitted(admit), &admission, &mut object, None)
                 .await?,
         );
         if object != before {
@@ -297,13 +300,13 @@ impl Registry {
             def.strategy.admit(&object, None, requester)?;
         }
         if let Some(allocate) = def.allocate {
-            allocate(self, &mut object).await?;
+            allocate(&self.admitted(admit), &mut object).await?;
         }
         let final_name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
         admission.name = &final_name;
         warnings.extend(
-            self.admission
-                .validate(self, &admission, Some(&object), None)
+            admit
+                .validate(&self.admitted(admit), &admission, Some(&object), None)
                 .await?,
         );
         if track {
@@ -356,8 +359,13 @@ impl Registry {
     /// # Errors
     /// 404 if absent (unless the type creates on update); 409 on a stale resourceVersion; 422 if
     /// invalid; 400 for a malformed body or a name that does not match the URL.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission of a write is an argument, as kube passes it to rest.Updater"
+    )]
     pub async fn update(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
@@ -389,20 +397,28 @@ impl Registry {
                 if let Some(meta) = metadata_mut(&mut object) {
                     meta.remove("resourceVersion");
                 }
-                return self.create(def, namespace, object, options).await;
+                return self.create(admit, def, namespace, object, options).await;
             }
             return Err(ApiError::not_found(&def.group_resource(), name));
         }
         let precondition = rv_of(&object).map(parse_rv).transpose()?;
         let written = self
-            .write_update(def, &key, name, options, Some(part), move |current| {
-                if let Some(expected) = precondition
-                    && expected != current_rv(current)
-                {
-                    return Err(ApiError::stale(&def.group_resource(), name));
-                }
-                Ok(merge_for_update(def, current, object.clone(), part))
-            })
+            .write_update(
+                admit,
+                def,
+                &key,
+                name,
+                options,
+                Some(part),
+                move |current| {
+                    if let Some(expected) = precondition
+                        && expected != current_rv(current)
+                    {
+                        return Err(ApiError::stale(&def.group_resource(), name));
+                    }
+                    Ok(merge_for_update(def, current, object.clone(), part))
+                },
+            )
             .await?;
         let mut warnings = warnings;
         warnings.extend(written.warnings);
@@ -419,8 +435,13 @@ impl Registry {
     ///
     /// # Errors
     /// 404 if absent; `change`'s own error; 422 if the result is invalid.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission of a write is an argument, as kube passes it to rest.Updater"
+    )]
     pub async fn modify(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         namespace: Option<&str>,
         name: &str,
@@ -431,7 +452,7 @@ impl Registry {
         let key = def.key(namespace, name);
         let changed = std::sync::atomic::AtomicBool::new(false);
         let written = self
-            .write_update(def, &key, name, options, Some(part), |current| {
+            .write_update(admit, def, &key, name, options, Some(part), |current| {
                 let mut object = current.clone();
                 let did = change(&mut object)?;
                 changed.store(did, std::sync::atomic::Ordering::Relaxed);
@@ -452,8 +473,13 @@ impl Registry {
     /// recorded (`tracking`: as an Update of that part; `None`: the caller recorded them), and
     /// written unless unchanged. An object whose deletion waited only for the finalizers this
     /// write removed goes.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the admission of a write is an argument, as kube passes it to rest.Updater"
+    )]
     pub(super) async fn write_update(
         &self,
+        admit: &dyn Admit,
         def: &ResourceDef,
         key: &str,
         name: &str,
@@ -489,8 +515,8 @@ impl Registry {
                 if let Some(admission) = &admission {
                     let before = new.clone();
                     warnings.extend(
-                        self.admission
-                            .mutate(self, admission, &mut new, Some(&current))
+                        admit
+                            .mutate(&self.admitted(admit), admission, &mut new, Some(&current))
                             .await?,
                     );
                     if new != before {
@@ -516,8 +542,8 @@ impl Registry {
                 }
                 if let Some(admission) = &admission {
                     warnings.extend(
-                        self.admission
-                            .validate(self, admission, Some(&new), Some(&current))
+                        admit
+                            .validate(&self.admitted(admit), admission, Some(&new), Some(&current))
                             .await?,
                     );
                 }

@@ -261,7 +261,7 @@ async fn boot(
         .await
         .map_err(Error::Start)?;
     plinth_controllers::spawn_all(
-        server.registry.clone(),
+        server.client.clone(),
         server.stopping(),
         &plinth_controllers::ClusterCa {
             pem: server.ca_pem.clone(),

@@ -636,7 +636,7 @@ async fn serve(
         settings.metrics = server.metric_sources.clone();
         settings.identity = Some(plinth_controllers::leader::identity_of(&data_dir));
         plinth_controllers::spawn_all(
-            server.registry.clone(),
+            server.client.clone(),
             server.stopping(),
             &plinth_controllers::ClusterCa {
                 pem: server.ca_pem.clone(),

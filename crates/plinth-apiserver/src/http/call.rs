@@ -63,6 +63,16 @@ impl Call<'_> {
         &self.state.registry
     }
 
+    /// The admission this request's writes pass (the server's chain).
+    fn admit(&self) -> &dyn plinth_registry::admit::Admit {
+        &*self.state.admission
+    }
+
+    /// The registry with this request's admission, as a type's hooks read and write through it.
+    fn objects(&self) -> plinth_registry::Admitted<'_> {
+        self.state.registry.admitted(self.admit())
+    }
+
     /// The namespace of the request: required for namespaced objects, none for cluster-scoped.
     fn namespace(&self) -> Result<Option<&str>, ApiError> {
         match (&self.namespace, self.def.namespaced) {
@@ -157,8 +167,9 @@ impl Call<'_> {
                 })?,
                 None => plinth_core::selector::LabelSelector::default(),
             };
+            let objects = self.objects();
             let reading = plinth_registry::resources::Reading {
-                objects: self.registry(),
+                objects: &objects,
                 nodes: &*self.state.nodes,
                 namespace: self.namespace.as_deref(),
                 name: self.name.as_deref(),
@@ -181,6 +192,7 @@ impl Call<'_> {
                 .registry()
                 .get(&self.def, self.namespace()?, name)
                 .await?;
+            let objects = self.objects();
             let request = plinth_registry::resources::ConnectRequest {
                 object,
                 method: method.clone(),
@@ -191,7 +203,7 @@ impl Call<'_> {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .take(),
-                objects: self.registry(),
+                objects: &objects,
                 nodes: &*self.state.nodes,
             };
             return connect(request).await;
@@ -242,6 +254,7 @@ impl Call<'_> {
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .create(
+                        self.admit(),
                         &self.def,
                         ns.or(Some("default")).filter(|_| self.def.namespaced),
                         object,
@@ -254,7 +267,7 @@ impl Call<'_> {
                 let options = self.write_options()?;
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
-                    .update(&self.def, ns, &name, object, part, &options)
+                    .update(self.admit(), &self.def, ns, &name, object, part, &options)
                     .await?;
                 Ok(self.written_response(&written))
             }
@@ -262,13 +275,15 @@ impl Call<'_> {
                 let options = self.write_options()?;
                 let patch = decode_patch(self.headers, &body)?;
                 let written = registry
-                    .patch(&self.def, ns, &name, patch, part, &options)
+                    .patch(self.admit(), &self.def, ns, &name, patch, part, &options)
                     .await?;
                 Ok(self.written_response(&written))
             }
             (Method::DELETE, Some(name)) => {
                 let options = self.delete_options(&body)?;
-                let deleted = registry.delete(&self.def, ns, &name, &options).await?;
+                let deleted = registry
+                    .delete(self.admit(), &self.def, ns, &name, &options)
+                    .await?;
                 if deleted.gone && !self.def.delete_returns_object {
                     let uid = plinth_core::meta::meta_str(&deleted.object, "uid").unwrap_or("");
                     let mut details = json!({"name": name, "kind": self.def.plural, "uid": uid});
@@ -288,7 +303,13 @@ impl Call<'_> {
                     let item_ns = plinth_core::meta::namespace(&item).map(str::to_owned);
                     let item_name = plinth_core::meta::name(&item).unwrap_or("").to_owned();
                     match registry
-                        .delete(&self.def, item_ns.as_deref(), &item_name, &options)
+                        .delete(
+                            self.admit(),
+                            &self.def,
+                            item_ns.as_deref(),
+                            &item_name,
+                            &options,
+                        )
                         .await
                     {
                         Ok(_) => {}
@@ -376,16 +397,20 @@ impl Call<'_> {
         if !object.get("metadata").is_some_and(Value::is_object) {
             object["metadata"] = json!({});
         }
-        let answered = answer(&self.asker(), object)?;
+        let objects = self.objects();
+        let answered = answer(&self.asker(&objects), object)?;
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
 
-    fn asker(&self) -> plinth_registry::resources::Asker<'_> {
+    fn asker<'a>(
+        &'a self,
+        objects: &'a plinth_registry::Admitted<'a>,
+    ) -> plinth_registry::resources::Asker<'a> {
         plinth_registry::resources::Asker {
             user: self.user,
             authorizer: &*self.state.rbac,
             namespace: self.namespace.as_deref(),
-            objects: &self.state.registry,
+            objects,
             tokens: &*self.state.authenticator.service_accounts,
         }
     }
@@ -410,7 +435,8 @@ impl Call<'_> {
             .registry()
             .get(&self.def, self.namespace()?, name)
             .await?;
-        let asker = self.asker();
+        let objects = self.objects();
+        let asker = self.asker(&objects);
         let answered = answer(&asker, parent, request).await?;
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
@@ -431,7 +457,7 @@ impl Call<'_> {
         };
         let options = self.write_options()?;
         let scale = registry
-            .write_scale(&self.def, ns, &name, change, &options)
+            .write_scale(self.admit(), &self.def, ns, &name, change, &options)
             .await?;
         Ok(respond(StatusCode::OK, &scale, self.plain_format(), &[]))
     }

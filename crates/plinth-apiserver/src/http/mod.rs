@@ -37,6 +37,8 @@ use query::Query;
 pub(crate) struct AppState {
     /// The registry.
     pub(crate) registry: Registry,
+    /// The admission chain every write passes (an argument of each registry write).
+    pub(crate) admission: Arc<dyn plinth_registry::admit::Admit>,
     /// Who is asking.
     pub(crate) authenticator: plinth_auth::Authenticator,
     /// Whether they may.

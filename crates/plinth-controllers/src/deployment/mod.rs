@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::{Part, Registry, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apps::scaled;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -44,7 +44,7 @@ const NOT_COPIED: &[&str] = &[
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_deployment_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -96,7 +96,7 @@ pub fn spawn_deployment_controller(
 }
 
 struct Context<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     sets: &'a Informer,
     pods: &'a Informer,
     deployment: &'a Value,

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plinth_registry::{DeleteOptions, Part, Propagation, Registry, WriteOptions};
+use plinth_registry::{Client, DeleteOptions, Part, Propagation, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -37,7 +37,7 @@ const BACKOFF_MAX: i64 = 360;
 
 /// Starts the controller; it ends when `stopping` becomes true.
 pub fn spawn_job_controller(
-    registry: Registry,
+    registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
@@ -158,7 +158,7 @@ fn format_indexes(set: &BTreeSet<i64>) -> String {
 }
 
 /// Removes the tracking finalizer from a pod whose Job no longer exists.
-async fn free_orphan(registry: &Registry, jobs: &Informer, pods: &Informer, key: &str) {
+async fn free_orphan(registry: &Client, jobs: &Informer, pods: &Informer, key: &str) {
     let Some(pod) = pods.get(key) else { return };
     let namespace = plinth_core::meta::namespace(&pod).unwrap_or("default");
     let owner = controller_of(&pod)
@@ -175,7 +175,7 @@ async fn free_orphan(registry: &Registry, jobs: &Informer, pods: &Informer, key:
     }
 }
 
-async fn remove_finalizer(registry: &Registry, pod: &Value) {
+async fn remove_finalizer(registry: &Client, pod: &Value) {
     let Some(def) = registry.resources.get("", "v1", "pods") else {
         return;
     };
@@ -203,7 +203,7 @@ async fn remove_finalizer(registry: &Registry, pod: &Value) {
 }
 
 struct Pass<'a> {
-    registry: &'a Registry,
+    registry: &'a Client,
     jobs: &'a Informer,
     pods: &'a Informer,
     job: &'a Value,

@@ -1,0 +1,356 @@
+//! The registry as everything above it writes through: admission is an argument of every
+//! write ([`Registry::create`] and the rest take `&dyn Admit`, as kube's `rest.Creater` takes
+//! the admission attributes), and two ways of carrying it along:
+//! - [`Admitted`]: the registry and an admission borrowed for one call — what admission and a
+//!   type's hooks read and write through while a write is under way ([`Objects`]);
+//! - [`Client`]: the one in-process client, the registry with the server's admission chain,
+//!   which the built-in controllers and the server's own bootstrapping use (kube's loopback
+//!   client). Reads go straight to the registry (`Deref`).
+
+use std::sync::Arc;
+
+use plinth_core::ApiError;
+use serde_json::Value;
+
+use super::{
+    DeleteOptions, Deleted, ListOptions, Part, Patch, Registry, ScaleWrite, WriteOptions, Written,
+};
+use crate::admit::Admit;
+use crate::resources::{Objects, ResourceDef};
+
+/// The registry with an admission, for the length of one call.
+#[derive(Clone, Copy)]
+pub struct Admitted<'a> {
+    /// The registry.
+    pub registry: &'a Registry,
+    /// The admission every write through it passes.
+    pub admit: &'a dyn Admit,
+}
+
+impl std::fmt::Debug for Admitted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted").finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// This registry with `admit` (what a write hands admission and the type's hooks).
+    pub fn admitted<'a>(&'a self, admit: &'a dyn Admit) -> Admitted<'a> {
+        Admitted {
+            registry: self,
+            admit,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Objects for Admitted<'_> {
+    fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        self.registry.resources.get(group, version, plural)
+    }
+
+    fn resources(&self) -> Vec<Arc<ResourceDef>> {
+        self.registry.resources.all()
+    }
+
+    fn cached(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Value>> {
+        self.registry
+            .caches
+            .get(&def.key_prefix(), &def.selector_fields())
+            .object(&def.key(namespace, name))
+            .map(|stored| stored.and_then(|s| s.decode()))
+    }
+
+    async fn get(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        self.registry.get(def, namespace, name).await
+    }
+
+    async fn list(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        self.registry.list(def, namespace, options).await
+    }
+
+    async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: &(dyn for<'v> Fn(&'v mut Value) -> Result<bool, ApiError> + Sync),
+    ) -> Result<Option<Value>, ApiError> {
+        Ok(self
+            .registry
+            .modify(
+                self.admit,
+                def,
+                namespace,
+                name,
+                part,
+                options,
+                |v: &mut Value| change(v),
+            )
+            .await?
+            .map(|written| written.object))
+    }
+
+    async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        self.registry
+            .delete(self.admit, def, namespace, name, options)
+            .await
+            .map(drop)
+    }
+}
+
+/// The in-process client: the registry and the server's admission chain, which every write
+/// through it passes (as a loopback client's writes pass the server's admission).
+#[derive(Clone)]
+pub struct Client {
+    registry: Registry,
+    admission: Arc<dyn Admit>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl Client {
+    /// A client writing through `registry` with `admission`.
+    pub fn new(registry: Registry, admission: Arc<dyn Admit>) -> Self {
+        Self {
+            registry,
+            admission,
+        }
+    }
+
+    /// The registry below (reads need no client).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The admission every write passes.
+    pub fn admission(&self) -> &dyn Admit {
+        &*self.admission
+    }
+
+    /// [`Registry::create`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::create`].
+    pub async fn create(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        object: Value,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.registry
+            .create(&*self.admission, def, namespace, object, options)
+            .await
+    }
+
+    /// [`Registry::update`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::update`].
+    pub async fn update(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+        part: Part,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.registry
+            .update(
+                &*self.admission,
+                def,
+                namespace,
+                name,
+                object,
+                part,
+                options,
+            )
+            .await
+    }
+
+    /// [`Registry::modify`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::modify`].
+    pub async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: impl Fn(&mut Value) -> Result<bool, ApiError> + Sync,
+    ) -> Result<Option<Written>, ApiError> {
+        self.registry
+            .modify(
+                &*self.admission,
+                def,
+                namespace,
+                name,
+                part,
+                options,
+                change,
+            )
+            .await
+    }
+
+    /// [`Registry::patch`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::patch`].
+    pub async fn patch(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        patch: Patch,
+        part: Part,
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        self.registry
+            .patch(&*self.admission, def, namespace, name, patch, part, options)
+            .await
+    }
+
+    /// [`Registry::delete`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::delete`].
+    pub async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Deleted, ApiError> {
+        self.registry
+            .delete(&*self.admission, def, namespace, name, options)
+            .await
+    }
+
+    /// [`Registry::write_scale`], admitted.
+    ///
+    /// # Errors
+    /// As [`Registry::write_scale`].
+    pub async fn write_scale(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        change: ScaleWrite,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.registry
+            .write_scale(&*self.admission, def, namespace, name, change, options)
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Objects for Client {
+    fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        self.registry.resources.get(group, version, plural)
+    }
+
+    fn resources(&self) -> Vec<Arc<ResourceDef>> {
+        self.registry.resources.all()
+    }
+
+    fn cached(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Value>> {
+        self.registry
+            .admitted(&*self.admission)
+            .cached(def, namespace, name)
+    }
+
+    async fn get(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        self.registry.get(def, namespace, name).await
+    }
+
+    async fn list(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        self.registry.list(def, namespace, options).await
+    }
+
+    async fn modify(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: &(dyn for<'v> Fn(&'v mut Value) -> Result<bool, ApiError> + Sync),
+    ) -> Result<Option<Value>, ApiError> {
+        self.registry
+            .admitted(&*self.admission)
+            .modify(def, namespace, name, part, options, change)
+            .await
+    }
+
+    async fn delete(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        Objects::delete(
+            &self.registry.admitted(&*self.admission),
+            def,
+            namespace,
+            name,
+            options,
+        )
+        .await
+    }
+}
