@@ -15,7 +15,7 @@ use plinth_registry::{Client, DeleteOptions, Propagation, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
+use crate::informer::{Failed, Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     controller_of, controller_ref, deleting, enqueue_owner, seen, uid, write_status,
 };
@@ -47,8 +47,10 @@ pub fn spawn_cronjob_controller(
                     cronjobs: all_cronjobs,
                     jobs: owned_jobs,
                     cronjob: &cronjob,
+                    failed: Failed::default(),
                 };
-                pass.sync().await
+                let wait = pass.sync().await;
+                pass.failed.next(wait)
             },
         )
         .await;
@@ -60,6 +62,8 @@ struct Pass<'a> {
     cronjobs: &'a Informer,
     jobs: &'a Informer,
     cronjob: &'a Value,
+    /// Whether a write of this pass failed (the key is retried after its backoff).
+    failed: Failed,
 }
 
 fn name_of(object: &Value) -> &str {
@@ -286,6 +290,7 @@ impl Pass<'_> {
             }
             Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => None,
             Err(e) => {
+                self.failed.mark();
                 self.event(
                     "Warning",
                     "FailedCreate",

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
+use crate::informer::{Failed, Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
     deleting, enqueue_owner, next_available, pod_from_template, ready, uid, write_status,
@@ -58,8 +58,10 @@ pub fn spawn_daemonset_controller(
                 revisions: owned_revisions,
                 nodes: all_nodes,
                 set: &set,
+                failed: Failed::default(),
             };
-            pass.sync().await
+            let wait = pass.sync().await;
+            pass.failed.next(wait)
         })
         .await;
     });
@@ -71,6 +73,8 @@ struct Pass<'a> {
     revisions: &'a Informer,
     nodes: &'a Informer,
     set: &'a Value,
+    /// Whether a write of this pass failed (the key is retried after its backoff).
+    failed: Failed,
 }
 
 fn name_of(object: &Value) -> &str {
@@ -311,6 +315,7 @@ impl Pass<'_> {
                     .await;
             }
             Err(e) => {
+                self.failed.mark();
                 self.event(
                     "Warning",
                     "FailedCreate",

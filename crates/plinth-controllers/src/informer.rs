@@ -8,14 +8,14 @@
 //! deletes, it waits until its cache shows the change ([`Informer::wait_until`]), so a
 //! reconcile never acts on a cache that has not seen its own writes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use plinth_registry::{Client, ListOptions, WatchOptions};
 use serde_json::Value;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// A change the handler hears of: the object now (`None` once deleted) and before.
@@ -417,9 +417,10 @@ pub(crate) fn enqueue(queue: &Queue) -> impl Fn(Change<'_>) + Send + Sync + 'sta
 
 /// The worker loop every controller runs (kube-controller-manager's `processNextWorkItem`):
 /// once `caches` have listed, each key taken from `queue` whose object `primary` holds is
-/// synced; `sync` answers when to look at it again, if it must. Ends when `stopping`
-/// becomes true.
-pub(crate) async fn run_workers<SyncFn, SyncFuture>(
+/// synced; `sync` answers what next ([`Next`], or just when to look again, if it must): a failed
+/// pass is retried after the key's exponential backoff, a good one forgets its failures. Ends
+/// when `stopping` becomes true.
+pub(crate) async fn run_workers<SyncFn, SyncFuture, Outcome>(
     queue: Queue,
     mut stopping: watch::Receiver<bool>,
     caches: &[&Informer],
@@ -427,112 +428,130 @@ pub(crate) async fn run_workers<SyncFn, SyncFuture>(
     sync: SyncFn,
 ) where
     SyncFn: Fn(Arc<Value>) -> SyncFuture,
-    SyncFuture: std::future::Future<Output = Option<Duration>>,
+    SyncFuture: std::future::Future<Output = Outcome>,
+    Outcome: Into<Next>,
 {
     for cache in caches {
         cache.synced().await;
     }
-    while let Some(key) = queue.next(&mut stopping).await {
-        let Some(object) = primary.get(&key) else {
-            continue;
+    while let Some(key) = queue.take(&mut stopping).await {
+        let next = match primary.get(&key) {
+            Some(object) => sync(object).await.into(),
+            None => Next::Idle,
         };
-        if let Some(wait) = sync(object).await {
-            queue.add_after(key, wait);
-        }
+        queue.finish(&key, next);
     }
 }
 
-/// Keys to reconcile, each held once; delayed keys wait in time order.
-#[derive(Clone, Default)]
+/// Keys to reconcile: `plinth-workqueue`'s queue (client-go's), shared with `plinth-runtime` —
+/// each key held once, never handed to two workers at once, delayed keys in time order, failed
+/// keys retried after a per-key exponential backoff (5 ms doubling to 1000 s) under an overall
+/// rate limit.
+#[derive(Clone)]
 pub(crate) struct Queue {
-    inner: Arc<QueueInner>,
+    inner: plinth_workqueue::WorkQueue<String>,
 }
 
-#[derive(Default)]
-struct QueueInner {
-    state: Mutex<QueueState>,
-    ready: Notify,
-}
-
-#[derive(Default)]
-struct QueueState {
-    /// Ready now, in arrival order (`queued` says which are in it).
-    order: std::collections::VecDeque<String>,
-    queued: BTreeSet<String>,
-    /// When each delayed key is due (the earliest asked for).
-    delayed: HashMap<String, Instant>,
+impl Default for Queue {
+    fn default() -> Self {
+        Self {
+            inner: plinth_workqueue::WorkQueue::new(),
+        }
+    }
 }
 
 impl Queue {
-    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Queues `key` now.
     pub(crate) fn add(&self, key: String) {
-        let mut state = self.state();
-        state.delayed.remove(&key);
-        if state.queued.insert(key.clone()) {
-            state.order.push_back(key);
-        }
-        drop(state);
-        self.inner.ready.notify_one();
+        self.inner.add(key);
     }
 
     /// Queues `key` after `delay`, unless it is queued sooner.
     pub(crate) fn add_after(&self, key: String, delay: Duration) {
-        let due = Instant::now() + delay;
-        let mut state = self.state();
-        if state.queued.contains(&key) {
-            return;
-        }
-        let entry = state.delayed.entry(key).or_insert(due);
-        if due < *entry {
-            *entry = due;
-        }
-        drop(state);
-        self.inner.ready.notify_one();
+        self.inner.add_after(key, delay);
     }
 
-    /// The next key, waiting for one; `None` once `stopping` is true.
-    pub(crate) async fn next(&self, stopping: &mut watch::Receiver<bool>) -> Option<String> {
-        loop {
-            let wake = {
-                let mut state = self.state();
-                let now = Instant::now();
-                let due: Vec<String> = state
-                    .delayed
-                    .iter()
-                    .filter(|(_, at)| **at <= now)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in due {
-                    state.delayed.remove(&key);
-                    if state.queued.insert(key.clone()) {
-                        state.order.push_back(key);
-                    }
-                }
-                if let Some(key) = state.order.pop_front() {
-                    state.queued.remove(&key);
-                    return Some(key);
-                }
-                state.delayed.values().min().copied()
-            };
-            let sleep = async {
-                match wake {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = self.inner.ready.notified() => {}
-                () = sleep => {}
-                _ = stopping.wait_for(|s| *s) => return None,
+    /// The next key to work on, waiting for one; `None` once `stopping` is true (the queue is
+    /// shut down then). The caller hands it back with [`Queue::finish`].
+    async fn take(&self, stopping: &mut watch::Receiver<bool>) -> Option<String> {
+        tokio::select! {
+            key = self.inner.get() => key,
+            _ = stopping.wait_for(|s| *s) => {
+                self.inner.shut_down();
+                None
             }
         }
+    }
+
+    /// Hands `key` back after a pass: `next` says whether to forget its failures, look again
+    /// later, or retry it after its backoff.
+    fn finish(&self, key: &String, next: Next) {
+        match next {
+            Next::Idle => self.inner.forget(key),
+            Next::After(wait) => {
+                self.inner.forget(key);
+                self.inner.add_after(key.clone(), wait);
+            }
+            Next::Retry => self.inner.add_rate_limited(key.clone()),
+        }
+        self.inner.done(key);
+    }
+
+    /// The next key, waiting for one; `None` once `stopping` is true. For single-worker loops
+    /// that take keys themselves: the key counts as done at once (adding it again queues it
+    /// again).
+    pub(crate) async fn next(&self, stopping: &mut watch::Receiver<bool>) -> Option<String> {
+        let key = self.take(stopping).await?;
+        self.inner.done(&key);
+        Some(key)
+    }
+
+    /// Retries `key` after its backoff (a failed pass of a loop using [`Queue::next`]).
+    pub(crate) fn retry(&self, key: String) {
+        self.inner.add_rate_limited(key);
+    }
+
+    /// Forgets `key`'s failures (a pass of a loop using [`Queue::next`] that succeeded).
+    pub(crate) fn forget(&self, key: &String) {
+        self.inner.forget(key);
+    }
+}
+
+/// What a pass over an object asks of the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Nothing more until something changes.
+    Idle,
+    /// Look again after this long (a time-based condition is due).
+    After(Duration),
+    /// The pass failed: retry after the key's backoff.
+    Retry,
+}
+
+/// Whether a pass has failed somewhere (a write the cluster refused): its key is then retried
+/// after its backoff, as kube's controllers return an error from `sync`.
+#[derive(Debug, Default)]
+pub(crate) struct Failed(std::sync::atomic::AtomicBool);
+
+impl Failed {
+    /// Marks the pass failed.
+    pub(crate) fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What the pass asks of the queue: a retry if it failed, else `wait`.
+    pub(crate) fn next(&self, wait: Option<Duration>) -> Next {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Next::Retry
+        } else {
+            wait.into()
+        }
+    }
+}
+
+impl From<Option<Duration>> for Next {
+    fn from(wait: Option<Duration>) -> Self {
+        wait.map_or(Self::Idle, Self::After)
     }
 }
 
@@ -555,11 +574,36 @@ mod tests {
         let start = Instant::now();
         assert_eq!(queue.next(&mut stopping).await.as_deref(), Some("c"));
         assert_eq!(start.elapsed().as_secs(), 10, "the earliest delay wins");
-        // A key queued now is not delivered again by its pending delay.
-        queue.add_after("d".into(), Duration::from_secs(5));
-        queue.add("d".into());
-        assert_eq!(queue.next(&mut stopping).await.as_deref(), Some("d"));
         let none = tokio::time::timeout(Duration::from_secs(60), queue.next(&mut stopping)).await;
         assert!(none.is_err(), "nothing is left");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_passes_back_off_exponentially_and_success_forgets() {
+        let queue = Queue::default();
+        let (_stop, mut stopping) = watch::channel(false);
+        // Consecutive failures double the wait: 5, 10, 20, 40 ms.
+        queue.add("b".into());
+        let mut backoff = Vec::new();
+        for _ in 0..4 {
+            let key = queue.take(&mut stopping).await.expect("b");
+            let start = Instant::now();
+            queue.finish(&key, Next::Retry);
+            let again = queue.take(&mut stopping).await.expect("b again");
+            backoff.push(start.elapsed().as_millis());
+            // Handed back as it is: the next round fails it again.
+            queue.inner.done(&again);
+            queue.add(again);
+        }
+        assert_eq!(backoff, [5, 10, 20, 40]);
+        // A good pass forgets: the next failure waits 5 ms again.
+        let key = queue.take(&mut stopping).await.expect("b");
+        queue.finish(&key, Next::Idle);
+        queue.add("b".into());
+        let key = queue.take(&mut stopping).await.expect("b");
+        let start = Instant::now();
+        queue.finish(&key, Next::Retry);
+        let _ = queue.take(&mut stopping).await;
+        assert_eq!(start.elapsed().as_millis(), 5);
     }
 }

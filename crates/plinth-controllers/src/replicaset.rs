@@ -11,7 +11,7 @@ use plinth_registry::{Client, DeleteOptions, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
+use crate::informer::{Informer, Next, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, active, available, claim, controller_of, controller_ref,
     deleting, enqueue_owner, next_available, pod_from_template, ready, ready_since, write_status,
@@ -47,8 +47,9 @@ pub fn spawn_replicaset_controller(
     });
 }
 
-/// One pass over a ReplicaSet; when to look again, if a pod's availability is due.
-async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Option<Duration> {
+/// One pass over a ReplicaSet: a retry after its backoff if a pod could not be created, else
+/// when to look again, if a pod's availability is due.
+async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Next {
     let controller = controller_ref(set, "apps/v1", "ReplicaSet");
     let owned: Vec<Arc<Value>> = claim(registry, pods, ("", "pods"), set, &controller, MANAGER)
         .await
@@ -104,7 +105,16 @@ async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Option<Duratio
     if terminating > 0 {
         status["terminatingReplicas"] = json!(terminating);
     }
-    if let Some(message) = failure {
+    let failed = failure.is_some();
+    // A failure already reported stays as it was (kube sets the condition once, not each pass:
+    // the message names a generated pod, and rewriting it would wake this controller forever).
+    let reported = set
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "ReplicaFailure"));
+    if let (Some(_), Some(reported)) = (&failure, reported) {
+        status["conditions"] = json!([reported]);
+    } else if let Some(message) = failure {
         status["conditions"] = json!([{
             "type": "ReplicaFailure",
             "status": "True",
@@ -114,12 +124,16 @@ async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Option<Duratio
         }]);
     }
     write_status(registry, ("apps", "replicasets"), set, status, MANAGER).await;
+    if failed {
+        return Next::Retry;
+    }
     if min_ready > 0 {
         let ready_pods: Vec<Arc<Value>> = current.into_iter().filter(|p| ready(p)).collect();
         return next_available(&ready_pods, min_ready, now)
-            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)))
+            .into();
     }
-    None
+    Next::Idle
 }
 
 /// Creates `missing` pods (at most [`BURST`]); the first failure's message.

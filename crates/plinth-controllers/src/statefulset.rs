@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::history::History;
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, run_workers};
+use crate::informer::{Failed, Informer, Queue, SharedInformers, enqueue, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, PodName, available, claim, controller_of, controller_ref, delete_pod,
     deleting, enqueue_owner, next_available, pod_from_template, ready, uid, write_status,
@@ -53,8 +53,10 @@ pub fn spawn_statefulset_controller(
                 pods: owned_pods,
                 revisions: owned_revisions,
                 set: &set,
+                failed: Failed::default(),
             };
-            pass.sync().await
+            let wait = pass.sync().await;
+            pass.failed.next(wait)
         })
         .await;
     });
@@ -65,6 +67,8 @@ struct Pass<'a> {
     pods: &'a Informer,
     revisions: &'a Informer,
     set: &'a Value,
+    /// Whether a write of this pass failed (the key is retried after its backoff).
+    failed: Failed,
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
@@ -327,6 +331,7 @@ impl Pass<'_> {
                     .await;
             }
             Err(e) => {
+                self.failed.mark();
                 self.event(
                     "Warning",
                     "FailedCreate",
@@ -417,6 +422,7 @@ impl Pass<'_> {
             }
             Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}
             Err(e) => {
+                self.failed.mark();
                 self.event(
                     "Warning",
                     "FailedCreate",

@@ -40,7 +40,10 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod webhook;
-pub mod workqueue;
+/// The work queue (from `plinth-workqueue`, which the built-in controllers share).
+pub mod workqueue {
+    pub use plinth_workqueue::*;
+}
 
 pub use builder::ControllerBuilder;
 pub use client::{ObjectClient, SplitClient};

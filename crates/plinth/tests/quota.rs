@@ -231,3 +231,55 @@ fn bad_quotas_are_refused_with_kubes_messages() {
         "nothing stored"
     );
 }
+
+/// A ReplicaSet whose pod the quota refuses retries after its backoff (kube's controllers
+/// requeue a failed sync with an exponential backoff): once the quota is raised, the missing
+/// pod is created with nothing else changing (the pods are bound to a node that does not exist:
+/// neither the scheduler nor an agent touches them), and the `ReplicaFailure` condition is gone.
+#[test]
+fn a_replicaset_refused_by_quota_retries_once_the_quota_allows() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "capped"]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &quota("capped", "pods: \"1\""));
+    plinth.eventually("the quota's status", || {
+        counted(&plinth, "capped", "pods").as_deref() == Some("0")
+    });
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web, namespace: capped}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {nodeName: absent, containers: [{name: c, image: busybox}]}
+"#,
+    );
+    plinth.eventually("the refused pod is reported", || {
+        let set = plinth.json(&["-n", "capped", "get", "replicaset", "web"]);
+        set["status"]["replicas"] == 1
+            && set["status"]["conditions"][0]["type"] == "ReplicaFailure"
+            && set["status"]["conditions"][0]["reason"] == "FailedCreate"
+            && set["status"]["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("exceeded quota: objects"))
+    });
+    plinth.kubectl(&[
+        "-n",
+        "capped",
+        "patch",
+        "resourcequota",
+        "objects",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"hard":{"pods":"2"}}}"#,
+    ]);
+    plinth.eventually("the second pod, created on a retry", || {
+        let set = plinth.json(&["-n", "capped", "get", "replicaset", "web"]);
+        set["status"]["replicas"] == 2 && set["status"]["conditions"].is_null()
+    });
+    let pods = plinth.json(&["-n", "capped", "get", "pods", "-l", "app=web"]);
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(2));
+}

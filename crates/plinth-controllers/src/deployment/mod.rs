@@ -20,7 +20,7 @@ use tokio::sync::watch;
 mod rollout;
 mod status;
 
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
+use crate::informer::{Failed, Informer, Queue, SharedInformers, enqueue, key_of, run_workers};
 use crate::workload::{
     EXPECTATION_TIMEOUT, claim, controller_of, controller_ref, deleting, enqueue_owner, normalized,
     template_hash, uid, write_status,
@@ -87,8 +87,10 @@ pub fn spawn_deployment_controller(
                     sets: owned_sets,
                     pods: owned_pods,
                     deployment: &deployment,
+                    failed: Failed::default(),
                 };
-                context.sync().await
+                let wait = context.sync().await;
+                context.failed.next(wait)
             },
         )
         .await;
@@ -100,6 +102,8 @@ struct Context<'a> {
     sets: &'a Informer,
     pods: &'a Informer,
     deployment: &'a Value,
+    /// Whether a write of this pass failed (the key is retried after its backoff).
+    failed: Failed,
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
@@ -396,6 +400,7 @@ impl Context<'_> {
                 Some(written.object)
             }
             Err(e) => {
+                self.failed.mark();
                 tracing::warn!(deployment = %key_of(self.deployment), error = %e.message, "replica set not created");
                 if e.reason == plinth_core::StatusReason::AlreadyExists {
                     self.bump_collisions().await;

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 mod outcome;
 mod pods;
 
-use crate::informer::{Informer, Queue, SharedInformers, enqueue, key_of};
+use crate::informer::{Failed, Informer, Next, Queue, SharedInformers, enqueue, key_of};
 use crate::workload::{
     claim, controller_of, controller_ref, deleting, enqueue_owner, ready, seen, uid, write_status,
 };
@@ -73,9 +73,16 @@ pub fn spawn_job_controller(
                 jobs: &jobs,
                 pods: &pods,
                 job: &job,
+                failed: Failed::default(),
             };
-            if let Some(wait) = pass.sync().await {
-                queue.add_after(key, wait);
+            let wait = pass.sync().await;
+            match pass.failed.next(wait) {
+                Next::Idle => queue.forget(&key),
+                Next::After(wait) => {
+                    queue.forget(&key);
+                    queue.add_after(key, wait);
+                }
+                Next::Retry => queue.retry(key),
             }
         }
     });
@@ -207,6 +214,8 @@ struct Pass<'a> {
     jobs: &'a Informer,
     pods: &'a Informer,
     job: &'a Value,
+    /// Whether a write of this pass failed (the key is retried after its backoff).
+    failed: Failed,
 }
 
 /// What the pass decided about the Job's end.

@@ -97,6 +97,7 @@ impl Pass<'_> {
                     created.push(key_of(&written.object));
                 }
                 Err(e) => {
+                    self.failed.mark();
                     self.event(
                         "Warning",
                         "FailedCreate",

@@ -1,4 +1,5 @@
-//! A rate-limited, de-duplicating work queue (client-go's `workqueue`).
+//! A rate-limited, de-duplicating work queue (client-go's `workqueue`), shared by
+//! `plinth-runtime`'s controllers and Plinth's built-in controllers.
 //!
 //! # Guarantees
 //! - A key waits in the queue at most once, however often it is added.
@@ -15,7 +16,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! let queue = plinth_runtime::WorkQueue::new();
+//! let queue = plinth_workqueue::WorkQueue::new();
 //! queue.add("a");
 //! queue.add("a"); // waiting already: one entry
 //! assert_eq!(queue.len(), 1);
@@ -26,6 +27,9 @@
 //! assert_eq!(queue.len(), 1);
 //! # }
 //! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
