@@ -135,21 +135,13 @@ async fn bootstrap(registry: &Client) -> Result<(), ServeError> {
             Err(e) => return Err(ServeError::Bootstrap(e.message)),
         }
     }
-    // The default StorageClass (Plinth's own provisioner).
-    if let Some(classes) = registry
-        .resources
-        .get("storage.k8s.io", "v1", "storageclasses")
-    {
+    // The default StorageClass (Plinth's own provisioner), the system PriorityClasses.
+    for (group, version, plural, object) in plinth_types::bootstrap_objects() {
+        let Some(def) = registry.resources.get(group, version, plural) else {
+            continue;
+        };
         let options = WriteOptions::internal("kube-apiserver");
-        match registry
-            .create(
-                &classes,
-                None,
-                plinth_types::storage::storageclass::standard(),
-                &options,
-            )
-            .await
-        {
+        match registry.create(&def, None, object, &options).await {
             Ok(_) => {}
             Err(e) if e.reason == plinth_core::StatusReason::AlreadyExists => {}
             Err(e) => return Err(ServeError::Bootstrap(e.message)),

@@ -204,6 +204,96 @@ pub fn annotations(annotations: &Map<String, Value>, path: &str) -> Vec<Cause> {
     causes
 }
 
+const WILDCARD_DNS1123_SUBDOMAIN_MSG: &str = "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// Messages for a value that is not a wildcard RFC 1123 subdomain (`*.example.com`).
+pub fn wildcard_dns1123_subdomain(value: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if value.len() > DNS1123_SUBDOMAIN_MAX {
+        errors.push(format!(
+            "must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
+    }
+    let shaped = value
+        .strip_prefix("*.")
+        .is_some_and(|rest| !rest.is_empty() && rest.split('.').all(is_dns1123_label_shape));
+    if !shaped {
+        errors.push(WILDCARD_DNS1123_SUBDOMAIN_MSG.to_owned());
+    }
+    errors
+}
+
+/// Messages for a port number outside 1–65535.
+pub fn port_number(port: i64) -> Vec<String> {
+    if (1..=65535).contains(&port) {
+        Vec::new()
+    } else {
+        vec!["must be between 1 and 65535, inclusive".to_owned()]
+    }
+}
+
+/// Messages for a value that is not an IANA service (port) name.
+pub fn port_name(port: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if port.len() > 15 {
+        errors.push("must be no more than 15 characters".to_owned());
+    }
+    if port.is_empty()
+        || !port
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        errors.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_owned(),
+        );
+    }
+    if !port.bytes().any(|b| b.is_ascii_lowercase()) {
+        errors.push("must contain at least one letter (a-z)".to_owned());
+    }
+    if port.contains("--") {
+        errors.push("must not contain consecutive hyphens".to_owned());
+    }
+    if port.starts_with('-') || port.ends_with('-') {
+        errors.push("must not begin or end with a hyphen".to_owned());
+    }
+    errors
+}
+
+/// An IP address as Go's `ParseIP` reads it (IPv4 dotted quads, IPv6).
+pub fn parse_ip(value: &str) -> Option<std::net::IpAddr> {
+    value.parse().ok()
+}
+
+/// A CIDR (`10.0.0.0/8`, `2001:db8::/64`): its address and prefix length.
+pub fn parse_cidr(value: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (ip, bits) = value.split_once('/')?;
+    let ip = parse_ip(ip)?;
+    let bits: u8 = bits.parse().ok()?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((ip, bits))
+}
+
+/// Whether CIDR `inner` lies strictly inside CIDR `outer` (a longer prefix, within it).
+pub fn cidr_strictly_within(outer: (std::net::IpAddr, u8), inner: (std::net::IpAddr, u8)) -> bool {
+    use std::net::IpAddr;
+    let (o, ob) = outer;
+    let (i, ib) = inner;
+    if ib <= ob {
+        return false;
+    }
+    match (o, i) {
+        (IpAddr::V4(o), IpAddr::V4(i)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(ob)).unwrap_or(0);
+            u32::from(o) & mask == u32::from(i) & mask
+        }
+        (IpAddr::V6(o), IpAddr::V6(i)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(ob)).unwrap_or(0);
+            u128::from(o) & mask == u128::from(i) & mask
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,5 +347,43 @@ mod tests {
                 .message
                 .starts_with("Invalid value: \"bad key!\": name part must consist")
         );
+    }
+
+    #[test]
+    fn ports_cidrs_and_wildcards_read_as_apimachinery_reads_them() {
+        assert!(port_name("http").is_empty());
+        assert_eq!(
+            port_name("8080"),
+            ["must contain at least one letter (a-z)"]
+        );
+        assert_eq!(
+            port_name("-a--b"),
+            [
+                "must not contain consecutive hyphens",
+                "must not begin or end with a hyphen"
+            ]
+        );
+        assert_eq!(port_name("a-very-long-port-name").len(), 1);
+        assert!(port_number(443).is_empty() && !port_number(0).is_empty());
+        assert!(wildcard_dns1123_subdomain("*.example.com").is_empty());
+        assert_eq!(wildcard_dns1123_subdomain("a.*.example.com").len(), 1);
+        let outer = parse_cidr("10.0.0.0/8").unwrap();
+        assert!(cidr_strictly_within(
+            outer,
+            parse_cidr("10.1.0.0/16").unwrap()
+        ));
+        assert!(!cidr_strictly_within(
+            outer,
+            parse_cidr("11.0.0.0/16").unwrap()
+        ));
+        assert!(!cidr_strictly_within(
+            outer,
+            parse_cidr("10.0.0.0/8").unwrap()
+        ));
+        assert!(parse_cidr("10.0.0.0/33").is_none() && parse_cidr("nope/8").is_none());
+        assert!(cidr_strictly_within(
+            parse_cidr("2001:db8::/32").unwrap(),
+            parse_cidr("2001:db8:1::/48").unwrap()
+        ));
     }
 }

@@ -23,14 +23,32 @@ pub mod discovery;
 pub mod events;
 pub mod flowcontrol;
 pub mod metrics;
+pub mod networking;
+pub mod node;
 pub mod policy;
 pub mod rbac;
+pub mod scheduling;
 pub mod storage;
 
 #[cfg(test)]
 mod tests;
 
 use plinth_registry::resources::ResourceDef;
+
+/// The objects a new cluster starts with, as (group, version, plural, object): the default
+/// StorageClass and the two system PriorityClasses. An object that exists already is kept.
+pub fn bootstrap_objects() -> Vec<(&'static str, &'static str, &'static str, serde_json::Value)> {
+    let mut objects = vec![(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        storage::storageclass::standard(),
+    )];
+    for class in scheduling::priorityclass::system_classes() {
+        objects.push(("scheduling.k8s.io", "v1", "priorityclasses", class));
+    }
+    objects
+}
 
 /// Every built-in resource.
 pub fn builtin() -> Vec<ResourceDef> {
@@ -50,6 +68,15 @@ pub fn builtin() -> Vec<ResourceDef> {
         self::core::persistentvolume::volumes(),
         self::core::persistentvolume::claims(),
         storage::storageclass::resource(),
+        storage::csi::drivers(),
+        storage::csi::nodes(),
+        storage::csi::capacities(),
+        storage::csi::attachments(),
+        networking::ingress::resource(),
+        networking::ingressclass::resource(),
+        networking::networkpolicy::resource(),
+        scheduling::priorityclass::resource(),
+        node::runtimeclass::resource(),
         apps::deployment::resource(),
         apps::replicaset::resource(),
         apps::statefulset::resource(),

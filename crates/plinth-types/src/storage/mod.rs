@@ -1,3 +1,4 @@
 //! storage.k8s.io.
 
+pub mod csi;
 pub mod storageclass;

@@ -53,7 +53,7 @@ pub fn resource() -> ResourceDef {
         .connect("exec", exec)
         .connect("attach", attach)
         .connect("portforward", port_forward);
-    def.allocate = Some(super::limitrange::admit);
+    def.allocate = Some(admit_new_pod);
     def
 }
 
@@ -337,4 +337,17 @@ impl Strategy for Pods {
         // A negative period is the 1 s kube turns it into.
         if grace < 0 { 1 } else { grace }
     }
+}
+
+/// The admission plugins of a new pod that read other objects, in kube-apiserver's order:
+/// LimitRanger, Priority, RuntimeClass.
+fn admit_new_pod<'a>(
+    objects: &'a dyn plinth_registry::resources::Objects,
+    pod: &'a mut Value,
+) -> futures::future::BoxFuture<'a, Result<(), plinth_core::ApiError>> {
+    Box::pin(async move {
+        super::limitrange::admit(objects, pod).await?;
+        crate::scheduling::priorityclass::admit_pod(objects, pod).await?;
+        crate::node::runtimeclass::admit_pod(objects, pod).await
+    })
 }

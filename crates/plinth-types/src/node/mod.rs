@@ -1,0 +1,3 @@
+//! node.k8s.io/v1: RuntimeClasses.
+
+pub mod runtimeclass;

@@ -1,0 +1,3 @@
+//! scheduling.k8s.io/v1: PriorityClasses.
+
+pub mod priorityclass;
