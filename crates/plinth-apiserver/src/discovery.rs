@@ -168,6 +168,28 @@ pub fn resource_list(resources: &Resources, group: &str, version: &str) -> Optio
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        for sub in &def.discovered_subresources {
+            let mut entry = json!({
+                "name": format!("{}/{}", def.plural, sub.name),
+                "singularName": "",
+                "namespaced": def.namespaced,
+                "kind": def.kind,
+                "verbs": sub.verbs,
+            });
+            if let Some((group, version, kind)) = sub.kind {
+                entry["kind"] = json!(kind);
+                if (group, version)
+                    != (
+                        def.group_version.group.as_str(),
+                        def.group_version.version.as_str(),
+                    )
+                {
+                    entry["group"] = json!(group);
+                    entry["version"] = json!(version);
+                }
+            }
+            listed.push(entry);
+        }
     }
     let group_version = if group.is_empty() {
         version.to_owned()
@@ -228,6 +250,16 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
             "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
             "verbs": ["get", "patch", "update"],
         }));
+    }
+    for sub in &def.discovered_subresources {
+        let response = match sub.kind {
+            Some((group, version, kind)) => {
+                json!({"group": group, "version": version, "kind": kind})
+            }
+            None => kind.clone(),
+        };
+        subresources
+            .push(json!({"subresource": sub.name, "responseKind": response, "verbs": sub.verbs}));
     }
     if !subresources.is_empty() {
         entry["subresources"] = Value::Array(subresources);

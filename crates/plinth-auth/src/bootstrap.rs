@@ -1,20 +1,18 @@
-//! The roles and bindings every cluster starts with (kube's `bootstrappolicy`), created at
-//! start when missing, and their rules brought back when they carry
-//! `rbac.authorization.kubernetes.io/autoupdate: "true"` (kube's reconciliation): the
-//! super-user role, the user-facing `admin`/`edit`/`view` (aggregated from the
-//! `system:aggregate-to-*` roles and any ClusterRole labelled like them), and what every
-//! authenticated user may do (discovery, health, asking what they may do).
+//! The roles and bindings every cluster starts with — kube 1.32's `bootstrappolicy` in full
+//! (read from `bootstrap-policy.json`, which `scripts/bootstrap-policy.py` writes from
+//! upstream's own record of the policy): `cluster-admin`, the user-facing `admin`/`edit`/
+//! `view` aggregated from the `system:aggregate-to-*` roles (and any ClusterRole labelled
+//! like them), `system:controller:*`, `system:kube-scheduler`, `system:node`,
+//! `system:auth-delegator`, … and the Roles and RoleBindings of `kube-system` and
+//! `kube-public` — plus Plinth's own: what its node agents need while no Node authorizer
+//! gives it to them. The controller creates what is missing at start and reconciles what is
+//! marked `rbac.authorization.kubernetes.io/autoupdate: "true"` as kube does: missing rules,
+//! subjects, labels and annotations added, what users added kept.
 
 use serde_json::{Value, json};
 
-const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
-
 fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
     json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
-}
-
-fn paths(verbs: &[&str], urls: &[&str]) -> Value {
-    json!({"nonResourceURLs": urls, "verbs": verbs})
 }
 
 fn cluster_role(name: &str, labels: Value, rules: Vec<Value>) -> Value {
@@ -29,178 +27,86 @@ fn cluster_role(name: &str, labels: Value, rules: Vec<Value>) -> Value {
     })
 }
 
-fn aggregated(name: &str, labels: Value) -> Value {
-    let mut role = cluster_role(name, labels, Vec::new());
-    role["aggregationRule"] = json!({"clusterRoleSelectors": [
-        {"matchLabels": {format!("{AGGREGATE}{name}"): "true"}}
-    ]});
-    role
-}
-
 const READ: &[&str] = &["get", "list", "watch"];
 /// The group of node agents' identities (`system:node:<name>`).
 pub const NODES: &str = "system:nodes";
-const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
+/// The role Plinth's node agents hold (through [`NODES`]).
+pub const NODE_AGENT_ROLE: &str = "plinth:node-agent";
 
-/// The default ClusterRoles.
+/// kube's policy, as upstream records it.
+fn policy() -> Value {
+    serde_json::from_str(include_str!("bootstrap-policy.json")).unwrap_or_else(|_| json!({}))
+}
+
+fn items(key: &str) -> Vec<Value> {
+    policy()[key].as_array().cloned().unwrap_or_default()
+}
+
+/// The default ClusterRoles: kube's, and Plinth's node-agent role.
 pub fn cluster_roles() -> Vec<Value> {
-    let to = |role: &str| json!({format!("{AGGREGATE}{role}"): "true"});
-    vec![
-        cluster_role(
-            "cluster-admin",
-            json!({}),
-            vec![rule(&["*"], &["*"], &["*"]), paths(&["*"], &["*"])],
-        ),
-        aggregated("admin", json!({})),
-        aggregated("edit", to("admin")),
-        aggregated("view", to("edit")),
-        cluster_role(
-            "system:aggregate-to-admin",
-            to("admin"),
-            vec![
-                rule(
-                    &[
-                        "create",
-                        "delete",
-                        "deletecollection",
-                        "get",
-                        "list",
-                        "patch",
-                        "update",
-                        "watch",
-                    ],
-                    &["rbac.authorization.k8s.io"],
-                    &["rolebindings", "roles"],
-                ),
-                rule(
-                    &["create"],
-                    &["authorization.k8s.io"],
-                    &["localsubjectaccessreviews"],
-                ),
-            ],
-        ),
-        cluster_role(
-            "system:aggregate-to-edit",
-            to("edit"),
-            vec![
-                rule(WRITE, &[""], &["configmaps", "secrets", "serviceaccounts"]),
-                rule(&["impersonate"], &[""], &["serviceaccounts"]),
-                rule(&["create"], &[""], &["serviceaccounts/token"]),
-                rule(READ, &[""], &["secrets"]),
-                rule(WRITE, &["coordination.k8s.io"], &["leases"]),
-            ],
-        ),
-        cluster_role(
-            "system:aggregate-to-view",
-            to("view"),
-            vec![
-                rule(
-                    READ,
-                    &[""],
-                    &[
-                        "configmaps",
-                        "events",
-                        "serviceaccounts",
-                        "namespaces",
-                        "namespaces/status",
-                    ],
-                ),
-                rule(READ, &["events.k8s.io"], &["events"]),
-                rule(READ, &["coordination.k8s.io"], &["leases"]),
-            ],
-        ),
-        cluster_role(
-            "system:discovery",
-            json!({}),
-            vec![paths(
+    let mut roles = items("clusterRoles");
+    roles.push(node_agent_role());
+    roles
+}
+
+/// The default Roles (of `kube-system` and `kube-public`).
+pub fn roles() -> Vec<Value> {
+    items("roles")
+}
+
+/// The default RoleBindings.
+pub fn role_bindings() -> Vec<Value> {
+    items("roleBindings")
+}
+
+/// What a node agent needs (kube gives nodes this through its Node authorizer and the
+/// `system:node` role; here a role bound to the `system:nodes` group).
+fn node_agent_role() -> Value {
+    cluster_role(
+        NODE_AGENT_ROLE,
+        json!({}),
+        vec![
+            rule(
+                &["get", "list", "watch", "create", "update", "patch"],
+                &[""],
+                &["nodes"],
+            ),
+            rule(
+                &["patch", "update"],
+                &[""],
+                &["nodes/status", "pods/status"],
+            ),
+            rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
+            rule(
+                &["create", "patch", "update"],
+                &["", "events.k8s.io"],
+                &["events"],
+            ),
+            rule(
+                READ,
+                &[""],
+                &["configmaps", "secrets", "services", "endpoints"],
+            ),
+            rule(
                 &["get"],
-                &[
-                    "/api",
-                    "/api/*",
-                    "/apis",
-                    "/apis/*",
-                    "/healthz",
-                    "/livez",
-                    "/openapi",
-                    "/openapi/*",
-                    "/readyz",
-                    "/version",
-                    "/version/",
-                ],
-            )],
-        ),
-        cluster_role(
-            "system:public-info-viewer",
-            json!({}),
-            vec![paths(
-                &["get"],
-                &["/healthz", "/livez", "/readyz", "/version", "/version/"],
-            )],
-        ),
-        // What a node agent needs (kube gives nodes this through its Node authorizer; here the
-        // role is bound to the `system:nodes` group).
-        cluster_role(
-            "system:node",
-            json!({}),
-            vec![
-                rule(
-                    &["get", "list", "watch", "create", "update", "patch"],
-                    &[""],
-                    &["nodes"],
-                ),
-                rule(
-                    &["patch", "update"],
-                    &[""],
-                    &["nodes/status", "pods/status"],
-                ),
-                rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
-                rule(
-                    &["create", "patch", "update"],
-                    &["", "events.k8s.io"],
-                    &["events"],
-                ),
-                rule(
-                    READ,
-                    &[""],
-                    &["configmaps", "secrets", "services", "endpoints"],
-                ),
-                rule(
-                    &["get"],
-                    &[""],
-                    &["persistentvolumeclaims", "persistentvolumes"],
-                ),
-                rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
-                rule(&["create"], &[""], &["serviceaccounts/token"]),
-                rule(
-                    &["get", "create", "update", "patch", "delete"],
-                    &["coordination.k8s.io"],
-                    &["leases"],
-                ),
-                rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-                rule(
-                    &["create"],
-                    &["authorization.k8s.io"],
-                    &["subjectaccessreviews"],
-                ),
-            ],
-        ),
-        cluster_role(
-            "system:basic-user",
-            json!({}),
-            vec![
-                rule(
-                    &["create"],
-                    &["authorization.k8s.io"],
-                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-                ),
-                rule(
-                    &["create"],
-                    &["authentication.k8s.io"],
-                    &["selfsubjectreviews"],
-                ),
-            ],
-        ),
-    ]
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+            ),
+            rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
+            rule(&["create"], &[""], &["serviceaccounts/token"]),
+            rule(
+                &["get", "create", "update", "patch", "delete"],
+                &["coordination.k8s.io"],
+                &["leases"],
+            ),
+            rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+            rule(
+                &["create"],
+                &["authorization.k8s.io"],
+                &["subjectaccessreviews"],
+            ),
+        ],
+    )
 }
 
 fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
@@ -218,25 +124,9 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
     })
 }
 
-/// The default ClusterRoleBindings.
+/// The default ClusterRoleBindings: kube's, and the node agents' binding.
 pub fn cluster_role_bindings() -> Vec<Value> {
-    vec![
-        binding("cluster-admin", "cluster-admin", &[super::MASTERS]),
-        binding(
-            "system:discovery",
-            "system:discovery",
-            &[super::AUTHENTICATED],
-        ),
-        binding(
-            "system:basic-user",
-            "system:basic-user",
-            &[super::AUTHENTICATED],
-        ),
-        binding(
-            "system:public-info-viewer",
-            "system:public-info-viewer",
-            &[super::AUTHENTICATED, super::UNAUTHENTICATED],
-        ),
-        binding("system:node", "system:node", &[NODES]),
-    ]
+    let mut bindings = items("clusterRoleBindings");
+    bindings.push(binding(NODE_AGENT_ROLE, NODE_AGENT_ROLE, &[NODES]));
+    bindings
 }

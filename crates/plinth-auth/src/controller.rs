@@ -38,6 +38,8 @@ pub async fn start(registry: &Client, rbac: &Rbac) -> Result<(), plinth_core::Ap
             "clusterrolebindings",
             super::bootstrap::cluster_role_bindings(),
         ),
+        ("roles", super::bootstrap::roles()),
+        ("rolebindings", super::bootstrap::role_bindings()),
     ];
     for (plural, objects) in defaults {
         let Some(def) = def(registry, plural) else {
@@ -60,36 +62,75 @@ pub async fn start(registry: &Client, rbac: &Rbac) -> Result<(), plinth_core::Ap
     Ok(())
 }
 
-/// Creates a default object, or restores its rules when it asks for auto-update (roles that
-/// aggregate get theirs from the aggregation, not from here).
+/// Creates a default object, or reconciles one that asks for auto-update as kube's
+/// `reconcile` does: the default's rules (subjects, for a binding), labels and annotations
+/// that are missing are added; what is there already, users' additions included, stays.
+/// Roles that aggregate get their rules from the aggregation, not from here.
 async fn reconcile_default(
     registry: &Client,
     def: &ResourceDef,
     object: Value,
 ) -> Result<(), plinth_core::ApiError> {
     let options = WriteOptions::internal("kube-apiserver");
-    match registry.create(def, None, object.clone(), &options).await {
+    let namespace = plinth_core::meta::namespace(&object).map(str::to_owned);
+    match registry
+        .create(def, namespace.as_deref(), object.clone(), &options)
+        .await
+    {
         Ok(_) => return Ok(()),
         Err(e) if e.reason == StatusReason::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    if object.get("aggregationRule").is_some() || def.plural != "clusterroles" {
-        return Ok(());
-    }
     let name = plinth_core::meta::name(&object).unwrap_or("").to_owned();
-    let rules = object.get("rules").cloned().unwrap_or(json!([]));
+    let list_field = if def.plural.ends_with("bindings") {
+        "subjects"
+    } else {
+        "rules"
+    };
+    let aggregates = object.get("aggregationRule").is_some();
     registry
-        .modify(def, None, &name, Part::Main, &options, |current| {
-            let auto = current
-                .pointer("/metadata/annotations/rbac.authorization.kubernetes.io~1autoupdate")
-                .and_then(Value::as_str)
-                == Some("true");
-            if !auto || current.get("rules") == Some(&rules) {
-                return Ok(false);
-            }
-            current["rules"] = rules.clone();
-            Ok(true)
-        })
+        .modify(
+            def,
+            namespace.as_deref(),
+            &name,
+            Part::Main,
+            &options,
+            |current| {
+                let auto = current
+                    .pointer("/metadata/annotations/rbac.authorization.kubernetes.io~1autoupdate")
+                    .and_then(Value::as_str)
+                    == Some("true");
+                if !auto {
+                    return Ok(false);
+                }
+                let mut changed = false;
+                for field in ["labels", "annotations"] {
+                    for (key, value) in object["metadata"][field].as_object().into_iter().flatten()
+                    {
+                        let meta = &mut current["metadata"];
+                        if meta[field].get(key).is_none() {
+                            meta[field][key] = value.clone();
+                            changed = true;
+                        }
+                    }
+                }
+                if !aggregates {
+                    let wanted = object[list_field].as_array().cloned().unwrap_or_default();
+                    if !current[list_field].is_array() {
+                        current[list_field] = json!([]);
+                    }
+                    if let Some(have) = current[list_field].as_array_mut() {
+                        for entry in wanted {
+                            if !have.contains(&entry) {
+                                have.push(entry);
+                                changed = true;
+                            }
+                        }
+                    }
+                }
+                Ok(changed)
+            },
+        )
         .await
         .map(drop)
 }

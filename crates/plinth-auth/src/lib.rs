@@ -29,6 +29,8 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, header};
 use plinth_core::ApiError;
+use plinth_registry::authz::ISSUER;
+use plinth_registry::resources::Objects;
 
 pub use error::CredentialsError;
 pub use plinth_registry::authz::{Attributes, Authorizer, Decision, Rule};
@@ -88,7 +90,7 @@ impl Authenticator {
     /// Who sent a request with these headers over a connection presenting `peer`: the client
     /// certificate's subject first (CN the user, O the groups), then the bearer token — the
     /// admin's, the token file's, or a ServiceAccount token whose account (and bound object)
-    /// `registry` still holds with the uid it was issued for.
+    /// `objects` still holds with the uid it was issued for.
     ///
     /// # Errors
     /// 401 `Unauthorized` when no authenticator accepts the request (no credentials, an
@@ -97,7 +99,7 @@ impl Authenticator {
         &self,
         headers: &HeaderMap,
         peer: Option<&PeerCertificate>,
-        registry: &plinth_registry::Registry,
+        objects: &dyn Objects,
     ) -> Result<User, ApiError> {
         if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
             return Ok(user);
@@ -116,46 +118,83 @@ impl Authenticator {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(ApiError::unauthorized)?;
+        self.token_user(token, objects, &[ISSUER])
+            .await
+            .map(|(user, _)| user)
+            .ok_or_else(ApiError::unauthorized)
+    }
+
+    /// Who bearer `token` is, for `audiences`: the admin's or the token file's tokens (good for
+    /// any audience, so all of them), or a ServiceAccount token issued for one of them whose
+    /// account (and bound object) `objects` still holds with the uid it was issued for.
+    async fn token_user(
+        &self,
+        token: &str,
+        objects: &dyn Objects,
+        audiences: &[&str],
+    ) -> Option<(User, Vec<String>)> {
+        let all = || {
+            audiences
+                .iter()
+                .map(|a| (*a).to_owned())
+                .collect::<Vec<_>>()
+        };
         if constant_time_eq(token.as_bytes(), self.admin_token.as_bytes()) {
-            return Ok(User::new(ADMIN, &[MASTERS]));
+            return Some((User::new(ADMIN, &[MASTERS]), all()));
         }
         if let Some((_, user)) = self
             .tokens
             .iter()
             .find(|(known, _)| constant_time_eq(known.as_bytes(), token.as_bytes()))
         {
-            return Ok(user.clone());
+            return Some((user.clone(), all()));
         }
-        let claims = self
-            .service_accounts
-            .verify(token)
-            .ok_or_else(ApiError::unauthorized)?;
+        let (claims, matched) = self.service_accounts.verify_for(token, audiences)?;
         let exists = |plural: &'static str, name: String, uid: String| {
             let namespace = claims.namespace.clone();
             async move {
-                let Some(def) = registry.resources.get("", "v1", plural) else {
+                let Some(def) = objects.resource("", "v1", plural) else {
                     return false;
                 };
-                registry
+                objects
                     .get(&def, Some(&namespace), &name)
                     .await
                     .is_ok_and(|o| plinth_core::meta::meta_str(&o, "uid") == Some(uid.as_str()))
             }
         };
         if !exists("serviceaccounts", claims.name.clone(), claims.uid.clone()).await {
-            return Err(ApiError::unauthorized());
+            return None;
         }
         if let Some((kind, name, uid)) = &claims.bound {
             let plural = match kind.as_str() {
                 "Secret" => "secrets",
                 "Pod" => "pods",
-                _ => return Err(ApiError::unauthorized()),
+                _ => return None,
             };
             if !exists(plural, name.clone(), uid.clone()).await {
-                return Err(ApiError::unauthorized());
+                return None;
             }
         }
-        Ok(claims.user())
+        Some((claims.user(), matched))
+    }
+}
+
+#[async_trait::async_trait]
+impl plinth_registry::authz::TokenReviewer for Authenticator {
+    async fn review(
+        &self,
+        objects: &dyn Objects,
+        token: &str,
+        audiences: &[String],
+    ) -> Result<(User, Vec<String>), String> {
+        let wanted: Vec<&str> = if audiences.is_empty() {
+            vec![ISSUER]
+        } else {
+            audiences.iter().map(String::as_str).collect()
+        };
+        self.token_user(token, objects, &wanted)
+            .await
+            .ok_or_else(|| "[invalid bearer token, token lookup failed]".to_owned())
     }
 }
 

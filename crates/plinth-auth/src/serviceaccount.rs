@@ -126,9 +126,15 @@ impl Tokens {
         })
     }
 
-    /// The claims of `token` if it is one of ours, for this server, and current; `None`
-    /// otherwise (not a JWT, another signer, tampered, expired, another audience).
+    /// The claims of `token` if this issuer signed it for the API server and it is current;
+    /// `None` otherwise (not a JWT, another signer, tampered, expired, another audience).
     pub fn verify(&self, token: &str) -> Option<Claims> {
+        self.verify_for(token, &[ISSUER]).map(|(claims, _)| claims)
+    }
+
+    /// The claims of `token` if this issuer signed it for one of `wanted` and it is current,
+    /// with the audiences of `wanted` it names; `None` otherwise.
+    pub fn verify_for(&self, token: &str, wanted: &[&str]) -> Option<(Claims, Vec<String>)> {
         let mut parts = token.split('.');
         let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
         if parts.next().is_some() {
@@ -158,7 +164,12 @@ impl Tokens {
         };
         let current = claims["exp"].as_i64().is_some_and(|exp| now < exp)
             && claims["nbf"].as_i64().is_none_or(|nbf| nbf <= now + 60);
-        if claims["iss"] != ISSUER || !audiences.contains(&ISSUER) || !current {
+        let matched: Vec<String> = wanted
+            .iter()
+            .filter(|w| audiences.contains(w))
+            .map(|w| (*w).to_owned())
+            .collect();
+        if claims["iss"] != ISSUER || matched.is_empty() || !current {
             return None;
         }
         let k = &claims["kubernetes.io"];
@@ -172,13 +183,14 @@ impl Tokens {
             };
             Some((kind.to_owned(), text(&object["name"]), text(&object["uid"])))
         });
-        Some(Claims {
+        let claims = Claims {
             namespace: text(&k["namespace"]),
             name: text(&k["serviceaccount"]["name"]),
             uid: text(&k["serviceaccount"]["uid"]),
             bound,
             id: text(&claims["jti"]),
-        })
+        };
+        Some((claims, matched))
     }
 
     /// `/.well-known/openid-configuration`.

@@ -147,6 +147,7 @@ fn spawn_controllers(
     );
     scheduler::spawn_scheduler(registry.clone(), &informers, stopping.clone());
     replicaset::spawn_replicaset_controller(registry.clone(), &informers, stopping.clone());
+    replicaset::spawn_replication_manager(registry.clone(), &informers, stopping.clone());
     deployment::spawn_deployment_controller(registry.clone(), &informers, stopping.clone());
     statefulset::spawn_statefulset_controller(registry.clone(), &informers, stopping.clone());
     job::spawn_job_controller(registry.clone(), &informers, stopping.clone());

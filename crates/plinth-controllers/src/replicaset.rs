@@ -1,5 +1,7 @@
-//! The ReplicaSet controller (kube-controller-manager's `replicaset`): each ReplicaSet has
-//! `spec.replicas` active pods matching its selector — orphans adopted, strays released,
+//! The ReplicaSet controller (kube-controller-manager's `replicaset`) and the
+//! ReplicationManager (its `replicationcontroller`, the same pass over the older kind whose
+//! selector is a map): each ReplicaSet or ReplicationController has `spec.replicas` active
+//! pods matching its selector — orphans adopted, strays released,
 //! missing pods created from the template, extra ones deleted in kube's order (unscheduled,
 //! then pending, not ready, recently ready, most restarted, newest first) — and a status
 //! counting its replicas, the ready and the available ones.
@@ -17,22 +19,63 @@ use crate::workload::{
     deleting, enqueue_owner, next_available, pod_from_template, ready, ready_since, write_status,
 };
 
-const MANAGER: &str = "replicaset-controller";
+/// The kind a controller of this module keeps.
+struct Kind {
+    /// Its resource (group, plural).
+    resource: (&'static str, &'static str),
+    api_version: &'static str,
+    kind: &'static str,
+    /// The field manager and event source of its writes.
+    manager: &'static str,
+}
+
+const REPLICA_SETS: Kind = Kind {
+    resource: ("apps", "replicasets"),
+    api_version: "apps/v1",
+    kind: "ReplicaSet",
+    manager: "replicaset-controller",
+};
+
+const REPLICATION_CONTROLLERS: Kind = Kind {
+    resource: ("", "replicationcontrollers"),
+    api_version: "v1",
+    kind: "ReplicationController",
+    manager: "replication-controller",
+};
 
 /// At most this many pods are created or deleted in one pass (kube's `burstReplicas`).
 const BURST: usize = 500;
 
-/// Starts the controller; it ends when `stopping` becomes true.
+/// Starts the ReplicaSet controller; it ends when `stopping` becomes true.
 pub fn spawn_replicaset_controller(
     registry: Client,
     informers: &SharedInformers,
     stopping: watch::Receiver<bool>,
 ) {
+    spawn_for(&REPLICA_SETS, registry, informers, stopping);
+}
+
+/// Starts the ReplicationManager (ReplicationControllers); it ends when `stopping` becomes
+/// true.
+pub fn spawn_replication_manager(
+    registry: Client,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
+    spawn_for(&REPLICATION_CONTROLLERS, registry, informers, stopping);
+}
+
+fn spawn_for(
+    kind: &'static Kind,
+    registry: Client,
+    informers: &SharedInformers,
+    stopping: watch::Receiver<bool>,
+) {
     let queue = Queue::default();
-    let sets = informers.start(("apps", "replicasets"), enqueue(&queue));
+    let sets = informers.start(kind.resource, enqueue(&queue));
     let pods = informers.start(
         ("", "pods"),
-        enqueue_owner(&queue, "ReplicaSet", Some(sets.clone())),
+        enqueue_owner(&queue, kind.kind, Some(sets.clone())),
     );
     tokio::spawn(async move {
         let (registry, cached) = (&registry, &pods);
@@ -41,7 +84,7 @@ pub fn spawn_replicaset_controller(
             stopping,
             &[&sets, &pods],
             &sets,
-            move |set| async move { sync(registry, cached, &set).await },
+            move |set| async move { sync(kind, registry, cached, &set).await },
         )
         .await;
     });
@@ -49,13 +92,14 @@ pub fn spawn_replicaset_controller(
 
 /// One pass over a ReplicaSet: a retry after its backoff if a pod could not be created, else
 /// when to look again, if a pod's availability is due.
-async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Next {
-    let controller = controller_ref(set, "apps/v1", "ReplicaSet");
-    let owned: Vec<Arc<Value>> = claim(registry, pods, ("", "pods"), set, &controller, MANAGER)
-        .await
-        .into_iter()
-        .filter(|p| active(p))
-        .collect();
+async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> Next {
+    let controller = controller_ref(set, kind.api_version, kind.kind);
+    let owned: Vec<Arc<Value>> =
+        claim(registry, pods, ("", "pods"), set, &controller, kind.manager)
+            .await
+            .into_iter()
+            .filter(|p| active(p))
+            .collect();
     let wanted = set
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
@@ -64,9 +108,9 @@ async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Next {
     let mut failure = None;
     if !deleting(set) {
         failure = if owned.len() < wanted {
-            create_pods(registry, pods, set, &controller, wanted - owned.len()).await
+            create_pods(kind, registry, pods, set, &controller, wanted - owned.len()).await
         } else if owned.len() > wanted {
-            delete_pods(registry, pods, set, &owned, owned.len() - wanted).await;
+            delete_pods(kind, registry, pods, set, &owned, owned.len() - wanted).await;
             None
         } else {
             None
@@ -123,7 +167,7 @@ async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Next {
             "lastTransitionTime": plinth_core::meta::format_time(now),
         }]);
     }
-    write_status(registry, ("apps", "replicasets"), set, status, MANAGER).await;
+    write_status(registry, kind.resource, set, status, kind.manager).await;
     if failed {
         return Next::Retry;
     }
@@ -138,6 +182,7 @@ async fn sync(registry: &Client, pods: &Informer, set: &Value) -> Next {
 
 /// Creates `missing` pods (at most [`BURST`]); the first failure's message.
 async fn create_pods(
+    kind: &Kind,
     registry: &Client,
     pods: &Informer,
     set: &Value,
@@ -153,7 +198,12 @@ async fn create_pods(
     for _ in 0..missing.min(BURST) {
         let pod = pod_from_template(&template, set, controller, PodName::Generated(&prefix));
         match registry
-            .create(&def, Some(namespace), pod, &WriteOptions::internal(MANAGER))
+            .create(
+                &def,
+                Some(namespace),
+                pod,
+                &WriteOptions::internal(kind.manager),
+            )
             .await
         {
             Ok(written) => {
@@ -166,7 +216,7 @@ async fn create_pods(
                     "Normal",
                     "SuccessfulCreate",
                     &format!("Created pod: {pod_name}"),
-                    MANAGER,
+                    kind.manager,
                 )
                 .await;
                 created.push(format!("{namespace}/{pod_name}"));
@@ -179,7 +229,7 @@ async fn create_pods(
                     "Warning",
                     "FailedCreate",
                     &format!("Error creating: {message}"),
-                    MANAGER,
+                    kind.manager,
                 )
                 .await;
                 pods.wait_until(EXPECTATION_TIMEOUT, |p| {
@@ -200,6 +250,7 @@ async fn create_pods(
 
 /// Deletes `extra` of `owned`, the least useful first.
 async fn delete_pods(
+    kind: &Kind,
     registry: &Client,
     pods: &Informer,
     set: &Value,
@@ -226,7 +277,7 @@ async fn delete_pods(
                     "Normal",
                     "SuccessfulDelete",
                     &format!("Deleted pod: {name}"),
-                    MANAGER,
+                    kind.manager,
                 )
                 .await;
                 deleted.push(key_of(pod));

@@ -3,8 +3,13 @@
 //! labels its `nodeSelector` and required node affinity match, with room for its requests
 //! (CPU, memory, pod count), no pod its required anti-affinity on `kubernetes.io/hostname`
 //! excludes and the pods its required affinity there asks for; among those, the least
-//! loaded. A pod that fits nowhere gets kube's `FailedScheduling` event and
-//! `PodScheduled=False` (`Unschedulable`), and is tried again.
+//! loaded. Pending pods are tried in priority order (`spec.priority`, then age). A pod that
+//! fits nowhere gets kube's `FailedScheduling` event and `PodScheduled=False`
+//! (`Unschedulable`), and is tried again; unless its `preemptionPolicy` is `Never`, it
+//! preempts: on the node where evicting the fewest lower-priority pods (the lowest first)
+//! makes room, those pods get `DisruptionTarget` and a `Preempted` event and are deleted, and
+//! the pod is nominated to the node (`status.nominatedNodeName`), which pods of lower
+//! priority then count as taken.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -52,11 +57,13 @@ pub fn spawn_scheduler(
                     }
                 }
                 _ = ticks.tick() => {
-                    // Pods that fit nowhere are tried again.
-                    for pod in pods.all_values() {
-                        if pending(&pod) {
-                            queue.add(key_of(&pod));
-                        }
+                    // Pods that fit nowhere are tried again, the highest priority first.
+                    let mut waiting: Vec<_> = pods.all_values().into_iter().filter(|p| pending(p)).collect();
+                    waiting.sort_by(|a, b| {
+                        priority(b).cmp(&priority(a)).then_with(|| created(a).cmp(created(b)))
+                    });
+                    for pod in waiting {
+                        queue.add(key_of(&pod));
                     }
                     reported.retain(|_, m| !m.is_empty());
                 }
@@ -86,6 +93,24 @@ fn pending(pod: &Value) -> bool {
         Some("Succeeded" | "Failed")
     );
     unassigned && ours && !deleting && !gated && !finished
+}
+
+/// A pod's priority (`spec.priority`, set by the Priority admission plugin; 0 when absent).
+fn priority(pod: &Value) -> i64 {
+    pod.pointer("/spec/priority")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+fn created(pod: &Value) -> &str {
+    pod.pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn deleting(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
 }
 
 /// CPU (millicores) and memory (bytes) a pod asks for: its containers' requests summed, or
@@ -334,6 +359,206 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     None
 }
 
+/// The pods that take room on node `name` as `pod` sees it: those bound there and not
+/// finished, and the pending pods of at least its priority nominated to it (kube's
+/// scheduler counts nominated pods the same way, so that the room a preemption made goes to
+/// its preemptor).
+fn occupants<'a>(pods: &'a [std::sync::Arc<Value>], pod: &Value, name: &str) -> Vec<&'a Value> {
+    let uid = plinth_core::meta::meta_str(pod, "uid");
+    pods.iter()
+        .map(|p| &**p)
+        .filter(|p| plinth_core::meta::meta_str(p, "uid") != uid)
+        .filter(|p| {
+            let bound = p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name)
+                && !matches!(
+                    p.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                );
+            let nominated = pending(p)
+                && p.pointer("/status/nominatedNodeName")
+                    .and_then(Value::as_str)
+                    == Some(name)
+                && priority(p) >= priority(pod);
+            bound || nominated
+        })
+        .collect()
+}
+
+/// The reasons a node may stop being unfit for a pod when pods leave it.
+fn room_reason(reason: &str) -> bool {
+    matches!(
+        reason,
+        "Too many pods" | "Insufficient cpu" | "Insufficient memory"
+    )
+}
+
+/// Where `pod` could go by preempting: the node, and the pods to evict there — the fewest
+/// lower-priority pods (taken lowest priority first, the newest first among equals) whose
+/// leaving makes it fit; of several nodes, the one whose victims' highest priority is lowest,
+/// then the fewest victims. Else why no node helps, node by node (kube's dry run: "No
+/// preemption victims found for incoming pod" where no pod of lower priority runs, the
+/// reason the pod still does not fit where evicting them all would not do, "Preemption is not
+/// helpful for scheduling" where pods leaving cannot help).
+fn preemption(
+    pod: &Value,
+    nodes: &[std::sync::Arc<Value>],
+    pods: &[std::sync::Arc<Value>],
+) -> Result<(String, Vec<Value>), BTreeMap<String, usize>> {
+    let mine = priority(pod);
+    let mut best: Option<(i64, usize, String, Vec<Value>)> = None;
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for node in nodes {
+        let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
+        let on_node = occupants(pods, pod, &name);
+        if !unfit(pod, node, &on_node).is_some_and(|r| room_reason(&r)) {
+            *reasons
+                .entry("Preemption is not helpful for scheduling".into())
+                .or_default() += 1;
+            continue;
+        }
+        let mut candidates: Vec<&Value> = on_node
+            .iter()
+            .copied()
+            .filter(|p| priority(p) < mine && !pending(p) && !deleting(p))
+            .collect();
+        if candidates.is_empty() {
+            *reasons
+                .entry("No preemption victims found for incoming pod".into())
+                .or_default() += 1;
+            continue;
+        }
+        let without_all: Vec<&Value> = on_node
+            .iter()
+            .copied()
+            .filter(|p| !candidates.iter().any(|c| std::ptr::eq(*c, *p)))
+            .collect();
+        if let Some(reason) = unfit(pod, node, &without_all) {
+            *reasons.entry(reason).or_default() += 1;
+            continue;
+        }
+        candidates.sort_by(|a, b| {
+            priority(a)
+                .cmp(&priority(b))
+                .then_with(|| created(b).cmp(created(a)))
+        });
+        let mut victims = Vec::new();
+        let mut left = on_node.clone();
+        for candidate in candidates {
+            left.retain(|p| !std::ptr::eq(*p, candidate));
+            victims.push(candidate.clone());
+            if unfit(pod, node, &left).is_none() {
+                break;
+            }
+        }
+        let highest = victims.iter().map(priority).max().unwrap_or(0);
+        let better = best
+            .as_ref()
+            .is_none_or(|(h, n, _, _)| (highest, victims.len()) < (*h, *n));
+        if better {
+            best = Some((highest, victims.len(), name, victims));
+        }
+    }
+    best.map(|(_, _, node, victims)| (node, victims))
+        .ok_or(reasons)
+}
+
+/// Whether a preemption for `pod` is still under way: it is nominated to a node where a pod
+/// of lower priority is terminating.
+fn preempting(pod: &Value, pods: &[std::sync::Arc<Value>]) -> bool {
+    let Some(node) = pod
+        .pointer("/status/nominatedNodeName")
+        .and_then(Value::as_str)
+    else {
+        return false;
+    };
+    pods.iter().any(|p| {
+        p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)
+            && deleting(p)
+            && priority(p) < priority(pod)
+    })
+}
+
+/// Evicts `victims` for `pod` as kube's scheduler does (a `DisruptionTarget` condition, the
+/// delete, a `Preempted` event) and nominates `pod` to `node`.
+async fn preempt(registry: &Client, pod: &Value, node: &str, victims: &[Value]) {
+    let Some(def) = registry.resources.get("", "v1", "pods") else {
+        return;
+    };
+    let options = WriteOptions::internal(COMPONENT);
+    let uid = plinth_core::meta::meta_str(pod, "uid")
+        .unwrap_or("")
+        .to_owned();
+    for victim in victims {
+        let name = plinth_core::meta::name(victim).unwrap_or("").to_owned();
+        let namespace = plinth_core::meta::namespace(victim).map(str::to_owned);
+        let now = plinth_core::meta::format_time(plinth_registry::now());
+        let _ = registry
+            .modify(&def, namespace.as_deref(), &name, Part::Status, &options, |current| {
+                let mut conditions: Vec<Value> = current["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|c| c["type"] != "DisruptionTarget")
+                    .collect();
+                conditions.push(json!({"type": "DisruptionTarget", "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": format!("{COMPONENT}: preempting to accommodate a higher priority pod"),
+                    "lastProbeTime": null, "lastTransitionTime": now}));
+                current["status"]["conditions"] = json!(conditions);
+                Ok(true)
+            })
+            .await;
+        match registry
+            .delete(
+                &def,
+                namespace.as_deref(),
+                &name,
+                &plinth_registry::DeleteOptions::default(),
+            )
+            .await
+        {
+            Ok(_) => {
+                crate::events::record(
+                    registry,
+                    victim,
+                    "Normal",
+                    "Preempted",
+                    &format!("Preempted by pod {uid} on node {node}"),
+                    COMPONENT,
+                )
+                .await;
+            }
+            Err(e) if e.reason == plinth_core::StatusReason::NotFound => {}
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e.message, "scheduler: preemption failed")
+            }
+        }
+    }
+    let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
+    let namespace = plinth_core::meta::namespace(pod).map(str::to_owned);
+    let _ = registry
+        .modify(
+            &def,
+            namespace.as_deref(),
+            &name,
+            Part::Status,
+            &options,
+            |current| {
+                if current
+                    .pointer("/status/nominatedNodeName")
+                    .and_then(Value::as_str)
+                    == Some(node)
+                {
+                    return Ok(false);
+                }
+                current["status"]["nominatedNodeName"] = json!(node);
+                Ok(true)
+            },
+        )
+        .await;
+}
+
 /// How long a binding may take to reach the pod cache before the next decision goes ahead
 /// without it (kube's scheduler "assumes" the pod bound instead).
 const BOUND_WAIT: Duration = Duration::from_secs(5);
@@ -354,17 +579,7 @@ async fn schedule(
     let mut best: Option<(usize, String)> = None;
     for node in &nodes {
         let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
-        let on_node: Vec<&Value> = pods
-            .iter()
-            .map(|p| &**p)
-            .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(&name))
-            .filter(|p| {
-                !matches!(
-                    p.pointer("/status/phase").and_then(Value::as_str),
-                    Some("Succeeded" | "Failed")
-                )
-            })
-            .collect();
+        let on_node = occupants(&pods, pod, &name);
         match unfit(pod, node, &on_node) {
             Some(reason) => *reasons.entry(reason).or_default() += 1,
             None => {
@@ -428,6 +643,35 @@ async fn schedule(
         }
         None => {
             let total = nodes.len();
+            // kube's PostFilter: who may preempt, then a dry run over the nodes.
+            let histogram = |reasons: &BTreeMap<String, usize>| {
+                reasons
+                    .iter()
+                    .map(|(reason, count)| format!("{count} {reason}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let note = if pod
+                .pointer("/spec/preemptionPolicy")
+                .and_then(Value::as_str)
+                == Some("Never")
+            {
+                " preemption: not eligible due to preemptionPolicy=Never.".to_owned()
+            } else if preempting(pod, &pods) {
+                " preemption: not eligible due to a terminating pod on the nominated node."
+                    .to_owned()
+            } else {
+                match preemption(pod, &nodes, &pods) {
+                    Ok((node, victims)) => {
+                        preempt(registry, pod, &node, &victims).await;
+                        String::new()
+                    }
+                    Err(why) => format!(
+                        " preemption: 0/{total} nodes are available: {}.",
+                        histogram(&why)
+                    ),
+                }
+            };
             let message = if total == 0 {
                 "no nodes available to schedule pods".to_owned()
             } else {
@@ -435,10 +679,7 @@ async fn schedule(
                     .iter()
                     .map(|(reason, count)| format!("{count} {reason}"))
                     .collect();
-                format!(
-                    "0/{total} nodes are available: {}. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling.",
-                    parts.join(", ")
-                )
+                format!("0/{total} nodes are available: {}.{note}", parts.join(", "))
             };
             if reported.get(&uid) == Some(&message) {
                 return;

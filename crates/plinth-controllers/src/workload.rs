@@ -122,6 +122,12 @@ pub(crate) fn next_available(pods: &[Arc<Value>], min_ready: i64, now: i64) -> O
 /// The workload's selector (`None` when absent or invalid: then it selects nothing).
 pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
     let selector = workload.pointer("/spec/selector")?;
+    if workload["kind"] == "ReplicationController" {
+        // A ReplicationController's selector is a map of labels.
+        return LabelSelector::from_object(&serde_json::json!({"matchLabels": selector}))
+            .ok()
+            .filter(|s| !s.is_empty());
+    }
     LabelSelector::from_object(selector)
         .ok()
         .filter(|s| !s.is_empty())

@@ -14,6 +14,7 @@ mod clock;
 mod events;
 mod exec;
 pub mod images;
+mod kubelet;
 mod logs;
 mod node;
 mod pods;

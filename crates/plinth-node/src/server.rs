@@ -73,6 +73,7 @@ pub(crate) async fn serve(
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let port = listener.local_addr().map_or(0, |a| a.port());
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -94,7 +95,9 @@ pub(crate) async fn serve(
                 .is_some_and(|cn| cn == API_SERVER_CLIENT);
             let service = hyper::service::service_fn(move |request| {
                 let agent = agent.clone();
-                async move { Ok::<_, std::convert::Infallible>(route(&agent, request, allowed).await) }
+                async move {
+                    Ok::<_, std::convert::Infallible>(route(&agent, request, allowed, port).await)
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -147,7 +150,48 @@ fn status(code: StatusCode, message: &str) -> Response<Body> {
     response
 }
 
-async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> Response<Body> {
+/// A response of `content_type`.
+fn typed(code: StatusCode, text: String, content_type: &'static str) -> Response<Body> {
+    let mut response = plain(code, text);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// The kubelet's read-only paths ([`crate::kubelet`]), if `path` is one.
+async fn kubelet_path(agent: &Agent, path: &str, port: u16) -> Option<Response<Body>> {
+    Some(match path {
+        "/pods" | "/pods/" => match crate::kubelet::pods(agent).await {
+            Ok(list) => typed(StatusCode::OK, list.to_string(), "application/json"),
+            Err(e) => status(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        },
+        "/configz" => typed(
+            StatusCode::OK,
+            crate::kubelet::configz(agent, port).to_string(),
+            "application/json",
+        ),
+        "/metrics" => typed(
+            StatusCode::OK,
+            crate::kubelet::metrics(agent),
+            "text/plain; version=0.0.4",
+        ),
+        "/logs" | "/logs/" => typed(
+            StatusCode::OK,
+            crate::kubelet::logs(agent),
+            "text/html; charset=utf-8",
+        ),
+        _ => return None,
+    })
+}
+
+async fn route(
+    agent: &Agent,
+    mut request: Request<Incoming>,
+    allowed: bool,
+    port: u16,
+) -> Response<Body> {
     if !allowed {
         return status(
             StatusCode::FORBIDDEN,
@@ -179,6 +223,9 @@ async fn route(agent: &Agent, mut request: Request<Incoming>, allowed: bool) -> 
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("application/json"),
         );
+        return response;
+    }
+    if let Some(response) = kubelet_path(agent, &path, port).await {
         return response;
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();

@@ -187,30 +187,52 @@ impl Stats {
             .and_then(|t| t.clone())
             .unwrap_or_default();
         let window = format!("{}s", WINDOW.as_secs());
-        let mut pods: HashMap<(String, String), Vec<Value>> = HashMap::new();
+        let usage = |nanocores: u64, bytes: u64| {
+            (
+                json!({"time": timestamp, "usageNanoCores": nanocores}),
+                json!({"time": timestamp, "workingSetBytes": bytes, "usageBytes": bytes}),
+            )
+        };
+        let mut pods: HashMap<(String, String), Vec<ContainerUsage>> = HashMap::new();
         if let Ok(containers) = self.containers.lock() {
             for ((namespace, pod, container), (latest, previous)) in containers.iter() {
                 pods.entry((namespace.clone(), pod.clone()))
                     .or_default()
-                    .push(json!({
-                        "name": container,
-                        "cpuNanoCores": rate(*latest, *previous),
-                        "memoryBytes": latest.memory,
-                    }));
+                    .push((container.clone(), rate(*latest, *previous), latest.memory));
             }
         }
-        let node_usage = self.node.lock().ok().and_then(|n| *n).map(|(latest, previous)| {
-            json!({"cpuNanoCores": rate(latest, previous), "memoryBytes": latest.memory})
-        });
-        json!({
-            "node": {"name": node, "usage": node_usage, "timestamp": timestamp, "window": window},
-            "pods": pods.into_iter().map(|((namespace, name), containers)| json!({
-                "namespace": namespace, "name": name, "containers": containers,
-                "timestamp": timestamp, "window": window,
-            })).collect::<Vec<_>>(),
-        })
+        let mut node_entry = json!({"nodeName": node});
+        if let Some((latest, previous)) = self.node.lock().ok().and_then(|n| *n) {
+            let (cpu, memory) = usage(rate(latest, previous), latest.memory);
+            node_entry["cpu"] = cpu;
+            node_entry["memory"] = memory;
+        }
+        let pods: Vec<Value> = pods
+            .into_iter()
+            .map(|((namespace, name), containers)| {
+                let (cpu_total, memory_total) = containers
+                    .iter()
+                    .fold((0, 0), |(c, m), (_, cpu, memory)| (c + cpu, m + memory));
+                let (cpu, memory) = usage(cpu_total, memory_total);
+                let containers: Vec<Value> = containers
+                    .iter()
+                    .map(|(container, cpu, memory)| {
+                        let (cpu, memory) = usage(*cpu, *memory);
+                        json!({"name": container, "cpu": cpu, "memory": memory})
+                    })
+                    .collect();
+                json!({"podRef": {"name": name, "namespace": namespace},
+                    "containers": containers, "cpu": cpu, "memory": memory})
+            })
+            .collect();
+        // The kubelet's Summary API; `window` (how long each rate is averaged over) is the
+        // agent's own addition.
+        json!({"node": node_entry, "pods": pods, "window": window})
     }
 }
+
+/// A container's name, CPU (nanocores) and memory (bytes).
+type ContainerUsage = (String, u64, u64);
 
 /// Calls `sample` (on a blocking thread: it reads `/proc`) every window until `stopping`.
 pub(crate) async fn run(

@@ -180,6 +180,9 @@ pub enum ScaleSelector {
     /// A `metav1.LabelSelector` object at these fields (`spec.selector` of the built-in
     /// workloads), written in the label selector syntax.
     Object(Vec<String>),
+    /// A map of labels at these fields (a ReplicationController's `spec.selector`), written
+    /// in the label selector syntax.
+    Map(Vec<String>),
 }
 
 /// One served resource.
@@ -257,6 +260,19 @@ pub struct ResourceDef {
     /// Subresources served by something other than storage — a node agent
     /// (`pods/<name>/log`): the handler gets the parent object and the request.
     pub connect_subresources: Vec<(&'static str, Connect)>,
+    /// How discovery shows the subresources other than `status` and `scale`.
+    pub discovered_subresources: Vec<Subresource>,
+}
+
+/// A subresource as discovery shows it (`pods/log`, `serviceaccounts/token`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subresource {
+    /// Its name (`log`).
+    pub name: &'static str,
+    /// The kind it answers with, when not the resource's own: group, version, kind.
+    pub kind: Option<(&'static str, &'static str, &'static str)>,
+    /// The verbs it allows.
+    pub verbs: &'static [&'static str],
 }
 
 /// Answers a get (`name`) or list of a computed resource ([`ResourceDef::computed`]).
@@ -308,6 +324,8 @@ pub struct ConnectRequest<'a> {
     pub objects: &'a dyn Objects,
     /// The way to node agents.
     pub nodes: &'a dyn NodeDialer,
+    /// The path after the subresource (`proxy/<path>`), without its leading `/`.
+    pub tail: String,
 }
 
 impl ConnectRequest<'_> {
@@ -351,12 +369,18 @@ pub struct Asker<'a> {
     pub objects: &'a dyn Objects,
     /// The ServiceAccount token issuer.
     pub tokens: &'a dyn crate::authz::TokenIssuer,
+    /// The server's token authenticators (TokenReview).
+    pub reviewer: &'a dyn crate::authz::TokenReviewer,
 }
 
 /// Answers a question resource's create: the object as sent (defaults applied), with its
 /// `status` filled in.
 pub type Answer =
-    fn(&Asker<'_>, serde_json::Value) -> Result<serde_json::Value, plinth_core::ApiError>;
+    for<'a> fn(
+        &'a Asker<'a>,
+        serde_json::Value,
+    )
+        -> futures::future::BoxFuture<'a, Result<serde_json::Value, plinth_core::ApiError>>;
 
 impl ResourceDef {
     /// A namespaced resource with no behaviour of its own, to be refined with the methods
@@ -391,9 +415,23 @@ impl ResourceDef {
             answered_subresources: Vec::new(),
             conversion: None,
             connect_subresources: Vec::new(),
+            discovered_subresources: Vec::new(),
             allocate: None,
             computed: None,
         }
+    }
+
+    /// With subresource `name` shown in discovery, answering with `kind` (group, version,
+    /// kind; the resource's own when `None`) and allowing `verbs`.
+    pub fn discovered(
+        mut self,
+        name: &'static str,
+        kind: Option<(&'static str, &'static str, &'static str)>,
+        verbs: &'static [&'static str],
+    ) -> Self {
+        self.discovered_subresources
+            .push(Subresource { name, kind, verbs });
+        self
     }
 
     /// With a subresource served by `handler` (see [`Connect`]).

@@ -130,6 +130,10 @@ fn to_scale(def: &ResourceDef, object: &Value) -> Result<Value, ApiError> {
         Some(ScaleSelector::Object(path)) => at(path)
             .and_then(|s| plinth_core::selector::LabelSelector::from_object(s).ok())
             .map(|s| s.to_string()),
+        Some(ScaleSelector::Map(path)) => at(path)
+            .map(|labels| json!({"matchLabels": labels}))
+            .and_then(|s| plinth_core::selector::LabelSelector::from_object(&s).ok())
+            .map(|s| s.to_string()),
         None => None,
     };
     if let Some(selector) = selector {

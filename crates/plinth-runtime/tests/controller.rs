@@ -325,9 +325,10 @@ async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
 /// A stop is honoured while the primary cache cannot sync (its resource is not served).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_whose_cache_cannot_sync_still_stops() {
-    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::networking::v1beta1::IPAddress;
     let env = TestEnv::start().await.unwrap();
-    let api: Api<NetworkPolicy> = Api::namespaced(env.client(), "default");
+    // networking.k8s.io/v1beta1 is not served (kube 1.32 serves it only when enabled).
+    let api: Api<IPAddress> = Api::all(env.client());
     let informer = Informer::spawn(api, Vec::new());
     let controller = Controller::new(&informer);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -430,7 +431,7 @@ async fn owns_matches_the_owners_group_as_well_as_its_kind() {
 /// and a cache that never syncs makes `run` give up at the cache-sync timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_caches_are_awaited_and_the_wait_times_out() {
-    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::networking::v1beta1::IPAddress;
     let env = TestEnv::start().await.unwrap();
     let configmaps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut cm = ConfigMap::default();
@@ -440,11 +441,8 @@ async fn owned_caches_are_awaited_and_the_wait_times_out() {
         .await
         .unwrap();
     let primary = Informer::spawn(configmaps, Vec::new());
-    // NetworkPolicies are not served: their cache never syncs.
-    let owned = Informer::spawn(
-        Api::<NetworkPolicy>::namespaced(env.client(), "default"),
-        Vec::new(),
-    );
+    // networking.k8s.io/v1beta1 IPAddresses are not served: their cache never syncs.
+    let owned = Informer::spawn(Api::<IPAddress>::all(env.client()), Vec::new());
     let controller = Controller::new(&primary)
         .owns(&owned)
         .cache_sync_timeout(Duration::from_secs(2));

@@ -328,12 +328,12 @@ async fn lost_leadership_stops_leader_work_before_run_returns() {
 /// `/readyz` says ready only once the caches the manager handed out have synced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_the_caches() {
-    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::networking::v1beta1::IPAddress;
     let env = TestEnv::start().await.unwrap();
     let mut manager = Manager::new();
-    // NetworkPolicies are not served: this cache never syncs.
-    let _unsynced =
-        manager.informer(|| kube::Api::<NetworkPolicy>::namespaced(env.client(), "default"));
+    // networking.k8s.io/v1beta1 IPAddresses are not served (kube 1.32 serves them only with
+    // the beta API enabled): this cache never syncs.
+    let _unsynced = manager.informer(|| kube::Api::<IPAddress>::all(env.client()));
     let health = manager
         .bind_health_probes(([127, 0, 0, 1], 0).into())
         .await

@@ -550,3 +550,372 @@ fn csi_types_are_stored_defaulted_and_validated() {
         ],
     );
 }
+
+#[test]
+fn replication_controllers_keep_their_pods_scale_and_cascade() {
+    let plinth = Plinth::start(Backend::Embedded);
+    // The upstream e2e suite's first request.
+    let system: Value = serde_json::from_str(&plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/kube-system/replicationcontrollers",
+    ]))
+    .unwrap();
+    assert_eq!(system["kind"], "ReplicationControllerList");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: web}\nspec:\n  replicas: 2\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    // Defaults: the selector and the labels from the template.
+    let rc = plinth.json(&["get", "rc", "web"]);
+    assert_eq!(rc["spec"]["selector"], serde_json::json!({"app": "web"}));
+    assert_eq!(rc["metadata"]["labels"], serde_json::json!({"app": "web"}));
+    let pods = |plinth: &Plinth| {
+        plinth.json(&["get", "pods", "-l", "app=web"])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count()
+    };
+    plinth.eventually("two pods", || pods(&plinth) == 2);
+    let pod = &plinth.json(&["get", "pods", "-l", "app=web"])["items"][0];
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["kind"],
+        "ReplicationController"
+    );
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
+    plinth.kubectl(&["scale", "rc", "web", "--replicas=3"]);
+    plinth.eventually("three pods, counted in the status", || {
+        pods(&plinth) == 3 && plinth.json(&["get", "rc", "web"])["status"]["replicas"] == 3
+    });
+    let scale = plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/replicationcontrollers/web/scale",
+    ]);
+    let scale: Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(scale["status"]["selector"], "app=web");
+    let table = plinth.kubectl(&["get", "rc", "web", "-o", "wide"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (row[0], row[1], row[2], row[5], row[6], row[7]),
+        ("web", "3", "3", "c", "busybox", "app=web"),
+        "{table}"
+    );
+    refused(
+        &plinth,
+        "rc",
+        "mismatch",
+        "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: mismatch}\nspec:\n  selector: {app: other}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+        &[
+            "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`",
+        ],
+    );
+    plinth.kubectl(&["delete", "rc", "web"]);
+    plinth.eventually("the pods go with their controller", || pods(&plinth) == 0);
+}
+
+#[test]
+fn component_statuses_report_the_storage_and_the_controllers() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.eventually("every component healthy", || {
+        let out = plinth.kubectl_output(&["get", "componentstatuses"]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        ["controller-manager", "scheduler", "etcd-0"]
+            .iter()
+            .all(|name| {
+                table
+                    .lines()
+                    .any(|l| l.starts_with(name) && l.split_whitespace().nth(1) == Some("Healthy"))
+            })
+    });
+    let etcd = plinth.json(&["get", "cs", "etcd-0"]);
+    assert_eq!(etcd["conditions"][0]["type"], "Healthy");
+    assert_eq!(etcd["conditions"][0]["status"], "True");
+    let missing = plinth.kubectl_fails(&["get", "cs", "nothing"]);
+    assert!(missing.contains("NotFound"), "{missing}");
+    let refused = plinth.kubectl_fails(&["delete", "cs", "etcd-0"]);
+    assert!(
+        refused.contains("MethodNotAllowed") || refused.contains("not allowed"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn token_reviews_answer_for_each_authenticator_and_audience() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.eventually("the default ServiceAccount", || {
+        plinth
+            .kubectl_output(&["get", "serviceaccount", "default"])
+            .status
+            .success()
+    });
+    let review = |token: &str, audiences: &[&str]| -> Value {
+        let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences}});
+        serde_json::from_str(
+            &plinth.kubectl_with(&["create", "-f", "-", "-o", "json"], &body.to_string()),
+        )
+        .unwrap()
+    };
+    let token = plinth.kubectl(&["create", "token", "default", "--audience=vault"]);
+    let token = token.trim();
+    let answered = review(token, &["vault", "other"]);
+    assert_eq!(answered["status"]["authenticated"], true, "{answered}");
+    assert_eq!(
+        answered["status"]["user"]["username"],
+        "system:serviceaccount:default:default"
+    );
+    assert_eq!(
+        answered["status"]["audiences"],
+        serde_json::json!(["vault"])
+    );
+    let elsewhere = review(token, &["other"]);
+    assert_eq!(elsewhere["status"]["authenticated"], false, "{elsewhere}");
+    assert!(
+        elsewhere["status"]["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+    );
+    // A token for the API server, asked without audiences.
+    let server_token = plinth.kubectl(&["create", "token", "default"]);
+    let plain = review(server_token.trim(), &[]);
+    assert_eq!(plain["status"]["authenticated"], true, "{plain}");
+    assert_eq!(
+        plain["status"]["audiences"],
+        serde_json::json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    // The admin's token (the kubeconfig's).
+    let config = std::fs::read_to_string(&plinth.kubeconfig).unwrap();
+    let admin = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token:"))
+        .map(str::trim)
+        .expect("the kubeconfig's token");
+    let admin_review = review(admin, &[]);
+    assert_eq!(
+        admin_review["status"]["user"]["username"], "plinth-admin",
+        "{admin_review}"
+    );
+    let bogus = review("not-a-token", &[]);
+    assert_eq!(bogus["status"]["authenticated"], false);
+    let empty = plinth.kubectl_stdin(
+        &["create", "-f", "-"],
+        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{}}"#,
+    );
+    let stderr = String::from_utf8_lossy(&empty.stderr);
+    assert!(
+        stderr.contains("token is required for TokenReview in authentication.k8s.io"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_default_roles_are_kubes_and_cover_every_group() {
+    let plinth = Plinth::start(Backend::Embedded);
+    for role in [
+        "system:auth-delegator",
+        "system:kube-scheduler",
+        "system:controller:replicaset-controller",
+        "system:aggregate-to-edit",
+        "system:node-proxier",
+    ] {
+        plinth.kubectl(&["get", "clusterrole", role]);
+    }
+    plinth.kubectl(&[
+        "get",
+        "role",
+        "-n",
+        "kube-system",
+        "system:controller:bootstrap-signer",
+    ]);
+    plinth.kubectl(&["create", "namespace", "team"]);
+    plinth.kubectl(&[
+        "create",
+        "rolebinding",
+        "alice-admin",
+        "--clusterrole=admin",
+        "--user=alice",
+        "-n",
+        "team",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "rolebinding",
+        "bob-view",
+        "--clusterrole=view",
+        "--user=bob",
+        "-n",
+        "team",
+    ]);
+    let can = |user: &str, verb: &str, resource: &str| {
+        let out =
+            plinth.kubectl_output(&["auth", "can-i", verb, resource, "-n", "team", "--as", user]);
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    plinth.eventually("admin's aggregated rules cover the apps group", || {
+        can("alice", "create", "deployments.apps")
+    });
+    for (verb, resource) in [
+        ("create", "ingresses.networking.k8s.io"),
+        ("delete", "jobs.batch"),
+        ("update", "horizontalpodautoscalers.autoscaling"),
+        ("create", "poddisruptionbudgets.policy"),
+        ("create", "networkpolicies.networking.k8s.io"),
+    ] {
+        assert!(can("alice", verb, resource), "alice may {verb} {resource}");
+    }
+    assert!(can("bob", "list", "deployments.apps"));
+    assert!(!can("bob", "create", "deployments.apps"));
+    assert!(!can("bob", "get", "secrets"));
+    // A rule an administrator adds to a default role is aggregated like the others.
+    plinth.kubectl(&[
+        "patch",
+        "clusterrole",
+        "system:aggregate-to-view",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/rules/-","value":{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}}]"#,
+    ]);
+    plinth.eventually("view aggregates the added rule", || {
+        can("bob", "get", "secrets")
+    });
+}
+
+/// `kubectl api-resources` on a kube 1.32 API server with its default groups (names, short
+/// names, versions, scope, kinds): every row is served by Plinth the same way.
+const KUBE_API_RESOURCES: &str = "\
+bindings - v1 true Binding
+componentstatuses cs v1 false ComponentStatus
+configmaps cm v1 true ConfigMap
+endpoints ep v1 true Endpoints
+events ev v1 true Event
+limitranges limits v1 true LimitRange
+namespaces ns v1 false Namespace
+nodes no v1 false Node
+persistentvolumeclaims pvc v1 true PersistentVolumeClaim
+persistentvolumes pv v1 false PersistentVolume
+pods po v1 true Pod
+podtemplates - v1 true PodTemplate
+replicationcontrollers rc v1 true ReplicationController
+resourcequotas quota v1 true ResourceQuota
+secrets - v1 true Secret
+serviceaccounts sa v1 true ServiceAccount
+services svc v1 true Service
+mutatingwebhookconfigurations - admissionregistration.k8s.io/v1 false MutatingWebhookConfiguration
+validatingadmissionpolicies - admissionregistration.k8s.io/v1 false ValidatingAdmissionPolicy
+validatingadmissionpolicybindings - admissionregistration.k8s.io/v1 false ValidatingAdmissionPolicyBinding
+validatingwebhookconfigurations - admissionregistration.k8s.io/v1 false ValidatingWebhookConfiguration
+customresourcedefinitions crd,crds apiextensions.k8s.io/v1 false CustomResourceDefinition
+apiservices - apiregistration.k8s.io/v1 false APIService
+controllerrevisions - apps/v1 true ControllerRevision
+daemonsets ds apps/v1 true DaemonSet
+deployments deploy apps/v1 true Deployment
+replicasets rs apps/v1 true ReplicaSet
+statefulsets sts apps/v1 true StatefulSet
+selfsubjectreviews - authentication.k8s.io/v1 false SelfSubjectReview
+tokenreviews - authentication.k8s.io/v1 false TokenReview
+localsubjectaccessreviews - authorization.k8s.io/v1 true LocalSubjectAccessReview
+selfsubjectaccessreviews - authorization.k8s.io/v1 false SelfSubjectAccessReview
+selfsubjectrulesreviews - authorization.k8s.io/v1 false SelfSubjectRulesReview
+subjectaccessreviews - authorization.k8s.io/v1 false SubjectAccessReview
+horizontalpodautoscalers hpa autoscaling/v2 true HorizontalPodAutoscaler
+cronjobs cj batch/v1 true CronJob
+jobs - batch/v1 true Job
+certificatesigningrequests csr certificates.k8s.io/v1 false CertificateSigningRequest
+leases - coordination.k8s.io/v1 true Lease
+endpointslices - discovery.k8s.io/v1 true EndpointSlice
+events ev events.k8s.io/v1 true Event
+flowschemas - flowcontrol.apiserver.k8s.io/v1 false FlowSchema
+prioritylevelconfigurations - flowcontrol.apiserver.k8s.io/v1 false PriorityLevelConfiguration
+ingressclasses - networking.k8s.io/v1 false IngressClass
+ingresses ing networking.k8s.io/v1 true Ingress
+networkpolicies netpol networking.k8s.io/v1 true NetworkPolicy
+runtimeclasses - node.k8s.io/v1 false RuntimeClass
+poddisruptionbudgets pdb policy/v1 true PodDisruptionBudget
+clusterrolebindings - rbac.authorization.k8s.io/v1 false ClusterRoleBinding
+clusterroles - rbac.authorization.k8s.io/v1 false ClusterRole
+rolebindings - rbac.authorization.k8s.io/v1 true RoleBinding
+roles - rbac.authorization.k8s.io/v1 true Role
+priorityclasses pc scheduling.k8s.io/v1 false PriorityClass
+csidrivers - storage.k8s.io/v1 false CSIDriver
+csinodes - storage.k8s.io/v1 false CSINode
+csistoragecapacities - storage.k8s.io/v1 true CSIStorageCapacity
+storageclasses sc storage.k8s.io/v1 false StorageClass
+volumeattachments - storage.k8s.io/v1 false VolumeAttachment
+";
+
+#[test]
+fn kubectl_api_resources_lists_every_resource_kube_serves_by_default() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let listed = plinth.kubectl(&["api-resources", "--no-headers"]);
+    let rows: Vec<Vec<&str>> = listed
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for expected in KUBE_API_RESOURCES.lines() {
+        let want: Vec<&str> = expected.split_whitespace().collect();
+        let (name, short, version, namespaced, kind) =
+            (want[0], want[1], want[2], want[3], want[4]);
+        let found = rows.iter().any(|row| {
+            let row_short = if row.len() == 5 { row[1] } else { "-" };
+            let tail = &row[row.len() - 3..];
+            row[0] == name && row_short == short && tail == [version, namespaced, kind]
+        });
+        assert!(found, "{expected} not in:\n{listed}");
+    }
+    // The verbs of the resources that are not plain stored objects.
+    let wide = plinth.kubectl(&["api-resources", "-o", "wide", "--no-headers"]);
+    for (name, version, verbs) in [
+        ("bindings", "v1", "create"),
+        ("componentstatuses", "v1", "get,list"),
+        ("tokenreviews", "authentication.k8s.io/v1", "create"),
+        ("selfsubjectreviews", "authentication.k8s.io/v1", "create"),
+    ] {
+        let row = wide
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")) && l.contains(version))
+            .unwrap_or_else(|| panic!("{name} in {wide}"));
+        // NAME [SHORTNAMES] APIVERSION NAMESPACED KIND VERBS [CATEGORIES]
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let kind_at = fields.iter().position(|f| *f == version).unwrap() + 2;
+        assert_eq!(fields[kind_at + 1..].join(" "), verbs, "{name}: {row}");
+    }
+    // Discovery lists the subresources clients check before calling them.
+    let core: Value = serde_json::from_str(&plinth.kubectl(&["get", "--raw", "/api/v1"])).unwrap();
+    let names: Vec<&str> = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for sub in [
+        "pods/log",
+        "pods/exec",
+        "pods/attach",
+        "pods/portforward",
+        "pods/eviction",
+        "pods/binding",
+        "pods/status",
+        "serviceaccounts/token",
+        "nodes/proxy",
+        "replicationcontrollers/scale",
+    ] {
+        assert!(names.contains(&sub), "{sub} in {names:?}");
+    }
+    let eviction = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods/eviction")
+        .unwrap();
+    assert_eq!(
+        (
+            eviction["group"].as_str(),
+            eviction["version"].as_str(),
+            eviction["kind"].as_str()
+        ),
+        (Some("policy"), Some("v1"), Some("Eviction"))
+    );
+}

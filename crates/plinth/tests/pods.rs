@@ -503,7 +503,7 @@ spec:
         ),
         (
             "greedy",
-            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
         ),
     ];
     for (name, message) in wanted {
@@ -1911,4 +1911,143 @@ fn a_sandbox_killed_as_it_starts_leaves_no_process_behind() {
             .status();
     }
     assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// A pod of higher priority that fits nowhere preempts: the scheduler evicts the
+/// lowest-priority pod whose leaving makes room (kube's `DisruptionTarget` condition and
+/// `Preempted` event), nominates the pod to the node, and binds it once the room is free; a
+/// pod with `preemptionPolicy: Never` waits instead, with kube's message.
+#[test]
+fn a_higher_priority_pod_preempts_the_lowest_priority_pod_of_a_full_node() {
+    let plinth = with_node("node-p");
+    let node = plinth.json(&["get", "node", "node-p"]);
+    let cpus: i64 = node["status"]["allocatable"]["cpu"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Half the node each: two pods fill it.
+    let half = format!("{}m", cpus * 500);
+    for (name, value) in [("low", "10"), ("lower", "5"), ("high", "1000")] {
+        plinth.kubectl(&["create", "priorityclass", name, &format!("--value={value}")]);
+    }
+    plinth.kubectl(&[
+        "create",
+        "priorityclass",
+        "polite",
+        "--value=1000",
+        "--preemption-policy=Never",
+    ]);
+    let manifest = |name: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  priorityClassName: {class}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox:1.36\n    command: [sleep, '3600']\n    resources: {{requests: {{cpu: '{half}'}}}}\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("keeper", "low"));
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("victim", "lower"));
+    for name in ["keeper", "victim"] {
+        plinth.eventually("the low-priority pods run", || {
+            pod(&plinth, name)["status"]["phase"] == "Running"
+        });
+    }
+    // Never preempts: it waits, and says why.
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("waiter", "polite"));
+    plinth.eventually("the polite pod's FailedScheduling", || {
+        let events = plinth.json(&["get", "events", "--field-selector", "involvedObject.name=waiter,reason=FailedScheduling"]);
+        events["items"].as_array().is_some_and(|items| {
+            items.iter().any(|e| {
+                e["message"] == "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+            })
+        })
+    });
+    plinth.kubectl(&["delete", "pod", "waiter", "--grace-period=1"]);
+
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("urgent", "high"));
+    let urgent_uid = pod(&plinth, "urgent")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    plinth.eventually("the victim is preempted", || {
+        let events = plinth.json(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=victim,reason=Preempted",
+        ]);
+        events["items"].as_array().is_some_and(|items| {
+            items
+                .iter()
+                .any(|e| e["message"] == format!("Preempted by pod {urgent_uid} on node node-p"))
+        })
+    });
+    plinth.eventually("the urgent pod runs on the node", || {
+        let urgent = pod(&plinth, "urgent");
+        urgent["spec"]["nodeName"] == "node-p" && urgent["status"]["phase"] == "Running"
+    });
+    plinth.eventually("the victim is gone", || {
+        plinth
+            .kubectl_output(&["get", "pod", "victim"])
+            .status
+            .code()
+            != Some(0)
+    });
+    // The higher of the two low-priority pods kept its place.
+    assert_eq!(pod(&plinth, "keeper")["status"]["phase"], "Running");
+    delete_all_pods(&plinth);
+}
+
+/// The kubelet's read-only paths through `nodes/<name>/proxy`, as clients and the upstream
+/// e2e suite read them: the node's pods, health, configuration, metrics, usage and logs.
+#[test]
+fn the_node_agent_answers_the_kubelets_paths_through_the_node_proxy() {
+    let plinth = with_node("node-k");
+    plinth.kubectl(&[
+        "run",
+        "sleeper",
+        "--image=busybox:1.36",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    plinth.eventually("the pod runs", || {
+        pod(&plinth, "sleeper")["status"]["phase"] == "Running"
+    });
+    let raw = |path: &str| {
+        plinth.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/node-k/proxy/{path}"),
+        ])
+    };
+    let pods: Value = serde_json::from_str(&raw("pods")).unwrap();
+    assert_eq!(pods["kind"], "PodList");
+    assert!(
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "sleeper"),
+        "{pods}"
+    );
+    assert_eq!(raw("healthz").trim(), "ok");
+    let configz: Value = serde_json::from_str(&raw("configz")).unwrap();
+    assert_eq!(configz["kubeletconfig"]["kind"], "KubeletConfiguration");
+    let port = plinth.json(&["get", "node", "node-k"])["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].clone();
+    assert_eq!(configz["kubeletconfig"]["port"], port);
+    let summary: Value = serde_json::from_str(&raw("stats/summary")).unwrap();
+    assert_eq!(summary["node"]["nodeName"], "node-k");
+    let metrics = raw("metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kubelet_running_pods ")),
+        "{metrics}"
+    );
+    assert!(raw("logs/").contains("<pre>"));
+    let missing = plinth.kubectl_fails(&["get", "--raw", "/api/v1/nodes/nowhere/proxy/pods"]);
+    assert!(
+        missing.contains("NotFound") || missing.contains("not found"),
+        "{missing}"
+    );
+    delete_all_pods(&plinth);
 }

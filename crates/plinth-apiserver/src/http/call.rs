@@ -26,6 +26,8 @@ pub(super) struct Call<'a> {
     pub(super) namespace: Option<String>,
     pub(super) name: Option<String>,
     pub(super) subresource: Option<String>,
+    /// The path after a `proxy` subresource.
+    pub(super) tail: Option<String>,
     pub(super) format: Format,
     pub(super) query: &'a Query,
     pub(super) headers: &'a HeaderMap,
@@ -147,7 +149,7 @@ impl Call<'_> {
     /// Serves the request.
     pub(super) async fn run(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
         if let Some(answer) = self.def.answer {
-            return self.answer(answer, method, &body);
+            return self.answer(answer, method, &body).await;
         }
         if let Some((_, answer)) = self
             .def
@@ -176,7 +178,20 @@ impl Call<'_> {
                 labels,
             };
             let answer = computed(reading).await?;
-            return Ok(respond(StatusCode::OK, &answer, self.plain_format(), &[]));
+            // Tables as for stored resources (`kubectl get componentstatuses`); other formats
+            // as JSON, YAML, or protobuf where the kind has one.
+            return Ok(match self.format {
+                Format::Table if self.name.is_some() => {
+                    self.object_response(StatusCode::OK, &answer, &[])
+                }
+                Format::Table => list_response(
+                    &self.def,
+                    Format::Table,
+                    IncludeObject::parse(self.query.get("includeObject")),
+                    Listed::Value(answer),
+                ),
+                _ => respond(StatusCode::OK, &answer, self.plain_format(), &[]),
+            });
         }
         if let Some((_, connect)) = self
             .def
@@ -205,6 +220,7 @@ impl Call<'_> {
                     .take(),
                 objects: &objects,
                 nodes: &*self.state.nodes,
+                tail: self.tail.clone().unwrap_or_default(),
             };
             return connect(request).await;
         }
@@ -362,7 +378,7 @@ impl Call<'_> {
 
     /// A question resource: a create is answered (201, the object with its status) and not
     /// stored; nothing else is served.
-    fn answer(
+    async fn answer(
         &self,
         answer: plinth_registry::resources::Answer,
         method: &Method,
@@ -398,7 +414,8 @@ impl Call<'_> {
             object["metadata"] = json!({});
         }
         let objects = self.objects();
-        let answered = answer(&self.asker(&objects), object)?;
+        let asker = self.asker(&objects);
+        let answered = answer(&asker, object).await?;
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
     }
 
@@ -412,6 +429,7 @@ impl Call<'_> {
             namespace: self.namespace.as_deref(),
             objects,
             tokens: &*self.state.authenticator.service_accounts,
+            reviewer: &self.state.authenticator,
         }
     }
 

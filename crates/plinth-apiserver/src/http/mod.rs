@@ -122,6 +122,8 @@ enum Target {
         resource: String,
         name: Option<String>,
         subresource: Option<String>,
+        /// The path after a `proxy` subresource (`pods` of `nodes/<name>/proxy/pods`).
+        tail: Option<String>,
     },
     NotFound,
 }
@@ -181,11 +183,19 @@ fn parse_target(path: &str) -> Target {
         resource: resource.to_owned(),
         name: name.map(str::to_owned),
         subresource: sub.map(str::to_owned),
+        tail: None,
     };
     match rest {
         [res] => resource(res, None, None),
         [res, name] => resource(res, Some(name), None),
         [res, name, sub] => resource(res, Some(name), Some(sub)),
+        [res, name, "proxy", tail @ ..] => {
+            let mut target = resource(res, Some(name), Some("proxy"));
+            if let Target::Resource { tail: t, .. } = &mut target {
+                *t = Some(tail.join("/"));
+            }
+            target
+        }
         _ => Target::NotFound,
     }
 }
@@ -332,6 +342,7 @@ fn request_labels(
         resource,
         name,
         subresource,
+        ..
     } = target
     {
         let watch = query.flag("watch");
@@ -406,6 +417,7 @@ fn attributes(target: &Target, request: &Request<'_>) -> plinth_auth::Attributes
             resource,
             name,
             subresource,
+            ..
         } => plinth_auth::Attributes::resource(&plinth_registry::authz::ResourceRequest {
             method: request.method.as_str(),
             watch: request.query.flag("watch"),
@@ -433,7 +445,11 @@ async fn handle(
         // Anyone may read these, but credentials that fail are refused, as kube does.
         state
             .authenticator
-            .authenticate(headers, request.peer, &state.registry)
+            .authenticate(
+                headers,
+                request.peer,
+                &state.registry.admitted(&*state.admission),
+            )
             .await?;
     }
     if target == Target::Health {
@@ -472,7 +488,11 @@ async fn handle(
     }
     let user = state
         .authenticator
-        .authenticate(headers, request.peer, &state.registry)
+        .authenticate(
+            headers,
+            request.peer,
+            &state.registry.admitted(&*state.admission),
+        )
         .await?;
     let sender = user.clone();
     let attributes = attributes(&target, request);
@@ -556,6 +576,7 @@ async fn handle(
             resource,
             name,
             subresource,
+            tail,
         } => {
             let def = state
                 .registry
@@ -584,6 +605,7 @@ async fn handle(
                 namespace,
                 name,
                 subresource,
+                tail,
                 format,
                 query: request.query,
                 headers,

@@ -16,13 +16,19 @@ fn targets_follow_kube_apiserver_paths() {
             namespace: Some("default".into()),
             resource: "configmaps".into(),
             name: Some("a".into()),
-            subresource: None
+            subresource: None,
+            tail: None,
         }
     );
     let ns_status = parse_target("/api/v1/namespaces/default/status");
     assert!(
         matches!(ns_status, Target::Resource { ref resource, ref name, ref subresource, .. }
         if resource == "namespaces" && name.as_deref() == Some("default") && subresource.as_deref() == Some("status"))
+    );
+    let proxied = parse_target("/api/v1/nodes/node-a/proxy/stats/summary");
+    assert!(
+        matches!(proxied, Target::Resource { ref resource, ref subresource, ref tail, .. }
+        if resource == "nodes" && subresource.as_deref() == Some("proxy") && tail.as_deref() == Some("stats/summary"))
     );
     let ns = parse_target("/api/v1/namespaces/default");
     assert!(

@@ -149,13 +149,13 @@ fn answered(mut object: Value, decision: &Decision) -> Value {
     object
 }
 
-fn self_subject_access_review(asker: &Asker<'_>, object: Value) -> Result<Value, ApiError> {
+fn self_subject_access_review_now(asker: &Asker<'_>, object: Value) -> Result<Value, ApiError> {
     let attributes = asked("SelfSubjectAccessReview", &object["spec"])?;
     let decision = asker.authorizer.authorize(asker.user, &attributes);
     Ok(answered(object, &decision))
 }
 
-fn subject_access_review(asker: &Asker<'_>, object: Value) -> Result<Value, ApiError> {
+fn subject_access_review_now(asker: &Asker<'_>, object: Value) -> Result<Value, ApiError> {
     let kind = text(&object, "/kind").to_owned();
     let spec = &object["spec"];
     let mut attributes = asked(&kind, spec)?;
@@ -195,7 +195,7 @@ fn subject_access_review(asker: &Asker<'_>, object: Value) -> Result<Value, ApiE
     Ok(answered(object, &decision))
 }
 
-fn self_subject_rules_review(asker: &Asker<'_>, mut object: Value) -> Result<Value, ApiError> {
+fn self_subject_rules_review_now(asker: &Asker<'_>, mut object: Value) -> Result<Value, ApiError> {
     let namespace = text(&object, "/spec/namespace").to_owned();
     let rules = asker.authorizer.rules_for(asker.user, &namespace);
     let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
@@ -213,4 +213,30 @@ fn self_subject_rules_review(asker: &Asker<'_>, mut object: Value) -> Result<Val
         "incomplete": false,
     });
     Ok(object)
+}
+
+/// The reviews as the registry calls them (answered at once: RBAC decides in memory).
+fn self_subject_access_review<'a>(
+    asker: &'a Asker<'a>,
+    object: Value,
+) -> futures::future::BoxFuture<'a, Result<Value, ApiError>> {
+    Box::pin(std::future::ready(self_subject_access_review_now(
+        asker, object,
+    )))
+}
+
+fn subject_access_review<'a>(
+    asker: &'a Asker<'a>,
+    object: Value,
+) -> futures::future::BoxFuture<'a, Result<Value, ApiError>> {
+    Box::pin(std::future::ready(subject_access_review_now(asker, object)))
+}
+
+fn self_subject_rules_review<'a>(
+    asker: &'a Asker<'a>,
+    object: Value,
+) -> futures::future::BoxFuture<'a, Result<Value, ApiError>> {
+    Box::pin(std::future::ready(self_subject_rules_review_now(
+        asker, object,
+    )))
 }

@@ -29,6 +29,7 @@ pub fn resource() -> ResourceDef {
     .short_names(&["csr"])
     .with_status()
     .with_approval()
+    .discovered("approval", None, &["get", "patch", "update"])
     .columns(vec![
         column(
             "SignerName",

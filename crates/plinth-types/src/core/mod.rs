@@ -1,5 +1,6 @@
 //! The core API group (`v1`).
 
+pub mod componentstatus;
 pub mod configmap;
 pub mod endpoints;
 pub mod event;
@@ -10,6 +11,7 @@ pub mod persistentvolume;
 pub mod pod;
 pub mod podspec;
 pub mod podtemplate;
+pub mod replicationcontroller;
 pub mod resourcequota;
 pub mod secret;
 pub mod service;

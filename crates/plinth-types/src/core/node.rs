@@ -14,6 +14,8 @@ pub fn resource() -> ResourceDef {
         .cluster_scoped()
         .short_names(&["no"])
         .with_status()
+        .connect("proxy", proxy)
+        .discovered("proxy", Some(("", "v1", "NodeProxyOptions")), &["create", "delete", "get", "patch", "update"])
         .selectable(&["spec.unschedulable"])
         .absent_as(&[("spec.unschedulable", "false")])
         .columns(vec![
@@ -259,4 +261,42 @@ impl Strategy for Nodes {
             ("status.addresses", ListMerge::Keyed("type")),
         ]
     }
+}
+
+/// `nodes/<name>/proxy/<path>`: a GET of `<path>` on the node's agent (the kubelet's `/pods`,
+/// `/healthz`, `/configz`, `/metrics`, `/stats/summary`, `/logs/`), streamed back as it is.
+fn proxy(
+    request: plinth_registry::resources::ConnectRequest<'_>,
+) -> futures::future::BoxFuture<'_, Result<axum::response::Response, plinth_core::ApiError>> {
+    Box::pin(async move {
+        if request.method != axum::http::Method::GET {
+            return Err(plinth_core::ApiError::method_not_allowed());
+        }
+        let node = plinth_core::meta::name(&request.object)
+            .unwrap_or("")
+            .to_owned();
+        let mut path = format!("/{}", request.tail);
+        if !request.query.is_empty() {
+            let query: Vec<String> = request
+                .query
+                .iter()
+                .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+                .collect();
+            path = format!("{path}?{}", query.join("&"));
+        }
+        request.nodes.get(request.objects, &node, &path).await
+    })
+}
+
+/// Percent-encodes what a query value may not carry as it is.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }

@@ -22,6 +22,11 @@ pub fn resource() -> ResourceDef {
         .schema(schema())
         .strategy(ServiceAccounts)
         .answered_subresource("token", token)
+        .discovered(
+            "token",
+            Some(("authentication.k8s.io", "v1", "TokenRequest")),
+            &["create"],
+        )
 }
 
 /// `serviceaccounts/<name>/token`: a TokenRequest answered with a signed token for the

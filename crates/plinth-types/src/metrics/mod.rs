@@ -57,9 +57,11 @@ async fn summaries(reading: &Reading<'_>) -> Vec<Value> {
     found
 }
 
+/// A summary entry's usage (the kubelet's Summary API: `cpu.usageNanoCores`,
+/// `memory.workingSetBytes`) as metrics-server words it.
 fn usage(entry: &Value) -> Value {
-    let cpu = entry["cpuNanoCores"].as_u64().unwrap_or(0);
-    let memory = entry["memoryBytes"].as_u64().unwrap_or(0);
+    let cpu = entry["cpu"]["usageNanoCores"].as_u64().unwrap_or(0);
+    let memory = entry["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
     json!({"cpu": format!("{cpu}n"), "memory": format!("{}Ki", memory / 1024)})
 }
 
@@ -80,9 +82,11 @@ fn pod_metrics(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> {
         let pods_def = reading.objects.resource("", "v1", "pods");
         let mut items = Vec::new();
         for summary in summaries(&reading).await {
+            let window = &summary["window"];
             for pod in summary["pods"].as_array().into_iter().flatten() {
-                let namespace = pod["namespace"].as_str().unwrap_or("");
-                let name = pod["name"].as_str().unwrap_or("");
+                let namespace = pod["podRef"]["namespace"].as_str().unwrap_or("");
+                let name = pod["podRef"]["name"].as_str().unwrap_or("");
+                let timestamp = &pod["cpu"]["time"];
                 if reading.namespace.is_some_and(|ns| ns != namespace)
                     || reading.name.is_some_and(|n| n != name)
                 {
@@ -106,9 +110,9 @@ fn pod_metrics(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> {
                 items.push(json!({
                     "kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
                     "metadata": {"name": name, "namespace": namespace,
-                        "creationTimestamp": pod["timestamp"],
+                        "creationTimestamp": timestamp,
                         "labels": stored.pointer("/metadata/labels")},
-                    "timestamp": pod["timestamp"], "window": pod["window"],
+                    "timestamp": timestamp, "window": window,
                     "containers": containers,
                 }));
             }
@@ -137,15 +141,16 @@ fn node_metrics(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> 
         let mut items = Vec::new();
         for summary in summaries(&reading).await {
             let node = &summary["node"];
-            let name = node["name"].as_str().unwrap_or("");
-            if reading.name.is_some_and(|n| n != name) || node["usage"].is_null() {
+            let name = node["nodeName"].as_str().unwrap_or("");
+            if reading.name.is_some_and(|n| n != name) || node["cpu"].is_null() {
                 continue;
             }
+            let timestamp = &node["cpu"]["time"];
             items.push(json!({
                 "kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
-                "metadata": {"name": name, "creationTimestamp": node["timestamp"]},
-                "timestamp": node["timestamp"], "window": node["window"],
-                "usage": usage(&node["usage"]),
+                "metadata": {"name": name, "creationTimestamp": timestamp},
+                "timestamp": timestamp, "window": summary["window"],
+                "usage": usage(node),
             }));
         }
         match reading.name {

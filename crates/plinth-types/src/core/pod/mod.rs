@@ -52,7 +52,13 @@ pub fn resource() -> ResourceDef {
         .connect("log", log)
         .connect("exec", exec)
         .connect("attach", attach)
-        .connect("portforward", port_forward);
+        .connect("portforward", port_forward)
+        .discovered("attach", Some(("", "v1", "PodAttachOptions")), &["create", "get"])
+        .discovered("binding", Some(("", "v1", "Binding")), &["create"])
+        .discovered("eviction", Some(("policy", "v1", "Eviction")), &["create"])
+        .discovered("exec", Some(("", "v1", "PodExecOptions")), &["create", "get"])
+        .discovered("log", None, &["get"])
+        .discovered("portforward", Some(("", "v1", "PodPortForwardOptions")), &["create", "get"]);
     def.allocate = Some(admit_new_pod);
     def
 }
@@ -337,6 +343,16 @@ impl Strategy for Pods {
         // A negative period is the 1 s kube turns it into.
         if grace < 0 { 1 } else { grace }
     }
+}
+
+/// The `bindings` resource: a create binds the pod it names (as `pods/<name>/binding`).
+pub fn bindings() -> ResourceDef {
+    ResourceDef::new("", "v1", "Binding", "bindings")
+        .schema(plinth_registry::schema::top(vec![(
+            "target",
+            plinth_registry::schema::object_reference(),
+        )]))
+        .answered_by(subresources::create_binding)
 }
 
 /// The admission plugins of a new pod that read other objects, in kube-apiserver's order:

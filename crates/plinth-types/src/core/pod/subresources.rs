@@ -74,6 +74,37 @@ pub(super) fn binding<'a>(
     })
 }
 
+/// `bindings` (the older form of `pods/<name>/binding`): the Binding's `metadata.name` names
+/// the pod, in the namespace of the path.
+pub(super) fn create_binding<'a>(
+    asker: &'a Asker<'a>,
+    request: Value,
+) -> BoxFuture<'a, Result<Value, ApiError>> {
+    Box::pin(async move {
+        let name = plinth_core::meta::name(&request).unwrap_or("").to_owned();
+        if name.is_empty() {
+            return Err(ApiError::invalid(
+                "",
+                "Binding",
+                "",
+                vec![Cause::required(
+                    "metadata.name",
+                    "name or generateName is required",
+                )],
+            ));
+        }
+        let def = asker
+            .objects
+            .resource("", "v1", "pods")
+            .ok_or_else(|| ApiError::internal("pods are not served"))?;
+        let pod = asker
+            .objects
+            .get(&def, Some(asker.namespace.unwrap_or("default")), &name)
+            .await?;
+        binding(asker, pod, request).await
+    })
+}
+
 /// `pods/<name>/eviction`: the pod is deleted with the eviction's delete options.
 pub(super) fn eviction<'a>(
     asker: &'a Asker<'a>,
