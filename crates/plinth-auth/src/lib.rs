@@ -180,7 +180,7 @@ impl Authenticator {
 }
 
 #[async_trait::async_trait]
-impl plinth_registry::authz::TokenReviewer for Authenticator {
+impl plinth_registry::resources::TokenReviewer for Authenticator {
     async fn review(
         &self,
         objects: &dyn Objects,

@@ -345,22 +345,6 @@ pub trait TokenIssuer: Send + Sync {
     ) -> Result<(String, i64), ApiError>;
 }
 
-/// The server's token authenticators, as a TokenReview asks them.
-#[async_trait::async_trait]
-pub trait TokenReviewer: Send + Sync {
-    /// Who bearer `token` authenticates as, for `audiences` (the API server's own when
-    /// empty): the user and the audiences the token is good for (of those asked).
-    ///
-    /// # Errors
-    /// Why the token authenticates no one, in kube's words.
-    async fn review(
-        &self,
-        objects: &dyn crate::resources::Objects,
-        token: &str,
-        audiences: &[String],
-    ) -> Result<(crate::user::User, Vec<String>), String>;
-}
-
 /// The issuer of ServiceAccount tokens (and the API server's own audience), as kube's default
 /// `--service-account-issuer`.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";

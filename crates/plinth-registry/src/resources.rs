@@ -93,6 +93,22 @@ pub trait Objects: Send + Sync {
     ) -> Result<(), plinth_core::ApiError>;
 }
 
+/// The server's token authenticators, as a TokenReview asks them.
+#[async_trait::async_trait]
+pub trait TokenReviewer: Send + Sync {
+    /// Who bearer `token` authenticates as, for `audiences` (the API server's own when
+    /// empty): the user and the audiences the token is good for (of those asked).
+    ///
+    /// # Errors
+    /// Why the token authenticates no one, in kube's words.
+    async fn review(
+        &self,
+        objects: &dyn Objects,
+        token: &str,
+        audiences: &[String],
+    ) -> Result<(crate::user::User, Vec<String>), String>;
+}
+
 /// The way to node agents, as a type's hooks use it (the node proxy implements it).
 #[async_trait::async_trait]
 pub trait NodeDialer: Send + Sync + std::fmt::Debug {
@@ -370,7 +386,7 @@ pub struct Asker<'a> {
     /// The ServiceAccount token issuer.
     pub tokens: &'a dyn crate::authz::TokenIssuer,
     /// The server's token authenticators (TokenReview).
-    pub reviewer: &'a dyn crate::authz::TokenReviewer,
+    pub reviewer: &'a dyn TokenReviewer,
 }
 
 /// Answers a question resource's create: the object as sent (defaults applied), with its
