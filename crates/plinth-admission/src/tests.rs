@@ -445,3 +445,112 @@ async fn webhooks_are_matched_on_the_namespaces_labels_read_once() {
         failed.message
     );
 }
+
+fn pod(spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+        "spec": spec})
+}
+
+#[tokio::test]
+async fn priority_gives_pods_their_class_value_or_the_default_and_refuses_unknown_classes() {
+    use plinth_types::scheduling::priorityclass::admit_pod;
+    let class = |name: &str, value: i64, default: bool| {
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value, "globalDefault": default,
+            "preemptionPolicy": "Never"})
+    };
+    let objects = Memory::with(&[class("high", 1000, false)]);
+    let mut named = pod(json!({"priorityClassName": "high", "containers": []}));
+    admit_pod(&objects, &mut named).await.unwrap();
+    assert_eq!(named["spec"]["priority"], 1000);
+    assert_eq!(named["spec"]["preemptionPolicy"], "Never");
+    let mut plain = pod(json!({"containers": []}));
+    admit_pod(&objects, &mut plain).await.unwrap();
+    assert_eq!(plain["spec"]["priority"], 0);
+    assert_eq!(plain["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+    let mut unknown = pod(json!({"priorityClassName": "nope"}));
+    let refused = admit_pod(&objects, &mut unknown).await.unwrap_err();
+    assert_eq!(refused.reason, StatusReason::Forbidden);
+    assert_eq!(
+        refused.message,
+        "pods \"p\" is forbidden: no PriorityClass with name nope was found"
+    );
+    let mut given = pod(json!({"priorityClassName": "high", "priority": 3}));
+    assert!(admit_pod(&objects, &mut given).await.is_err());
+    // A global default (the lowest of several) is given to pods that name no class.
+    let objects = Memory::with(&[class("b", 20, true), class("a", 10, true)]);
+    let mut defaulted = pod(json!({}));
+    admit_pod(&objects, &mut defaulted).await.unwrap();
+    assert_eq!(defaulted["spec"]["priorityClassName"], "a");
+    assert_eq!(defaulted["spec"]["priority"], 10);
+}
+
+#[tokio::test]
+async fn runtime_class_gives_overhead_selector_and_tolerations_and_refuses_conflicts() {
+    use plinth_types::node::runtimeclass::admit_pod;
+    let objects = Memory::with(&[
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "boxed"}, "handler": "runsc",
+        "overhead": {"podFixed": {"cpu": "250m"}},
+        "scheduling": {"nodeSelector": {"sandbox": "yes"},
+            "tolerations": [{"key": "sandbox", "operator": "Exists"}]}}),
+    ]);
+    let mut boxed = pod(json!({"runtimeClassName": "boxed", "nodeSelector": {"disk": "ssd"}}));
+    admit_pod(&objects, &mut boxed).await.unwrap();
+    assert_eq!(boxed["spec"]["overhead"], json!({"cpu": "250m"}));
+    assert_eq!(
+        boxed["spec"]["nodeSelector"],
+        json!({"disk": "ssd", "sandbox": "yes"})
+    );
+    assert_eq!(
+        boxed["spec"]["tolerations"],
+        json!([{"key": "sandbox", "operator": "Exists"}])
+    );
+    // The same overhead written differently is the same overhead.
+    let mut same = pod(json!({"runtimeClassName": "boxed", "overhead": {"cpu": "0.25"}}));
+    admit_pod(&objects, &mut same).await.unwrap();
+    let mut other = pod(json!({"runtimeClassName": "boxed", "overhead": {"cpu": "1"}}));
+    assert!(admit_pod(&objects, &mut other).await.is_err());
+    let mut conflict = pod(json!({"runtimeClassName": "boxed", "nodeSelector": {"sandbox": "no"}}));
+    let refused = admit_pod(&objects, &mut conflict).await.unwrap_err();
+    assert!(refused.message.contains("conflict: runtimeClass.scheduling.nodeSelector[sandbox] = yes; pod.spec.nodeSelector[sandbox] = no"), "{}", refused.message);
+    let mut missing = pod(json!({"runtimeClassName": "gone"}));
+    assert!(admit_pod(&objects, &mut missing).await.is_err());
+    let mut stray = pod(json!({"overhead": {"cpu": "1"}}));
+    assert!(admit_pod(&objects, &mut stray).await.is_err());
+}
+
+#[tokio::test]
+async fn default_ingress_class_goes_to_ingresses_that_name_none() {
+    let objects = Memory::with(&[
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "old", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "example.com/a"}}),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "new", "creationTimestamp": "2026-06-01T00:00:00Z",
+                "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+            "spec": {"controller": "example.com/b"}}),
+    ]);
+    let def = objects
+        .resource("networking.k8s.io", "v1", "ingresses")
+        .unwrap();
+    let default_class = def.allocate.expect("the DefaultIngressClass plugin");
+    let ingress = |spec: Value, annotations: Value| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "i", "namespace": "default", "annotations": annotations},
+            "spec": spec})
+    };
+    let mut plain = ingress(json!({}), json!({}));
+    default_class(&objects, &mut plain).await.unwrap();
+    assert_eq!(
+        plain["spec"]["ingressClassName"], "new",
+        "the newest default"
+    );
+    let mut named = ingress(json!({"ingressClassName": "mine"}), json!({}));
+    default_class(&objects, &mut named).await.unwrap();
+    assert_eq!(named["spec"]["ingressClassName"], "mine");
+    let mut annotated = ingress(json!({}), json!({"kubernetes.io/ingress.class": "legacy"}));
+    default_class(&objects, &mut annotated).await.unwrap();
+    assert!(annotated["spec"].get("ingressClassName").is_none());
+}
