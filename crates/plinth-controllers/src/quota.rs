@@ -1,14 +1,15 @@
 //! The resource quota controller (kube-controller-manager's `resourcequota`): each quota's
 //! `status.hard` follows its spec and `status.used` counts what its namespace holds — at
 //! once for a new or changed quota (heard from the shared quota informer), and every few
-//! seconds again (objects deleted give their place back). Resource names other than object counts (`requests.cpu`, …) are shown as
-//! used `0`: compute resources are not counted.
+//! seconds again (objects deleted give their place back), each count read from the watch cache
+//! once it has caught up (nothing decoded, nothing listed). Resource names other than object
+//! counts (`requests.cpu`, …) are shown as used `0`: compute resources are not counted.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use plinth_admission::quota::{Ledger, resource_of};
-use plinth_registry::{Client, ListOptions, Part, WriteOptions};
+use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -42,11 +43,6 @@ pub fn spawn_quota_controller(
     });
 }
 
-/// A consistent list (what storage holds now, not what the cache may still be catching up to).
-fn current() -> ListOptions {
-    ListOptions::default()
-}
-
 /// `status` as it should be for `quota`.
 async fn desired(registry: &Client, quota: &Value) -> Value {
     let namespace = plinth_core::meta::namespace(quota).unwrap_or("");
@@ -65,9 +61,9 @@ async fn desired(registry: &Client, quota: &Value) -> Value {
                 .into_iter()
                 .find(|d| d.group_version.group == group && d.plural == plural && d.namespaced);
             if let Some(def) = def
-                && let Ok(list) = registry.list(&def, Some(namespace), &current()).await
+                && let Ok(counted) = registry.count(&def, Some(namespace)).await
             {
-                count = list["items"].as_array().map_or(0, Vec::len);
+                count = counted;
             }
         }
         used.insert(name.clone(), json!(count.to_string()));

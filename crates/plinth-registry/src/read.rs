@@ -90,6 +90,28 @@ impl Registry {
             .into_value())
     }
 
+    /// How many objects of `def` there are (in `namespace`): counted in the watch cache once
+    /// it has caught up with storage's current revision (a consistent read that decodes
+    /// nothing), else from a storage list.
+    ///
+    /// # Errors
+    /// As [`Registry::list`].
+    pub async fn count(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+    ) -> Result<usize, ApiError> {
+        let prefix = def.list_prefix(namespace);
+        if def.conversion.is_none() {
+            let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
+            if self.cache_caught_up(def, &cacher, "").await? {
+                return Ok(cacher.snapshot(&prefix).0.len());
+            }
+        }
+        let list = self.list(def, namespace, &ListOptions::default()).await?;
+        Ok(list["items"].as_array().map_or(0, Vec::len))
+    }
+
     /// [`Registry::list`], as the HTTP layer answers it: a list served from the watch cache
     /// comes as the cached objects' encoded bytes, which a JSON answer concatenates.
     ///
