@@ -163,6 +163,11 @@ impl Client {
         &*self.admission
     }
 
+    /// The registry with this client's admission, as [`Objects`].
+    pub fn objects(&self) -> Admitted<'_> {
+        self.registry.admitted(&*self.admission)
+    }
+
     /// [`Registry::create`], admitted.
     ///
     /// # Errors
@@ -286,11 +291,11 @@ impl Client {
 #[async_trait::async_trait]
 impl Objects for Client {
     fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-        self.registry.resources.get(group, version, plural)
+        self.objects().resource(group, version, plural)
     }
 
     fn resources(&self) -> Vec<Arc<ResourceDef>> {
-        self.registry.resources.all()
+        self.objects().resources()
     }
 
     fn cached(
@@ -299,9 +304,7 @@ impl Objects for Client {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Option<Value>> {
-        self.registry
-            .admitted(&*self.admission)
-            .cached(def, namespace, name)
+        self.objects().cached(def, namespace, name)
     }
 
     async fn get(
@@ -310,7 +313,7 @@ impl Objects for Client {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, ApiError> {
-        self.registry.get(def, namespace, name).await
+        Objects::get(&self.objects(), def, namespace, name).await
     }
 
     async fn list(
@@ -319,7 +322,7 @@ impl Objects for Client {
         namespace: Option<&str>,
         options: &ListOptions,
     ) -> Result<Value, ApiError> {
-        self.registry.list(def, namespace, options).await
+        Objects::list(&self.objects(), def, namespace, options).await
     }
 
     async fn modify(
@@ -331,10 +334,7 @@ impl Objects for Client {
         options: &WriteOptions,
         change: &(dyn for<'v> Fn(&'v mut Value) -> Result<bool, ApiError> + Sync),
     ) -> Result<Option<Value>, ApiError> {
-        self.registry
-            .admitted(&*self.admission)
-            .modify(def, namespace, name, part, options, change)
-            .await
+        Objects::modify(&self.objects(), def, namespace, name, part, options, change).await
     }
 
     async fn delete(
@@ -344,13 +344,6 @@ impl Objects for Client {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<(), ApiError> {
-        Objects::delete(
-            &self.registry.admitted(&*self.admission),
-            def,
-            namespace,
-            name,
-            options,
-        )
-        .await
+        Objects::delete(&self.objects(), def, namespace, name, options).await
     }
 }

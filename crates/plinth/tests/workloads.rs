@@ -1579,17 +1579,19 @@ fn series(metrics: &str, name: &str) -> Option<f64> {
 fn the_workload_controllers_share_one_informer_per_resource() {
     let plinth = Plinth::start(Backend::Embedded);
     // The controllers start once this server holds their Lease; then `/metrics` shows their
-    // informers: one of pods, heard by the ten controllers that follow pods (ReplicaSet,
-    // Deployment, StatefulSet, DaemonSet, Job, disruption budget, scheduler, endpoints, node
-    // lifecycle, and the garbage collector, which joins the informers it finds).
+    // informers: one of pods, heard by the eleven controllers that follow pods (ReplicaSet,
+    // ReplicationController, Deployment, StatefulSet, DaemonSet, Job, disruption budget,
+    // scheduler, endpoints, node lifecycle, and the garbage collector, which joins the
+    // informers it finds).
     let mut metrics = String::new();
     plinth.eventually("the controllers' informers are shown", || {
         metrics = plinth.kubectl(&["get", "--raw", "/metrics"]);
-        series(&metrics, r#"plinth_informer_handlers{resource="pods"}"#).is_some_and(|n| n >= 10.0)
+        series(&metrics, r#"plinth_informer_handlers{resource="pods"}"#).is_some_and(|n| n >= 11.0)
     });
     for resource in [
         "pods",
         "replicasets.apps",
+        "replicationcontrollers",
         "deployments.apps",
         "statefulsets.apps",
         "controllerrevisions.apps",
@@ -1611,7 +1613,7 @@ fn the_workload_controllers_share_one_informer_per_resource() {
     }
     assert_eq!(
         series(&metrics, r#"plinth_informer_handlers{resource="pods"}"#),
-        Some(10.0),
+        Some(11.0),
         "{metrics}"
     );
     // Several controllers follow ReplicaSets (their own, the Deployment's, the budget's).
