@@ -272,7 +272,11 @@ impl Informer {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|o| (key_of(o), Arc::new(o.clone())))
+            .map(|o| {
+                let mut object = o.clone();
+                trim(&mut object);
+                (key_of(o), Arc::new(object))
+            })
             .collect();
         let previous = std::mem::replace(&mut *self.write(), fresh.clone());
         for (key, old) in &previous {
@@ -309,7 +313,15 @@ impl Informer {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             };
             let Some(event) = event else { return Ok(()) };
-            let object = event.object();
+            let mut object = event.object();
+            match Arc::get_mut(&mut object) {
+                Some(fresh) => trim(fresh),
+                None => {
+                    let mut copy = (*object).clone();
+                    trim(&mut copy);
+                    object = Arc::new(copy);
+                }
+            }
             let key = key_of(&object);
             match event.kind {
                 "ADDED" | "MODIFIED" => {
@@ -412,6 +424,15 @@ pub(crate) fn enqueue(queue: &Queue) -> impl Fn(Change<'_>) + Send + Sync + 'sta
         if let Some(object) = c.new.or(c.old) {
             queue.add(key_of(object));
         }
+    }
+}
+
+/// What the controllers keep of an object: all but `metadata.managedFields`, which none of them
+/// reads (their writes are guaranteed updates of the stored object, which keeps its own) and
+/// which is often the larger part of a small object's decoded form.
+fn trim(object: &mut Value) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
     }
 }
 
