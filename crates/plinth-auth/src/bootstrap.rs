@@ -130,3 +130,32 @@ pub fn cluster_role_bindings() -> Vec<Value> {
     bindings.push(binding(NODE_AGENT_ROLE, NODE_AGENT_ROLE, &[NODES]));
     bindings
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubes_policy_is_read_whole() {
+        let cluster = cluster_roles();
+        assert!(cluster.len() >= 65, "{} ClusterRoles", cluster.len());
+        let named = |list: &[Value], name: &str| list.iter().any(|r| r["metadata"]["name"] == name);
+        for name in [
+            "cluster-admin",
+            "admin",
+            "edit",
+            "view",
+            "system:auth-delegator",
+            NODE_AGENT_ROLE,
+        ] {
+            assert!(named(&cluster, name), "{name}");
+        }
+        assert!(cluster_role_bindings().len() >= 46);
+        assert!(
+            roles()
+                .iter()
+                .all(|r| r["metadata"]["namespace"].is_string())
+        );
+        assert!(!role_bindings().is_empty());
+    }
+}
