@@ -3,6 +3,10 @@
 
 use serde_json::Value;
 
+/// apimachinery's message for text that is not a quantity.
+pub const INVALID: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+
 /// The value of a quantity written as `text`, or `None` when it is not one.
 pub fn parse(text: &str) -> Option<f64> {
     let text = text.trim();

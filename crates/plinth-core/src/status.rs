@@ -185,6 +185,24 @@ impl Cause {
         )
     }
 
+    /// `field: Duplicate value: <value>`, as field.Duplicate words it (a string value).
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        Self::new(
+            "FieldValueDuplicate",
+            field,
+            format!("Duplicate value: {value:?}"),
+        )
+    }
+
+    /// `field: Too long: may not be more than <max> bytes`, as field.TooLong words it.
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        Self::new(
+            "FieldValueTooLong",
+            field,
+            format!("Too long: may not be more than {max} bytes"),
+        )
+    }
+
     /// `field: Forbidden: <detail>`, as field.Forbidden words it.
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         Self::new("FieldValueForbidden", field, format!("Forbidden: {detail}"))

@@ -195,11 +195,7 @@ pub fn annotations(annotations: &Map<String, Value>, path: &str) -> Vec<Cause> {
         }
     }
     if total > TOTAL_ANNOTATION_SIZE_LIMIT {
-        causes.push(Cause::new(
-            "FieldValueTooLong",
-            path,
-            format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
-        ));
+        causes.push(Cause::too_long(path, TOTAL_ANNOTATION_SIZE_LIMIT));
     }
     causes
 }

@@ -298,11 +298,7 @@ fn validate_versions(crd: &Value, causes: &mut Vec<Cause>) {
             if name.is_empty() {
                 causes.push(Cause::required(format!("{path}.name"), ""));
             } else if !seen.insert(name.to_owned()) {
-                causes.push(Cause::new(
-                    "FieldValueDuplicate",
-                    format!("{path}.name"),
-                    format!("Duplicate value: {name:?}"),
-                ));
+                causes.push(Cause::duplicate(format!("{path}.name"), name));
             }
             match version.pointer("/schema/openAPIV3Schema") {
                 None => causes.push(Cause::required(

@@ -241,6 +241,17 @@ pub(crate) fn validate_workload(object: &Value, kind: &str, replicas: bool) -> V
         }
     };
     let template = &spec["template"];
+    let selected = parsed.is_none_or(|p| p.matches(&labels_at(template, "/metadata/labels")));
+    causes.extend(validate_template(template, selected, "ReplicaSet"));
+    causes
+}
+
+/// The pod template of a controller that keeps pods running (`owner`: `ReplicaSet`, as kube
+/// names it for every apps workload, or `ReplicationController`): present, its labels valid
+/// and `selected` by the owner's selector (as the caller found), a valid pod spec that
+/// restarts `Always` and has no deadline.
+pub(crate) fn validate_template(template: &Value, selected: bool, owner: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
     if template.is_null() {
         causes.push(Cause::required("spec.template", ""));
         return causes;
@@ -252,9 +263,7 @@ pub(crate) fn validate_workload(object: &Value, kind: &str, replicas: bool) -> V
             "spec.template.metadata.labels",
         ));
     }
-    if let Some(parsed) = parsed
-        && !parsed.matches(&labels_at(template, "/metadata/labels"))
-    {
+    if !selected {
         causes.push(go_invalid(
             "spec.template.metadata.labels",
             &labels_go(labels),
@@ -274,7 +283,7 @@ pub(crate) fn validate_workload(object: &Value, kind: &str, replicas: bool) -> V
     if !pod["activeDeadlineSeconds"].is_null() {
         causes.push(Cause::forbidden(
             "spec.template.spec.activeDeadlineSeconds",
-            "activeDeadlineSeconds in ReplicaSet is not Supported",
+            &format!("activeDeadlineSeconds in {owner} is not Supported"),
         ));
     }
     causes

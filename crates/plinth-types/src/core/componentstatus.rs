@@ -123,13 +123,7 @@ fn statuses(reading: Reading<'_>) -> BoxFuture<'_, Result<Value, ApiError>> {
                 .into_iter()
                 .find(|i| i["metadata"]["name"] == name)
                 .ok_or_else(|| {
-                    ApiError::not_found(
-                        &GroupResource {
-                            group: String::new(),
-                            resource: "componentstatuses".into(),
-                        },
-                        name,
-                    )
+                    ApiError::not_found(&GroupResource::new("", "componentstatuses"), name)
                 }),
             None => Ok(json!({"kind": "ComponentStatusList", "apiVersion": "v1",
                 "metadata": {}, "items": items})),

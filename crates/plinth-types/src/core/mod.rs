@@ -20,6 +20,11 @@ pub mod serviceaccount;
 use plinth_core::Cause;
 use serde_json::{Value, json};
 
+/// A query value, form-encoded (for paths handed on to a node agent).
+pub(crate) fn urlencode(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
 /// The largest total size of a ConfigMap's or Secret's data.
 const MAX_DATA_BYTES: usize = 1024 * 1024;
 

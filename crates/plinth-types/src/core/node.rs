@@ -280,23 +280,10 @@ fn proxy(
             let query: Vec<String> = request
                 .query
                 .iter()
-                .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+                .map(|(k, v)| format!("{}={}", super::urlencode(k), super::urlencode(v)))
                 .collect();
             path = format!("{path}?{}", query.join("&"));
         }
         request.nodes.get(request.objects, &node, &path).await
     })
-}
-
-/// Percent-encodes what a query value may not carry as it is.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

@@ -8,10 +8,10 @@ use plinth_core::selector::LabelSelector;
 use serde_json::{Value, json};
 
 use crate::apps::{
-    TEMPLATE_LISTS, age_column, conditions, default_template, int_cell, labels_at, labels_go,
-    nonnegative, set_default, wide_columns,
+    TEMPLATE_LISTS, age_column, conditions, default_template, int_cell, labels_at, nonnegative,
+    set_default, validate_template, wide_columns,
 };
-use crate::core::podspec::{pod_template_spec, validate_pod_spec};
+use crate::core::podspec::pod_template_spec;
 use plinth_registry::resources::{ResourceDef, Scale, ScaleSelector, column};
 use plinth_registry::schema::{Schema, obj, strings, top};
 use plinth_registry::strategy::{FieldPath, ListMerge, Strategy};
@@ -145,47 +145,18 @@ impl Strategy for ReplicationControllers {
             None => causes.push(Cause::required("spec.selector", "")),
             Some(map) => causes.extend(plinth_core::validation::labels(map, "spec.selector")),
         }
+        // The map selects by equality, valid or not (kube's `SelectorFromSet`).
         let template = &spec["template"];
-        if template.is_null() {
-            causes.push(Cause::required("spec.template", ""));
-            return causes;
-        }
-        let labels = &template["metadata"]["labels"];
-        if let Some(map) = labels.as_object() {
-            causes.extend(plinth_core::validation::labels(
-                map,
-                "spec.template.metadata.labels",
-            ));
-        }
-        if let Some(selector) = selector {
-            let have = labels_at(template, "/metadata/labels");
-            let selected = selector
-                .iter()
-                .all(|(k, v)| have.get(k).map(String::as_str) == v.as_str());
-            if !selected {
-                causes.push(crate::apps::go_invalid(
-                    "spec.template.metadata.labels",
-                    &labels_go(labels),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-        }
-        let pod = &template["spec"];
-        causes.extend(validate_pod_spec(pod, "spec.template.spec"));
-        let restart = pod["restartPolicy"].as_str().unwrap_or("Always");
-        if restart != "Always" {
-            causes.push(Cause::not_supported(
-                "spec.template.spec.restartPolicy",
-                &json!(restart),
-                &["Always"],
-            ));
-        }
-        if !pod["activeDeadlineSeconds"].is_null() {
-            causes.push(Cause::forbidden(
-                "spec.template.spec.activeDeadlineSeconds",
-                "activeDeadlineSeconds in ReplicationController is not Supported",
-            ));
-        }
+        let have = labels_at(template, "/metadata/labels");
+        let selected = selector.is_none_or(|map| {
+            map.iter()
+                .all(|(k, v)| have.get(k).map(String::as_str) == v.as_str())
+        });
+        causes.extend(validate_template(
+            template,
+            selected,
+            "ReplicationController",
+        ));
         causes
     }
 

@@ -128,7 +128,7 @@ impl Strategy for ResourceQuotas {
                 causes.push(Cause::invalid(
                     field,
                     &json!(text),
-                    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    plinth_core::quantity::INVALID,
                 ));
             } else if text.starts_with('-') {
                 causes.push(Cause::invalid(

@@ -245,12 +245,7 @@ impl Strategy for Ingresses {
                         "must be a DNS name, not an IP address",
                     ));
                 }
-                let messages = if host.contains('*') {
-                    wildcard_dns1123_subdomain(host)
-                } else {
-                    dns1123_subdomain(host)
-                };
-                for msg in messages {
+                for msg in host_messages(host) {
                     causes.push(Cause::invalid(format!("{path}.host"), &json!(host), &msg));
                 }
             }
@@ -261,12 +256,7 @@ impl Strategy for Ingresses {
         for (t, tls) in spec["tls"].as_array().into_iter().flatten().enumerate() {
             for (i, host) in tls["hosts"].as_array().into_iter().flatten().enumerate() {
                 let host = host.as_str().unwrap_or("");
-                let messages = if host.contains('*') {
-                    wildcard_dns1123_subdomain(host)
-                } else {
-                    dns1123_subdomain(host)
-                };
-                for msg in messages {
+                for msg in host_messages(host) {
                     causes.push(Cause::invalid(
                         format!("spec.tls[{t}].hosts[{i}]"),
                         &json!(host),
@@ -306,6 +296,16 @@ impl Strategy for Ingresses {
             }
         }
         causes
+    }
+}
+
+/// What is wrong with a rule's or a TLS entry's host: a wildcard subdomain (`*.example.com`)
+/// or a plain one.
+fn host_messages(host: &str) -> Vec<String> {
+    if host.contains('*') {
+        wildcard_dns1123_subdomain(host)
+    } else {
+        dns1123_subdomain(host)
     }
 }
 

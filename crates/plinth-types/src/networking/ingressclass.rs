@@ -73,11 +73,7 @@ impl Strategy for IngressClasses {
         let mut causes = Vec::new();
         let controller = object["spec"]["controller"].as_str().unwrap_or("");
         if controller.len() > 250 {
-            causes.push(Cause::new(
-                "FieldValueTooLong",
-                "spec.controller",
-                "Too long: may not be more than 250 bytes",
-            ));
+            causes.push(Cause::too_long("spec.controller", 250));
         }
         causes.extend(domain_prefixed_path("spec.controller", controller));
         if let Some(params) = object.pointer("/spec/parameters").filter(|p| !p.is_null()) {

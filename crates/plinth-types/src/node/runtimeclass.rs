@@ -62,7 +62,7 @@ impl Strategy for RuntimeClasses {
                     causes.push(Cause::invalid(
                         format!("overhead.podFixed[{name}]"),
                         quantity,
-                        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                        plinth_core::quantity::INVALID,
                     ));
                 }
             }
@@ -87,10 +87,7 @@ impl Strategy for RuntimeClasses {
 /// # Errors
 /// 403 for a class that does not exist, a different overhead, a conflicting node selector.
 pub async fn admit_pod(objects: &dyn Objects, pod: &mut Value) -> Result<(), ApiError> {
-    let pods = GroupResource {
-        group: String::new(),
-        resource: "pods".into(),
-    };
+    let pods = GroupResource::new("", "pods");
     let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
     let forbid = |why: String| ApiError::forbidden(Some(&pods), &name, &why);
     let Some(class_name) = pod

@@ -138,10 +138,7 @@ impl Strategy for PriorityClasses {
 }
 
 fn resource_of() -> GroupResource {
-    GroupResource {
-        group: "scheduling.k8s.io".into(),
-        resource: "priorityclasses".into(),
-    }
+    GroupResource::new("scheduling.k8s.io", "priorityclasses")
 }
 
 /// The global default class: of several (a race), the one of the lowest value.
@@ -193,10 +190,7 @@ pub async fn admit_pod(objects: &dyn Objects, pod: &mut Value) -> Result<(), Api
     let Some(def) = objects.resource("scheduling.k8s.io", "v1", "priorityclasses") else {
         return Ok(());
     };
-    let pods = GroupResource {
-        group: String::new(),
-        resource: "pods".into(),
-    };
+    let pods = GroupResource::new("", "pods");
     let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
     let named = pod
         .pointer("/spec/priorityClassName")

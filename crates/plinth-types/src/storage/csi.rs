@@ -95,10 +95,9 @@ impl Strategy for Drivers {
         {
             let audience = request["audience"].as_str().unwrap_or("");
             if !audiences.insert(audience) {
-                causes.push(Cause::new(
-                    "FieldValueDuplicate",
+                causes.push(Cause::duplicate(
                     format!("spec.tokenRequests[{i}].audience"),
-                    format!("Duplicate value: {audience:?}"),
+                    audience,
                 ));
                 continue;
             }
@@ -181,11 +180,7 @@ fn driver_name(name: &str, path: &str) -> Vec<Cause> {
         causes.push(Cause::required(path, ""));
     }
     if name.len() > 63 {
-        causes.push(Cause::new(
-            "FieldValueTooLong",
-            path,
-            "Too long: may not be more than 63 bytes",
-        ));
+        causes.push(Cause::too_long(path, 63));
     }
     for msg in dns1123_subdomain(&name.to_lowercase()) {
         causes.push(Cause::invalid(path, &json!(name), &msg));
@@ -262,11 +257,7 @@ impl Strategy for Nodes {
                 ));
             }
             if !names.insert(name) {
-                causes.push(Cause::new(
-                    "FieldValueDuplicate",
-                    format!("{path}.name"),
-                    format!("Duplicate value: {name:?}"),
-                ));
+                causes.push(Cause::duplicate(format!("{path}.name"), name));
             }
             let mut keys = std::collections::HashSet::new();
             for key in driver["topologyKeys"].as_array().into_iter().flatten() {
@@ -275,11 +266,7 @@ impl Strategy for Nodes {
                     causes.push(Cause::required(path.clone(), ""));
                 }
                 if !keys.insert(key) {
-                    causes.push(Cause::new(
-                        "FieldValueDuplicate",
-                        path.clone(),
-                        format!("Duplicate value: {key:?}"),
-                    ));
+                    causes.push(Cause::duplicate(path.clone(), key));
                 }
                 for msg in qualified_name(key) {
                     causes.push(Cause::invalid(path.clone(), &json!(key), &msg));
@@ -351,8 +338,16 @@ impl Strategy for Capacities {
                     .map(str::to_owned)
                     .unwrap_or_else(|| quantity.to_string());
                 match plinth_core::quantity::parse(&text) {
-                    None => causes.push(Cause::invalid(field, quantity, "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")),
-                    Some(v) if v < 0.0 && field == "capacity" => causes.push(Cause::invalid(field, quantity, "must be greater than or equal to 0")),
+                    None => causes.push(Cause::invalid(
+                        field,
+                        quantity,
+                        plinth_core::quantity::INVALID,
+                    )),
+                    Some(v) if v < 0.0 && field == "capacity" => causes.push(Cause::invalid(
+                        field,
+                        quantity,
+                        "must be greater than or equal to 0",
+                    )),
                     Some(_) => {}
                 }
             }
@@ -453,11 +448,7 @@ impl Strategy for Attachments {
             .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
             .sum();
         if metadata_size > 256 * 1024 {
-            causes.push(Cause::new(
-                "FieldValueTooLong",
-                "status.attachmentMetadata",
-                "Too long: may not be more than 262144 bytes",
-            ));
+            causes.push(Cause::too_long("status.attachmentMetadata", 262144));
         }
         if !attacher.is_empty() {
             causes.extend(driver_name(attacher, "spec.attacher"));

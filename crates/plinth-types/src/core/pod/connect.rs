@@ -124,7 +124,11 @@ pub(super) fn log(
         let mut path = format!("/containerLogs/{namespace}/{name}/{container}");
         let params: Vec<String> = LOG_PARAMETERS
             .iter()
-            .filter_map(|k| request.query(k).map(|v| format!("{k}={}", urlencode(v))))
+            .filter_map(|k| {
+                request
+                    .query(k)
+                    .map(|v| format!("{k}={}", crate::core::urlencode(v)))
+            })
             .collect();
         if !params.is_empty() {
             path.push('?');
@@ -132,10 +136,6 @@ pub(super) fn log(
         }
         request.nodes.get(request.objects, &node, &path).await
     })
-}
-
-pub(super) fn urlencode(value: &str) -> String {
-    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 /// The node a pod runs on, or kube's answer for one that runs nowhere yet.
@@ -158,7 +158,7 @@ pub(super) fn query_string(request: &ConnectRequest<'_>, keys: &[&str]) -> Strin
         .query
         .iter()
         .filter(|(k, _)| keys.contains(&k.as_str()))
-        .map(|(k, v)| format!("{k}={}", urlencode(v)))
+        .map(|(k, v)| format!("{k}={}", crate::core::urlencode(v)))
         .collect::<Vec<_>>()
         .join("&")
 }
