@@ -33,13 +33,13 @@ pub const NODES: &str = "system:nodes";
 /// The role Plinth's node agents hold (through [`NODES`]).
 pub const NODE_AGENT_ROLE: &str = "plinth:node-agent";
 
-/// kube's policy, as upstream records it.
-fn policy() -> Value {
+/// kube's policy, as upstream records it (read once).
+static POLICY: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
     serde_json::from_str(include_str!("bootstrap-policy.json")).unwrap_or_else(|_| json!({}))
-}
+});
 
 fn items(key: &str) -> Vec<Value> {
-    policy()[key].as_array().cloned().unwrap_or_default()
+    POLICY[key].as_array().cloned().unwrap_or_default()
 }
 
 /// The default ClusterRoles: kube's, and Plinth's node-agent role.

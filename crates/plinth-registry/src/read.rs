@@ -105,7 +105,7 @@ impl Registry {
         if def.conversion.is_none() {
             let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
             if self.cache_caught_up(def, &cacher, "").await? {
-                return Ok(cacher.snapshot(&prefix).0.len());
+                return Ok(cacher.count(&prefix));
             }
         }
         let list = self.list(def, namespace, &ListOptions::default()).await?;

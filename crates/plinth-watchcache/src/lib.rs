@@ -173,6 +173,16 @@ impl Cacher {
         (state.revision > 0).then(|| state.objects.get(key).cloned())
     }
 
+    /// How many objects there are under `prefix`.
+    pub fn count(&self, prefix: &str) -> usize {
+        let state = self.state();
+        state
+            .objects
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .count()
+    }
+
     /// The objects under `prefix` and the revision they are at.
     pub fn snapshot(&self, prefix: &str) -> (Vec<Stored>, Revision) {
         let state = self.state();
