@@ -603,6 +603,47 @@ fn replication_controllers_keep_their_pods_scale_and_cascade() {
         ("web", "3", "3", "c", "busybox", "app=web"),
         "{table}"
     );
+    // `bindings`: a Binding without the pod's name, or without a target, is kube's 422; one
+    // for a pod that does not exist a 404; nothing is bound.
+    let bind = |body: &str| {
+        let out = plinth.kubectl_stdin(
+            &[
+                "create",
+                "--raw",
+                "/api/v1/namespaces/default/bindings",
+                "-f",
+                "-",
+            ],
+            body,
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let nameless = bind(
+        r#"{"apiVersion":"v1","kind":"Binding","metadata":{},"target":{"kind":"Node","name":"n"}}"#,
+    );
+    assert!(
+        nameless.contains("metadata.name: Required value"),
+        "{nameless}"
+    );
+    let pod_name = plinth.json(&["get", "pods", "-l", "app=web"])["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let targetless = bind(&format!(
+        r#"{{"apiVersion":"v1","kind":"Binding","metadata":{{"name":"{pod_name}"}},"target":{{}}}}"#
+    ));
+    assert!(
+        targetless.contains("target.name: Required value"),
+        "{targetless}"
+    );
+    assert!(plinth.json(&["get", "pod", &pod_name])["spec"]["nodeName"].is_null());
+    let nobody = bind(
+        r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"nobody"},"target":{"kind":"Node","name":"n"}}"#,
+    );
+    assert!(
+        nobody.contains("NotFound") || nobody.contains("not found"),
+        "{nobody}"
+    );
     refused(
         &plinth,
         "rc",

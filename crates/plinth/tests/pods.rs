@@ -2044,6 +2044,23 @@ fn the_node_agent_answers_the_kubelets_paths_through_the_node_proxy() {
         "{metrics}"
     );
     assert!(raw("logs/").contains("<pre>"));
+    // Only reads go through: a POST is kube's 405.
+    let posted = plinth.kubectl_stdin(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/nodes/node-k/proxy/pods",
+            "-f",
+            "-",
+        ],
+        "{}",
+    );
+    let stderr = String::from_utf8_lossy(&posted.stderr);
+    assert!(
+        !posted.status.success()
+            && stderr.contains("the server does not allow this method on the requested resource"),
+        "{stderr}"
+    );
     let missing = plinth.kubectl_fails(&["get", "--raw", "/api/v1/nodes/nowhere/proxy/pods"]);
     assert!(
         missing.contains("NotFound") || missing.contains("not found"),
