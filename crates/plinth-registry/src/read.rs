@@ -3,7 +3,6 @@
 
 use plinth_core::ApiError;
 use plinth_core::meta::labels;
-use plinth_core::selector::FieldSelector;
 use plinth_store::{RangeRequest, StoreError};
 use serde_json::{Value, json};
 
@@ -53,25 +52,35 @@ impl Registry {
                 .matches(|field| def.field_value(object, field))
     }
 
-    /// Checks a field selector against what the resource supports.
+    /// Checks a field selector against the labels the resource accepts and maps each to the
+    /// stored field it reads (kube's field label conversion).
     ///
     /// # Errors
-    /// 400 naming the first unsupported field.
-    pub fn check_field_selector(def: &ResourceDef, fields: &FieldSelector) -> Result<(), ApiError> {
-        let Some(term) = fields.terms.iter().find(|t| !def.is_selectable(&t.field)) else {
-            return Ok(());
-        };
-        // Types with field selectors of their own answer as their conversion function does;
-        // the others with the scheme's default.
-        let message = if def.selectable_fields.is_empty() {
-            format!(
-                "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
-                term.field
-            )
-        } else {
-            format!("field label not supported: {}", term.field)
-        };
-        Err(ApiError::bad_request(message))
+    /// 400 naming the first unsupported label.
+    pub fn resolve_field_selector<'o>(
+        def: &ResourceDef,
+        options: &'o ListOptions,
+    ) -> Result<std::borrow::Cow<'o, ListOptions>, ApiError> {
+        let mut resolved = std::borrow::Cow::Borrowed(options);
+        for (i, term) in options.fields.terms.iter().enumerate() {
+            let Some(field) = def.field_label(&term.field) else {
+                // Types with a conversion of their own answer as it does; the others with
+                // the scheme's default.
+                let message = if def.field_labels.is_none() && def.selectable_fields.is_empty() {
+                    format!(
+                        "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                        term.field
+                    )
+                } else {
+                    (def.unsupported_field)(&term.field)
+                };
+                return Err(ApiError::bad_request(message));
+            };
+            if field != term.field {
+                resolved.to_mut().fields.terms[i].field = field.to_owned();
+            }
+        }
+        Ok(resolved)
     }
 
     /// Lists objects, paginated and filtered, consistent at one revision.
@@ -123,7 +132,7 @@ impl Registry {
         namespace: Option<&str>,
         options: &ListOptions,
     ) -> Result<Listed, ApiError> {
-        Self::check_field_selector(def, &options.fields)?;
+        let options = &*Self::resolve_field_selector(def, options)?;
         let prefix = def.list_prefix(namespace);
         // Objects a conversion webhook converts are read from storage and converted together.
         if def.conversion.is_none() {

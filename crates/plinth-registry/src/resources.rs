@@ -233,6 +233,14 @@ pub struct ResourceDef {
     /// A selectable field's value when an object lacks it (kube formats Go's zero value: a
     /// boolean field is `false`); `""` for those not named here.
     pub absent_fields: Vec<(String, String)>,
+    /// The type's own field label conversion, as kube registers one for some kinds: exactly
+    /// these selector names are accepted, each reading the field it names (in the form the
+    /// resource serves)
+    /// (`("spec.host", "spec.nodeName")`), and others refused with `unsupported_field`'s
+    /// message. `None`: `metadata.name`, `metadata.namespace` and the selectable fields.
+    pub field_labels: Option<Vec<(String, String)>>,
+    /// The message refusing a field label the type's conversion does not know.
+    pub unsupported_field: fn(&str) -> String,
     /// Table columns after `Name`.
     pub columns: Vec<Column>,
     /// Whether an `Age` column follows them.
@@ -417,6 +425,8 @@ impl ResourceDef {
             allow_create_on_update: false,
             selectable_fields: Vec::new(),
             absent_fields: Vec::new(),
+            field_labels: None,
+            unsupported_field: |label| format!("field label not supported: {label}"),
             columns: Vec::new(),
             age_column: true,
             schema: Arc::new(Schema::Any),
@@ -524,7 +534,19 @@ impl ResourceDef {
         self
     }
 
-    /// Selectable fields whose value, when an object lacks them, is not `""` but the given
+    /// The type's own field label conversion (see [`ResourceDef::field_labels`]): `labels`
+    /// pairs a selector name with the stored field it reads.
+    pub fn field_labels(mut self, labels: &[(&str, &str)]) -> Self {
+        self.field_labels = Some(
+            labels
+                .iter()
+                .map(|(label, field)| ((*label).to_owned(), (*field).to_owned()))
+                .collect(),
+        );
+        self
+    }
+
+    /// Selectable fields whose value, when an object lacks it, is not `""` but the given
     /// one (`("spec.unschedulable", "false")`: kube's field sets format Go's zero values).
     pub fn absent_as(mut self, fields: &[(&str, &str)]) -> Self {
         self.absent_fields = fields
@@ -644,11 +666,28 @@ impl ResourceDef {
             .collect()
     }
 
-    /// Whether `field` may be used in a field selector.
+    /// Whether `field` is selectable: a field the watch cache extracts or one a field label
+    /// reads (in the form this resource serves).
     pub fn is_selectable(&self, field: &str) -> bool {
         field == "metadata.name"
             || field == "metadata.namespace"
             || self.selectable_fields.iter().any(|f| f == field)
+            || self
+                .field_labels
+                .as_ref()
+                .is_some_and(|labels| labels.iter().any(|(_, f)| f == field))
+    }
+
+    /// The stored field a field selector's `label` reads, as the type's field label
+    /// conversion maps it; `None` if the type does not accept the label.
+    pub fn field_label<'a>(&'a self, label: &'a str) -> Option<&'a str> {
+        match &self.field_labels {
+            Some(labels) => labels
+                .iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, field)| field.as_str()),
+            None => self.is_selectable(label).then_some(label),
+        }
     }
 }
 

@@ -163,7 +163,7 @@ impl Registry {
             bookmarks,
             ..
         } = options;
-        Self::check_field_selector(&def, &options.fields)?;
+        let options = Self::resolve_field_selector(&def, &options)?.into_owned();
         let prefix = def.list_prefix(namespace.as_deref());
         let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         cacher.wait_for(1).await?;
@@ -485,14 +485,15 @@ fn translate(
         EventKind::Progress => None,
         EventKind::Delete => prev_selected.then(|| WatchEvent::new("DELETED", typed(object))),
         EventKind::Put => {
-            let selected = Registry::selected(def, object, options);
+            let object = typed(object);
+            let selected = Registry::selected(def, &object, options);
             let kind = match (prev_selected, selected) {
                 (true, true) => "MODIFIED",
                 (false, true) => "ADDED",
                 (true, false) => "DELETED",
                 (false, false) => return None,
             };
-            Some(WatchEvent::new(kind, typed(object)))
+            Some(WatchEvent::new(kind, object))
         }
     }
 }

@@ -960,3 +960,173 @@ fn kubectl_api_resources_lists_every_resource_kube_serves_by_default() {
         (Some("policy"), Some("v1"), Some("Eviction"))
     );
 }
+
+/// The field selectors kube's conversion functions accept for each built-in type: Services
+/// by type and cluster IP, ReplicationControllers by replicas, Jobs by `status.successful`
+/// (which reads `status.succeeded`), events.k8s.io Events by `regarding.*`, pods by the old
+/// `spec.host`; each type refuses the others with its own message, and one with no
+/// conversion of its own with the scheme's default.
+#[test]
+fn each_type_selects_by_the_fields_kubes_conversions_accept() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "fields"]);
+    let n = ["-n", "fields"];
+    let run = |args: &[&str]| {
+        let args: Vec<&str> = n.iter().chain(args).copied().collect();
+        plinth.kubectl(&args)
+    };
+    let fails = |args: &[&str]| {
+        let args: Vec<&str> = n.iter().chain(args).copied().collect();
+        plinth.kubectl_fails(&args)
+    };
+    run(&["create", "service", "clusterip", "inner", "--tcp=80:80"]);
+    run(&["create", "service", "nodeport", "outer", "--tcp=81:81"]);
+    assert_eq!(
+        run(&[
+            "get",
+            "services",
+            "--field-selector",
+            "spec.type=NodePort",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "service/outer"
+    );
+    let inner: Value =
+        serde_json::from_str(&run(&["get", "service", "inner", "-o", "json"])).unwrap();
+    let ip = inner["spec"]["clusterIP"].as_str().unwrap();
+    assert_eq!(
+        run(&[
+            "get",
+            "services",
+            "--field-selector",
+            &format!("spec.clusterIP={ip}"),
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "service/inner"
+    );
+    let service = fails(&["get", "services", "--field-selector", "spec.ports=1"]);
+    assert!(
+        service.contains("field label not supported: spec.ports"),
+        "{service}"
+    );
+
+    plinth.kubectl_with(
+        &["-n", "fields", "apply", "-f", "-"],
+        "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: none}\nspec:\n  replicas: 0\n  selector: {app: none}\n  template:\n    metadata: {labels: {app: none}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    assert_eq!(
+        run(&[
+            "get",
+            "rc",
+            "--field-selector",
+            "status.replicas=0",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "replicationcontroller/none"
+    );
+    assert_eq!(
+        run(&[
+            "get",
+            "rc",
+            "--field-selector",
+            "status.replicas!=0",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        ""
+    );
+
+    plinth.kubectl_with(
+        &["-n", "fields", "apply", "-f", "-"],
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: later}\nspec:\n  suspend: true\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n",
+    );
+    assert_eq!(
+        run(&[
+            "get",
+            "jobs",
+            "--field-selector",
+            "status.successful=0",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "job.batch/later"
+    );
+    let job = fails(&["get", "jobs", "--field-selector", "status.succeeded=0"]);
+    assert!(
+        job.contains(r#"field label "status.succeeded" not supported for Job"#),
+        "{job}"
+    );
+
+    plinth.kubectl_with(
+        &["-n", "fields", "apply", "-f", "-"],
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: seen}\neventTime: \"2026-12-03T10:00:00.000000Z\"\nreportingController: example.com/watcher\nreportingInstance: w-1\naction: Look\nreason: Seen\ntype: Normal\nregarding: {kind: ConfigMap, name: watched, namespace: fields}\n",
+    );
+    let by_regarding: Value = serde_json::from_str(&plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/events.k8s.io/v1/namespaces/fields/events?fieldSelector=regarding.name%3Dwatched,reportingController%3Dexample.com%2Fwatcher",
+    ]))
+    .unwrap();
+    assert_eq!(
+        by_regarding["items"][0]["metadata"]["name"], "seen",
+        "{by_regarding}"
+    );
+    let by_core = run(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=watched",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(by_core.trim(), "event/seen");
+    let events = plinth.kubectl_fails(&[
+        "get",
+        "--raw",
+        "/apis/events.k8s.io/v1/namespaces/fields/events?fieldSelector=involvedObject.name%3Dwatched",
+    ]);
+    assert!(
+        events.contains("field label not supported: involvedObject.name"),
+        "{events}"
+    );
+
+    let node = plinth.kubectl_fails(&["get", "nodes", "--field-selector", "metadata.namespace=x"]);
+    assert!(
+        node.contains("field label not supported: metadata.namespace"),
+        "{node}"
+    );
+    let pods = run(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "spec.host=nowhere",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(pods.trim(), "");
+    let pod = fails(&["get", "pods", "--field-selector", "spec.containers=x"]);
+    assert!(
+        pod.contains("field label not supported: spec.containers"),
+        "{pod}"
+    );
+    let default = fails(&[
+        "get",
+        "deployments",
+        "--field-selector",
+        "status.replicas=0",
+    ]);
+    assert!(
+        default.contains(
+            r#""status.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        ),
+        "{default}"
+    );
+}

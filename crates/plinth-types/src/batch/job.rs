@@ -45,11 +45,19 @@ pub fn resource() -> ResourceDef {
     let mut def = ResourceDef::new("batch", "v1", "Job", "jobs")
         .categories(&["all"])
         .with_status()
+        .selectable(&["status.succeeded"])
+        .field_labels(&[
+            ("metadata.name", "metadata.name"),
+            ("metadata.namespace", "metadata.namespace"),
+            ("status.successful", "status.succeeded"),
+        ])
+        .absent_as(&[("status.succeeded", "0")])
         .columns(columns)
         .no_age_column()
         .schema(top(vec![("spec", job_spec()), ("status", job_status())]))
         .strategy(Jobs);
     def.generation = true;
+    def.unsupported_field = |label| format!("field label {label:?} not supported for Job");
     def
 }
 

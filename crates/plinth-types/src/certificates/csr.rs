@@ -28,6 +28,11 @@ pub fn resource() -> ResourceDef {
     .cluster_scoped()
     .short_names(&["csr"])
     .with_status()
+    .selectable(&["spec.signerName"])
+    .field_labels(&[
+        ("metadata.name", "metadata.name"),
+        ("spec.signerName", "spec.signerName"),
+    ])
     .with_approval()
     .discovered("approval", None, &["get", "patch", "update"])
     .columns(vec![

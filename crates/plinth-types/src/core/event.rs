@@ -6,23 +6,27 @@ use serde_json::{Value, json};
 use plinth_registry::resources::{Column, ResourceDef, age_cell, column, path_cell};
 use plinth_registry::schema::{Schema, obj, object_reference, top};
 
+/// The fields of an Event that field selectors read (both Event resources share one storage,
+/// and so one watch cache, which extracts these).
+pub(crate) const SELECTABLE: [&str; 11] = [
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
 /// The `events` resource of the core group.
 pub fn resource() -> ResourceDef {
     let mut def = ResourceDef::new("", "v1", "Event", "events")
         .short_names(&["ev"])
-        .selectable(&[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ])
+        .selectable(&SELECTABLE)
         .columns(columns())
         .schema(schema());
     def.allow_create_on_update = true;

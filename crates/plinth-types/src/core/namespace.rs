@@ -16,6 +16,10 @@ pub fn resource() -> ResourceDef {
         .name_rule(NameRule::Label)
         .with_status()
         .selectable(&["status.phase"])
+        .field_labels(&[
+            ("status.phase", "status.phase"),
+            ("metadata.name", "metadata.name"),
+        ])
         .columns(vec![column(
             "Status",
             "string",

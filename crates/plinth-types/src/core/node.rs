@@ -17,6 +17,7 @@ pub fn resource() -> ResourceDef {
         .connect("proxy", proxy)
         .discovered("proxy", Some(("", "v1", "NodeProxyOptions")), &["create", "delete", "get", "patch", "update"])
         .selectable(&["spec.unschedulable"])
+        .field_labels(&[("metadata.name", "metadata.name"), ("spec.unschedulable", "spec.unschedulable")])
         .absent_as(&[("spec.unschedulable", "false")])
         .columns(vec![
             column("Status", "string", "The status of the node", 0, |o, _| json!(status_cell(o))),

@@ -55,6 +55,8 @@ pub fn resource() -> ResourceDef {
         .short_names(&["rc"])
         .categories(&["all"])
         .with_status()
+        .selectable(&["status.replicas"])
+        .absent_as(&[("status.replicas", "0")])
         .columns(columns)
         .no_age_column()
         .schema(top(vec![

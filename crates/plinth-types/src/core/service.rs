@@ -30,6 +30,7 @@ pub fn resource() -> ResourceDef {
         .short_names(&["svc"])
         .categories(&["all"])
         .with_status()
+        .selectable(&["spec.clusterIP", "spec.type"])
         .columns(vec![
             column("Type", "string", "The type of the service.", 0, |o, _| json!(text(o, "/spec/type", "ClusterIP"))),
             column("Cluster-IP", "string", "The IP address of the service.", 0, |o, _| json!(text(o, "/spec/clusterIP", "<none>"))),

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::core::event::{columns, series, source};
+use crate::core::event::{SELECTABLE, columns, series, source};
 use plinth_registry::resources::ResourceDef;
 use plinth_registry::schema::{Schema, object_reference, top};
 use plinth_registry::strategy::Strategy;
@@ -13,6 +13,23 @@ use plinth_registry::strategy::Strategy;
 pub fn resource() -> ResourceDef {
     let mut def = ResourceDef::new("events.k8s.io", "v1", "Event", "events")
         .short_names(&["ev"])
+        // The shared cache extracts the core form's fields; this resource's labels read its
+        // own form, as kube's conversion maps them onto the same fields.
+        .selectable(&SELECTABLE)
+        .field_labels(&[
+            ("reason", "reason"),
+            ("regarding.kind", "regarding.kind"),
+            ("regarding.namespace", "regarding.namespace"),
+            ("regarding.name", "regarding.name"),
+            ("regarding.uid", "regarding.uid"),
+            ("regarding.apiVersion", "regarding.apiVersion"),
+            ("regarding.resourceVersion", "regarding.resourceVersion"),
+            ("regarding.fieldPath", "regarding.fieldPath"),
+            ("reportingController", "reportingController"),
+            ("type", "type"),
+            ("metadata.namespace", "metadata.namespace"),
+            ("metadata.name", "metadata.name"),
+        ])
         .columns(columns())
         .schema(schema())
         .strategy(EventsV1);
@@ -49,7 +66,7 @@ const RENAMED: [(&str, &str); 7] = [
     ("deprecatedFirstTimestamp", "firstTimestamp"),
     ("deprecatedLastTimestamp", "lastTimestamp"),
     ("deprecatedCount", "count"),
-    ("reportingController", "reportingComponent"),
+    ("reportingController", "reportingController"),
 ];
 
 fn rename(mut object: Value, to_core: bool) -> Value {

@@ -33,6 +33,21 @@ pub fn resource() -> ResourceDef {
             "status.podIP",
             "status.nominatedNodeName",
         ])
+        .field_labels(&[
+            ("metadata.name", "metadata.name"),
+            ("metadata.namespace", "metadata.namespace"),
+            ("spec.nodeName", "spec.nodeName"),
+            ("spec.restartPolicy", "spec.restartPolicy"),
+            ("spec.schedulerName", "spec.schedulerName"),
+            ("spec.serviceAccountName", "spec.serviceAccountName"),
+            ("spec.hostNetwork", "spec.hostNetwork"),
+            ("status.phase", "status.phase"),
+            ("status.podIP", "status.podIP"),
+            // Accepted, but not among the fields a pod offers: it reads as nothing.
+            ("status.podIPs", "status.podIPs"),
+            ("status.nominatedNodeName", "status.nominatedNodeName"),
+            ("spec.host", "spec.nodeName"),
+        ])
         .absent_as(&[("spec.hostNetwork", "false")])
         .columns(vec![
             column("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0, |o, _| json!(ready_cell(o))),
