@@ -210,8 +210,14 @@ fn claim_config(
     // What this endpoint may set: the status through /status, the rest otherwise.
     if let Some(map) = config.as_object_mut() {
         match part {
-            Part::Status | Part::Approval => map
+            Part::Status => map
                 .retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")),
+            Part::Field { pointer, .. } => {
+                let top = pointer.split('/').nth(1).unwrap_or_default();
+                map.retain(|k, _| {
+                    matches!(k.as_str(), "apiVersion" | "kind" | "metadata") || k == top
+                });
+            }
             Part::Main | Part::Scale if def.status_subresource => {
                 map.remove("status");
             }

@@ -46,9 +46,14 @@ pub enum Part {
     Status,
     /// The `/scale` subresource: only the replicas change.
     Scale,
-    /// The `/approval` subresource (CertificateSigningRequests): only `status.conditions`
-    /// change.
-    Approval,
+    /// A subresource that changes one field only: `/approval` of CertificateSigningRequests
+    /// (`status.conditions`), `/finalize` of Namespaces (`spec.finalizers`).
+    Field {
+        /// The subresource.
+        name: &'static str,
+        /// The JSON pointer of the field it changes.
+        pointer: &'static str,
+    },
 }
 
 impl Part {
@@ -58,7 +63,7 @@ impl Part {
             Self::Main => "",
             Self::Status => "status",
             Self::Scale => "scale",
-            Self::Approval => "approval",
+            Self::Field { name, .. } => name,
         }
     }
 }

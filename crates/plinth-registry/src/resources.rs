@@ -222,8 +222,8 @@ pub struct ResourceDef {
     pub name_rule: NameRule,
     /// Whether a `/status` subresource is served.
     pub status_subresource: bool,
-    /// Whether an `/approval` subresource is served (CertificateSigningRequests).
-    pub approval_subresource: bool,
+    /// Subresources that change one field only (see [`crate::Part::Field`]): name and JSON pointer.
+    pub field_subresources: Vec<(&'static str, &'static str)>,
     /// Whether `metadata.generation` is maintained (bumped on spec changes).
     pub generation: bool,
     /// Whether a PUT of a missing object creates it.
@@ -420,7 +420,7 @@ impl ResourceDef {
             categories: Vec::new(),
             name_rule: NameRule::Subdomain,
             status_subresource: false,
-            approval_subresource: false,
+            field_subresources: Vec::new(),
             generation: false,
             allow_create_on_update: false,
             selectable_fields: Vec::new(),
@@ -522,10 +522,16 @@ impl ResourceDef {
         self
     }
 
-    /// With an `/approval` subresource that changes `status.conditions` only.
-    pub fn with_approval(mut self) -> Self {
-        self.approval_subresource = true;
-        self
+    /// With a subresource `name` that changes only the field at JSON `pointer`
+    /// (`/approval` and `/status/conditions`), allowing `verbs` (shown in discovery).
+    pub fn field_subresource(
+        mut self,
+        name: &'static str,
+        pointer: &'static str,
+        verbs: &'static [&'static str],
+    ) -> Self {
+        self.field_subresources.push((name, pointer));
+        self.discovered(name, None, verbs)
     }
 
     /// These fields (beyond `metadata.name`/`metadata.namespace`) work in field selectors.

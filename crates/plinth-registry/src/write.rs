@@ -614,16 +614,21 @@ pub(super) fn merge_for_update(
     new: Value,
     part: Part,
 ) -> Value {
-    if part == Part::Approval {
+    if let Part::Field { pointer, .. } = part {
         let mut merged = current.clone();
-        let conditions = new
-            .pointer("/status/conditions")
-            .cloned()
-            .unwrap_or(Value::Null);
-        if !merged.get("status").is_some_and(Value::is_object) {
-            merged["status"] = json!({});
+        let value = new.pointer(pointer).cloned().unwrap_or(Value::Null);
+        let mut at = &mut merged;
+        let mut keys = pointer.split('/').skip(1).peekable();
+        while let Some(key) = keys.next() {
+            if !at.is_object() {
+                *at = json!({});
+            }
+            if keys.peek().is_none() {
+                at[key] = value;
+                break;
+            }
+            at = &mut at[key];
         }
-        merged["status"]["conditions"] = conditions;
         return merged;
     }
     if part == Part::Status {

@@ -1130,3 +1130,85 @@ fn each_type_selects_by_the_fields_kubes_conversions_accept() {
         "{default}"
     );
 }
+
+/// `namespaces/<n>/finalize` as kube serves it: an update that changes `spec.finalizers` and
+/// nothing else (a GET is a 405), so that a finalizer of one's own holds a deleted namespace
+/// until it is taken out there.
+#[test]
+fn namespace_finalize_changes_only_the_finalizers() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "held"]);
+    let mut namespace = plinth.json(&["get", "namespace", "held", "-o", "json"]);
+    namespace["spec"]["finalizers"] = serde_json::json!(["kubernetes", "example.com/hold"]);
+    namespace["metadata"]["labels"]["changed"] = "yes".into();
+    let body = namespace.to_string();
+    let written: Value = serde_json::from_str(&plinth.kubectl_with(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/held/finalize",
+            "-f",
+            "-",
+        ],
+        &body,
+    ))
+    .unwrap();
+    assert_eq!(
+        written["spec"]["finalizers"],
+        serde_json::json!(["kubernetes", "example.com/hold"]),
+        "{written}"
+    );
+    let stored = plinth.json(&["get", "namespace", "held", "-o", "json"]);
+    assert!(
+        stored["metadata"]["labels"].get("changed").is_none(),
+        "{stored}"
+    );
+    assert_eq!(stored["spec"]["finalizers"][1], "example.com/hold");
+    let get = plinth.kubectl_fails(&["get", "--raw", "/api/v1/namespaces/held/finalize"]);
+    assert!(
+        get.contains("MethodNotAllowed") || get.contains("does not allow this method"),
+        "{get}"
+    );
+    let discovery: Value =
+        serde_json::from_str(&plinth.kubectl(&["get", "--raw", "/api/v1"])).unwrap();
+    let finalize = discovery["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "namespaces/finalize")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        finalize["verbs"],
+        serde_json::json!(["update"]),
+        "{discovery}"
+    );
+
+    plinth.kubectl(&["delete", "namespace", "held", "--wait=false"]);
+    plinth.eventually(
+        "the namespace controller to take out its own finalizer",
+        || {
+            let held = plinth.json(&["get", "namespace", "held", "-o", "json"]);
+            held["spec"]["finalizers"] == serde_json::json!(["example.com/hold"])
+        },
+    );
+    let mut held = plinth.json(&["get", "namespace", "held", "-o", "json"]);
+    assert_eq!(held["status"]["phase"], "Terminating", "{held}");
+    held["spec"]["finalizers"] = serde_json::json!([]);
+    plinth.kubectl_with(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/held/finalize",
+            "-f",
+            "-",
+        ],
+        &held.to_string(),
+    );
+    plinth.eventually("the released namespace to go", || {
+        !plinth
+            .kubectl_output(&["get", "namespace", "held"])
+            .status
+            .success()
+    });
+}

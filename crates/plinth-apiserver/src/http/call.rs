@@ -227,7 +227,29 @@ impl Call<'_> {
         let part = match self.subresource.as_deref() {
             None => Part::Main,
             Some("status") if self.def.status_subresource => Part::Status,
-            Some("approval") if self.def.approval_subresource => Part::Approval,
+            Some(sub)
+                if let Some((name, pointer)) = self
+                    .def
+                    .field_subresources
+                    .iter()
+                    .find(|(name, _)| *name == sub) =>
+            {
+                let verb = match *method {
+                    Method::GET => "get",
+                    Method::PUT => "update",
+                    Method::PATCH => "patch",
+                    _ => "",
+                };
+                let allowed = self
+                    .def
+                    .discovered_subresources
+                    .iter()
+                    .any(|d| d.name == *name && d.verbs.contains(&verb));
+                if !allowed {
+                    return Err(ApiError::method_not_allowed());
+                }
+                Part::Field { name, pointer }
+            }
             Some("scale") if self.def.scale.is_some() => return self.scale(method, body).await,
             Some(_) => {
                 return Err(ApiError::new(

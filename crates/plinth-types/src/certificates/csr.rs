@@ -33,8 +33,11 @@ pub fn resource() -> ResourceDef {
         ("metadata.name", "metadata.name"),
         ("spec.signerName", "spec.signerName"),
     ])
-    .with_approval()
-    .discovered("approval", None, &["get", "patch", "update"])
+    .field_subresource(
+        "approval",
+        "/status/conditions",
+        &["get", "patch", "update"],
+    )
     .columns(vec![
         column(
             "SignerName",

@@ -15,6 +15,7 @@ pub fn resource() -> ResourceDef {
         .short_names(&["ns"])
         .name_rule(NameRule::Label)
         .with_status()
+        .field_subresource("finalize", "/spec/finalizers", &["update"])
         .selectable(&["status.phase"])
         .field_labels(&[
             ("status.phase", "status.phase"),
