@@ -15,6 +15,7 @@ mod annotations;
 mod call;
 pub mod controller;
 mod matching;
+pub mod podsecurity;
 pub mod policy;
 pub mod quota;
 pub mod webhook;
@@ -40,9 +41,19 @@ pub struct Admission {
     policies: RwLock<Arc<policy::Policies>>,
     /// The creates quota admission has just counted (shared with the quota controller).
     pub quota_ledger: Arc<quota::Ledger>,
+    /// The PodSecurity plugin's configuration.
+    pub pod_security: podsecurity::Config,
 }
 
 impl Admission {
+    /// The chain with the PodSecurity plugin configured so (no webhooks or policies yet).
+    pub fn with_pod_security(pod_security: podsecurity::Config) -> Self {
+        Self {
+            pod_security,
+            ..Self::default()
+        }
+    }
+
     /// Replaces the mutating or the validating webhooks in force (kube orders them by
     /// configuration name, then as listed).
     pub fn set(&self, mutating: bool, webhooks: Vec<Webhook>) {
@@ -165,18 +176,23 @@ impl plinth_registry::admit::Admit for Admission {
         if !admits(request.def) {
             return Ok(Vec::new());
         }
+        // The built-in plugins first: PodSecurity.
+        let mut warnings =
+            podsecurity::admit(&self.pod_security, objects, request, object, old).await?;
         let webhooks = self.validating();
         let policies = self.policies();
         if webhooks.is_empty() && policies.bindings.is_empty() {
             // ResourceQuota runs last, once the others have allowed the write.
             quota::admit(objects, &self.quota_ledger, request).await?;
-            return Ok(Vec::new());
+            return Ok(warnings);
         }
         let namespace_labels = namespace_labels(objects, request, object.or(old)).await;
-        // Policies first (kube's ValidatingAdmissionPolicy plugin precedes the webhooks).
-        let mut warnings = policies
-            .validate(objects, request, object, old, &namespace_labels)
-            .await?;
+        // Policies next (kube's ValidatingAdmissionPolicy plugin precedes the webhooks).
+        warnings.extend(
+            policies
+                .validate(objects, request, object, old, &namespace_labels)
+                .await?,
+        );
         let mut calls = Vec::new();
         for hook in webhooks.iter() {
             if let Some(matched) = hook.matches(objects, request, object, old, &namespace_labels)? {

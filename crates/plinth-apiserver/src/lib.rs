@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod admission_config;
 pub mod aggregator;
 pub mod audit;
 mod controllers;

@@ -44,6 +44,8 @@ pub struct ServerConfig {
     /// The audit log, if any: the policy file, the log file, its size in megabytes before it
     /// rotates (0: never), and how many rotated files are kept (0: all).
     pub audit: Option<AuditConfig>,
+    /// The PodSecurity admission plugin's configuration (`--admission-control-config-file`).
+    pub pod_security: plinth_admission::podsecurity::Config,
 }
 
 /// Where the audit log goes and what it holds.
@@ -188,7 +190,9 @@ pub async fn start(
     store: Arc<dyn Store>,
 ) -> Result<RunningServer, ServeError> {
     create_private_dir(&config.data_dir)?;
-    let admission = Arc::new(plinth_admission::Admission::default());
+    let admission = Arc::new(plinth_admission::Admission::with_pod_security(
+        config.pod_security.clone(),
+    ));
     let registry = Registry {
         caches: Arc::new(plinth_watchcache::Caches::new(
             store.clone(),

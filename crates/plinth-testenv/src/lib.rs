@@ -256,6 +256,7 @@ async fn boot(
         max_requests_inflight: 0,
         max_mutating_requests_inflight: 0,
         audit: None,
+        pod_security: plinth_apiserver::admission_config::PodSecurity::default(),
     };
     let server = plinth_apiserver::start(config, store)
         .await

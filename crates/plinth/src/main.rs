@@ -57,6 +57,9 @@ enum Command {
         /// kube's `EncryptionConfiguration`: which resources are encrypted at rest, and how.
         #[arg(long)]
         encryption_provider_config: Option<PathBuf>,
+        /// kube's `AdmissionConfiguration`: the PodSecurity plugin's defaults and exemptions.
+        #[arg(long)]
+        admission_control_config_file: Option<PathBuf>,
         /// Read requests served at once; past it, 429 (0: no limit). Watches are not counted.
         #[arg(long, default_value_t = 400)]
         max_requests_inflight: usize,
@@ -282,6 +285,7 @@ fn main() -> ExitCode {
             token_auth_file,
             anonymous_auth,
             encryption_provider_config,
+            admission_control_config_file,
             max_requests_inflight,
             max_mutating_requests_inflight,
             audit_policy_file,
@@ -311,6 +315,16 @@ fn main() -> ExitCode {
                 backend,
                 encryption: encryption_provider_config,
             };
+            let pod_security = match admission_control_config_file {
+                None => plinth_apiserver::admission_config::PodSecurity::default(),
+                Some(path) => match plinth_apiserver::admission_config::pod_security(&path) {
+                    Ok(config) => config,
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
             let config = ServerConfig {
                 data_dir: data_dir.unwrap_or_else(default_data_dir),
                 listen,
@@ -320,6 +334,7 @@ fn main() -> ExitCode {
                 anonymous_auth,
                 max_requests_inflight,
                 max_mutating_requests_inflight,
+                pod_security,
                 audit: audit_policy_file.zip(audit_log_path).map(|(policy, log)| {
                     plinth_apiserver::AuditConfig {
                         policy,

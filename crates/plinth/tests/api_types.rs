@@ -1212,3 +1212,175 @@ fn namespace_finalize_changes_only_the_finalizers() {
             .success()
     });
 }
+
+/// PodSecurity admission as kube's built-in plugin: a namespace's enforce label refuses a pod
+/// that breaks its level (kube's message, check by check), warns of a workload whose template
+/// would, and its ReplicaSet's pods are refused; the configured defaults warn of and audit
+/// unlabelled namespaces; a label that does not parse is a 422; a stricter level warns of the
+/// existing pods that break it; an exempt namespace is told its policy is ignored.
+#[test]
+fn pod_security_labels_enforce_audit_and_warn_as_kubes_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("admission.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults: {warn: baseline, audit: baseline}\n    exemptions: {namespaces: [exempt]}\n",
+    )
+    .unwrap();
+    let policy = dir.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = dir.path().join("audit.log");
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &[
+            "--admission-control-config-file",
+            config.to_str().unwrap(),
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
+    let privileged = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '3600']\n    securityContext: {{privileged: true}}\n"
+        )
+    };
+    plinth.kubectl(&["create", "namespace", "locked"]);
+    plinth.kubectl(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    let refused = plinth.kubectl_stdin(&["-n", "locked", "apply", "-f", "-"], &privileged("root"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(r#"pods "root" is forbidden: violates PodSecurity "restricted:latest": privileged (container "c" must not set securityContext.privileged=true), allowPrivilegeEscalation != false (container "c" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container "c" must set securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true (pod or container "c" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container "c" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")"#),
+        "{stderr}"
+    );
+    assert!(
+        !plinth
+            .kubectl_output(&["-n", "locked", "get", "pod", "root"])
+            .status
+            .success()
+    );
+    plinth.kubectl_with(
+        &["-n", "locked", "apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: hardened}\nspec:\n  securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '3600']\n    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n",
+    );
+
+    // A workload is admitted with a warning; its ReplicaSet's pods are refused.
+    let workload = plinth.kubectl_stdin(
+        &["-n", "locked", "apply", "-f", "-"],
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: hostnet}\nspec:\n  selector: {matchLabels: {app: hostnet}}\n  template:\n    metadata: {labels: {app: hostnet}}\n    spec:\n      hostNetwork: true\n      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}\n      containers:\n      - name: c\n        image: busybox\n        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}\n",
+    );
+    assert!(workload.status.success());
+    let stderr = String::from_utf8_lossy(&workload.stderr);
+    assert!(
+        stderr.contains(r#"Warning: would violate PodSecurity "restricted:latest": host namespaces (hostNetwork=true)"#),
+        "{stderr}"
+    );
+    plinth.eventually("the ReplicaSet to report its refused pods", || {
+        let sets = plinth.json(&["-n", "locked", "get", "replicasets", "-o", "json"]);
+        sets["items"][0]["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "ReplicaFailure"
+                        && c["message"].as_str().unwrap_or_default().contains("violates PodSecurity \"restricted:latest\": host namespaces (hostNetwork=true)")
+                })
+            })
+    });
+
+    // The configured defaults: unlabelled namespaces warn of and audit baseline.
+    let warned = plinth.kubectl_stdin(&["apply", "-f", "-"], &privileged("loud"));
+    assert!(warned.status.success());
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        stderr.contains(r#"Warning: would violate PodSecurity "baseline:latest": privileged (container "c" must not set securityContext.privileged=true)"#),
+        "{stderr}"
+    );
+    plinth.kubectl(&["delete", "pod", "loud", "--wait=false"]);
+    let audited = common::audit_events(&log).into_iter().any(|e| {
+        e["verb"] == "create"
+            && e["objectRef"]["resource"] == "pods"
+            && e["objectRef"]["namespace"] == "default"
+            && e["annotations"]["pod-security.kubernetes.io/audit-violations"]
+                .as_str()
+                .is_some_and(|v| {
+                    v.starts_with(r#"would violate PodSecurity "baseline:latest": privileged"#)
+                })
+    });
+    assert!(audited, "no audit-violations annotation for the pod");
+
+    let bad_label = plinth.kubectl_fails(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/audit=bogus",
+    ]);
+    assert!(
+        bad_label.contains(r#"metadata.labels[pod-security.kubernetes.io/audit]: Invalid value: "bogus": must be one of privileged, baseline, restricted"#),
+        "{bad_label}"
+    );
+    let bad_version = plinth.kubectl_fails(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/enforce-version=1.30",
+    ]);
+    assert!(
+        bad_version.contains(r#"Invalid value: "1.30": must be "latest" or "v1.x""#),
+        "{bad_version}"
+    );
+
+    // Tightening a namespace warns of the pods already there.
+    plinth.kubectl(&["create", "namespace", "loose"]);
+    for name in ["web-b", "web-a"] {
+        plinth.kubectl_with(&["-n", "loose", "apply", "-f", "-"], &privileged(name));
+    }
+    let tightened = plinth.kubectl_output(&[
+        "label",
+        "namespace",
+        "loose",
+        "pod-security.kubernetes.io/enforce=baseline",
+    ]);
+    assert!(tightened.status.success());
+    let stderr = String::from_utf8_lossy(&tightened.stderr);
+    assert!(
+        stderr.contains(r#"Warning: existing pods in namespace "loose" violate the new PodSecurity enforce level "baseline:latest""#)
+            && stderr.contains("Warning: web-a (and 1 other pod): privileged"),
+        "{stderr}"
+    );
+
+    // An exempt namespace: the policy is ignored, and the labeller told so.
+    plinth.kubectl(&["create", "namespace", "exempt"]);
+    let exempt = plinth.kubectl_output(&[
+        "label",
+        "namespace",
+        "exempt",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    let stderr = String::from_utf8_lossy(&exempt.stderr);
+    assert!(
+        stderr.contains(r#"Warning: namespace "exempt" is exempt from Pod Security, and the policy (enforce=restricted:latest) will be ignored"#),
+        "{stderr}"
+    );
+    plinth.kubectl_with(
+        &["-n", "exempt", "apply", "-f", "-"],
+        &privileged("allowed"),
+    );
+    for (ns, pod) in [
+        ("loose", "web-a"),
+        ("loose", "web-b"),
+        ("exempt", "allowed"),
+        ("locked", "hardened"),
+    ] {
+        plinth.kubectl(&["-n", ns, "delete", "pod", pod, "--wait=false"]);
+    }
+}
