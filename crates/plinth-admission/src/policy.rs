@@ -349,13 +349,16 @@ async fn evaluate(
     let mut variables = Map::new();
     let evaluate_with = |expression: &Expression, variables: &Map<String, Value>| {
         let variables = Value::Object(variables.clone());
-        expression.evaluate(&[
-            ("object", object.unwrap_or(&null)),
-            ("oldObject", old.unwrap_or(&null)),
-            ("request", &review),
-            ("params", params),
-            ("namespaceObject", &namespace_object),
-            ("variables", &variables),
+        // Objects typed by their resource's schema (a custom resource's: durations,
+        // timestamps); the rest as JSON.
+        let schema = request.def.cel_schema.as_deref();
+        expression.evaluate_typed(&[
+            ("object", object.unwrap_or(&null), schema),
+            ("oldObject", old.unwrap_or(&null), schema),
+            ("request", &review, None),
+            ("params", params, None),
+            ("namespaceObject", &namespace_object, None),
+            ("variables", &variables, None),
         ])
     };
     for (name, expression) in &policy.match_conditions {

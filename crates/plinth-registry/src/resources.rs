@@ -263,6 +263,9 @@ pub struct ResourceDef {
     /// The OpenAPI v3 schema to publish, when it is not derived from `schema` (a CRD version's
     /// `openAPIV3Schema`).
     pub openapi: Option<Arc<serde_json::Value>>,
+    /// The structural schema that types the objects in admission policies' CEL (a CRD
+    /// version's).
+    pub cel_schema: Option<Arc<plinth_schema::Schema>>,
     /// The `Warning` sent with every request to a deprecated version.
     pub deprecation: Option<String>,
     /// For a resource that is a question to the server (access reviews, "who am I"): the
@@ -442,6 +445,7 @@ impl ResourceDef {
             conversion: None,
             connect_subresources: Vec::new(),
             discovered_subresources: Vec::new(),
+            cel_schema: None,
             allocate: None,
             computed: None,
         }

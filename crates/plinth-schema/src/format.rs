@@ -87,31 +87,86 @@ fn uri(s: &str) -> bool {
     }
 }
 
-/// Go's `time.ParseDuration` syntax: `1h30m`, `250ms`, `-1.5s`.
+/// Whether `s` is a duration (see [`parse_duration`]).
 fn duration(s: &str) -> bool {
-    let body = s.strip_prefix(['-', '+']).unwrap_or(s);
+    parse_duration(s).is_some()
+}
+
+/// A duration, in nanoseconds, as kube-openapi's `strfmt.ParseDuration` reads one: Go's
+/// `time.ParseDuration` syntax (`1h30m`, `250ms`, `-1.5s`), else whole numbers with units,
+/// spaces allowed and days and weeks known (`3d`, `2 weeks`, `1 hour 30 minutes`).
+pub(crate) fn parse_duration(s: &str) -> Option<i128> {
+    go_duration(s).or_else(|| word_duration(s))
+}
+
+fn go_duration(s: &str) -> Option<i128> {
+    let (negative, body) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
     if body == "0" {
-        return true;
+        return Some(0);
     }
     let mut rest = body;
     if rest.is_empty() {
-        return false;
+        return None;
     }
+    let mut total: f64 = 0.0;
     while !rest.is_empty() {
         let digits = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
-        if digits == 0 || rest[..digits].parse::<f64>().is_err() {
-            return false;
-        }
+        let number: f64 = rest[..digits].parse().ok().filter(|_| digits > 0)?;
         rest = &rest[digits..];
-        let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
-            .iter()
-            .find(|u| rest.starts_with(*u));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
+        let (unit, nanos) = [
+            ("ns", 1.0),
+            ("us", 1e3),
+            ("µs", 1e3),
+            ("ms", 1e6),
+            ("s", 1e9),
+            ("m", 60e9),
+            ("h", 3600e9),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u))?; // `ms` is tried before `m`
+        rest = &rest[unit.len()..];
+        total += number * nanos;
     }
-    true
+    let total = total.round() as i128;
+    Some(if negative { -total } else { total })
+}
+
+fn word_duration(s: &str) -> Option<i128> {
+    const UNITS: [(&[&str], i128); 8] = [
+        (&["ns", "nanosecond", "nanoseconds"], 1),
+        (&["us", "µs", "microsecond", "microseconds"], 1_000),
+        (&["ms", "millisecond", "milliseconds"], 1_000_000),
+        (&["s", "sec", "secs", "second", "seconds"], 1_000_000_000),
+        (&["m", "min", "mins", "minute", "minutes"], 60_000_000_000),
+        (&["h", "hr", "hrs", "hour", "hours"], 3_600_000_000_000),
+        (&["d", "day", "days"], 86_400_000_000_000),
+        (&["w", "wk", "wks", "week", "weeks"], 604_800_000_000_000),
+    ];
+    let mut rest = s.trim();
+    let mut total: i128 = 0;
+    let mut any = false;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let number: i128 = rest[..digits].parse().ok()?;
+        rest = rest[digits..].trim_start();
+        let letters = rest
+            .find(|c: char| !c.is_alphabetic())
+            .unwrap_or(rest.len());
+        let word = &rest[..letters];
+        let nanos = UNITS
+            .iter()
+            .find(|(names, _)| names.contains(&word))
+            .map(|(_, n)| *n)?;
+        total += number * nanos;
+        any = true;
+        rest = rest[letters..].trim_start();
+    }
+    any.then_some(total)
 }

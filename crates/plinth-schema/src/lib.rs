@@ -41,6 +41,13 @@ pub struct Schema {
     has_rules: bool,
 }
 
+impl Schema {
+    /// The root node.
+    pub(crate) fn root(&self) -> &Node {
+        &self.root
+    }
+}
+
 /// Whether `node` or anything below it has CEL rules.
 fn any_rules(node: &Node) -> bool {
     !node.rules.is_empty()

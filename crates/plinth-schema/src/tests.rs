@@ -882,3 +882,82 @@ fn an_embedded_objects_metadata_is_kept_as_object_meta() {
             .starts_with("spec.template.metadata.name")
     );
 }
+
+/// Strings declared `format: duration`, `date-time`, `date` and `byte` are typed in CEL as kube
+/// types them: durations compare as durations (`1m` < `90s` is false as text, true as time),
+/// timestamps as instants whatever their offset, with duration and timestamp arithmetic,
+/// their accessors, and kube's overload errors when a rule mixes them with strings.
+#[test]
+fn cel_types_formatted_strings_as_durations_and_timestamps() {
+    let typed = |rule: &str| {
+        schema(json!({"type": "object",
+            "properties": {
+                "timeout": {"type": "string", "format": "duration"},
+                "interval": {"type": "string", "format": "duration"},
+                "start": {"type": "string", "format": "date-time"},
+                "end": {"type": "string", "format": "date-time"},
+                "day": {"type": "string", "format": "date"},
+                "key": {"type": "string", "format": "byte"},
+                "plain": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": rule,
+                "messageExpression": "'timeout ' + string(self.timeout) + ' against ' + string(self.interval)"}]}))
+    };
+    let failed = |timeout: &str, interval: &str| {
+        one(
+            "spec",
+            "FieldValueInvalid",
+            &format!("Invalid value: \"object\": timeout {timeout} against {interval}"),
+        )
+    };
+    // (rule, valid spec, invalid spec, message of the invalid one)
+    let cases: Vec<(&str, Value, Value, Found)> = vec![
+        (
+            "self.timeout <= self.interval",
+            json!({"timeout": "30s", "interval": "1m"}),
+            json!({"timeout": "2m", "interval": "90s"}),
+            failed("120s", "90s"),
+        ),
+        (
+            "self.timeout < duration('1h') && self.timeout + self.interval > duration('1m')",
+            json!({"timeout": "45s", "interval": "1m30s"}),
+            json!({"timeout": "2h", "interval": "1s"}),
+            failed("7200s", "1s"),
+        ),
+        (
+            "self.start < self.end && self.end - self.start >= self.interval",
+            // The same instant written with another offset is still later than the start.
+            json!({"timeout": "1s", "interval": "1h", "start": "2026-12-03T10:00:00Z", "end": "2026-12-03T13:00:00+02:00"}),
+            json!({"timeout": "1s", "interval": "2h", "start": "2026-12-03T10:00:00Z", "end": "2026-12-03T12:30:00+01:00"}),
+            failed("1s", "7200s"),
+        ),
+        (
+            "self.start + self.interval > timestamp('2026-12-03T10:30:00Z') && self.start.getHours() == 10",
+            json!({"timeout": "1s", "interval": "45m", "start": "2026-12-03T10:00:00Z"}),
+            json!({"timeout": "1s", "interval": "15m", "start": "2026-12-03T10:00:00Z"}),
+            failed("1s", "900s"),
+        ),
+        (
+            "self.day < timestamp('2027-01-01T00:00:00Z') && size(self.key) == 3",
+            json!({"timeout": "1s", "interval": "1s", "day": "2026-12-31", "key": "YWJj"}),
+            json!({"timeout": "1s", "interval": "1s", "day": "2027-01-01", "key": "YWJj"}),
+            failed("1s", "1s"),
+        ),
+    ];
+    for (i, (rule, good, bad, expected)) in cases.into_iter().enumerate() {
+        let s = typed(rule);
+        assert_eq!(causes(&s, good), Vec::new(), "case {i}: the valid instance");
+        assert_eq!(causes(&s, bad), expected, "case {i}");
+    }
+    // Mixed with strings, kube's checker finds no overload.
+    let errors = Schema::compile(&json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"timeout": {"type": "string", "format": "duration"}, "plain": {"type": "string"}},
+        "x-kubernetes-validations": [{"rule": "self.timeout == self.plain"}]}}}))
+    .err()
+    .unwrap();
+    assert!(
+        errors.reason.contains(
+            "found no matching overload for '_==_' applied to '(google.protobuf.Duration, string)'"
+        ),
+        "{errors:?}"
+    );
+}

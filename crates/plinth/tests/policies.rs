@@ -407,3 +407,79 @@ fn bad_policies_and_bindings_are_refused_with_kubes_messages() {
         );
     }
 }
+
+/// A policy over a custom resource sees its fields as the CRD's schema types them, as kube's
+/// does: a `format: duration` string is a duration (`90s` is more than `1m`, though not as
+/// text), a `format: date-time` one a timestamp.
+#[test]
+fn policies_type_custom_resources_by_their_schema() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: probes.timing.example.com}
+spec:
+  group: timing.example.com
+  scope: Namespaced
+  names: {plural: probes, singular: probe, kind: Probe}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              timeout: {type: string, format: duration}
+              notAfter: {type: string, format: date-time}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: short-probes}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {operations: [CREATE, UPDATE], apiGroups: [timing.example.com], apiVersions: [v1], resources: [probes]}
+  validations:
+  - expression: "object.spec.timeout <= duration('1m') && object.spec.notAfter > timestamp('2026-01-01T00:00:00Z')"
+    messageExpression: "'timeout ' + string(object.spec.timeout) + ' is too long'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: short-probes}
+spec: {policyName: short-probes, validationActions: [Deny]}
+"#,
+    );
+    let probe = |name: &str, timeout: &str| {
+        format!(
+            "apiVersion: timing.example.com/v1\nkind: Probe\nmetadata: {{name: {name}, namespace: default}}\nspec: {{timeout: {timeout}, notAfter: \"2026-12-31T23:00:00+01:00\"}}\n"
+        )
+    };
+    plinth.eventually("the policy to be in force", || {
+        !plinth
+            .kubectl_stdin(
+                &["create", "--dry-run=server", "-f", "-"],
+                &probe("probe", "2m"),
+            )
+            .status
+            .success()
+    });
+    let refused = plinth.kubectl_stdin(&["create", "-f", "-"], &probe("slow", "90s"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("ValidatingAdmissionPolicy 'short-probes' with binding 'short-probes' denied request: timeout 90s is too long"),
+        "{stderr}"
+    );
+    // As text "30s" > "1m"; as durations it is shorter, and allowed.
+    let allowed = plinth.kubectl_stdin(&["create", "-f", "-"], &probe("quick", "30s"));
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+}

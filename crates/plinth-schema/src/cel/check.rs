@@ -14,6 +14,11 @@ pub(crate) enum CelType {
     Double,
     String,
     Bool,
+    Bytes,
+    /// `format: duration` strings.
+    Duration,
+    /// `format: date` and `format: date-time` strings.
+    Timestamp,
     List,
     Map,
     Null,
@@ -28,6 +33,9 @@ impl CelType {
             Self::Double => "double",
             Self::String => "string",
             Self::Bool => "bool",
+            Self::Bytes => "bytes",
+            Self::Duration => "google.protobuf.Duration",
+            Self::Timestamp => "google.protobuf.Timestamp",
             Self::List => "list(dyn)",
             Self::Map => "map(string, dyn)",
             Self::Null => "null_type",
@@ -43,7 +51,12 @@ impl CelType {
         match node.kind {
             Some(Type::Integer) => Self::Int,
             Some(Type::Number) => Self::Double,
-            Some(Type::String) => Self::String,
+            Some(Type::String) => match node.format.as_deref() {
+                Some("duration") => Self::Duration,
+                Some("date" | "date-time") => Self::Timestamp,
+                Some("byte") => Self::Bytes,
+                _ => Self::String,
+            },
             Some(Type::Boolean) => Self::Bool,
             Some(Type::Array) => Self::List,
             Some(Type::Object) => Self::Map,
@@ -94,7 +107,7 @@ impl<'a> Checker<'a> {
                 cel::common::ast::LiteralValue::Double(_) => CelType::Double,
                 cel::common::ast::LiteralValue::String(_) => CelType::String,
                 cel::common::ast::LiteralValue::Null => CelType::Null,
-                cel::common::ast::LiteralValue::Bytes(_) => CelType::Dyn,
+                cel::common::ast::LiteralValue::Bytes(_) => CelType::Bytes,
             }),
             Expr::Ident(_) => Ok(CelType::of(self.node(&expr.expr, vars))),
             Expr::Select(select) => {
@@ -150,7 +163,9 @@ impl<'a> Checker<'a> {
     }
 
     fn call_type(&self, id: u64, function: &str, args: &[CelType]) -> Result<CelType, String> {
-        use CelType::{Bool, Double, Dyn, Int, List, Map, Null, String as Str};
+        use CelType::{
+            Bool, Bytes, Double, Duration, Dyn, Int, List, Map, Null, String as Str, Timestamp,
+        };
         let numeric = |t: CelType| matches!(t, Int | Double);
         let mismatch = || {
             let names: Vec<&str> = args.iter().map(|t| t.name()).collect();
@@ -176,7 +191,12 @@ impl<'a> Checker<'a> {
                 Ok(Bool)
             }
             ("_<_" | "_<=_" | "_>_" | "_>=_", [a, b]) => {
-                let comparable = |t: CelType| matches!(t, Int | Double | Str | Bool | Dyn);
+                let comparable = |t: CelType| {
+                    matches!(
+                        t,
+                        Int | Double | Str | Bool | Bytes | Duration | Timestamp | Dyn
+                    )
+                };
                 let same = a == b || *a == Dyn || *b == Dyn || (numeric(*a) && numeric(*b));
                 if !(comparable(*a) && comparable(*b) && same) {
                     return mismatch();
@@ -187,11 +207,30 @@ impl<'a> Checker<'a> {
                 if *a == Dyn || *b == Dyn {
                     return Ok(Dyn);
                 }
-                if a != b || !matches!(a, Int | Double | Str | List) {
+                match (a, b) {
+                    (Duration, Duration) => return Ok(Duration),
+                    (Timestamp, Duration) | (Duration, Timestamp) => return Ok(Timestamp),
+                    _ => {}
+                }
+                if a != b || !matches!(a, Int | Double | Str | Bytes | List) {
                     return mismatch();
                 }
                 Ok(*a)
             }
+            ("_-_", [a @ (Duration | Timestamp), b]) => match (a, b) {
+                (_, Dyn) => Ok(Dyn),
+                (Duration, Duration) => Ok(Duration),
+                (Timestamp, Duration) => Ok(Timestamp),
+                (Timestamp, Timestamp) => Ok(Duration),
+                _ => mismatch(),
+            },
+            ("duration", [Str | Dyn]) => Ok(Duration),
+            ("timestamp", [Str | Dyn]) => Ok(Timestamp),
+            (
+                "getHours" | "getMinutes" | "getSeconds" | "getMilliseconds" | "getFullYear"
+                | "getMonth" | "getDate" | "getDayOfMonth" | "getDayOfWeek" | "getDayOfYear",
+                _,
+            ) => Ok(Int),
             ("_-_" | "_*_" | "_/_" | "_%_", [a, b]) => {
                 if *a == Dyn || *b == Dyn {
                     return Ok(Dyn);

@@ -119,10 +119,25 @@ impl Expression {
     /// # Errors
     /// cel-go's runtime error (`no such key: x`).
     pub fn evaluate(&self, bindings: &[(&str, &Value)]) -> Result<Evaluated, String> {
+        let typed: Vec<(&str, &Value, Option<&crate::Schema>)> =
+            bindings.iter().map(|(n, v)| (*n, *v, None)).collect();
+        self.evaluate_typed(&typed)
+    }
+
+    /// Evaluates it with each name bound to its JSON value, typed by its schema when given
+    /// (a custom resource's: `format: duration` strings are durations, `date-time` ones
+    /// timestamps, fields named as kube escapes them).
+    ///
+    /// # Errors
+    /// cel-go's runtime error (`no such key: x`).
+    pub fn evaluate_typed(
+        &self,
+        bindings: &[(&str, &Value, Option<&crate::Schema>)],
+    ) -> Result<Evaluated, String> {
         let mut context = Context::with_env(env());
-        for (name, value) in bindings {
+        for (name, value, schema) in bindings {
             let converted: Result<Box<dyn cel::common::value::Val>, _> =
-                to_cel(value, None).try_into();
+                to_cel(value, schema.map(crate::Schema::root)).try_into();
             if let Ok(converted) = converted {
                 context.add_variable_as_val(*name, converted);
             }

@@ -85,6 +85,34 @@ pub(crate) fn to_cel_fields(
     }
 }
 
+/// A string as CEL sees it under its schema's `format`, as kube types it: `duration` a
+/// duration, `date` and `date-time` a timestamp, `byte` bytes (a value that does not parse
+/// stays a string).
+fn typed_string(s: &str, format: Option<&str>) -> cel::Value {
+    let typed = match format {
+        Some("duration") => crate::format::parse_duration(s).and_then(|nanos| {
+            let nanos = i64::try_from(nanos).ok()?;
+            Some(cel::Value::Duration(chrono::Duration::nanoseconds(nanos)))
+        }),
+        Some("date-time") => chrono::DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(cel::Value::Timestamp),
+        Some("date") => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| cel::Value::Timestamp(t.and_utc().fixed_offset())),
+        Some("byte") => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .ok()
+                .map(|b| cel::Value::Bytes(Arc::new(b)))
+        }
+        _ => None,
+    };
+    typed.unwrap_or_else(|| cel::Value::String(Arc::new(s.to_owned())))
+}
+
 /// JSON as CEL sees it: integers as `int`, other numbers as `double`; the fields of an object
 /// with declared properties under their escaped names (kube's property-name escaping: a field
 /// CEL cannot name is left out), a map's keys as they are.
@@ -99,7 +127,7 @@ pub(crate) fn to_cel(value: &Value, node: Option<&Node>) -> cel::Value {
                 None => cel::Value::Float(n.as_f64().unwrap_or_default()),
             },
         },
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::String(s) => typed_string(s, node.and_then(|n| n.format.as_deref())),
         Value::Array(items) => {
             let item = node.and_then(|n| n.items.as_deref());
             cel::Value::List(Arc::new(items.iter().map(|v| to_cel(v, item)).collect()))

@@ -168,7 +168,10 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
                 text(crd, "/spec/names/plural"),
             )
             .name_rule(NameRule::Subdomain)
-            .strategy(CustomResources { structural });
+            .strategy(CustomResources {
+                structural: structural.clone(),
+            });
+            def.cel_schema = structural;
             def.singular = singular.clone();
             def.namespaced = text(crd, "/spec/scope") == "Namespaced";
             def.short_names = names("shortNames");
