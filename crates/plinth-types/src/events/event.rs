@@ -66,7 +66,7 @@ const RENAMED: [(&str, &str); 7] = [
     ("deprecatedFirstTimestamp", "firstTimestamp"),
     ("deprecatedLastTimestamp", "lastTimestamp"),
     ("deprecatedCount", "count"),
-    ("reportingController", "reportingController"),
+    ("reportingController", "reportingComponent"),
 ];
 
 fn rename(mut object: Value, to_core: bool) -> Value {
