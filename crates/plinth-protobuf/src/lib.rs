@@ -16,9 +16,11 @@
 mod decode;
 mod encode;
 mod generated;
+mod json;
 mod meta;
 mod types;
 
+pub use json::to_json;
 use plinth_core::ApiError;
 use prost::Message;
 use serde_json::{Value, json};

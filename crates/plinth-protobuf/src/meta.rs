@@ -8,10 +8,10 @@ use crate::encode::{many, one};
 
 /// `metav1.OwnerReference`.
 pub(crate) const OWNER_REFERENCE: &[Field] = &[
+    one("apiVersion", 5, Str),
     one("kind", 1, Str),
     one("name", 3, Str),
     one("uid", 4, Str),
-    one("apiVersion", 5, Str),
     one("controller", 6, Bool),
     one("blockOwnerDeletion", 7, Bool),
 ];

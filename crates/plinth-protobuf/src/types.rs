@@ -23,17 +23,17 @@ const LOCAL_OBJECT_REFERENCE: &[Field] = &[one("name", 1, Str)];
 
 const CONFIG_MAP: &[Field] = &[
     one("metadata", 1, Message(OBJECT_META)),
+    one("immutable", 4, Bool),
     one("data", 2, StringMap),
     one("binaryData", 3, BytesMap),
-    one("immutable", 4, Bool),
 ];
 
 const SECRET: &[Field] = &[
     one("metadata", 1, Message(OBJECT_META)),
-    one("data", 2, BytesMap),
-    one("type", 3, Str),
-    one("stringData", 4, StringMap),
     one("immutable", 5, Bool),
+    one("data", 2, BytesMap),
+    one("stringData", 4, StringMap),
+    one("type", 3, Str),
 ];
 
 const NAMESPACE_CONDITION: &[Field] = &[
@@ -117,9 +117,9 @@ const NON_RESOURCE_ATTRIBUTES: &[Field] = &[one("path", 1, Str), one("verb", 2, 
 
 const ACCESS_REVIEW_STATUS: &[Field] = &[
     one("allowed", 1, Bool),
+    one("denied", 4, Bool),
     one("reason", 2, Str),
     one("evaluationError", 3, Str),
-    one("denied", 4, Bool),
 ];
 
 const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
@@ -205,6 +205,7 @@ const TOKEN_REQUEST: &[Field] = &[
         2,
         Message(&[
             many("audiences", 1, Str),
+            one("expirationSeconds", 4, I64),
             one(
                 "boundObjectRef",
                 3,
@@ -215,7 +216,6 @@ const TOKEN_REQUEST: &[Field] = &[
                     one("uid", 4, Str),
                 ]),
             ),
-            one("expirationSeconds", 4, I64),
         ]),
     ),
     one(
@@ -232,13 +232,13 @@ const CERTIFICATE_SIGNING_REQUEST: &[Field] = &[
         2,
         Message(&[
             one("request", 1, Bytes),
+            one("signerName", 7, Str),
+            one("expirationSeconds", 8, I32),
+            many("usages", 5, Str),
             one("username", 2, Str),
             one("uid", 3, Str),
             many("groups", 4, Str),
-            many("usages", 5, Str),
             one("extra", 6, Map(&Strings)),
-            one("signerName", 7, Str),
-            one("expirationSeconds", 8, I32),
         ]),
     ),
     one(
@@ -250,11 +250,11 @@ const CERTIFICATE_SIGNING_REQUEST: &[Field] = &[
                 1,
                 Message(&[
                     one("type", 1, Str),
+                    one("status", 6, Str),
                     one("reason", 2, Str),
                     one("message", 3, Str),
                     one("lastUpdateTime", 4, Time),
                     one("lastTransitionTime", 5, Time),
-                    one("status", 6, Str),
                 ]),
             ),
             one("certificate", 2, Bytes),
@@ -462,9 +462,9 @@ const STATUS: &[Field] = &[
             one("name", 1, Str),
             one("group", 2, Str),
             one("kind", 3, Str),
+            one("uid", 6, Str),
             many("causes", 4, Message(STATUS_CAUSE)),
             one("retryAfterSeconds", 5, I32),
-            one("uid", 6, Str),
         ]),
     ),
     one("code", 6, I32),
@@ -568,11 +568,11 @@ static CRD_VERSION: [Field; 9] = [
     one("name", 1, Str),
     one("served", 2, Bool),
     one("storage", 3, Bool),
+    one("deprecated", 7, Bool),
+    one("deprecationWarning", 8, Str),
     one("schema", 4, Message(&CRD_VALIDATION)),
     one("subresources", 5, Message(CRD_SUBRESOURCES)),
     many("additionalPrinterColumns", 6, Message(CRD_COLUMN)),
-    one("deprecated", 7, Bool),
-    one("deprecationWarning", 8, Str),
     many("selectableFields", 9, Message(&[one("jsonPath", 1, Str)])),
 ];
 
@@ -584,9 +584,9 @@ const SERVICE_REFERENCE: &[Field] = &[
 ];
 
 const WEBHOOK_CLIENT_CONFIG: &[Field] = &[
+    one("url", 3, Str),
     one("service", 1, Message(SERVICE_REFERENCE)),
     one("caBundle", 2, Bytes),
-    one("url", 3, Str),
 ];
 
 const CRD_CONVERSION: &[Field] = &[

@@ -380,8 +380,7 @@ impl Registry {
         }
         let object = view(def, stored.decode()?);
         Self::selected(def, &object, options)
-            .then(|| serde_json::to_vec(&object).ok().map(bytes::Bytes::from))
-            .flatten()
+            .then(|| bytes::Bytes::from(plinth_protobuf::to_json(&object)))
             .map(ListItem::Encoded)
     }
 
@@ -522,11 +521,36 @@ impl EncodedList {
         plinth_protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
     }
 
-    /// The list's JSON, byte for byte what serialising [`EncodedList::to_value`] writes.
+    /// The list's JSON, byte for byte what [`plinth_protobuf::to_json`] writes of
+    /// [`EncodedList::to_value`]: a built-in list as Go writes it (`kind`, `apiVersion`,
+    /// `metadata`, `items`), a custom resource's with its keys sorted.
     pub fn to_json(&self) -> bytes::Bytes {
         let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
         let size: usize = self.items.iter().map(|i| i.json().len() + 1).sum();
         let mut out = Vec::with_capacity(size + 128);
+        let item_kind = self.kind.strip_suffix("List").unwrap_or_default();
+        if plinth_protobuf::has_message(&self.api_version, item_kind) {
+            out.extend_from_slice(b"{\"kind\":");
+            out.extend_from_slice(quoted(&self.kind).as_bytes());
+            out.extend_from_slice(b",\"apiVersion\":");
+            out.extend_from_slice(quoted(&self.api_version).as_bytes());
+            out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+            out.extend_from_slice(self.revision.to_string().as_bytes());
+            out.push(b'"');
+            if let Some(token) = &self.continue_token {
+                out.extend_from_slice(b",\"continue\":");
+                out.extend_from_slice(quoted(token).as_bytes());
+            }
+            out.extend_from_slice(b"},\"items\":[");
+            for (i, item) in self.items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(item.json());
+            }
+            out.extend_from_slice(b"]}");
+            return out.into();
+        }
         out.extend_from_slice(b"{\"apiVersion\":");
         out.extend_from_slice(quoted(&self.api_version).as_bytes());
         out.extend_from_slice(b",\"items\":[");

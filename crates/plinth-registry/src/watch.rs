@@ -96,7 +96,7 @@ impl WatchEvent {
         match &self.body {
             Body::Cached(stored) => line.extend_from_slice(stored.wire()),
             Body::Object(object) => {
-                line.extend_from_slice(&serde_json::to_vec(&**object).unwrap_or_default());
+                line.extend_from_slice(&plinth_protobuf::to_json(object));
             }
         }
         line.extend_from_slice(b"}\n");

@@ -194,7 +194,7 @@ pub(crate) fn encode(
         .collect();
     let stored = Stored(Arc::new(StoredObject {
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).
-        wire: serde_json::to_vec(&object).ok()?.into_boxed_slice().into(),
+        wire: plinth_protobuf::to_json(&object).into_boxed_slice().into(),
         revision,
         labels: (!labels.is_empty()).then(|| Arc::new(labels)),
         fields: field_values,

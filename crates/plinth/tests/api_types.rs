@@ -1384,3 +1384,91 @@ fn pod_security_labels_enforce_audit_and_warn_as_kubes_plugin() {
         plinth.kubectl(&["-n", ns, "delete", "pod", pod, "--wait=false"]);
     }
 }
+
+/// JSON as kube writes it: a built-in object's keys in its Go struct's order (`kind`,
+/// `apiVersion`, `metadata` with `name` first, `spec` before `status`, each nested struct in
+/// its own order) in a get, a list, a watch and an error; a custom resource's sorted, as
+/// Go writes the map it is.
+#[test]
+fn json_keys_come_in_kubes_order() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&[
+        "create",
+        "deployment",
+        "ordered",
+        "--image=busybox",
+        "--replicas=0",
+    ]);
+    let deployment = plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/ordered",
+    ]);
+    assert!(
+        deployment.starts_with(r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"ordered","namespace":"default","uid":"#),
+        "{deployment}"
+    );
+    let position = |text: &str, key: &str| {
+        text.find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    for (before, after) in [
+        ("spec", "status"),
+        ("replicas", "selector"),
+        ("selector", "template"),
+        ("template", "strategy"),
+        ("strategy", "revisionHistoryLimit"),
+        ("containers", "restartPolicy"),
+    ] {
+        assert!(
+            position(&deployment, before) < position(&deployment, after),
+            "{before} before {after}: {deployment}"
+        );
+    }
+    let list = plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/configmaps?limit=1",
+    ]);
+    assert!(
+        list.starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"#)
+            && list.contains(r#""items":[{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"kube-root-ca.crt""#),
+        "{list}"
+    );
+    // An error's Status, as kubectl's verbose log shows the body.
+    let verbose = plinth.kubectl_output(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/nowhere",
+        "-v=8",
+    ]);
+    let log = String::from_utf8_lossy(&verbose.stderr);
+    assert!(
+        // (kubectl logs the body quoted.)
+        log.contains(r#"body="{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":"#)
+            && log.contains(r#"\"reason\":\"NotFound\",\"details\":{\"name\":\"nowhere\",\"kind\":\"pods\"},\"code\":404}"#),
+        "{log}"
+    );
+
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: gadgets.order.example.com}\nspec:\n  group: order.example.com\n  scope: Namespaced\n  names: {plural: gadgets, singular: gadget, kind: Gadget}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n",
+    );
+    plinth.eventually("the CRD to be served", || {
+        plinth
+            .kubectl_stdin(&["apply", "-f", "-"], "apiVersion: order.example.com/v1\nkind: Gadget\nmetadata: {name: g}\nspec: {zeta: 1, alpha: 2}\n")
+            .status
+            .success()
+    });
+    let gadget = plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/order.example.com/v1/namespaces/default/gadgets/g",
+    ]);
+    assert!(
+        gadget.starts_with(
+            r#"{"apiVersion":"order.example.com/v1","kind":"Gadget","metadata":{"annotations":"#
+        ) && gadget.ends_with(r#""spec":{"alpha":2,"zeta":1}}"#),
+        "{gadget}"
+    );
+}

@@ -85,7 +85,7 @@ impl IntoResponse for ErrorResponse {
         if code.is_server_error() {
             tracing::error!(code = code.as_u16(), message = %self.0.message, "request failed");
         }
-        let body = serde_json::to_vec(&self.0.to_status()).unwrap_or_default();
+        let body = plinth_protobuf::to_json(&self.0.to_status());
         let mut response =
             (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
         if let Some(after) = self.0.details.retry_after_seconds

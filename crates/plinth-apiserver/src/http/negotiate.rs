@@ -188,7 +188,7 @@ pub(crate) fn respond(
         | Format::OpenApiV2Protobuf(_)
         | Format::Protobuf { .. } => (
             "application/json".to_owned(),
-            serde_json::to_vec(body).unwrap_or_default(),
+            plinth_protobuf::to_json(body),
         ),
     };
     with_body(code, &content_type, bytes, warnings)
