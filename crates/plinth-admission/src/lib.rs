@@ -15,6 +15,7 @@ mod annotations;
 mod call;
 pub mod controller;
 mod matching;
+mod noderestriction;
 pub mod podsecurity;
 pub mod policy;
 pub mod quota;
@@ -176,7 +177,8 @@ impl plinth_registry::admit::Admit for Admission {
         if !admits(request.def) {
             return Ok(Vec::new());
         }
-        // The built-in plugins first: PodSecurity.
+        // The built-in plugins first: NodeRestriction, PodSecurity.
+        noderestriction::admit(objects, request, object, old).await?;
         let mut warnings =
             podsecurity::admit(&self.pod_security, objects, request, object, old).await?;
         let webhooks = self.validating();
@@ -206,8 +208,8 @@ impl plinth_registry::admit::Admit for Admission {
         Ok(warnings)
     }
 
-    fn admits_deletes(&self) -> bool {
-        self.has_webhooks()
+    fn admits_deletes(&self, user: &plinth_registry::user::User) -> bool {
+        self.has_webhooks() || user.node().is_some()
     }
 }
 

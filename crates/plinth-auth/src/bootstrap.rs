@@ -27,9 +27,7 @@ fn cluster_role(name: &str, labels: Value, rules: Vec<Value>) -> Value {
     })
 }
 
-const READ: &[&str] = &["get", "list", "watch"];
-/// The group of node agents' identities (`system:node:<name>`).
-pub const NODES: &str = "system:nodes";
+pub use plinth_registry::user::NODES;
 /// The role Plinth's node agents hold (through [`NODES`]).
 pub const NODE_AGENT_ROLE: &str = "plinth:node-agent";
 
@@ -59,51 +57,24 @@ pub fn role_bindings() -> Vec<Value> {
     items("roleBindings")
 }
 
-/// What a node agent needs (kube gives nodes this through its Node authorizer and the
-/// `system:node` role; here a role bound to the `system:nodes` group).
+/// What a node agent needs beyond kube's Node authorizer (which grants the `system:node`
+/// role's rules and the objects of its own pods): the agent is also its node's service proxy,
+/// so it reads what `system:node-proxier` reads, and it records events.k8s.io Events.
 fn node_agent_role() -> Value {
     cluster_role(
         NODE_AGENT_ROLE,
         json!({}),
         vec![
+            rule(&["list", "watch"], &[""], &["services", "endpoints"]),
             rule(
-                &["get", "list", "watch", "create", "update", "patch"],
-                &[""],
-                &["nodes"],
+                &["list", "watch"],
+                &["discovery.k8s.io"],
+                &["endpointslices"],
             ),
-            rule(
-                &["patch", "update"],
-                &[""],
-                &["nodes/status", "pods/status"],
-            ),
-            rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
             rule(
                 &["create", "patch", "update"],
-                &["", "events.k8s.io"],
+                &["events.k8s.io"],
                 &["events"],
-            ),
-            rule(
-                READ,
-                &[""],
-                &["configmaps", "secrets", "services", "endpoints"],
-            ),
-            rule(
-                &["get"],
-                &[""],
-                &["persistentvolumeclaims", "persistentvolumes"],
-            ),
-            rule(READ, &["discovery.k8s.io"], &["endpointslices"]),
-            rule(&["create"], &[""], &["serviceaccounts/token"]),
-            rule(
-                &["get", "create", "update", "patch", "delete"],
-                &["coordination.k8s.io"],
-                &["leases"],
-            ),
-            rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-            rule(
-                &["create"],
-                &["authorization.k8s.io"],
-                &["subjectaccessreviews"],
             ),
         ],
     )

@@ -58,6 +58,15 @@ pub async fn start(registry: &Client, rbac: &Rbac) -> Result<(), plinth_core::Ap
             rbac.put(plural, item);
         }
     }
+    // The Node authorizer's graph, so that agents find their pods' objects from the start.
+    for (group, plural) in crate::node::NodeAuthorizer::FOLLOWED {
+        let Some(def) = registry.resources.get(group, "v1", plural) else {
+            continue;
+        };
+        let list = registry.list(&def, None, &ListOptions::default()).await?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        rbac.nodes.replace(plural, &items);
+    }
     aggregate(registry, rbac).await;
     Ok(())
 }
@@ -196,41 +205,72 @@ async fn aggregate(registry: &Client, rbac: &Rbac) {
     }
 }
 
-/// Starts one loop per RBAC resource; they end when `stopping` becomes true.
+/// Starts one loop per RBAC resource and per resource of the Node authorizer's graph; they
+/// end when `stopping` becomes true.
 pub fn spawn(registry: Client, rbac: Arc<Rbac>, stopping: watch::Receiver<bool>) {
     for plural in RESOURCES {
         tokio::spawn(follow(
             registry.clone(),
             rbac.clone(),
-            plural,
+            (GROUP, plural),
+            Follower::Rbac,
+            stopping.clone(),
+        ));
+    }
+    for resource in crate::node::NodeAuthorizer::FOLLOWED {
+        tokio::spawn(follow(
+            registry.clone(),
+            rbac.clone(),
+            resource,
+            Follower::Nodes,
             stopping.clone(),
         ));
     }
 }
 
-/// Lists `plural` and watches it from the list's revision, applying every change to `rbac`;
-/// after a break, lists again (replacing what it knew of the resource).
+/// Which part of the authorizer a followed resource feeds.
+#[derive(Clone, Copy)]
+enum Follower {
+    /// RBAC's objects (and ClusterRole aggregation after each change of ClusterRoles).
+    Rbac,
+    /// The Node authorizer's graph.
+    Nodes,
+}
+
+/// Lists `plural` of `group` and watches it from the list's revision, applying every change
+/// to the authorizer; after a break, lists again (replacing what it knew of the resource).
 async fn follow(
     registry: Client,
     rbac: Arc<Rbac>,
-    plural: &'static str,
+    (group, plural): (&'static str, &'static str),
+    follower: Follower,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let Some(def) = def(&registry, plural) else {
+    let Some(def) = registry.resources.get(group, "v1", plural) else {
         return;
+    };
+    let replace = |items: &[Value]| match follower {
+        Follower::Rbac => rbac.replace(plural, items),
+        Follower::Nodes => rbac.nodes.replace(plural, items),
+    };
+    let apply = |kind: &str, object: &Value| match (follower, kind) {
+        (Follower::Rbac, "DELETED") => rbac.remove(plural, object),
+        (Follower::Rbac, _) => rbac.put(plural, object),
+        (Follower::Nodes, "DELETED") => rbac.nodes.remove(plural, object),
+        (Follower::Nodes, _) => rbac.nodes.put(plural, object),
     };
     while !*stopping.borrow() {
         let listed = registry.list(&def, None, &ListOptions::default()).await;
         let list = match listed {
             Ok(list) => list,
             Err(e) => {
-                tracing::warn!(%plural, error = %e.message, "RBAC: list failed; retrying");
+                tracing::warn!(%plural, error = %e.message, "authorizer: list failed; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
         let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
-        rbac.replace(plural, &items);
+        replace(&items);
         if plural == "clusterroles" {
             aggregate(&registry, &rbac).await;
         }
@@ -246,7 +286,7 @@ async fn follow(
         let mut events = match registry.watch(def.clone(), None, options).await {
             Ok(events) => events,
             Err(e) => {
-                tracing::warn!(%plural, error = %e.message, "RBAC: watch failed; relisting");
+                tracing::warn!(%plural, error = %e.message, "authorizer: watch failed; relisting");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
@@ -258,8 +298,7 @@ async fn follow(
             };
             let Some(event) = event else { break };
             match event.kind {
-                "ADDED" | "MODIFIED" => rbac.put(plural, &event.object()),
-                "DELETED" => rbac.remove(plural, &event.object()),
+                kind @ ("ADDED" | "MODIFIED" | "DELETED") => apply(kind, &event.object()),
                 "ERROR" => break,
                 _ => continue,
             }

@@ -17,6 +17,7 @@
 pub mod bootstrap;
 pub mod controller;
 mod error;
+pub mod node;
 pub mod pki;
 pub mod rbac;
 pub mod serviceaccount;
@@ -236,7 +237,7 @@ pub fn impersonate(sender: User, headers: &HeaderMap, rbac: &rbac::Rbac) -> Resu
         let attributes = Attributes::check("impersonate", group, resource, namespace, object);
         match rbac.authorize(&sender, &attributes) {
             Decision::Allow(_) => Ok(()),
-            Decision::Deny => Err(attributes.forbidden(&sender, "")),
+            Decision::Deny(reason) => Err(attributes.forbidden(&sender, &reason)),
         }
     };
     match name

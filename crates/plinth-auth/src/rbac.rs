@@ -11,6 +11,8 @@ use serde_json::Value;
 use plinth_registry::authz::{Attributes, Authorizer, Decision, Rule, covers};
 use plinth_registry::user::{MASTERS, User};
 
+use crate::node::{NodeAuthorizer, NodeDecision};
+
 /// A `RoleRef` or a binding's subject.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Subject {
@@ -92,10 +94,12 @@ struct Index {
     cluster_role_bindings: HashMap<String, Binding>,
 }
 
-/// The RBAC state and authorizer.
+/// The RBAC state and authorizer, with the Node authorizer before it.
 #[derive(Debug, Default)]
 pub struct Rbac {
     index: RwLock<Index>,
+    /// The Node authorizer (kube's `--authorization-mode=Node,RBAC`).
+    pub nodes: NodeAuthorizer,
 }
 
 /// The four RBAC resources.
@@ -248,12 +252,19 @@ impl Rbac {
 }
 
 impl Authorizer for Rbac {
-    /// Whether `user` may do what `attributes` describe.
+    /// Whether `user` may do what `attributes` describe: kube's `Node,RBAC` authorization
+    /// modes — the Node authorizer for node agents, then RBAC; a denial carries the Node
+    /// authorizer's reason.
     fn authorize(&self, user: &User, attributes: &Attributes) -> Decision {
         if user.in_group(MASTERS) {
             return Decision::Allow(String::new());
         }
-        let mut decision = Decision::Deny;
+        let reason = match self.nodes.authorize(user, attributes) {
+            Some(NodeDecision::Allow) => return Decision::Allow(String::new()),
+            Some(NodeDecision::NoOpinion(why)) => why,
+            None => String::new(),
+        };
+        let mut decision = Decision::Deny(reason);
         self.visit(user, &attributes.namespace, |why, rules| {
             if rules.iter().any(|r| r.allows(attributes)) {
                 decision = Decision::Allow(why.to_owned());
@@ -390,13 +401,13 @@ mod tests {
         }
         assert_eq!(
             rbac.authorize(&User::new("carol", &[]), &get),
-            Decision::Deny
+            Decision::Deny(String::new())
         );
         let mut elsewhere = get.clone();
         elsewhere.namespace = "other".into();
         assert_eq!(
             rbac.authorize(&User::new("alice", &[]), &elsewhere),
-            Decision::Deny
+            Decision::Deny(String::new())
         );
         assert!(matches!(
             rbac.authorize(&User::new("root", &[MASTERS]), &elsewhere),

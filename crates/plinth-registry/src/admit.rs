@@ -98,6 +98,7 @@ pub trait Admit: Send + Sync + std::fmt::Debug {
         old: Option<&Value>,
     ) -> Result<Vec<String>, ApiError>;
 
-    /// Whether deletes need admitting at all (any webhook or policy in force).
-    fn admits_deletes(&self) -> bool;
+    /// Whether deletes by `user` need admitting at all (any webhook or policy in force, or a
+    /// node agent's, which NodeRestriction checks).
+    fn admits_deletes(&self, user: &User) -> bool;
 }

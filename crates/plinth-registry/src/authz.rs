@@ -31,6 +31,9 @@ pub struct Attributes {
     pub name: String,
     /// The request path (non-resource requests).
     pub path: String,
+    /// A list's or watch's `fieldSelector` (kube passes it to authorizers that use it: the
+    /// Node authorizer lets a node list the pods with `spec.nodeName=<itself>`).
+    pub field_selector: String,
 }
 
 /// The parts of a resource request the HTTP layer has parsed.
@@ -52,6 +55,8 @@ pub struct ResourceRequest<'a> {
     pub name: Option<&'a str>,
     /// Subresource.
     pub subresource: Option<&'a str>,
+    /// `fieldSelector`, as given.
+    pub field_selector: &'a str,
 }
 
 impl Attributes {
@@ -83,6 +88,7 @@ impl Attributes {
             subresource: request.subresource.unwrap_or("").to_owned(),
             name: request.name.unwrap_or("").to_owned(),
             path: String::new(),
+            field_selector: request.field_selector.to_owned(),
         }
     }
 
@@ -101,6 +107,7 @@ impl Attributes {
             subresource: subresource.to_owned(),
             name: name.to_owned(),
             path: String::new(),
+            field_selector: String::new(),
         }
     }
 
@@ -256,8 +263,9 @@ impl Rule {
 pub enum Decision {
     /// Allowed, with the reason (the binding that allowed it).
     Allow(String),
-    /// Not allowed by any rule (kube's RBAC has no opinion, and nothing else allows).
-    Deny,
+    /// Not allowed by any rule (no authorizer allows), with the reason an authorizer gave
+    /// (empty for none).
+    Deny(String),
 }
 
 /// Whether `held` grant everything `rule` does: each of its (verb, group, resource, name) or
@@ -366,6 +374,7 @@ mod tests {
             resource: "widgets",
             name,
             subresource: None,
+            field_selector: "",
         }
     }
 
@@ -404,6 +413,7 @@ mod tests {
             resource: "namespaces",
             name: None,
             subresource: None,
+            field_selector: "",
         };
         assert_eq!(
             Attributes::resource(&namespaces)
@@ -430,6 +440,7 @@ mod tests {
             resource: "namespaces",
             name: Some("team"),
             subresource: None,
+            field_selector: "",
         };
         assert_eq!(Attributes::resource(&get).namespace, "team");
     }

@@ -41,12 +41,12 @@ impl Registry {
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
         let key = def.key(namespace, name);
-        if admit.admits_deletes() && super::admit::admits(def) {
+        let user = options
+            .user
+            .clone()
+            .unwrap_or_else(super::admit::server_user);
+        if admit.admits_deletes(&user) && super::admit::admits(def) {
             let current = self.get(def, namespace, name).await?;
-            let user = options
-                .user
-                .clone()
-                .unwrap_or_else(super::admit::server_user);
             let mut delete_options =
                 json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
             if options.dry_run {

@@ -12,6 +12,8 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 /// The user of a request without credentials, when anonymous requests are allowed.
 pub const ANONYMOUS: &str = "system:anonymous";
+/// The group of node agents' identities (`system:node:<name>`).
+pub const NODES: &str = "system:nodes";
 
 /// An authenticated identity (kube's `user.Info`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -52,5 +54,15 @@ impl User {
     /// Whether the user is in `group`.
     pub fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
+    }
+
+    /// The node the user acts as (kube's node identity: group `system:nodes`, name
+    /// `system:node:<name>`): `Some("")` for a member of the group whose name does not say
+    /// which node, `None` for a user who is not a node.
+    pub fn node(&self) -> Option<&str> {
+        if !self.in_group(NODES) {
+            return None;
+        }
+        Some(self.name.strip_prefix("system:node:").unwrap_or(""))
     }
 }

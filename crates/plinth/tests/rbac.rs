@@ -1128,3 +1128,209 @@ fn anonymous_requests_only_where_allowed() {
     );
     assert_eq!(review.code, 403, "{}", review.body);
 }
+
+/// kube's Node authorizer and NodeRestriction for an agent's identity (`system:node:<name>`):
+/// it reads only the Secrets and ConfigMaps its own pods use, its own Node, and the pods
+/// bound to it (by field selector); it changes neither another node nor its own taints,
+/// creates only mirror pods, and deletes or updates the status only of pods bound to it —
+/// each refusal in kube's words.
+#[test]
+fn node_identities_reach_only_their_own_pods_objects() {
+    let plinth = start();
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {name: edge-1}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: edge-2}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: mine}
+stringData: {k: v}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: theirs}
+stringData: {k: v}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {k: v}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p1}
+spec:
+  nodeName: edge-1
+  volumes: [{name: s, secret: {secretName: mine}}]
+  containers:
+  - name: c
+    image: busybox
+    env: [{name: K, valueFrom: {configMapKeyRef: {name: settings, key: k}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p2}
+spec:
+  nodeName: edge-2
+  volumes: [{name: s, secret: {secretName: theirs}}]
+  containers: [{name: c, image: busybox}]
+"#,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
+        .args(["kubeconfig", "--data-dir"])
+        .arg(plinth.dir.path())
+        .args(["--user", "system:node:edge-1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kubeconfig = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let as_node = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
+        all.extend_from_slice(args);
+        plinth.kubectl_output(&all)
+    };
+    let allowed = |args: &[&str]| {
+        let out = as_node(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let refused = |args: &[&str], expected: &str| {
+        let out = as_node(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    };
+    // The Node authorizer: its pods' objects, its own Node, its pods by field selector.
+    plinth.eventually("the graph to hold the pods", || {
+        as_node(&["get", "secret", "mine"]).status.success()
+    });
+    allowed(&["get", "configmap", "settings"]);
+    refused(
+        &["get", "secret", "theirs"],
+        r#"secrets "theirs" is forbidden: User "system:node:edge-1" cannot get resource "secrets" in API group "" in the namespace "default": no relationship found between node 'edge-1' and this object"#,
+    );
+    refused(&["get", "secrets"], "No Object name found");
+    allowed(&["get", "node", "edge-1"]);
+    refused(
+        &["get", "node", "edge-2"],
+        "node 'edge-1' cannot read 'edge-2', only its own Node object",
+    );
+    refused(
+        &["get", "pods", "-A"],
+        "can only list/watch pods with spec.nodeName field selector",
+    );
+    let mine = allowed(&[
+        "get",
+        "pods",
+        "-A",
+        "--field-selector",
+        "spec.nodeName=edge-1",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(mine.trim(), "pod/p1");
+    refused(
+        &["get", "pod", "p2"],
+        "no relationship found between node 'edge-1' and this object",
+    );
+    refused(
+        &["delete", "configmap", "settings"],
+        "can only read resources of this type",
+    );
+
+    // NodeRestriction.
+    // Updates without a read first (a node may not read another node, nor pods/status): a
+    // PUT of the object as the admin reads it, changed.
+    let put = |path: &str, object: &Value| {
+        let out = plinth.kubectl_stdin(
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "replace",
+                "--raw",
+                path,
+                "-f",
+                "-",
+            ],
+            &object.to_string(),
+        );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut other = plinth.json(&["get", "node", "edge-2", "-o", "json"]);
+    other["metadata"]["labels"] = json!({"a": "b"});
+    let (done, stderr) = put("/api/v1/nodes/edge-2", &other);
+    assert!(
+        !done && stderr.contains(r#"nodes "edge-2" is forbidden: node "edge-1" is not allowed to modify node "edge-2""#),
+        "{stderr}"
+    );
+    refused(
+        &["taint", "node", "edge-1", "a=b:NoSchedule"],
+        r#"node "edge-1" is not allowed to modify taints"#,
+    );
+    refused(
+        &[
+            "label",
+            "node",
+            "edge-1",
+            "node-restriction.kubernetes.io/pool=x",
+        ],
+        "is not allowed to modify labels: node-restriction.kubernetes.io/pool",
+    );
+    allowed(&["label", "node", "edge-1", "topology.kubernetes.io/zone=z1"]);
+    refused(
+        &["delete", "pod", "p2", "--wait=false"],
+        r#"pods "p2" is forbidden: node "edge-1" can only delete pods with spec.nodeName set to itself"#,
+    );
+    let mut theirs = plinth.json(&["get", "pod", "p2", "-o", "json"]);
+    theirs["status"]["message"] = json!("x");
+    let (done, stderr) = put("/api/v1/namespaces/default/pods/p2/status", &theirs);
+    assert!(
+        !done && stderr.contains(r#"node "edge-1" can only update pod status for pods with spec.nodeName set to itself"#),
+        "{stderr}"
+    );
+    let mut own = plinth.json(&["get", "pod", "p1", "-o", "json"]);
+    own["status"]["message"] = json!("seen");
+    let (done, stderr) = put("/api/v1/namespaces/default/pods/p1/status", &own);
+    assert!(done, "{stderr}");
+    refused(
+        &[
+            "run",
+            "extra",
+            "--image=busybox",
+            "--overrides",
+            r#"{"spec":{"nodeName":"edge-1"}}"#,
+        ],
+        r#"pod does not have "kubernetes.io/config.mirror" annotation, node "edge-1" can only create mirror pods"#,
+    );
+    // Nothing refused was changed.
+    assert!(
+        plinth
+            .kubectl_output(&["get", "pod", "p2"])
+            .status
+            .success()
+    );
+    let edge_2 = plinth.json(&["get", "node", "edge-2", "-o", "json"]);
+    assert!(edge_2["metadata"]["labels"].get("a").is_none(), "{edge_2}");
+    allowed(&["delete", "pod", "p1", "--wait=false"]);
+    plinth.kubectl(&["delete", "pod", "p2", "--wait=false"]);
+}

@@ -427,6 +427,7 @@ fn attributes(target: &Target, request: &Request<'_>) -> plinth_auth::Attributes
             resource,
             name: name.as_deref(),
             subresource: subresource.as_deref(),
+            field_selector: request.query.get("fieldSelector").unwrap_or(""),
         }),
         _ => plinth_auth::Attributes::path(request.method.as_str(), request.uri.path()),
     }
@@ -524,8 +525,8 @@ async fn handle(
             ))
             .map(|r| (r, attributes.verb == "watch"));
     }
-    if state.rbac.authorize(&user, &attributes) == plinth_auth::Decision::Deny {
-        return Err(attributes.forbidden(&user, ""));
+    if let plinth_auth::Decision::Deny(reason) = state.rbac.authorize(&user, &attributes) {
+        return Err(attributes.forbidden(&user, &reason));
     }
     let long_running = attributes.verb == "watch";
     let _place = state.inflight.admit(&user, method, long_running).await?;

@@ -119,6 +119,7 @@ fn asked(kind: &str, spec: &Value) -> Result<Attributes, ApiError> {
             subresource: text(resource, "/subresource").to_owned(),
             name: text(resource, "/name").to_owned(),
             path: String::new(),
+            field_selector: text(resource, "/fieldSelector/rawSelector").to_owned(),
         });
     }
     if let Some(path) = spec.get("nonResourceAttributes").filter(|v| v.is_object()) {
@@ -141,7 +142,8 @@ fn asked(kind: &str, spec: &Value) -> Result<Attributes, ApiError> {
 fn answered(mut object: Value, decision: &Decision) -> Value {
     object["status"] = match decision {
         Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
-        Decision::Deny => json!({"allowed": false}),
+        Decision::Deny(reason) if reason.is_empty() => json!({"allowed": false}),
+        Decision::Deny(reason) => json!({"allowed": false, "reason": reason}),
     };
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("creationTimestamp".into(), Value::Null);

@@ -50,6 +50,9 @@ fn token<'a>(
             ApiError::invalid("authentication.k8s.io", "TokenRequest", &name, vec![cause])
         };
         let spec = request.get("spec").cloned().unwrap_or_else(|| json!({}));
+        if let Some(node) = asker.user.node() {
+            node_bound_token(asker, node, &name, &namespace, &spec).await?;
+        }
         let expiration = match spec.get("expirationSeconds") {
             None | Some(Value::Null) => plinth_registry::authz::DEFAULT_EXPIRATION,
             Some(v) => v.as_i64().ok_or_else(|| {
@@ -170,4 +173,54 @@ impl Strategy for ServiceAccounts {
             ("imagePullSecrets", ListMerge::Keyed("name")),
         ]
     }
+}
+
+/// kube's NodeRestriction for token requests: a node asks only for tokens bound to a pod of
+/// its own (that exists, with the uid given).
+async fn node_bound_token(
+    asker: &Asker<'_>,
+    node: &str,
+    account: &str,
+    namespace: &str,
+    spec: &Value,
+) -> Result<(), ApiError> {
+    let forbid = |why: &str| {
+        ApiError::forbidden(
+            Some(&plinth_core::gvk::GroupResource::new("", "serviceaccounts")),
+            account,
+            why,
+        )
+    };
+    let reference = &spec["boundObjectRef"];
+    if reference["kind"] != "Pod" {
+        return Err(forbid("node requested token not bound to a pod"));
+    }
+    let uid = reference["uid"].as_str().unwrap_or("");
+    if uid.is_empty() {
+        return Err(forbid(
+            "node requested token with a pod binding without a uid",
+        ));
+    }
+    let Some(pods) = asker.objects.resource("", "v1", "pods") else {
+        return Ok(());
+    };
+    let pod = asker
+        .objects
+        .get(
+            &pods,
+            Some(namespace),
+            reference["name"].as_str().unwrap_or(""),
+        )
+        .await?;
+    if pod["metadata"]["uid"] != uid {
+        return Err(forbid(&format!(
+            "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+        )));
+    }
+    if pod["spec"]["nodeName"] != node {
+        return Err(forbid(
+            "node requested token bound to a pod scheduled on a different node",
+        ));
+    }
+    Ok(())
 }
