@@ -426,3 +426,28 @@ pub fn client_tls(
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
+
+/// Sends `request` over plain HTTP/1 to `address` (`ip:port`: a pod, as the API server's
+/// pod and Service proxies reach one) and returns the answer as it comes.
+///
+/// # Errors
+/// kube's wording of a failed dial or exchange (`dial tcp …: connection refused`).
+pub async fn forward(
+    address: &str,
+    request: HttpRequest<Body>,
+) -> Result<axum::http::Response<hyper::body::Incoming>, String> {
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| format!("dial tcp {address}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())
+}

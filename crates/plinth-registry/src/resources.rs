@@ -353,6 +353,13 @@ pub struct ConnectRequest<'a> {
     pub nodes: &'a dyn NodeDialer,
     /// The path after the subresource (`proxy/<path>`), without its leading `/`.
     pub tail: String,
+    /// For a proxy, the port (and scheme) the request's name carried: kube's
+    /// `[scheme:]name[:port]` (`web:8080`, `https:web:443`); empty when not given.
+    pub port: String,
+    /// The scheme part of that name (`http`, `https`), empty when not given.
+    pub scheme: String,
+    /// The request's body.
+    pub body: bytes::Bytes,
 }
 
 impl ConnectRequest<'_> {

@@ -2068,3 +2068,81 @@ fn the_node_agent_answers_the_kubelets_paths_through_the_node_proxy() {
     );
     delete_all_pods(&plinth);
 }
+
+/// `pods/<name>[:port]/proxy/<path>` and `services/<[scheme:]name[:port]>/proxy/<path>`
+/// through kubectl: the API server forwards to the pod (at the port named, else its first
+/// container port), or to a ready endpoint of the Service's port; a Service without one is
+/// kube's 503, as is a pod port nothing listens on.
+#[test]
+fn pods_and_services_are_reached_through_the_api_servers_proxy() {
+    let plinth = with_node("node-p");
+    plinth.kubectl_with(&["apply", "-f", "-"], WEB);
+    plinth.kubectl_with(&["apply", "-f", "-"], &web_pod("web-1"));
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/web-1",
+        "--timeout=120s",
+    ]);
+    for path in [
+        "/api/v1/namespaces/default/pods/web-1/proxy/",
+        "/api/v1/namespaces/default/pods/web-1:8080/proxy/index.html",
+        "/api/v1/namespaces/default/pods/http:web-1:8080/proxy/",
+    ] {
+        assert_eq!(
+            plinth.kubectl(&["get", "--raw", path]).trim(),
+            "web-1",
+            "{path}"
+        );
+    }
+    plinth.eventually("the Service to have its endpoint", || {
+        plinth
+            .kubectl_output(&[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/services/web:http/proxy/",
+            ])
+            .stdout
+            == b"web-1\n"
+    });
+    for path in [
+        "/api/v1/namespaces/default/services/web/proxy/index.html",
+        "/api/v1/namespaces/default/services/http:web:80/proxy/",
+    ] {
+        assert_eq!(
+            plinth.kubectl(&["get", "--raw", path]).trim(),
+            "web-1",
+            "{path}"
+        );
+    }
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: empty}\nspec:\n  selector: {app: nothing}\n  ports: [{port: 80}]\n",
+    );
+    let none = plinth.kubectl_fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/services/empty/proxy/",
+    ]);
+    assert!(
+        none.contains(r#"no endpoints available for service \"empty\""#)
+            || none.contains(r#"no endpoints available for service "empty""#),
+        "{none}"
+    );
+    let closed = plinth.kubectl_fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web-1:9/proxy/",
+    ]);
+    assert!(
+        closed.contains("ServiceUnavailable") || closed.contains("error trying to reach service"),
+        "{closed}"
+    );
+    let missing = plinth.kubectl_fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/nobody:80/proxy/",
+    ]);
+    assert!(missing.contains(r#"pods "nobody" not found"#), "{missing}");
+    plinth.kubectl(&["delete", "pod", "web-1", "--wait=false"]);
+}

@@ -203,6 +203,15 @@ impl Call<'_> {
                 .name
                 .as_deref()
                 .ok_or_else(ApiError::method_not_allowed)?;
+            // A proxy's name may carry a scheme and a port: `[scheme:]name[:port]`.
+            let (scheme, name, port) = match self.subresource.as_deref() {
+                Some("proxy") => match name.split(':').collect::<Vec<_>>().as_slice() {
+                    [name, port] => ("", *name, *port),
+                    [scheme, name, port] => (*scheme, *name, *port),
+                    _ => ("", name, ""),
+                },
+                _ => ("", name, ""),
+            };
             let object = self
                 .registry()
                 .get(&self.def, self.namespace()?, name)
@@ -221,6 +230,9 @@ impl Call<'_> {
                 objects: &objects,
                 nodes: &*self.state.nodes,
                 tail: self.tail.clone().unwrap_or_default(),
+                port: port.to_owned(),
+                scheme: scheme.to_owned(),
+                body,
             };
             return connect(request).await;
         }

@@ -11,6 +11,7 @@ pub mod persistentvolume;
 pub mod pod;
 pub mod podspec;
 pub mod podtemplate;
+mod proxy;
 pub mod replicationcontroller;
 pub mod resourcequota;
 pub mod secret;

@@ -30,6 +30,8 @@ pub fn resource() -> ResourceDef {
         .short_names(&["svc"])
         .categories(&["all"])
         .with_status()
+        .connect("proxy", crate::core::proxy::service)
+        .discovered("proxy", Some(("", "v1", "ServiceProxyOptions")), &["create", "delete", "get", "patch", "update"])
         .selectable(&["spec.clusterIP", "spec.type"])
         .columns(vec![
             column("Type", "string", "The type of the service.", 0, |o, _| json!(text(o, "/spec/type", "ClusterIP"))),

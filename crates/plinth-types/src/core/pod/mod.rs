@@ -68,6 +68,8 @@ pub fn resource() -> ResourceDef {
         .connect("exec", exec)
         .connect("attach", attach)
         .connect("portforward", port_forward)
+        .connect("proxy", crate::core::proxy::pod)
+        .discovered("proxy", Some(("", "v1", "PodProxyOptions")), &["create", "delete", "get", "patch", "update"])
         .discovered("attach", Some(("", "v1", "PodAttachOptions")), &["create", "get"])
         .discovered("binding", Some(("", "v1", "Binding")), &["create"])
         .discovered("eviction", Some(("policy", "v1", "Eviction")), &["create"])
