@@ -50,6 +50,17 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The validation of an update through `subresource`, when the type validates it apart
+    /// from [`Strategy::validate`] (a pod's `ephemeralcontainers`); `None`: as any update.
+    fn validate_subresource(
+        &self,
+        _subresource: &str,
+        _object: &Value,
+        _old: &Value,
+    ) -> Option<Vec<Cause>> {
+        None
+    }
+
     /// Records who creates the object, for the types that keep it (a
     /// CertificateSigningRequest's `spec.username` and groups); called before
     /// [`Strategy::prepare_create`] for requests from users.

@@ -126,11 +126,13 @@ impl Registry {
     }
 
     /// The checks every write makes on the object it would store: metadata for every type,
-    /// then the strategy's.
+    /// then the strategy's (for an update through `subresource`, the strategy's own check of
+    /// it when it has one).
     pub fn validate(
         def: &ResourceDef,
         object: &Value,
         old: Option<&Value>,
+        subresource: &str,
     ) -> Result<(), ApiError> {
         let name = plinth_core::meta::name(object).unwrap_or("");
         let mut causes = Vec::new();
@@ -162,7 +164,8 @@ impl Registry {
                 }
             }
         }
-        causes.extend(def.strategy.validate(object, old));
+        let own = old.and_then(|old| def.strategy.validate_subresource(subresource, object, old));
+        causes.extend(own.unwrap_or_else(|| def.strategy.validate(object, old)));
         if causes.is_empty() {
             Ok(())
         } else {
@@ -295,7 +298,7 @@ impl Registry {
             Self::check_mutated(def, &mut object)?;
         }
         Self::prepare_create(def, &mut object, namespace)?;
-        Self::validate(def, &object, None)?;
+        Self::validate(def, &object, None, "")?;
         if let Some(requester) = &options.requester {
             def.strategy.admit(&object, None, requester)?;
         }
@@ -525,7 +528,7 @@ impl Registry {
                     }
                 }
                 finish_update(def, &current, &mut new);
-                Self::validate(def, &new, Some(&current))?;
+                Self::validate(def, &new, Some(&current), part.subresource())?;
                 if let Some(requester) = &options.requester {
                     def.strategy.admit(&new, Some(&current), requester)?;
                 }

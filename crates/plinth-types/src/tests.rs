@@ -92,8 +92,8 @@ mod properties {
                 };
                 let steps = Registry::check_body(&def, &mut body, &options)
                     .and_then(|_| Registry::prepare_create(&def, &mut body, Some("default")))
-                    .and_then(|()| Registry::validate(&def, &body, None))
-                    .and_then(|()| Registry::validate(&def, &body, Some(&old)));
+                    .and_then(|()| Registry::validate(&def, &body, None, ""))
+                    .and_then(|()| Registry::validate(&def, &body, Some(&old), ""));
                 if let Err(e) = steps {
                     prop_assert!(client_error(&e), "{}: {} {}", def.kind, e.code(), e.message);
                 }

@@ -2146,3 +2146,146 @@ fn pods_and_services_are_reached_through_the_api_servers_proxy() {
     assert!(missing.contains(r#"pods "nobody" not found"#), "{missing}");
     plinth.kubectl(&["delete", "pod", "web-1", "--wait=false"]);
 }
+
+/// `kubectl debug` into a running pod: the ephemeral container is added through
+/// `pods/<name>/ephemeralcontainers`, the agent starts it in the pod, reports it in
+/// `ephemeralContainerStatuses`, attaches to it (`-i`) and keeps its logs; existing ephemeral
+/// containers cannot be changed or removed, and none can be set on create — kube's 422s.
+#[test]
+fn kubectl_debug_runs_an_ephemeral_container_in_a_running_pod() {
+    let plinth = with_node("node-d");
+    plinth.kubectl_with(&["apply", "-f", "-"], &web_pod("web-1"));
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/web-1",
+        "--timeout=120s",
+    ]);
+    let attached = plinth.kubectl_stdin(
+        &[
+            "debug",
+            "-i",
+            "web-1",
+            "--image=busybox:1.36",
+            "--container=probe",
+            "--target=web",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo got $line",
+        ],
+        "hello\n",
+    );
+    let stdout = String::from_utf8_lossy(&attached.stdout);
+    assert!(
+        attached.status.success() && stdout.contains("got hello"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&attached.stderr)
+    );
+    plinth.eventually("the ephemeral container to finish", || {
+        let pod = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+        pod["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    });
+    let pod = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+    assert_eq!(
+        pod["spec"]["ephemeralContainers"][0]["name"], "probe",
+        "{pod}"
+    );
+    assert_eq!(
+        pod["spec"]["ephemeralContainers"][0]["targetContainerName"],
+        "web"
+    );
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["ready"], true,
+        "the pod stays ready: {pod}"
+    );
+    let logs = plinth.kubectl(&["logs", "web-1", "-c", "probe"]);
+    assert!(logs.contains("got hello"), "{logs}");
+    // A second, detached debugger joins the first.
+    plinth.kubectl(&[
+        "debug",
+        "web-1",
+        "--image=busybox:1.36",
+        "--container=second",
+        "--",
+        "true",
+    ]);
+    plinth.eventually("both ephemeral containers to be reported", || {
+        let pod = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+        pod["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    });
+
+    // Bad input: kube's 422s, nothing changed.
+    let mut changed = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+    changed["spec"]["ephemeralContainers"][0]["image"] = "busybox:other".into();
+    let out = plinth.kubectl_stdin(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
+            "-f",
+            "-",
+        ],
+        &changed.to_string(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"existing ephemeral containers \"probe\" may not be changed"#)
+            || stderr.contains(r#"existing ephemeral containers "probe" may not be changed"#),
+        "{stderr}"
+    );
+    let mut removed = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+    removed["spec"]["ephemeralContainers"] = serde_json::json!([]);
+    let out = plinth.kubectl_stdin(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
+            "-f",
+            "-",
+        ],
+        &removed.to_string(),
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("may not be removed"));
+    let mut ported = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+    ported["spec"]["ephemeralContainers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "third", "image": "busybox:1.36", "ports": [{"containerPort": 9}], "targetContainerName": "nowhere"}));
+    let out = plinth.kubectl_stdin(
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
+            "-f",
+            "-",
+        ],
+        &ported.to_string(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "spec.ephemeralContainers[2].ports: Forbidden: cannot be set for an Ephemeral Container"
+        ) && (stderr.contains(
+            r#"spec.ephemeralContainers[2].targetContainerName: Not found: \"nowhere\""#
+        ) || stderr
+            .contains(r#"spec.ephemeralContainers[2].targetContainerName: Not found: "nowhere""#)),
+        "{stderr}"
+    );
+    let pod = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
+    assert_eq!(
+        pod["spec"]["ephemeralContainers"].as_array().unwrap().len(),
+        2
+    );
+    let created = plinth.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: early}\nspec:\n  containers: [{name: c, image: busybox:1.36}]\n  ephemeralContainers: [{name: e, image: busybox:1.36}]\n",
+    );
+    assert!(
+        String::from_utf8_lossy(&created.stderr)
+            .contains("spec.ephemeralContainers: Forbidden: cannot be set on create")
+    );
+    plinth.kubectl(&["delete", "pod", "web-1", "--wait=false"]);
+}

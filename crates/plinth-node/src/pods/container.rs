@@ -140,6 +140,7 @@ impl Worker {
                         "OnFailure" => code != 0,
                         _ => false,
                     },
+                    Kind::Ephemeral => false,
                 };
             if !restart {
                 return (!stopping).then_some(code);
@@ -317,7 +318,8 @@ impl Worker {
                 started_at: started_text.clone(),
             };
             s.started = !has_startup;
-            s.ready = kind != Kind::Init && !has_startup && !has_readiness;
+            s.ready =
+                !matches!(kind, Kind::Init | Kind::Ephemeral) && !has_startup && !has_readiness;
             s.container_id = format!("plinth://{uid}-{name}-{run}");
         });
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);

@@ -11,6 +11,9 @@ pub(super) enum Kind {
     Init,
     Sidecar,
     Regular,
+    /// Added to a running pod (`kubectl debug`); never restarted, never counted for
+    /// readiness.
+    Ephemeral,
 }
 
 /// A container's state (kube's `ContainerState`): one of waiting, running, terminated.
@@ -206,6 +209,15 @@ pub(super) fn containers(pod: &Pod) -> Vec<(Kind, Value)> {
         all.push((Kind::Regular, c.clone()));
     }
     all
+}
+
+/// A pod's ephemeral containers.
+pub(super) fn ephemeral(pod: &Pod) -> Vec<Value> {
+    let spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(Value::Null);
+    spec["ephemeralContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -169,7 +169,9 @@ impl Worker {
                         .statuses
                         .iter()
                         .filter(|s| {
-                            s.kind != Kind::Regular && !s.state.is_terminated() && !s.started
+                            matches!(s.kind, Kind::Init | Kind::Sidecar)
+                                && !s.state.is_terminated()
+                                && !s.started
                         })
                         .map(|s| s.name.clone())
                         .collect();
@@ -190,7 +192,13 @@ impl Worker {
         let init: Vec<Value> = state
             .statuses
             .iter()
-            .filter(|s| s.kind != Kind::Regular)
+            .filter(|s| matches!(s.kind, Kind::Init | Kind::Sidecar))
+            .map(Status::to_json)
+            .collect();
+        let ephemeral: Vec<Value> = state
+            .statuses
+            .iter()
+            .filter(|s| s.kind == Kind::Ephemeral)
             .map(Status::to_json)
             .collect();
         let main: Vec<Value> = state
@@ -211,6 +219,9 @@ impl Worker {
         });
         if !init.is_empty() {
             status["initContainerStatuses"] = json!(init);
+        }
+        if !ephemeral.is_empty() {
+            status["ephemeralContainerStatuses"] = json!(ephemeral);
         }
         status
     }

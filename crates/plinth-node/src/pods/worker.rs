@@ -191,8 +191,9 @@ impl Worker {
         let writer = tokio::spawn(worker.clone().write_status());
         let lifecycle = tokio::spawn(worker.clone().lifecycle());
         let refresher = tokio::spawn(worker.clone().refresh_volumes());
-        // Follow the pod until it is deleted.
+        // Follow the pod until it is deleted; ephemeral containers start as they are added.
         let mut deleted_from_api = false;
+        let mut debuggers = Vec::new();
         loop {
             let current = updates.borrow_and_update().clone();
             match current {
@@ -203,8 +204,14 @@ impl Worker {
                 Some(pod) => {
                     let grace = pod.metadata.deletion_grace_period_seconds;
                     let deleting = pod.metadata.deletion_timestamp.is_some();
+                    let added = worker.added_ephemeral(&pod);
                     if let Ok(mut current) = worker.pod.lock() {
                         *current = pod;
+                    }
+                    for container in added {
+                        debuggers.push(tokio::spawn(
+                            worker.clone().supervise(container, Kind::Ephemeral),
+                        ));
                     }
                     if deleting {
                         let seconds = u64::try_from(grace.unwrap_or(0).max(0)).unwrap_or(0);
@@ -226,6 +233,9 @@ impl Worker {
             }
         }
         let _ = lifecycle.await;
+        for debugger in debuggers {
+            let _ = debugger.await;
+        }
         refresher.abort();
         worker.changed.notify_one();
         let pod = worker.current();
@@ -290,6 +300,40 @@ impl Worker {
                 },
             )
             .await;
+    }
+
+    /// The ephemeral containers of `pod` the worker has not seen yet, each given a status
+    /// (waiting to be created) — none once the pod is stopping.
+    fn added_ephemeral(&self, pod: &Pod) -> Vec<Value> {
+        if self.terminating() {
+            return Vec::new();
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return Vec::new();
+        };
+        let mut added = Vec::new();
+        for container in super::state::ephemeral(pod) {
+            let name = container["name"].as_str().unwrap_or("").to_owned();
+            if name.is_empty() || state.statuses.iter().any(|s| s.name == name) {
+                continue;
+            }
+            state.statuses.push(Status {
+                name,
+                image: container["image"].as_str().unwrap_or("").to_owned(),
+                kind: Kind::Ephemeral,
+                state: ContainerState::waiting("ContainerCreating", ""),
+                last_state: None,
+                ready: false,
+                started: false,
+                restart_count: 0,
+                container_id: String::new(),
+            });
+            added.push(container);
+        }
+        if !added.is_empty() {
+            self.changed.notify_one();
+        }
+        added
     }
 
     pub(super) fn current(&self) -> Pod {

@@ -69,6 +69,7 @@ pub fn resource() -> ResourceDef {
         .connect("attach", attach)
         .connect("portforward", port_forward)
         .connect("proxy", crate::core::proxy::pod)
+        .field_subresource("ephemeralcontainers", "/spec/ephemeralContainers", &["get", "patch", "update"])
         .discovered("proxy", Some(("", "v1", "PodProxyOptions")), &["create", "delete", "get", "patch", "update"])
         .discovered("attach", Some(("", "v1", "PodAttachOptions")), &["create", "get"])
         .discovered("binding", Some(("", "v1", "Binding")), &["create"])
@@ -230,6 +231,44 @@ fn service_account(object: &mut Value) {
 #[derive(Debug)]
 struct Pods;
 
+/// kube's `ValidatePodEphemeralContainersUpdate`: the pod's spec valid with its new ephemeral
+/// containers, none of the existing ones removed or changed, and no static pod.
+fn ephemeral_update(object: &Value, old: &Value) -> Vec<Cause> {
+    if old
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some()
+    {
+        return vec![Cause::forbidden(
+            "",
+            "static pods do not support ephemeral containers",
+        )];
+    }
+    let mut causes = validate_pod_spec(object.get("spec").unwrap_or(&Value::Null), "spec");
+    let new = object["spec"]["ephemeralContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for before in old["spec"]["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = before["name"].as_str().unwrap_or("");
+        match new.iter().find(|c| c["name"] == before["name"]) {
+            None => causes.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                &format!("existing ephemeral containers {name:?} may not be removed\n"),
+            )),
+            Some(now) if now != before => causes.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                &format!("existing ephemeral containers {name:?} may not be changed\n"),
+            )),
+            Some(_) => {}
+        }
+    }
+    causes
+}
+
 /// The spec with what a pod update may change cleared, for comparing two specs.
 fn frozen(spec: &Value) -> Value {
     let mut spec = spec.clone();
@@ -270,9 +309,28 @@ impl Strategy for Pods {
         }
     }
 
+    fn validate_subresource(
+        &self,
+        subresource: &str,
+        object: &Value,
+        old: &Value,
+    ) -> Option<Vec<Cause>> {
+        (subresource == "ephemeralcontainers").then(|| ephemeral_update(object, old))
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let spec = object.get("spec").unwrap_or(&Value::Null);
         let mut causes = validate_pod_spec(spec, "spec");
+        if old.is_none()
+            && spec["ephemeralContainers"]
+                .as_array()
+                .is_some_and(|e| !e.is_empty())
+        {
+            causes.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                "cannot be set on create",
+            ));
+        }
         if let Some(old) = old {
             let before = old.get("spec").unwrap_or(&Value::Null);
             // Binding (the scheduler's, `pods/<name>/binding`) sets the node once.

@@ -143,7 +143,7 @@ pub fn default_pod_spec(spec: &mut Value) {
     {
         s.insert("serviceAccountName".into(), json!(name));
     }
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         for c in s
             .get_mut(list)
             .and_then(Value::as_array_mut)
@@ -420,6 +420,82 @@ fn validate_container(
     }
 }
 
+/// The fields of an ephemeral container besides those of kube's allow list, in the order
+/// of Go's `EphemeralContainerCommon` (each refused: "cannot be set for an Ephemeral
+/// Container").
+const NOT_FOR_EPHEMERAL: [&str; 8] = [
+    "ports",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+];
+
+/// kube's `validateEphemeralContainers`: each is a container (as a pod's are), named
+/// uniquely among all the pod's containers, targeting one of the others if it names one,
+/// with none of the fields an ephemeral container cannot have.
+fn validate_ephemeral_containers(
+    spec: &Value,
+    path: &str,
+    volumes: &[String],
+    others: &[String],
+    causes: &mut Vec<Cause>,
+) {
+    let mut names: Vec<String> = others.to_vec();
+    for (i, container) in items(spec, "ephemeralContainers").iter().enumerate() {
+        let p = format!("{path}.ephemeralContainers[{i}]");
+        let mut common = container.clone();
+        if let Some(c) = common.as_object_mut() {
+            for field in NOT_FOR_EPHEMERAL {
+                c.remove(field);
+            }
+        }
+        validate_container(&p, &common, volumes, false, causes);
+        let name = text(container, "name");
+        if names.iter().any(|n| n == name) {
+            causes.push(Cause::duplicate(format!("{p}.name"), name));
+        } else if !name.is_empty() {
+            names.push(name.to_owned());
+        }
+        let target = text(container, "targetContainerName");
+        if !target.is_empty() && !others.iter().any(|o| o == target) {
+            causes.push(Cause::new(
+                "FieldValueNotFound",
+                format!("{p}.targetContainerName"),
+                format!("Not found: {target:?}"),
+            ));
+        }
+        for field in NOT_FOR_EPHEMERAL {
+            let set = container.get(field).is_some_and(|v| match v {
+                Value::Null => false,
+                Value::Array(a) => !a.is_empty(),
+                Value::Object(o) => !o.is_empty(),
+                Value::String(s) => !s.is_empty(),
+                _ => true,
+            });
+            if set {
+                causes.push(Cause::forbidden(
+                    format!("{p}.{field}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        for (j, mount) in items(container, "volumeMounts").iter().enumerate() {
+            for field in ["subPath", "subPathExpr"] {
+                if !text(mount, field).is_empty() {
+                    causes.push(Cause::forbidden(
+                        format!("{p}.volumeMounts[{j}].{field}"),
+                        "cannot be set for an Ephemeral Container",
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// The causes of an invalid `PodSpec` at `path` (`spec`, `spec.template.spec`).
 pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -488,6 +564,7 @@ pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
             }
         }
     }
+    validate_ephemeral_containers(spec, path, &volumes, &names, &mut causes);
     if let Some(policy) = spec.get("restartPolicy").and_then(Value::as_str)
         && !RESTART_POLICIES.contains(&policy)
     {
