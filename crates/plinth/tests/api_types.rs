@@ -1472,3 +1472,194 @@ fn json_keys_come_in_kubes_order() {
         "{gadget}"
     );
 }
+
+/// `kubectl auth can-i --list` for users bound to `admin`, `edit` and `view`: every permission
+/// of kube 1.32's aggregated roles (the rules of `system:aggregate-to-{admin,edit,view}`, which
+/// kube's `admin`, `edit` and `view` gather) is listed, as on a kube cluster.
+#[test]
+fn can_i_list_shows_kubes_admin_edit_and_view_permissions() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "team"]);
+    for (user, role) in [("alice", "admin"), ("carl", "edit"), ("bob", "view")] {
+        plinth.kubectl(&[
+            "create",
+            "rolebinding",
+            &format!("{user}-{role}"),
+            &format!("--clusterrole={role}"),
+            &format!("--user={user}"),
+            "-n",
+            "team",
+        ]);
+    }
+    let policy: Value =
+        serde_json::from_str(include_str!("../../plinth-auth/src/bootstrap-policy.json")).unwrap();
+    let rules_of = |role: &str| -> Vec<Value> {
+        policy["clusterRoles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metadata"]["name"] == role)
+            .map(|r| r["rules"].as_array().unwrap().clone())
+            .unwrap()
+    };
+    // Each role gathers its own aggregate and the weaker ones'.
+    let gathered = [
+        (
+            "alice",
+            vec![
+                "system:aggregate-to-admin",
+                "system:aggregate-to-edit",
+                "system:aggregate-to-view",
+            ],
+        ),
+        (
+            "carl",
+            vec!["system:aggregate-to-edit", "system:aggregate-to-view"],
+        ),
+        ("bob", vec!["system:aggregate-to-view"]),
+    ];
+    for (user, roles) in gathered {
+        let mut expected: Vec<(String, String)> = Vec::new();
+        for rule in roles.iter().flat_map(|r| rules_of(r)) {
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    let (group, resource) = (group.as_str().unwrap(), resource.as_str().unwrap());
+                    // kubectl names a subresource after its resource's group: `deployments.apps/scale`.
+                    let (base, sub) = resource
+                        .split_once('/')
+                        .map_or((resource, String::new()), |(b, s)| (b, format!("/{s}")));
+                    let name = if group.is_empty() {
+                        resource.to_owned()
+                    } else {
+                        format!("{base}.{group}{sub}")
+                    };
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        expected.push((name.clone(), verb.as_str().unwrap().to_owned()));
+                    }
+                }
+            }
+        }
+        plinth.eventually(&format!("{user}'s list to show every permission"), || {
+            let listed = plinth.kubectl(&["auth", "can-i", "--list", "-n", "team", "--as", user]);
+            // Each row: resource, non-resource URLs, resource names, verbs.
+            let rows: Vec<(String, String)> = listed
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let resource = line.split_whitespace().next()?.to_owned();
+                    let verbs = line.rsplit_once('[')?.1.trim_end_matches(']').to_owned();
+                    Some((resource, verbs))
+                })
+                .collect();
+            expected.iter().all(|(resource, verb)| {
+                rows.iter().any(|(r, verbs)| {
+                    r == resource && (verbs.split(' ').any(|v| v == verb || v == "*"))
+                })
+            })
+        });
+    }
+    // And nothing more than view allows for bob.
+    let listed = plinth.kubectl(&["auth", "can-i", "--list", "-n", "team", "--as", "bob"]);
+    assert!(
+        !listed.lines().any(|l| l.starts_with("secrets ")),
+        "{listed}"
+    );
+}
+
+/// `kubectl create ingress|poddisruptionbudget|priorityclass`: the objects kubectl's
+/// generators write are stored as kube stores them, and shown in kube's columns.
+#[test]
+fn kubectl_create_generators_for_the_new_types() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&[
+        "create",
+        "ingress",
+        "simple",
+        "--class=default",
+        "--rule=foo.com/bar*=svc1:8080,tls=my-cert",
+    ]);
+    let ingress = plinth.json(&["get", "ingress", "simple", "-o", "json"]);
+    assert_eq!(ingress["spec"]["ingressClassName"], "default");
+    assert_eq!(ingress["spec"]["rules"][0]["host"], "foo.com");
+    let path = &ingress["spec"]["rules"][0]["http"]["paths"][0];
+    assert_eq!(
+        (path["path"].as_str(), path["pathType"].as_str()),
+        (Some("/bar"), Some("Prefix")),
+        "{ingress}"
+    );
+    assert_eq!(path["backend"]["service"]["port"]["number"], 8080);
+    assert_eq!(ingress["spec"]["tls"][0]["secretName"], "my-cert");
+    let table = plinth.kubectl(&["get", "ingress", "simple"]);
+    assert!(
+        table.starts_with("NAME") && table.contains("foo.com") && table.contains("80, 443"),
+        "{table}"
+    );
+
+    plinth.kubectl(&[
+        "create",
+        "poddisruptionbudget",
+        "my-pdb",
+        "--selector=app=rails",
+        "--min-available=1",
+    ]);
+    let pdb = plinth.json(&["get", "pdb", "my-pdb", "-o", "json"]);
+    assert_eq!(pdb["spec"]["minAvailable"], 1, "{pdb}");
+    assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app"], "rails");
+    plinth.eventually("the disruption controller to report the budget", || {
+        let pdb = plinth.json(&["get", "pdb", "my-pdb", "-o", "json"]);
+        pdb["status"]["observedGeneration"] == 1 && pdb["status"]["disruptionsAllowed"] == 0
+    });
+    let table = plinth.kubectl(&["get", "pdb", "my-pdb"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "MIN",
+            "AVAILABLE",
+            "MAX",
+            "UNAVAILABLE",
+            "ALLOWED",
+            "DISRUPTIONS",
+            "AGE"
+        ],
+        "{table}"
+    );
+    let bad = plinth.kubectl_fails(&[
+        "create",
+        "poddisruptionbudget",
+        "both",
+        "--selector=app=x",
+        "--min-available=1",
+        "--max-unavailable=1",
+    ]);
+    assert!(
+        bad.contains("min-available and max-unavailable cannot be both specified"),
+        "{bad}"
+    );
+
+    plinth.kubectl(&[
+        "create",
+        "priorityclass",
+        "high",
+        "--value=1000",
+        "--description=important",
+        "--preemption-policy=Never",
+    ]);
+    let class = plinth.json(&["get", "priorityclass", "high", "-o", "json"]);
+    assert_eq!(
+        (class["value"].as_i64(), class["preemptionPolicy"].as_str()),
+        (Some(1000), Some("Never"))
+    );
+    let table = plinth.kubectl(&["get", "priorityclass", "high"]);
+    assert!(
+        table.lines().next().unwrap().split_whitespace().eq([
+            "NAME",
+            "VALUE",
+            "GLOBAL-DEFAULT",
+            "AGE",
+            "PREEMPTIONPOLICY"
+        ]),
+        "{table}"
+    );
+}
