@@ -177,8 +177,16 @@ impl plinth_registry::admit::Admit for Admission {
         if !admits(request.def) {
             return Ok(Vec::new());
         }
-        // The built-in plugins first: NodeRestriction, PodSecurity.
+        // The built-in plugins first: NodeRestriction, Priority (a class updated to be the
+        // default; a new one is checked as it is created), PodSecurity.
         noderestriction::admit(objects, request, object, old).await?;
+        if request.operation == Operation::Update
+            && request.def.group_version.group == "scheduling.k8s.io"
+            && request.def.plural == "priorityclasses"
+            && let Some(class) = object
+        {
+            plinth_types::scheduling::priorityclass::only_default(objects, class).await?;
+        }
         let mut warnings =
             podsecurity::admit(&self.pod_security, objects, request, object, old).await?;
         let webhooks = self.validating();

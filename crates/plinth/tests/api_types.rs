@@ -396,6 +396,32 @@ fn priority_and_runtime_classes_admit_pods_as_kubes_plugins_do() {
         ),
         "{second}"
     );
+    // Nor may an update make a second default (the default itself may change).
+    plinth.kubectl(&["create", "priorityclass", "plain", "--value=3"]);
+    let updated = plinth.kubectl_fails(&[
+        "patch",
+        "priorityclass",
+        "plain",
+        "--type=merge",
+        "-p",
+        r#"{"globalDefault":true}"#,
+    ]);
+    assert!(
+        updated.contains(r#"priorityclasses.scheduling.k8s.io "plain" is forbidden: PriorityClass everyone is already marked as default. Only one default can exist"#),
+        "{updated}"
+    );
+    assert_eq!(
+        plinth.json(&["get", "priorityclass", "plain", "-o", "json"])["globalDefault"],
+        serde_json::Value::Null
+    );
+    plinth.kubectl(&[
+        "patch",
+        "priorityclass",
+        "everyone",
+        "--type=merge",
+        "-p",
+        r#"{"description":"the default"}"#,
+    ]);
     plinth.kubectl(&["run", "defaulted", "--image=busybox"]);
     let defaulted = plinth.json(&["get", "pod", "defaulted"]);
     assert_eq!(defaulted["spec"]["priority"], 5);

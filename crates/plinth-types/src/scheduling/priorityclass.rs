@@ -161,23 +161,32 @@ fn one_default<'a>(
     objects: &'a dyn Objects,
     class: &'a mut Value,
 ) -> BoxFuture<'a, Result<(), ApiError>> {
-    Box::pin(async move {
-        if class["globalDefault"] != true {
-            return Ok(());
-        }
-        if let Some(existing) = global_default(objects).await? {
-            let name = plinth_core::meta::name(class).unwrap_or("");
-            return Err(ApiError::forbidden(
-                Some(&resource_of()),
-                name,
-                &format!(
-                    "PriorityClass {} is already marked as default. Only one default can exist",
-                    plinth_core::meta::name(&existing).unwrap_or("")
-                ),
-            ));
-        }
-        Ok(())
-    })
+    Box::pin(only_default(objects, class))
+}
+
+/// The Priority plugin's check of a class written (created, or updated: then the default
+/// may be itself): no other class may be the global default already.
+///
+/// # Errors
+/// kube's 403 naming the existing default.
+pub async fn only_default(objects: &dyn Objects, class: &Value) -> Result<(), ApiError> {
+    if class["globalDefault"] != true {
+        return Ok(());
+    }
+    let name = plinth_core::meta::name(class).unwrap_or("");
+    if let Some(existing) = global_default(objects).await?
+        && plinth_core::meta::name(&existing) != Some(name)
+    {
+        return Err(ApiError::forbidden(
+            Some(&resource_of()),
+            name,
+            &format!(
+                "PriorityClass {} is already marked as default. Only one default can exist",
+                plinth_core::meta::name(&existing).unwrap_or("")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The Priority admission plugin for a new pod: its class's value and preemption policy (the
