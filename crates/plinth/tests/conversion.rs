@@ -309,3 +309,37 @@ fn bad_conversion_settings_are_refused_with_kubes_messages() {
         "nothing stored"
     );
 }
+
+/// A conversion webhook serving a self-signed `CA:TRUE` certificate (as `openssl req -x509`
+/// makes it, and kopf generates) that the CRD's caBundle holds is called, as kube-apiserver
+/// (Go's crypto/x509) calls it.
+#[test]
+fn a_self_signed_ca_certificate_in_the_ca_bundle_serves_conversion() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (pem, cert, key) = common::openssl_self_signed(dir.path(), "converter", "IP:127.0.0.1");
+    let running = runtime
+        .block_on(
+            WebhookServer::new()
+                .converter("/convert", converter())
+                .bind(
+                    "127.0.0.1:0".parse().unwrap(),
+                    plinth_runtime::webhook::TlsSource::files(&cert, &key),
+                ),
+        )
+        .unwrap();
+    let url = format!("https://{}/convert", running.local_addr);
+    let mut plinth = Plinth::start(Backend::Embedded);
+    let manifest = plinth.dir.path().join("widgets.yaml");
+    std::fs::write(&manifest, crd(&url, pem.as_bytes())).unwrap();
+    plinth.install_crds(&[manifest], "60s");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 7}\n",
+    );
+    let stored = plinth.json(&["get", "widgets.v2.example.com", "w1"]);
+    assert_eq!(stored["spec"]["size"], "7Gi", "{stored}");
+    let back = plinth.json(&["get", "widgets.v1.example.com", "w1"]);
+    assert_eq!(back["spec"]["size"], 7, "{back}");
+    plinth.stop();
+}

@@ -635,47 +635,6 @@ fn bad_configurations_are_refused_with_kubes_messages() {
     );
 }
 
-/// A self-signed certificate made as `openssl req -x509` makes it (`CA:TRUE`), for `san`, in
-/// `dir/<name>.crt` and `.key`; its PEM.
-fn openssl_self_signed(
-    dir: &std::path::Path,
-    name: &str,
-    san: &str,
-) -> (String, std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (
-        dir.join(format!("{name}.crt")),
-        dir.join(format!("{name}.key")),
-    );
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext"])
-        .arg(format!("subjectAltName={san}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", stderr(&made));
-    let text = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-text", "-in"])
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
-        "openssl made a CA certificate"
-    );
-    (std::fs::read_to_string(&cert).unwrap(), cert, key)
-}
-
 /// A webhook serving a self-signed `CA:TRUE` certificate that its caBundle holds is called, as
 /// kube-apiserver (Go's crypto/x509) calls it; a caBundle without it, or a certificate for
 /// another host, is still refused (and `failurePolicy: Fail` refuses the write).
@@ -683,10 +642,10 @@ fn openssl_self_signed(
 fn a_self_signed_ca_certificate_in_the_ca_bundle_serves_its_webhook() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (own, cert, key) = openssl_self_signed(dir.path(), "own", "IP:127.0.0.1");
-    let (stranger, _, _) = openssl_self_signed(dir.path(), "stranger", "IP:127.0.0.1");
+    let (own, cert, key) = common::openssl_self_signed(dir.path(), "own", "IP:127.0.0.1");
+    let (stranger, _, _) = common::openssl_self_signed(dir.path(), "stranger", "IP:127.0.0.1");
     let (elsewhere, other_cert, other_key) =
-        openssl_self_signed(dir.path(), "elsewhere", "DNS:elsewhere.invalid");
+        common::openssl_self_signed(dir.path(), "elsewhere", "DNS:elsewhere.invalid");
     let serve = |cert: &std::path::Path, key: &std::path::Path| {
         runtime
             .block_on(

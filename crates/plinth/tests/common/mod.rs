@@ -524,3 +524,48 @@ pub fn holds(holder: &str, server: &Plinth) -> bool {
     let dir = std::fs::canonicalize(server.dir.path()).unwrap();
     holder.ends_with(&format!("_{}", dir.display()))
 }
+
+/// A self-signed certificate made as `openssl req -x509` makes it (`CA:TRUE`), for `san`, in
+/// `dir/<name>.crt` and `.key`; its PEM.
+pub fn openssl_self_signed(
+    dir: &std::path::Path,
+    name: &str,
+    san: &str,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext"])
+        .arg(format!("subjectAltName={san}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let text = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl made a CA certificate"
+    );
+    (std::fs::read_to_string(&cert).unwrap(), cert, key)
+}
