@@ -1253,23 +1253,11 @@ fn pod_security_labels_enforce_audit_and_warn_as_kubes_plugin() {
         "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults: {warn: baseline, audit: baseline}\n    exemptions: {namespaces: [exempt]}\n",
     )
     .unwrap();
-    let policy = dir.path().join("audit-policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
-    )
-    .unwrap();
-    let log = dir.path().join("audit.log");
-    let plinth = Plinth::start_with(
+    let config = config.to_str().unwrap().to_owned();
+    let (plinth, _dir, log) = Plinth::start_audited_with(
         Backend::Embedded,
-        &[
-            "--admission-control-config-file",
-            config.to_str().unwrap(),
-            "--audit-policy-file",
-            policy.to_str().unwrap(),
-            "--audit-log-path",
-            log.to_str().unwrap(),
-        ],
+        dir,
+        &["--admission-control-config-file", &config],
     );
     let privileged = |name: &str| {
         format!(

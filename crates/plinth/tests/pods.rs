@@ -2218,18 +2218,21 @@ fn kubectl_debug_runs_an_ephemeral_container_in_a_running_pod() {
     });
 
     // Bad input: kube's 422s, nothing changed.
+    let replace = |pod: &Value| {
+        plinth.kubectl_stdin(
+            &[
+                "replace",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
+                "-f",
+                "-",
+            ],
+            &pod.to_string(),
+        )
+    };
     let mut changed = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
     changed["spec"]["ephemeralContainers"][0]["image"] = "busybox:other".into();
-    let out = plinth.kubectl_stdin(
-        &[
-            "replace",
-            "--raw",
-            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
-            "-f",
-            "-",
-        ],
-        &changed.to_string(),
-    );
+    let out = replace(&changed);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(r#"existing ephemeral containers \"probe\" may not be changed"#)
@@ -2238,32 +2241,14 @@ fn kubectl_debug_runs_an_ephemeral_container_in_a_running_pod() {
     );
     let mut removed = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
     removed["spec"]["ephemeralContainers"] = serde_json::json!([]);
-    let out = plinth.kubectl_stdin(
-        &[
-            "replace",
-            "--raw",
-            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
-            "-f",
-            "-",
-        ],
-        &removed.to_string(),
-    );
+    let out = replace(&removed);
     assert!(String::from_utf8_lossy(&out.stderr).contains("may not be removed"));
     let mut ported = plinth.json(&["get", "pod", "web-1", "-o", "json"]);
     ported["spec"]["ephemeralContainers"]
         .as_array_mut()
         .unwrap()
         .push(serde_json::json!({"name": "third", "image": "busybox:1.36", "ports": [{"containerPort": 9}], "targetContainerName": "nowhere"}));
-    let out = plinth.kubectl_stdin(
-        &[
-            "replace",
-            "--raw",
-            "/api/v1/namespaces/default/pods/web-1/ephemeralcontainers",
-            "-f",
-            "-",
-        ],
-        &ported.to_string(),
-    );
+    let out = replace(&ported);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(

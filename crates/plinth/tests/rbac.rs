@@ -618,13 +618,13 @@ fn escalation_identities_and_refusals() {
     );
 }
 
-#[test]
-fn certificate_users_with_kubectl_and_the_python_client() {
-    let plinth = start();
+/// A kubeconfig for `user` in `group`, with a client certificate from `plinth kubeconfig`;
+/// its path.
+fn kubeconfig_for(plinth: &Plinth, user: &str, group: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
         .args(["kubeconfig", "--data-dir"])
         .arg(plinth.dir.path())
-        .args(["--user", "alice", "--group", "widget-fans"])
+        .args(["--user", user, "--group", group])
         .output()
         .unwrap();
     assert!(
@@ -632,7 +632,13 @@ fn certificate_users_with_kubectl_and_the_python_client() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let kubeconfig = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn certificate_users_with_kubectl_and_the_python_client() {
+    let plinth = start();
+    let kubeconfig = kubeconfig_for(&plinth, "alice", "widget-fans");
     let whoami = plinth.kubectl(&["--kubeconfig", &kubeconfig, "auth", "whoami", "-o", "json"]);
     let review: Value = serde_json::from_str(&whoami).unwrap();
     assert_eq!(review["status"]["userInfo"]["username"], "alice");
@@ -1183,18 +1189,7 @@ spec:
   containers: [{name: c, image: busybox}]
 "#,
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .args(["kubeconfig", "--data-dir"])
-        .arg(plinth.dir.path())
-        .args(["--user", "system:node:edge-1", "--group", "system:nodes"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let kubeconfig = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let kubeconfig = kubeconfig_for(&plinth, "system:node:edge-1", "system:nodes");
     let as_node = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
         all.extend_from_slice(args);

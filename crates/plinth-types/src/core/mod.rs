@@ -26,6 +26,20 @@ pub(crate) fn urlencode(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
+/// A proxy's path: its tail after `/`, and its query, form-encoded.
+pub(crate) fn proxied_path(request: &plinth_registry::resources::ConnectRequest<'_>) -> String {
+    let path = format!("/{}", request.tail);
+    if request.query.is_empty() {
+        return path;
+    }
+    let query: Vec<String> = request
+        .query
+        .iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+        .collect();
+    format!("{path}?{}", query.join("&"))
+}
+
 /// The largest total size of a ConfigMap's or Secret's data.
 const MAX_DATA_BYTES: usize = 1024 * 1024;
 

@@ -276,15 +276,7 @@ fn proxy(
         let node = plinth_core::meta::name(&request.object)
             .unwrap_or("")
             .to_owned();
-        let mut path = format!("/{}", request.tail);
-        if !request.query.is_empty() {
-            let query: Vec<String> = request
-                .query
-                .iter()
-                .map(|(k, v)| format!("{}={}", super::urlencode(k), super::urlencode(v)))
-                .collect();
-            path = format!("{path}?{}", query.join("&"));
-        }
+        let path = super::proxied_path(&request);
         request.nodes.get(request.objects, &node, &path).await
     })
 }

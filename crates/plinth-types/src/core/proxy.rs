@@ -34,15 +34,7 @@ async fn forward(
             request.scheme
         )));
     }
-    let mut path = format!("/{}", request.tail);
-    if !request.query.is_empty() {
-        let query: Vec<String> = request
-            .query
-            .iter()
-            .map(|(k, v)| format!("{}={}", super::urlencode(k), super::urlencode(v)))
-            .collect();
-        path = format!("{path}?{}", query.join("&"));
-    }
+    let path = super::proxied_path(request);
     let mut outgoing = HttpRequest::builder()
         .method(request.method.clone())
         .uri(&path)

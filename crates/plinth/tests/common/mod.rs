@@ -66,7 +66,15 @@ impl Plinth {
     /// Starts with an audit log of every request at `Metadata` level; returns the directory
     /// holding the policy and the log (kept as long as it lives) and the log's path.
     pub fn start_audited(backend: Backend) -> (Self, tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_audited_with(backend, tempfile::tempdir().unwrap(), &[])
+    }
+
+    /// [`Plinth::start_audited`] with the policy and log in `dir` and more arguments.
+    pub fn start_audited_with(
+        backend: Backend,
+        dir: tempfile::TempDir,
+        extra_args: &[&str],
+    ) -> (Self, tempfile::TempDir, PathBuf) {
         let policy = dir.path().join("audit-policy.yaml");
         std::fs::write(
             &policy,
@@ -74,15 +82,14 @@ impl Plinth {
         )
         .unwrap();
         let log = dir.path().join("audit.log");
-        let plinth = Self::start_with(
-            backend,
-            &[
-                "--audit-policy-file",
-                policy.to_str().unwrap(),
-                "--audit-log-path",
-                log.to_str().unwrap(),
-            ],
-        );
+        let mut args = vec![
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra_args);
+        let plinth = Self::start_with(backend, &args);
         (plinth, dir, log)
     }
 
