@@ -10,6 +10,7 @@
 
 mod addresses;
 mod agent;
+mod authn;
 mod clock;
 mod events;
 mod exec;
@@ -34,6 +35,9 @@ pub use images::ImageMap;
 
 use agent::Agent;
 
+/// The kubelet's port: the agent's when it is free (clients that dial a kubelet find it).
+const KUBELET_PORT: u16 = 10250;
+
 /// Runs an agent until `stopping` becomes true: it then stops every container it started
 /// (as its node is going away) and returns.
 ///
@@ -56,9 +60,16 @@ pub async fn run(
             })
             .map_err(|e| AgentError::DataDir(dir.clone(), e))?;
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| AgentError::Server(format!("listen on {}: {e}", config.listen)))?;
+    // Without a port of its own, the agent takes the kubelet's (10250) when it is free.
+    let kubelet = std::net::SocketAddr::new(config.listen.ip(), KUBELET_PORT);
+    let listener = match config.listen.port() {
+        0 => match tokio::net::TcpListener::bind(kubelet).await {
+            Ok(listener) => Ok(listener),
+            Err(_) => tokio::net::TcpListener::bind(config.listen).await,
+        },
+        _ => tokio::net::TcpListener::bind(config.listen).await,
+    }
+    .map_err(|e| AgentError::Server(format!("listen on {}: {e}", config.listen)))?;
     let port = listener
         .local_addr()
         .map_err(|e| AgentError::Server(e.to_string()))?

@@ -1,6 +1,6 @@
-//! The agent's own HTTPS server, which the API server's `pods/<name>/log` reaches: it takes
-//! only clients presenting a certificate from the cluster CA for the API server's node
-//! client identity (the CA comes from the agent's kubeconfig).
+//! The agent's own HTTPS server, which the API server's `pods/<name>/log` reaches: the API
+//! server's node client identity (a certificate of the cluster CA, which comes from the
+//! agent's kubeconfig) may use it all; anyone else as the kubelet lets them (see `authn`).
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ pub(crate) const API_SERVER_CLIENT: &str = "kube-apiserver-kubelet-client";
 type Body = BoxBody<Bytes, std::io::Error>;
 
 /// The TLS configuration: a self-signed serving certificate, client certificates from
-/// `roots` (DER) required.
+/// `roots` (DER) taken, none also (then a bearer token must say who calls).
 pub(crate) fn tls(name: &str, roots: &[Vec<u8>]) -> Result<Arc<rustls::ServerConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut store = rustls::RootCertStore::empty();
@@ -33,6 +33,7 @@ pub(crate) fn tls(name: &str, roots: &[Vec<u8>]) -> Result<Arc<rustls::ServerCon
         Arc::new(store),
         provider.clone(),
     )
+    .allow_unauthenticated()
     .build()
     .map_err(|e| format!("client verifier: {e}"))?;
     let names = vec![
@@ -56,13 +57,26 @@ pub(crate) fn tls(name: &str, roots: &[Vec<u8>]) -> Result<Arc<rustls::ServerCon
     Ok(Arc::new(config))
 }
 
-fn common_name(der: &[u8]) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    cert.subject()
+/// Who a client certificate names: its common name and organizations.
+fn peer(der: Option<&[u8]>) -> crate::authn::Peer {
+    let Some((_, cert)) = der.and_then(|d| x509_parser::parse_x509_certificate(d).ok()) else {
+        return crate::authn::Peer::None;
+    };
+    let subject = cert.subject();
+    let name = subject
         .iter_common_name()
         .next()
         .and_then(|cn| cn.as_str().ok())
-        .map(str::to_owned)
+        .unwrap_or("")
+        .to_owned();
+    if name == API_SERVER_CLIENT {
+        return crate::authn::Peer::ApiServer;
+    }
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    crate::authn::Peer::Certificate(name, groups)
 }
 
 /// Serves until `stopping`.
@@ -86,17 +100,19 @@ pub(crate) async fn serve(
             let Ok(stream) = acceptor.accept(tcp).await else {
                 return;
             };
-            let allowed = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| common_name(c))
-                .is_some_and(|cn| cn == API_SERVER_CLIENT);
+            let caller = peer(
+                stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| c.as_ref()),
+            );
             let service = hyper::service::service_fn(move |request| {
                 let agent = agent.clone();
+                let caller = caller.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(route(&agent, request, allowed, port).await)
+                    Ok::<_, std::convert::Infallible>(route(&agent, request, &caller, port).await)
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -189,16 +205,25 @@ async fn kubelet_path(agent: &Agent, path: &str, port: u16) -> Option<Response<B
 async fn route(
     agent: &Agent,
     mut request: Request<Incoming>,
-    allowed: bool,
+    caller: &crate::authn::Peer,
     port: u16,
 ) -> Response<Body> {
-    if !allowed {
-        return status(
-            StatusCode::FORBIDDEN,
-            "only the API server may use this node agent",
-        );
-    }
     let path = request.uri().path().to_owned();
+    let authorization = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Err(refused) =
+        crate::authn::check(agent, caller, request.method(), &path, authorization).await
+    {
+        let code = if refused.forbidden {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        // The kubelet answers these in plain text.
+        return plain(code, refused.message);
+    }
     let query: Vec<(String, String)> = request
         .uri()
         .query()
@@ -237,10 +262,12 @@ async fn route(
             Ok(running) => running,
             Err(message) => return status(StatusCode::BAD_REQUEST, &message),
         };
+        // The API server passes its own names on; the kubelet's API has `input`, `output`,
+        // `error` (what a client calling the kubelet itself sends).
         let streams = crate::exec::Streams {
-            stdin: flag("stdin"),
-            stdout: flag("stdout"),
-            stderr: flag("stderr"),
+            stdin: flag("stdin") || flag("input"),
+            stdout: flag("stdout") || flag("output"),
+            stderr: flag("stderr") || flag("error"),
             tty: flag("tty"),
         };
         let command: Vec<String> = query

@@ -2274,3 +2274,60 @@ fn kubectl_debug_runs_an_ephemeral_container_in_a_running_pod() {
     );
     plinth.kubectl(&["delete", "pod", "web-1", "--wait=false"]);
 }
+
+/// The agent's server as a kubelet's: the port the Node advertises, callers authenticated by
+/// the API server (a TokenReview of their bearer token) and authorized for
+/// `nodes/<node>/proxy` (a SubjectAccessReview) — 401 without credentials, 403 for a user
+/// without the right, in the kubelet's words.
+#[test]
+fn the_agent_authenticates_and_authorizes_callers_as_a_kubelet() {
+    let plinth = with_node("node-k");
+    let node = plinth.json(&["get", "node", "node-k", "-o", "json"]);
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_i64()
+        .unwrap();
+    let get = |token: Option<&str>| {
+        let mut curl = std::process::Command::new("curl");
+        curl.args([
+            "-sk",
+            "-w",
+            "\n%{http_code}",
+            &format!("https://127.0.0.1:{port}/pods"),
+        ]);
+        if let Some(token) = token {
+            curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        let out = curl.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    assert_eq!(get(None), ("401".to_owned(), "Unauthorized".to_owned()));
+    plinth.kubectl(&["create", "serviceaccount", "nosy"]);
+    let nosy = plinth.kubectl(&["create", "token", "nosy"]);
+    assert_eq!(
+        get(Some(nosy.trim())),
+        (
+            "403".to_owned(),
+            "Forbidden (user=system:serviceaccount:default:nosy, verb=get, resource=nodes, subresource=proxy)".to_owned()
+        )
+    );
+    plinth.kubectl(&[
+        "create",
+        "clusterrole",
+        "node-reader",
+        "--verb=get",
+        "--resource=nodes/proxy",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "nosy-nodes",
+        "--clusterrole=node-reader",
+        "--serviceaccount=default:nosy",
+    ]);
+    plinth.eventually("the bound account to read the node's pods", || {
+        let (code, body) = get(Some(nosy.trim()));
+        code == "200" && body.contains("\"kind\":\"PodList\"")
+    });
+}
