@@ -452,8 +452,21 @@ impl Audit {
         {
             event["requestObject"] = object;
         }
-        let record = Record { level, omit, event };
+        let mut record = Record { level, omit, event };
         self.write(&record, "RequestReceived", None, None);
+        // The later stages name what a create makes, as kube's `LogRequestObject` fills the
+        // reference from the decoded request object (a generated name stays unknown).
+        if a.resource_request
+            && a.verb == "create"
+            && a.name.is_empty()
+            && a.subresource.is_empty()
+            && let Some(name) = (request.body)()
+                .as_ref()
+                .and_then(|o| plinth_core::meta::name(o).map(str::to_owned))
+                .filter(|n| !n.is_empty())
+        {
+            record.event["objectRef"]["name"] = Value::String(name);
+        }
         Some(record)
     }
 

@@ -1322,8 +1322,7 @@ fn pod_security_labels_enforce_audit_and_warn_as_kubes_plugin() {
     plinth.kubectl(&["delete", "pod", "loud", "--wait=false"]);
     let audited = common::audit_events(&log).into_iter().any(|e| {
         e["verb"] == "create"
-            && e["objectRef"]["resource"] == "pods"
-            && e["objectRef"]["namespace"] == "default"
+            && e["objectRef"]["name"] == "loud"
             && e["annotations"]["pod-security.kubernetes.io/audit-violations"]
                 .as_str()
                 .is_some_and(|v| {

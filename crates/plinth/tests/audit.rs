@@ -124,6 +124,9 @@ fn a_scripted_session_is_audited_stage_by_stage() {
     assert_eq!(create[1]["requestObject"]["data"]["k"], "v");
     assert_eq!(create[1]["responseObject"]["metadata"]["name"], "c1");
     assert_eq!(create[1]["objectRef"]["namespace"], "default");
+    // As kube's: the name of what a create makes is in the later stages' reference.
+    assert_eq!(create[1]["objectRef"]["name"], "c1");
+    assert!(create[0]["objectRef"].get("name").is_none());
     assert!(
         create[0]["sourceIPs"][0]
             .as_str()
