@@ -194,6 +194,11 @@ impl Cause {
         )
     }
 
+    /// `field: Not found: <value>`, as field.NotFound words it (a string value).
+    pub fn not_found(field: impl Into<String>, value: &str) -> Self {
+        Self::new("FieldValueNotFound", field, format!("Not found: {value:?}"))
+    }
+
     /// `field: Too long: may not be more than <max> bytes`, as field.TooLong words it.
     pub fn too_long(field: impl Into<String>, max: usize) -> Self {
         Self::new(

@@ -283,13 +283,12 @@ impl Config {
         }
         let (policy, errors) = Policy::from_labels(&labels, &Policy::default());
         if let Some(error) = errors.first() {
-            return Err(format!(
-                "defaults.{}",
-                error
-                    .line()
-                    .trim_start_matches(&format!("metadata.labels[{PREFIX}"))
-            )
-            .replacen(']', "", 1));
+            // The labels' causes, named as the configuration's fields.
+            let field = error
+                .field
+                .trim_start_matches(&format!("metadata.labels[{PREFIX}"))
+                .trim_end_matches(']');
+            return Err(format!("defaults.{field}: {}", error.message));
         }
         let list = |field: &str| -> Result<Vec<String>, String> {
             match &configuration["exemptions"][field] {

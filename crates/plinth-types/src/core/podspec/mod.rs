@@ -344,11 +344,7 @@ fn validate_container(
         if volume.is_empty() {
             causes.push(Cause::required(format!("{p}.name"), ""));
         } else if !volumes.iter().any(|v| v == volume) {
-            causes.push(Cause::new(
-                "FieldValueNotFound",
-                format!("{p}.name"),
-                format!("Not found: {volume:?}"),
-            ));
+            causes.push(Cause::not_found(format!("{p}.name"), volume));
         }
         let mount_path = text(mount, "mountPath");
         if mount_path.is_empty() {
@@ -462,11 +458,7 @@ fn validate_ephemeral_containers(
         }
         let target = text(container, "targetContainerName");
         if !target.is_empty() && !others.iter().any(|o| o == target) {
-            causes.push(Cause::new(
-                "FieldValueNotFound",
-                format!("{p}.targetContainerName"),
-                format!("Not found: {target:?}"),
-            ));
+            causes.push(Cause::not_found(format!("{p}.targetContainerName"), target));
         }
         for field in NOT_FOR_EPHEMERAL {
             let set = container.get(field).is_some_and(|v| match v {
