@@ -1,4 +1,5 @@
-//! kube-apiserver's bootstrap controller: the `default/kubernetes` Service (ClusterIP
+//! kube-apiserver's bootstrap controller (and kubeadm's DNS add-on's Service, `kube-system/
+//! kube-dns`): the `default/kubernetes` Service (ClusterIP
 //! [`kubernetes_ip`](plinth_types::core::service::kubernetes_ip), port 443) and its Endpoints
 //! and EndpointSlices pointing at every live API server of the cluster, written before the
 //! server takes requests and put back every ten seconds if changed or deleted.
@@ -16,7 +17,7 @@
 
 use serde_json::{Value, json};
 
-use plinth_registry::service_range::kubernetes_ip;
+use plinth_registry::service_range::{dns_ip, kubernetes_ip};
 use plinth_registry::{Client, DeleteOptions, ListOptions, Part, WriteOptions};
 
 const MANAGER: &str = "kube-apiserver";
@@ -183,6 +184,22 @@ fn service() -> Value {
     })
 }
 
+/// The cluster DNS Service (`kube-system/kube-dns` at the range's tenth address, as kubeadm
+/// makes it for CoreDNS); every node agent answers its address itself, so it has no selector
+/// and no endpoints.
+fn dns_service() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+            "labels": {"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true",
+                "kubernetes.io/name": "KubeDNS"}},
+        "spec": {"type": "ClusterIP", "clusterIP": dns_ip(), "sessionAffinity": "None",
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]},
+    })
+}
+
 fn endpoints(ports: &[u16]) -> Value {
     let subsets: Vec<Value> = ports
         .iter()
@@ -219,9 +236,14 @@ fn slice(name: &str, port: u16) -> Value {
     })
 }
 
-/// Makes the stored object at (`group`, `plural`) `default/<wanted's name>` say what `wanted`
-/// says in `fields`.
+/// Makes the stored object at (`group`, `plural`) `<wanted's namespace>/<name>` say what
+/// `wanted` says in `fields`.
 async fn ensure(registry: &Client, group: &str, plural: &str, wanted: Value, fields: &[&str]) {
+    let namespace = wanted["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let namespace = namespace.as_str();
     let Some(def) = registry.resources.get(group, "v1", plural) else {
         return;
     };
@@ -230,10 +252,10 @@ async fn ensure(registry: &Client, group: &str, plural: &str, wanted: Value, fie
         .as_str()
         .unwrap_or(NAME)
         .to_owned();
-    match registry.get(&def, Some("default"), &name).await {
+    match registry.get(&def, Some(namespace), &name).await {
         Err(e) if e.reason == plinth_core::StatusReason::NotFound => {
             if let Err(e) = registry
-                .create(&def, Some("default"), wanted, &options)
+                .create(&def, Some(namespace), wanted, &options)
                 .await
                 && e.reason != plinth_core::StatusReason::AlreadyExists
             {
@@ -248,7 +270,7 @@ async fn ensure(registry: &Client, group: &str, plural: &str, wanted: Value, fie
             let written = registry
                 .modify(
                     &def,
-                    Some("default"),
+                    Some(namespace),
                     &name,
                     Part::Main,
                     &options,
@@ -279,6 +301,7 @@ async fn ensure_all(registry: &Client, ports: &[u16]) {
     let mut wanted = service();
     wanted["spec"]["ports"][0]["targetPort"] = json!(first);
     ensure(registry, "", "services", wanted, &[]).await;
+    ensure(registry, "", "services", dns_service(), &[]).await;
     ensure(registry, "", "endpoints", endpoints(ports), &["subsets"]).await;
     let names: Vec<String> = ports
         .iter()

@@ -188,8 +188,11 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
             })
             .collect();
         let key = serde_json::to_string(&ports).unwrap_or_default();
-        let address = json!({"ip": pod.pointer("/status/podIP"),
+        let mut address = json!({"ip": pod.pointer("/status/podIP"),
             "nodeName": pod.pointer("/spec/nodeName"), "targetRef": target_ref(pod)});
+        if let Some(hostname) = hostname(service, pod) {
+            address["hostname"] = json!(hostname);
+        }
         let terminating = pod
             .pointer("/metadata/deletionTimestamp")
             .is_some_and(|t| !t.is_null());
@@ -234,18 +237,33 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
     .await;
 }
 
+/// The endpoint's hostname: the pod's `spec.hostname` when its `subdomain` is this Service
+/// (kube's endpoint controllers; cluster DNS then names the pod under the Service).
+fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
+    let hostname = pod.pointer("/spec/hostname").and_then(Value::as_str)?;
+    let subdomain = pod.pointer("/spec/subdomain").and_then(Value::as_str)?;
+    (!hostname.is_empty()
+        && Some(subdomain) == plinth_core::meta::name(service)
+        && plinth_core::meta::namespace(pod) == plinth_core::meta::namespace(service))
+    .then_some(hostname)
+}
+
 async fn write_slice(registry: &Client, service: &Value, pods: &[&Value]) {
     let endpoints: Vec<Value> = pods
         .iter()
         .map(|pod| {
             let terminating = pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
             let ready = pod_ready(pod);
-            json!({
+            let mut endpoint = json!({
                 "addresses": [pod.pointer("/status/podIP")],
                 "conditions": {"ready": ready && !terminating, "serving": ready, "terminating": terminating},
                 "nodeName": pod.pointer("/spec/nodeName"),
                 "targetRef": target_ref(pod),
-            })
+            });
+            if let Some(hostname) = hostname(service, pod) {
+                endpoint["hostname"] = json!(hostname);
+            }
+            endpoint
         })
         .collect();
     let ports: Vec<Value> = service_ports(service)

@@ -1,68 +1,55 @@
 //! The node IPAM controller (kube-controller-manager's `nodeipam` with
 //! `--allocate-node-cidrs`): every Node gets a `/24` of the pod range, from which its agent
-//! gives pods their loopback addresses.
+//! gives pods their addresses.
 
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
+use plinth_net::Cidr;
 use plinth_registry::{Client, ListOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-/// The pods' range (kube-controller-manager's `--cluster-cidr`): `127.64.0.0/10` by
-/// default, handed out in `/24`s (`127.64.0.0/24` … `127.127.255.0/24`).
+/// The pods' range (kube-controller-manager's `--cluster-cidr`), handed out in `/24`s
+/// (kube's `--node-cidr-mask-size`): `127.64.0.0/10` when pods share the machine's network,
+/// else one chosen to miss the machine's networks (`10.244.0.0/16`, say).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClusterCidr {
-    /// The second octet of the range's first address.
-    first: u8,
-    /// How many `/16`s it spans.
-    count: u16,
-}
+pub struct ClusterCidr(Cidr);
 
 impl Default for ClusterCidr {
     fn default() -> Self {
-        Self {
-            first: 64,
-            count: 64,
-        }
+        Self(Cidr::v4([127, 64, 0, 0], 10))
     }
 }
 
 impl ClusterCidr {
-    /// A range `127.N.0.0/P` with `P` from 8 to 16.
+    /// An IPv4 range from `/8` to `/24`.
     ///
     /// # Errors
     /// Another range.
     pub fn parse(cidr: &str) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "--cluster-cidr {cidr:?}: a range in 127.0.0.0/8 from /8 to /16 is needed (e.g. 127.64.0.0/10)"
-            )
-        };
-        let (ip, bits) = cidr.split_once('/').ok_or_else(bad)?;
-        let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| bad())?;
-        let bits: u32 = bits.parse().map_err(|_| bad())?;
-        let o = ip.octets();
-        if o[0] != 127 || !(8..=16).contains(&bits) || o[2] != 0 || o[3] != 0 {
-            return Err(bad());
-        }
-        let count = 1u16 << (16 - bits);
-        if u16::from(o[1]) % count != 0 {
-            return Err(bad());
-        }
-        Ok(Self { first: o[1], count })
+        Cidr::parse(cidr)
+            .filter(|c| (8..=24).contains(&c.bits()))
+            .map(Self)
+            .ok_or_else(|| {
+                format!("--cluster-cidr {cidr:?}: an IPv4 range from /8 to /24 is needed (e.g. 10.244.0.0/16)")
+            })
     }
 
-    fn subnets(self) -> u32 {
-        u32::from(self.count) * 256
+    /// The range.
+    pub fn range(self) -> Cidr {
+        self.0
     }
 
-    fn subnet(self, index: u32) -> String {
-        format!(
-            "127.{}.{}.0/24",
-            u32::from(self.first) + index / 256,
-            index % 256
-        )
+    fn subnets(self) -> u64 {
+        self.0.subnets(24)
+    }
+
+    fn subnet(self, index: u64) -> String {
+        self.0
+            .subnet(24, index)
+            .map(|c| c.to_string())
+            .unwrap_or_default()
     }
 }
 

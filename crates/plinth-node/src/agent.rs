@@ -32,6 +32,9 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
     /// How often the Node's status and Lease are renewed.
     pub heartbeat: std::time::Duration,
+    /// The cluster's pod and Service ranges: needed where pods get namespaces of their own
+    /// (a `podCIDR` outside loopback).
+    pub ranges: Option<crate::network::Ranges>,
 }
 
 impl Config {
@@ -45,6 +48,7 @@ impl Config {
             sandbox: None,
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             heartbeat: std::time::Duration::from_secs(10),
+            ranges: None,
         }
     }
 }
@@ -61,6 +65,9 @@ pub enum AgentError {
     /// The API server refused the Node.
     #[error("registering node {0}: {1}")]
     Register(String, kube::Error),
+    /// The pods' network cannot be made.
+    #[error("pod network: {0}")]
+    Network(String),
 }
 
 /// What the parts of a running agent share.
@@ -78,4 +85,6 @@ pub(crate) struct Agent {
     pub(crate) tokens: Tokens,
     /// The node's `spec.podCIDR` base (`127.64.3.0` → its first three octets).
     pub(crate) ips: std::sync::Mutex<crate::addresses::Addresses>,
+    /// How pods are networked, once the `podCIDR` is known.
+    pub(crate) network: std::sync::OnceLock<crate::network::Mode>,
 }

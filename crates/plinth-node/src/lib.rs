@@ -2,7 +2,8 @@
 //! as local processes — images mapped to executables, volumes as directories, each container
 //! in its own mount and PID namespace where the machine allows, probes, restarts with
 //! kube's back-off, graceful termination, per-container logs, exec and attach served to the
-//! API server, and a service proxy for ClusterIPs.
+//! API server; each pod in a network namespace of its own where the machine allows (else
+//! sharing its network), a service proxy (nftables rules or userspace) and cluster DNS.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,17 +13,20 @@ mod addresses;
 mod agent;
 mod authn;
 mod clock;
+mod dns;
 mod events;
 mod exec;
 pub mod images;
 mod kubelet;
 mod logs;
+mod network;
 mod node;
 mod pods;
 mod probes;
 mod proxy;
 pub mod sandbox;
 mod server;
+mod service_rules;
 mod spdy;
 mod stats;
 mod volumes;
@@ -32,6 +36,7 @@ use std::sync::Arc;
 
 pub use agent::{AgentError, Config};
 pub use images::ImageMap;
+pub use network::Ranges;
 
 use agent::Agent;
 
@@ -83,6 +88,7 @@ pub async fn run(
         events: events::Recorder::default(),
         tokens: agent::Tokens::default(),
         ips: std::sync::Mutex::new(addresses::Addresses::default()),
+        network: std::sync::OnceLock::new(),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
     tokio::spawn(server::serve(
@@ -91,8 +97,42 @@ pub async fn run(
         tls,
         stopping.clone(),
     ));
-    node::register(&agent, port).await?;
+    let pod_cidr = node::register(&agent, port).await?;
+    // Devices, namespaces and rules are named after the node and its data directory, so a
+    // restart finds what a killed agent left.
+    let names = plinth_net::host::Names::of(&format!(
+        "{}:{}",
+        agent.config.name,
+        agent.config.data_dir.display()
+    ));
+    let mode = network::start(names, &pod_cidr, agent.config.ranges.as_ref())
+        .await
+        .map_err(AgentError::Network)?;
+    let private = mode.private().cloned();
+    let _ = agent.network.set(mode);
     tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
+    let mut reverse_ranges = Vec::new();
+    let dns_at = match &private {
+        Some(private) => {
+            agent.proxy.set_gateway(private.gateway);
+            reverse_ranges = vec![private.ranges.pods, private.ranges.services];
+            Some(std::net::IpAddr::V4(private.gateway))
+        }
+        None => None,
+    };
+    let rules_done = private.clone().map(|private| {
+        tokio::spawn(service_rules::run(
+            agent.proxy.clone(),
+            private,
+            stopping.clone(),
+        ))
+    });
+    let dns_done = tokio::spawn(dns::run(
+        agent.proxy.clone(),
+        dns_at,
+        reverse_ranges,
+        stopping.clone(),
+    ));
     let proxy_done = tokio::spawn(proxy::run(
         agent.proxy.clone(),
         agent.client.clone(),
@@ -107,5 +147,13 @@ pub async fn run(
     let _ = stopping.wait_for(|s| *s).await;
     let _ = pods_done.await;
     let _ = proxy_done.await;
+    let _ = dns_done.await;
+    if let Some(done) = rules_done {
+        let _ = done.await;
+    }
+    // Every pod has stopped: the node's devices, namespaces and rules go.
+    if let Some(private) = private {
+        private.stop().await;
+    }
     Ok(())
 }

@@ -71,15 +71,45 @@ fn status(agent: &Agent, port: u16) -> Value {
         json!({"type": kind, "status": status, "reason": reason, "message": message,
             "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
+    let mut conditions = vec![
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+        ),
+    ];
+    // How pods are networked, once decided (kube's route controller and CNIs write this
+    // condition first).
+    if let Some(mode) = agent.network.get() {
+        let (reason, message) = mode.condition();
+        conditions.insert(
+            0,
+            condition("NetworkUnavailable", "False", reason, &message),
+        );
+    }
     json!({
         "capacity": resources,
         "allocatable": resources,
-        "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-        ],
+        "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": "127.0.0.1"},
             {"type": "Hostname", "address": agent.config.name},
@@ -100,8 +130,9 @@ fn status(agent: &Agent, port: u16) -> Value {
     })
 }
 
-/// Creates the Node if it is missing, reports its status and waits for its `podCIDR`.
-pub(crate) async fn register(agent: &Arc<Agent>, port: u16) -> Result<(), AgentError> {
+/// Creates the Node if it is missing, reports its status and waits for its `podCIDR`, which
+/// it returns.
+pub(crate) async fn register(agent: &Arc<Agent>, port: u16) -> Result<String, AgentError> {
     let nodes: Api<Node> = Api::all(agent.client.clone());
     let name = agent.config.name.clone();
     let fail = |e| AgentError::Register(name.clone(), e);
@@ -133,7 +164,7 @@ pub(crate) async fn register(agent: &Arc<Agent>, port: u16) -> Result<(), AgentE
             if let Ok(mut ips) = agent.ips.lock() {
                 ips.set_base(base);
             }
-            return Ok(());
+            return Ok(cidr);
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }

@@ -288,7 +288,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 }
 
 /// The command line that runs `command` inside the sandbox of `pid` (its user namespace if
-/// it has one, its mount, PID and UTS namespaces and root), or as it is without a sandbox;
+/// it has one, its network, mount, PID and UTS namespaces and root), or as it is without a sandbox;
 /// an image's client is pointed at the pod.
 pub(crate) fn in_sandbox(
     command: &[String],
@@ -303,6 +303,10 @@ pub(crate) fn in_sandbox(
                 // Its credentials already are root's there; nsenter's own switch to root
                 // would call setgroups, which a user namespace without root refuses.
                 argv.extend(["--user", "--preserve-credentials"].map(String::from));
+            }
+            if !crate::sandbox::in_user_namespace() {
+                // The pod's network (the machine's, for a pod without one of its own).
+                argv.push("--net".to_owned());
             }
             argv.extend(["--mount", "--pid", "--uts", "--root", "--wd", "--"].map(String::from));
             argv.extend(command.iter().cloned());

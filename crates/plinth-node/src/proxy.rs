@@ -1,9 +1,13 @@
-//! The service proxy (kube-proxy in userspace): every Service's `ClusterIP:port` (and node
-//! port, on `127.0.0.1`) is a TCP listener here that passes each connection on to one of the
-//! Service's ready endpoints (its EndpointSlices'), in turn or — with `sessionAffinity:
-//! ClientIP` — the same one for the same client. Listeners use `SO_REUSEPORT`, so the agents
-//! of one machine can all serve the same addresses. Also the source of the Service
-//! environment variables containers get.
+//! The service proxy. Where pods share the machine's network, kube-proxy in userspace: every
+//! Service's `ClusterIP:port` (and node port, on `127.0.0.1`) is a TCP listener here that
+//! passes each connection on to one of the Service's ready endpoints (its EndpointSlices'),
+//! in turn or — with `sessionAffinity: ClientIP` — the same one for the same client.
+//! Listeners use `SO_REUSEPORT`, so the agents of one machine can all serve the same
+//! addresses. Where pods have namespaces of their own, ClusterIPs are nftables rules (see
+//! [`crate::service_rules`]) and only node ports and relays are listeners: a relay on the
+//! node's gateway passes pods' connections on to endpoints only the machine reaches (the
+//! `kubernetes` Service's, on loopback). Also the source of the Service environment
+//! variables containers get, and of the cluster DNS zone.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -15,6 +19,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::watcher;
+use plinth_net::rules::ServicePort;
 use serde_json::Value;
 
 /// What one listener serves: a Service's port.
@@ -37,7 +42,16 @@ pub(crate) struct Proxy {
     listeners: Mutex<HashMap<SocketAddr, (Target, tokio::task::JoinHandle<()>)>>,
     turn: std::sync::atomic::AtomicUsize,
     sessions: Mutex<HashMap<(SocketAddr, IpAddr), (SocketAddr, Instant)>>,
+    /// Counts the changes seen (the rules and the DNS zone follow it).
+    version: tokio::sync::watch::Sender<u64>,
+    /// The node's gateway, where pods have namespaces of their own.
+    gateway: std::sync::OnceLock<std::net::Ipv4Addr>,
+    /// Whether the node answers the cluster DNS address (pods then get it as their server).
+    pub(crate) dns_served: std::sync::atomic::AtomicBool,
 }
+
+/// The cluster DNS Service (kubeadm's name for it), answered by the agent's DNS server.
+pub(crate) const DNS_SERVICE: (&str, &str) = ("kube-system", "kube-dns");
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,6 +74,111 @@ fn env_name(name: &str) -> String {
 }
 
 impl Proxy {
+    /// Pods have namespaces of their own, behind `gateway`.
+    pub(crate) fn set_gateway(&self, gateway: std::net::Ipv4Addr) {
+        let _ = self.gateway.set(gateway);
+    }
+
+    /// Follows the changes.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// The Services and EndpointSlices as they are now.
+    pub(crate) fn snapshot(&self) -> (Vec<Value>, Vec<Value>) {
+        let services = self
+            .services
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        let slices = self
+            .slices
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        (services, slices)
+    }
+
+    /// The cluster DNS Service's ClusterIP, once the Service is known.
+    pub(crate) fn dns_address(&self) -> Option<std::net::Ipv4Addr> {
+        let services = self.services.lock().ok()?;
+        let key = (DNS_SERVICE.0.to_owned(), DNS_SERVICE.1.to_owned());
+        services
+            .get(&key)?
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)?
+            .parse()
+            .ok()
+    }
+
+    /// Every Service port with a ClusterIP as the rules translate it: to its endpoints, an
+    /// endpoint on loopback through the relay on `gateway`, the DNS Service's to the node's
+    /// own DNS server there.
+    pub(crate) fn service_ports(&self, gateway: std::net::Ipv4Addr) -> Vec<ServicePort> {
+        let services = self.services.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut ports = Vec::new();
+        for ((namespace, name), service) in &services {
+            let Some(ip) = service
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok())
+            else {
+                continue;
+            };
+            let dns = (namespace.as_str(), name.as_str()) == DNS_SERVICE;
+            let affinity = affinity(service).map(|d| u32::try_from(d.as_secs()).unwrap_or(10800));
+            for port in service
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let Some(number) = port["port"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
+                    continue;
+                };
+                let port_name = port["name"].as_str().unwrap_or("").to_owned();
+                let endpoints = if dns {
+                    if number == 53 {
+                        vec![(gateway, 53)]
+                    } else {
+                        Vec::new()
+                    }
+                } else {
+                    let target = Target {
+                        namespace: namespace.clone(),
+                        service: name.clone(),
+                        port_name: port_name.clone(),
+                        affinity: None,
+                    };
+                    let mut endpoints: Vec<(std::net::Ipv4Addr, u16)> = Vec::new();
+                    for endpoint in self.endpoints(&target) {
+                        let IpAddr::V4(address) = endpoint.ip() else {
+                            continue;
+                        };
+                        let pair = if address.is_loopback() {
+                            (gateway, number)
+                        } else {
+                            (address, endpoint.port())
+                        };
+                        if !endpoints.contains(&pair) {
+                            endpoints.push(pair);
+                        }
+                    }
+                    endpoints
+                };
+                ports.push(ServicePort {
+                    name: format!("{namespace}/{name}:{port_name}"),
+                    address: ip,
+                    protocol: port["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                    port: number,
+                    endpoints,
+                    affinity,
+                });
+            }
+        }
+        ports
+    }
+
     /// The Service variables of a container in `namespace` (kube's `getServiceEnvVarMap`):
     /// all of the namespace's Services with a ClusterIP when `links`, and the `kubernetes`
     /// Service of `default` always.
@@ -117,6 +236,7 @@ impl Proxy {
     fn endpoints(&self, target: &Target) -> Vec<SocketAddr> {
         let slices = self.slices.lock().map(|s| s.clone()).unwrap_or_default();
         let mut found = Vec::new();
+        let mut terminating = Vec::new();
         for ((ns, _), slice) in &slices {
             let owner = slice
                 .pointer("/metadata/labels/kubernetes.io~1service-name")
@@ -135,15 +255,27 @@ impl Proxy {
                 continue;
             };
             for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
-                if endpoint.pointer("/conditions/ready") == Some(&Value::Bool(false)) {
+                let ready = endpoint.pointer("/conditions/ready") != Some(&Value::Bool(false));
+                // Serving while terminating: used only when no endpoint is ready (kube-proxy's
+                // fallback for terminating endpoints).
+                let serving = endpoint.pointer("/conditions/serving") == Some(&Value::Bool(true))
+                    && endpoint.pointer("/conditions/terminating") == Some(&Value::Bool(true));
+                if !ready && !serving {
                     continue;
                 }
                 for address in endpoint["addresses"].as_array().into_iter().flatten() {
                     if let Some(ip) = address.as_str().and_then(|a| a.parse::<IpAddr>().ok()) {
-                        found.push(SocketAddr::new(ip, port));
+                        if ready {
+                            found.push(SocketAddr::new(ip, port));
+                        } else {
+                            terminating.push(SocketAddr::new(ip, port));
+                        }
                     }
                 }
             }
+        }
+        if found.is_empty() {
+            found = terminating;
         }
         found.sort();
         found
@@ -187,16 +319,12 @@ impl Proxy {
             let Ok(ip) = ip.parse::<IpAddr>() else {
                 continue;
             };
-            let affinity = (service.pointer("/spec/sessionAffinity")
-                == Some(&Value::from("ClientIP")))
-            .then(|| {
-                Duration::from_secs(
-                    service
-                        .pointer("/spec/sessionAffinityConfig/clientIP/timeoutSeconds")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(10800),
-                )
-            });
+            // The DNS Service's address is the DNS server's own.
+            if (namespace.as_str(), name.as_str()) == DNS_SERVICE {
+                continue;
+            }
+            let affinity = affinity(&service);
+            let gateway = self.gateway.get().copied();
             for port in service
                 .pointer("/spec/ports")
                 .and_then(Value::as_array)
@@ -213,7 +341,20 @@ impl Proxy {
                     affinity,
                 };
                 if let Some(number) = port["port"].as_u64().and_then(|p| u16::try_from(p).ok()) {
-                    wanted.insert(SocketAddr::new(ip, number), target.clone());
+                    match gateway {
+                        None => {
+                            wanted.insert(SocketAddr::new(ip, number), target.clone());
+                        }
+                        // Pods reach endpoints on the machine's loopback through a relay.
+                        Some(gateway) => {
+                            if self.endpoints(&target).iter().any(|e| e.ip().is_loopback()) {
+                                wanted.insert(
+                                    SocketAddr::new(gateway.into(), number),
+                                    target.clone(),
+                                );
+                            }
+                        }
+                    }
                 }
                 if let Some(node_port) = port["nodePort"]
                     .as_u64()
@@ -293,6 +434,18 @@ fn listen(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(1024)
 }
 
+/// How long a client keeps its endpoint (`sessionAffinity: ClientIP`), if it does.
+fn affinity(service: &Value) -> Option<Duration> {
+    (service.pointer("/spec/sessionAffinity") == Some(&Value::from("ClientIP"))).then(|| {
+        Duration::from_secs(
+            service
+                .pointer("/spec/sessionAffinityConfig/clientIP/timeoutSeconds")
+                .and_then(Value::as_u64)
+                .unwrap_or(10800),
+        )
+    })
+}
+
 /// A watch event with its object as JSON.
 fn as_json<K: serde::Serialize>(event: watcher::Event<K>) -> watcher::Event<Value> {
     let json = |k: K| serde_json::to_value(k).unwrap_or(Value::Null);
@@ -367,9 +520,8 @@ pub(crate) async fn run(
                 continue;
             }
         }
-        if is_service {
-            proxy.sync();
-        }
+        proxy.version.send_modify(|v| *v += 1);
+        proxy.sync();
     }
     proxy.stop();
 }

@@ -53,6 +53,10 @@ pub struct Spec {
     /// first stage, the first stage for the second.
     #[serde(default)]
     pub parent: Option<Parent>,
+    /// The pod's network namespace (its file), joined before anything else; none: the
+    /// machine's network.
+    #[serde(default)]
+    pub netns: Option<PathBuf>,
 }
 
 /// A process, told apart from a later one that reuses its PID by its start time.
@@ -214,6 +218,13 @@ fn first(spec: &Spec) -> Result<i32, String> {
     for cgroup in &spec.cgroups {
         std::fs::write(cgroup.join("cgroup.procs"), std::process::id().to_string())
             .map_err(|e| format!("join cgroup {}: {e}", cgroup.display()))?;
+    }
+    // The pod's network, shared by its containers as the pause container's is.
+    if let Some(netns) = &spec.netns {
+        let file = std::fs::File::open(netns)
+            .map_err(|e| format!("network namespace {}: {e}", netns.display()))?;
+        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("join network namespace {}: {e}", netns.display()))?;
     }
     // Without root, the namespaces are made in a user namespace of their own, where the
     // agent's user is root; it must come first, while this is the only thread.

@@ -2,42 +2,45 @@
 //! allocator (`types::core::service`) and the serving certificate (`pki`) need; depends on
 //! nothing else in the crate.
 
-use std::net::Ipv4Addr;
+use plinth_net::Cidr;
 
-/// The service range, a `/16` of `127.0.0.0/8` (its first two octets); its `.0.1` is the
-/// `kubernetes` Service's.
-static RANGE: std::sync::RwLock<[u8; 2]> = std::sync::RwLock::new([127, 32]);
+/// The range a server starts with when told nothing: in the machine's loopback network,
+/// where pods sharing the machine's network can reach it.
+const LOOPBACK: Cidr = Cidr::v4([127, 32, 0, 0], 16);
 
-/// Sets the service range (kube-apiserver's `--service-cluster-ip-range`): a `/16` in
-/// `127.0.0.0/8`, as `127.N.0.0/16`.
+static RANGE: std::sync::RwLock<Option<Cidr>> = std::sync::RwLock::new(None);
+
+/// Sets the service range (kube-apiserver's `--service-cluster-ip-range`): an IPv4 range from
+/// `/12` (kube's largest) to `/28`.
 ///
 /// # Errors
 /// Any other range.
 pub fn set_service_range(cidr: &str) -> Result<(), String> {
-    let bad = || {
-        format!(
-            "--service-cluster-ip-range {cidr:?}: a /16 in 127.0.0.0/8 is needed (e.g. 127.32.0.0/16)"
-        )
-    };
-    let (ip, bits) = cidr.split_once('/').ok_or_else(bad)?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad())?;
-    let o = ip.octets();
-    if bits != "16" || o[0] != 127 || o[2] != 0 || o[3] != 0 {
-        return Err(bad());
-    }
-    if let Ok(mut range) = RANGE.write() {
-        *range = [o[0], o[1]];
+    let range = Cidr::parse(cidr)
+        .filter(|r| (12..=28).contains(&r.bits()))
+        .ok_or_else(|| {
+            format!(
+                "--service-cluster-ip-range {cidr:?}: an IPv4 range from /12 to /28 is needed (e.g. 10.96.0.0/12)"
+            )
+        })?;
+    if let Ok(mut current) = RANGE.write() {
+        *current = Some(range);
     }
     Ok(())
 }
 
-/// The range's first two octets.
-pub fn range_base() -> [u8; 2] {
-    RANGE.read().map_or([127, 32], |r| *r)
+/// The range.
+pub fn range() -> Cidr {
+    RANGE.read().ok().and_then(|r| *r).unwrap_or(LOOPBACK)
 }
 
 /// The `kubernetes` Service's ClusterIP: the service range's first address.
 pub fn kubernetes_ip() -> String {
-    let [a, b] = range_base();
-    format!("{a}.{b}.0.1")
+    range().nth(1).map(|ip| ip.to_string()).unwrap_or_default()
+}
+
+/// The cluster DNS Service's ClusterIP (`kube-system/kube-dns`): the range's tenth address,
+/// as kubeadm gives it.
+pub fn dns_ip() -> String {
+    range().nth(10).map(|ip| ip.to_string()).unwrap_or_default()
 }

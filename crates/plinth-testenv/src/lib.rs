@@ -382,6 +382,21 @@ impl Slot {
         format!("127.{}.0.0/16", 64 + u16::from(self.number))
     }
 
+    /// `plinth serve` arguments giving ranges outside loopback (a `/20` of `172.20.0.0/14`
+    /// for pods, of `172.24.0.0/14` for Services): each pod in a network namespace of its own.
+    pub fn private_args(&self) -> Vec<String> {
+        let (high, low) = (
+            u16::from(self.number) / 16,
+            (u16::from(self.number) % 16) * 16,
+        );
+        vec![
+            "--service-cluster-ip-range".into(),
+            format!("172.{}.{low}.0/20", 24 + high),
+            "--cluster-cidr".into(),
+            format!("172.{}.{low}.0/20", 20 + high),
+        ]
+    }
+
     /// `plinth serve` arguments giving the ranges.
     pub fn args(&self) -> Vec<String> {
         vec![

@@ -92,12 +92,19 @@ enum Command {
         /// The `tolerationSeconds` of the `unreachable:NoExecute` toleration every pod gets.
         #[arg(long, default_value_t = 300)]
         default_unreachable_toleration_seconds: i64,
-        /// The Services' addresses: a /16 of 127.0.0.0/8 (kube-apiserver's flag).
-        #[arg(long, default_value = "127.32.0.0/16")]
-        service_cluster_ip_range: String,
-        /// The pods' addresses, handed to nodes in /24s (kube-controller-manager's flag).
-        #[arg(long, default_value = "127.64.0.0/10")]
-        cluster_cidr: String,
+        /// The Services' addresses (kube-apiserver's flag; default: see --pod-network).
+        #[arg(long)]
+        service_cluster_ip_range: Option<String>,
+        /// The pods' addresses, handed to nodes in /24s (kube-controller-manager's flag;
+        /// default: see --pod-network).
+        #[arg(long)]
+        cluster_cidr: Option<String>,
+        /// How pods are networked: `auto` gives each pod a network namespace of its own where
+        /// the machine allows (root, `ip`, `nft`), with ranges chosen to miss the machine's
+        /// networks, else pods share the machine's network at loopback addresses (`shared`).
+        /// The choice is kept in the data directory's network.json.
+        #[arg(long, value_enum, default_value = "auto")]
+        pod_network: network::PodNetwork,
         /// Run no node agent in the server's process.
         #[arg(long, default_value_t = false)]
         no_node: bool,
@@ -119,6 +126,13 @@ enum Command {
         /// Where pods' files and logs live (default: the data directory's `node-NAME`).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// The cluster's pod range (kube-proxy's flag; default: the server's, from its data
+        /// directory's network.json).
+        #[arg(long)]
+        cluster_cidr: Option<String>,
+        /// The cluster's Service range (default: the server's, as --cluster-cidr).
+        #[arg(long)]
+        service_cluster_ip_range: Option<String>,
         /// The agent's settings.
         #[command(flatten)]
         node: node::NodeArgs,
@@ -240,6 +254,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 mod migrate;
+mod network;
 mod node;
 mod rewrite;
 
@@ -301,6 +316,7 @@ fn main() -> ExitCode {
             default_unreachable_toleration_seconds,
             service_cluster_ip_range,
             cluster_cidr,
+            pod_network,
         } => {
             init_logging(&log_format);
             let backend = if etcd_servers.is_empty() {
@@ -325,8 +341,28 @@ fn main() -> ExitCode {
                     }
                 },
             };
+            let data_dir = data_dir.unwrap_or_else(default_data_dir);
+            let ranges = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|runtime| {
+                    runtime.block_on(network::resolve(
+                        &data_dir,
+                        cluster_cidr.as_deref(),
+                        service_cluster_ip_range.as_deref(),
+                        pod_network,
+                    ))
+                });
+            let (pod_range, service_range) = match ranges {
+                Ok(ranges) => ranges,
+                Err(e) => {
+                    eprintln!("plinth: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let config = ServerConfig {
-                data_dir: data_dir.unwrap_or_else(default_data_dir),
+                data_dir,
                 listen,
                 compaction_interval,
                 bookmark_interval: watch_bookmark_interval,
@@ -349,16 +385,16 @@ fn main() -> ExitCode {
                 default_not_ready_toleration_seconds,
                 default_unreachable_toleration_seconds,
             );
-            let cluster_cidr = match plinth_controllers::nodeipam::ClusterCidr::parse(&cluster_cidr)
-            {
-                Ok(range) => range,
-                Err(e) => {
-                    eprintln!("plinth: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
+            let cluster_cidr =
+                match plinth_controllers::nodeipam::ClusterCidr::parse(&pod_range.to_string()) {
+                    Ok(range) => range,
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
             if let Err(e) =
-                plinth_types::core::service::set_service_range(&service_cluster_ip_range)
+                plinth_types::core::service::set_service_range(&service_range.to_string())
             {
                 eprintln!("plinth: {e}");
                 return ExitCode::FAILURE;
@@ -377,13 +413,28 @@ fn main() -> ExitCode {
             };
             run(
                 tokio::runtime::Builder::new_multi_thread(),
-                serve(config, storage, node, controllers.then_some(settings)),
+                serve(
+                    config,
+                    storage,
+                    node.map(|args| {
+                        (
+                            args,
+                            plinth_node::Ranges {
+                                pods: pod_range,
+                                services: service_range,
+                            },
+                        )
+                    }),
+                    controllers.then_some(settings),
+                ),
             )
         }
         Command::Node {
             kubeconfig,
             data_dir,
             node,
+            cluster_cidr,
+            service_cluster_ip_range,
         } => {
             init_logging("text");
             run(tokio::runtime::Builder::new_multi_thread(), async move {
@@ -392,6 +443,20 @@ fn main() -> ExitCode {
                     Ok(mut config) => {
                         config.data_dir =
                             data_dir.unwrap_or_else(|| base.join(format!("node-{}", config.name)));
+                        let server_dir = std::env::var_os("PLINTH_DATA_DIR")
+                            .map_or_else(|| base.clone(), PathBuf::from);
+                        let recorded = network::recorded(&server_dir);
+                        let pods = cluster_cidr
+                            .as_deref()
+                            .and_then(plinth_net::Cidr::parse)
+                            .or(recorded.map(|r| r.0));
+                        let services = service_cluster_ip_range
+                            .as_deref()
+                            .and_then(plinth_net::Cidr::parse)
+                            .or(recorded.map(|r| r.1));
+                        config.ranges = pods
+                            .zip(services)
+                            .map(|(pods, services)| plinth_node::Ranges { pods, services });
                         config
                     }
                     Err(e) => {
@@ -629,7 +694,7 @@ async fn open_store(
 async fn serve(
     config: ServerConfig,
     storage: Storage,
-    node: Option<node::NodeArgs>,
+    node: Option<(node::NodeArgs, plinth_node::Ranges)>,
     settings: Option<plinth_controllers::Settings>,
 ) -> ExitCode {
     let data_dir = config.data_dir.clone();
@@ -665,9 +730,10 @@ async fn serve(
     tokio::spawn(stop_on_signal(server.stopper()));
     println!("{}", server.kubeconfig.display());
     let agent = match node {
-        Some(args) => match node::config(&args, &data_dir) {
+        Some((args, ranges)) => match node::config(&args, &data_dir) {
             Ok(mut config) => {
                 config.data_dir = data_dir.join("node");
+                config.ranges = Some(ranges);
                 // The agent acts as its node (`system:node:<name>`, group `system:nodes`).
                 let kubeconfig = data_dir.join(format!("kubeconfig-node-{}", config.name));
                 let user = format!("system:node:{}", config.name);

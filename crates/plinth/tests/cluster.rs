@@ -79,7 +79,7 @@ fn a_data_directory_that_cannot_be_used_is_a_clear_error() {
     std::fs::create_dir_all(&store).unwrap();
     std::fs::write(store.join("plinth.db"), vec![0x5a; 8192]).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .args(["serve", "--data-dir"])
+        .args(["serve", "--pod-network=shared", "--data-dir"])
         .arg(dir.path())
         .args(["--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())

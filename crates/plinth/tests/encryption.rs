@@ -158,7 +158,13 @@ fn a_bad_configuration_stops_the_server_with_a_reason() {
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n  - resources: [secrets]\n    providers: [{kms: {apiVersion: v2, name: vault}}]\n").unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--pod-network=shared",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.path().join("data"))
         .arg("--encryption-provider-config")
         .arg(&path)

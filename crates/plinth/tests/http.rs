@@ -1333,7 +1333,13 @@ fn the_data_directory_is_the_owners_alone() {
     let temp = tempfile::tempdir().unwrap();
     let data = temp.path().join("fresh").join("data");
     let mut child = Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--pod-network=shared",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(&data)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
@@ -1386,6 +1392,7 @@ fn logs_to_a_file_carry_no_colour_codes() {
         .args([
             "serve",
             "--no-node",
+            "--pod-network=shared",
             "--listen",
             "127.0.0.1:0",
             "--data-dir",

@@ -236,6 +236,22 @@ impl Worker {
                 read_only: true,
             });
         }
+        // The pod's name files over the machine's.
+        if self.runtime.isolates() {
+            for (file, target) in [
+                ("etc-hosts", "/etc/hosts"),
+                ("resolv.conf", "/etc/resolv.conf"),
+            ] {
+                let source = self.dir.join(file);
+                if source.is_file() {
+                    extra_mounts.push(sandbox::Mount {
+                        source,
+                        target: target.to_owned(),
+                        read_only: false,
+                    });
+                }
+            }
+        }
         let launch = Launch {
             argv,
             env: env.clone(),
@@ -253,6 +269,7 @@ impl Worker {
             hostname: host_name(&pod),
             hide: vec![self.agent.config.data_dir.clone()],
             stdin: container["stdin"] == true,
+            netns: self.netns.clone(),
         };
         let file = tokio::fs::OpenOptions::new()
             .create(true)

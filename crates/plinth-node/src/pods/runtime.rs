@@ -31,6 +31,8 @@ pub(super) struct Launch {
     pub(super) hide: Vec<PathBuf>,
     /// Whether its standard input is kept open (`stdin: true`).
     pub(super) stdin: bool,
+    /// The pod's network namespace, if it has one.
+    pub(super) netns: Option<PathBuf>,
 }
 
 /// The container runtime below the pod worker — the kubelet's CRI, in small: it starts a
@@ -107,7 +109,19 @@ impl Runtime for Processes {
     }
 
     fn start(&self, launch: &Launch) -> Result<tokio::process::Child, String> {
-        let Some((program, args)) = launch.argv.split_first() else {
+        // In the pod's network namespace, entered by nsenter.
+        let argv: Vec<String> = match &launch.netns {
+            Some(netns) => [
+                "nsenter".to_owned(),
+                format!("--net={}", netns.display()),
+                "--".to_owned(),
+            ]
+            .into_iter()
+            .chain(launch.argv.iter().cloned())
+            .collect(),
+            None => launch.argv.clone(),
+        };
+        let Some((program, args)) = argv.split_first() else {
             return Err("no command".into());
         };
         let mut command = tokio::process::Command::new(program);
@@ -162,6 +176,7 @@ impl Runtime for Sandbox {
             hostname: Some(launch.hostname.clone()),
             hide: launch.hide.clone(),
             parent: sandbox::Parent::this(),
+            netns: launch.netns.clone(),
         };
         let mut command = tokio::process::Command::new(&self.exe);
         // The environment goes as the sandbox's own (see `sandbox::Spec::env`).

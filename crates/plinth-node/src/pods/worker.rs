@@ -60,6 +60,8 @@ pub(super) struct Worker {
     /// What runs the containers.
     pub(super) runtime: Arc<dyn Runtime>,
     pub(super) volumes: Mutex<BTreeMap<String, PathBuf>>,
+    /// The pod's network namespace, where pods have their own.
+    pub(super) netns: Option<PathBuf>,
 }
 
 impl Worker {
@@ -92,6 +94,37 @@ impl Worker {
             tracing::warn!(pod = %uid, "no pod address left on this node");
             return;
         };
+        let private = agent
+            .network
+            .get()
+            .and_then(crate::network::Mode::private)
+            .filter(|_| !host_network)
+            .cloned();
+        let mut netns = None;
+        if let Some(private) = &private
+            && let Ok(address) = ip.parse()
+        {
+            // The pod's sandbox: a namespace of its own (kube's RunPodSandbox), tried again
+            // a few times before the pod is given up on.
+            for attempt in 0..5u64 {
+                match private.pod_up(&uid, address).await {
+                    Ok(path) => {
+                        netns = Some(path);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %uid, error = %e, "pod network namespace not made");
+                        tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
+                    }
+                }
+            }
+            if netns.is_none() {
+                if let Ok(mut ips) = agent.ips.lock() {
+                    ips.release(address);
+                }
+                return;
+            }
+        }
         // A pod this node ran before (the agent restarted): its containers start again, each
         // counted as a restart, what ran before as their last state.
         let before = serde_json::to_value(pod.status.as_ref()).unwrap_or(Value::Null);
@@ -187,6 +220,7 @@ impl Worker {
             phase,
             runtime: super::runtime::of(agent.config.sandbox.as_ref()),
             volumes: Mutex::new(BTreeMap::new()),
+            netns,
         });
         let writer = tokio::spawn(worker.clone().write_status());
         let lifecycle = tokio::spawn(worker.clone().lifecycle());
@@ -275,6 +309,11 @@ impl Worker {
         }
         let _ = std::fs::remove_dir_all(worker.dir.join("volumes"));
         let _ = std::fs::remove_dir_all(worker.dir.join("root"));
+        if let Some(private) = &private
+            && worker.netns.is_some()
+        {
+            private.pod_down(&uid).await;
+        }
     }
 
     /// Records an event on the pod (about `container`, if named).
@@ -398,6 +437,7 @@ impl Worker {
                 }
             }
         }
+        self.write_name_files(&pod);
         let all = containers(&pod);
         let mut running = Vec::new();
         for (kind, container) in all.iter().filter(|(k, _)| *k != Kind::Regular) {
@@ -517,6 +557,37 @@ impl Worker {
             () = async { let _ = stop.wait_for(Phase::is_terminating).await; } => true,
         };
         stopped || self.terminating()
+    }
+
+    /// The pod's `/etc/hosts` and `/etc/resolv.conf` (kept in its directory, shown inside its
+    /// containers), as the kubelet writes them.
+    fn write_name_files(&self, pod: &Pod) {
+        let pod = serde_json::to_value(pod).unwrap_or(Value::Null);
+        let domain = crate::network::DOMAIN;
+        let machine_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let hosts = plinth_net::podfiles::hosts_file(
+            &pod,
+            std::slice::from_ref(&self.ip),
+            domain,
+            &machine_hosts,
+        );
+        let machine = plinth_net::podfiles::Resolv::parse(
+            &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+        );
+        // The cluster's DNS server when this node answers it.
+        let cluster_dns = self
+            .agent
+            .proxy
+            .dns_served
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then(|| self.agent.proxy.dns_address())
+            .flatten()
+            .map(|ip| ip.to_string());
+        let resolv =
+            plinth_net::podfiles::resolv_conf(&pod, cluster_dns.as_deref(), domain, &machine);
+        let _ = std::fs::create_dir_all(&self.dir);
+        let _ = std::fs::write(self.dir.join("etc-hosts"), hosts);
+        let _ = std::fs::write(self.dir.join("resolv.conf"), resolv.render());
     }
 
     /// Rewrites the API-backed volumes now and then, so that a changed ConfigMap shows.

@@ -1,6 +1,6 @@
 //! core/v1 Service: kube's defaults and validation, kubectl's columns, and its addresses —
-//! a ClusterIP from the service range (`127.32.0.0/16` by default, `--service-cluster-ip-range`:
-//! loopback, like pods') and a
+//! a ClusterIP from the service range (`--service-cluster-ip-range`: see `plinth serve`'s
+//! choice of ranges) and a
 //! node port from 30000–32767 for `NodePort`/`LoadBalancer`, allocated when the Service is
 //! created (none for headless and `ExternalName` Services).
 
@@ -18,8 +18,8 @@ use plinth_registry::resources::{ResourceDef, age_cell, column};
 use plinth_registry::schema::{Schema, array, obj, strings, top};
 use plinth_registry::strategy::{FieldPath, ListMerge, Strategy};
 
-use plinth_registry::service_range::range_base;
-pub use plinth_registry::service_range::{kubernetes_ip, set_service_range};
+use plinth_registry::service_range::range as service_range;
+pub use plinth_registry::service_range::{dns_ip, kubernetes_ip, set_service_range};
 
 const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 const TYPES: &[&str] = &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
@@ -424,24 +424,29 @@ fn allocate<'a>(
             .to_owned();
         if requested != "None" {
             let ip = if requested.is_empty() {
-                // .0 is the network, .1 the kubernetes Service's (asked for by name).
-                let [a, b] = range_base();
-                let candidates = (2..=u16::MAX).map(|n| format!("{a}.{b}.{}.{}", n >> 8, n & 0xff));
+                // .0 is the network, .1 the kubernetes Service's and .10 the cluster DNS's
+                // (both asked for by address), the last the broadcast.
+                let range = service_range();
+                let candidates = (2..range.size().saturating_sub(1))
+                    .filter(|n| *n != 10)
+                    .filter_map(|n| range.nth(n))
+                    .map(|ip| ip.to_string());
                 reserve(&ips, candidates).ok_or_else(|| {
                     ApiError::internal("failed to allocate a serviceIP: range is full")
                 })?
             } else {
-                let base = range_base();
-                let in_range = requested
-                    .parse::<Ipv4Addr>()
-                    .is_ok_and(|ip| ip.octets()[..2] == base);
+                let range = service_range();
+                let in_range = requested.parse::<Ipv4Addr>().is_ok_and(|ip| {
+                    range
+                        .index_of(ip)
+                        .is_some_and(|n| n > 0 && n + 1 < range.size())
+                });
                 if !in_range {
                     return Err(invalid(Cause::invalid(
                         "spec.clusterIPs",
                         &json!([requested]),
                         &format!(
-                            "failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}.{}.0.0/16",
-                            base[0], base[1]
+                            "failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {range}"
                         ),
                     )));
                 }

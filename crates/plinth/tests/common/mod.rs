@@ -117,10 +117,18 @@ impl Plinth {
         // A node agent only where a test names its node.
         match &self.slot {
             Some(slot) => {
-                command.args(slot.args());
+                if self
+                    .extra_args
+                    .iter()
+                    .any(|a| a == "--pod-network=namespaces")
+                {
+                    command.args(slot.private_args());
+                } else {
+                    command.args(slot.args());
+                }
             }
             None => {
-                command.arg("--no-node");
+                command.args(["--no-node", "--pod-network=shared"]);
             }
         }
         let mut child = command

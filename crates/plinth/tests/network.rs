@@ -1,0 +1,333 @@
+//! Pods like real pods (through kubectl, real processes, real network namespaces): a
+//! namespace each, `localhost` their own, Services reached by cluster DNS names and
+//! ClusterIPs from pods and from the machine, headless StatefulSet names, and nothing the
+//! agent made left behind — after a clean stop, and after SIGKILL once the server is back.
+
+mod common;
+
+use common::{Backend, Plinth};
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: busybox
+        command: [sh, -c, "mkdir -p /tmp/w && hostname > /tmp/w/index.html && exec httpd -f -p 0.0.0.0:8080 -h /tmp/w"]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#;
+
+const HEADLESS: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: db}
+spec:
+  clusterIP: None
+  selector: {app: db}
+  ports: [{name: http, port: 8080}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers:
+      - name: db
+        image: busybox
+        command: [sh, -c, "mkdir -p /tmp/w && hostname > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w"]
+        readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+"#;
+
+/// What the machine has of network devices, namespaces and rule tables now.
+fn machine_network() -> (String, String, String) {
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    (
+        run("ip", &["-o", "link", "show"]),
+        run("ip", &["netns", "list"]),
+        run("nft", &["list", "tables"]),
+    )
+}
+
+/// The lines of `now` naming anything of the agent whose names carry `tag`.
+fn leftovers(tag: &str) -> Vec<String> {
+    let (links, namespaces, tables) = machine_network();
+    links
+        .lines()
+        .chain(namespaces.lines())
+        .chain(tables.lines())
+        .filter(|l| l.contains(tag))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tag in the agent's bridge name, read off the node's condition.
+fn bridge_tag(plinth: &Plinth, node: &str) -> String {
+    let message = plinth.kubectl(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
+    ]);
+    let bridge = message
+        .split_whitespace()
+        .find(|w| w.starts_with("plbr-"))
+        .unwrap_or_else(|| panic!("no bridge named in {message:?}"));
+    bridge.trim_start_matches("plbr-").to_owned()
+}
+
+fn exec(plinth: &Plinth, pod: &str, command: &[&str]) -> String {
+    let mut args = vec!["exec", pod, "--"];
+    args.extend_from_slice(command);
+    plinth.kubectl(&args)
+}
+
+fn ready(plinth: &Plinth, what: &str) {
+    plinth.kubectl(&["wait", "--for=condition=Ready", what, "--timeout=120s"]);
+}
+
+#[test]
+fn pods_have_their_own_network_dns_and_services_and_leave_nothing_behind() {
+    if let Err(e) = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(plinth_net::host::available())
+    {
+        panic!("this test needs network namespaces (root, ip, nft): {e}");
+    }
+    let before = machine_network();
+    let mut plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-a", "--pod-network=namespaces"],
+    );
+    plinth.kubectl_with(&["apply", "-f", "-"], WEB);
+    plinth.kubectl(&["rollout", "status", "deployment/web", "--timeout=120s"]);
+    ready(&plinth, "pod/client");
+    let tag = bridge_tag(&plinth, "netns-a");
+    assert!(
+        leftovers(&tag)
+            .iter()
+            .filter(|l| l.contains("plinth-"))
+            .count()
+            >= 3
+    );
+
+    // Both replicas bound 0.0.0.0:8080 and each reaches itself on localhost.
+    let pods = plinth.json(&["get", "pods", "-l", "app=web"]);
+    let items = pods["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    let mut names = Vec::new();
+    for pod in items {
+        let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+        let ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
+        assert!(!ip.starts_with("127."), "{ip}");
+        assert_eq!(
+            exec(&plinth, &name, &["wget", "-qO-", "http://127.0.0.1:8080/"]).trim(),
+            name
+        );
+        // By pod IP, from the other pod.
+        assert_eq!(
+            exec(
+                &plinth,
+                "client",
+                &["wget", "-qO-", &format!("http://{ip}:8080/")]
+            )
+            .trim(),
+            name
+        );
+        // The pod's own address is on its eth0, and /etc/hosts names it.
+        assert!(exec(&plinth, &name, &["cat", "/etc/hosts"]).contains(&format!("{ip}\t{name}")));
+        names.push(name);
+    }
+    // Through the Service, by its DNS names (the search path) and ClusterIP.
+    let resolv = exec(&plinth, "client", &["cat", "/etc/resolv.conf"]);
+    assert!(
+        resolv.contains("search default.svc.cluster.local svc.cluster.local cluster.local"),
+        "{resolv}"
+    );
+    assert!(resolv.contains("options ndots:5"), "{resolv}");
+    for url in [
+        "http://web.default.svc.cluster.local:8080/",
+        "http://web:8080/",
+    ] {
+        let answer = exec(&plinth, "client", &["wget", "-qO-", url]);
+        assert!(names.iter().any(|n| n == answer.trim()), "{url}: {answer}");
+    }
+    let cluster_ip = plinth.kubectl(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let from_machine = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "10",
+            &format!("http://{cluster_ip}:8080/"),
+        ])
+        .output()
+        .unwrap();
+    let from_machine = String::from_utf8_lossy(&from_machine.stdout);
+    assert!(
+        names.iter().any(|n| n == from_machine.trim()),
+        "{from_machine}"
+    );
+    // The API server from a pod, through the kubernetes Service.
+    let version = exec(
+        &plinth,
+        "client",
+        &[
+            "wget",
+            "-qO-",
+            "--no-check-certificate",
+            "https://kubernetes.default.svc/version",
+        ],
+    );
+    assert!(version.contains("gitVersion"), "{version}");
+    // Names outside the cluster's zone that do not exist: NXDOMAIN from the cluster DNS.
+    let missing = plinth.kubectl_output(&[
+        "exec",
+        "client",
+        "--",
+        "nslookup",
+        "nope.default.svc.cluster.local",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&missing.stdout).contains("NXDOMAIN")
+            || String::from_utf8_lossy(&missing.stderr).contains("NXDOMAIN")
+    );
+
+    // A headless StatefulSet's pod by its stable name, across a restart of the pod.
+    plinth.kubectl_with(&["apply", "-f", "-"], HEADLESS);
+    plinth.kubectl(&["rollout", "status", "statefulset/db", "--timeout=120s"]);
+    let lookup = || {
+        exec(
+            &plinth,
+            "client",
+            &[
+                "wget",
+                "-qO-",
+                "http://db-0.db.default.svc.cluster.local:8080/",
+            ],
+        )
+    };
+    assert_eq!(lookup().trim(), "db-0");
+    let first_ip = plinth.kubectl(&["get", "pod", "db-0", "-o", "jsonpath={.status.podIP}"]);
+    let answer = exec(
+        &plinth,
+        "client",
+        &["nslookup", "db-0.db.default.svc.cluster.local"],
+    );
+    assert!(answer.contains(&first_ip), "{answer}");
+    plinth.kubectl(&["delete", "pod", "db-0", "--wait=true"]);
+    plinth.eventually("db-0 back and ready", || {
+        plinth
+            .kubectl_output(&["wait", "--for=condition=Ready", "pod/db-0", "--timeout=5s"])
+            .status
+            .success()
+    });
+    plinth.eventually("db-0's name answers again", || {
+        plinth
+            .kubectl_output(&[
+                "exec",
+                "client",
+                "--",
+                "wget",
+                "-qO-",
+                "http://db-0.db.default.svc.cluster.local:8080/",
+            ])
+            .stdout
+            .starts_with(b"db-0")
+    });
+
+    // Bad input: a ClusterIP outside the range is refused and nothing is stored.
+    let refused = plinth.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: outside}\nspec: {clusterIP: 10.1.2.3, ports: [{port: 80}]}\n",
+    );
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(text.contains("is not in the valid range"), "{text}");
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "svc", "outside"])
+            .status
+            .success()
+    );
+
+    // SIGKILL: the dead agent's devices stay until the server is back, which removes them.
+    plinth.kill_and_restart();
+    plinth.eventually("the node's pods running again", || {
+        plinth
+            .kubectl_output(&[
+                "wait",
+                "--for=condition=Ready",
+                "pod/client",
+                "--timeout=5s",
+            ])
+            .status
+            .success()
+    });
+    assert_eq!(
+        bridge_tag(&plinth, "netns-a"),
+        tag,
+        "the same names after a restart"
+    );
+    let uids: Vec<String> = plinth.json(&["get", "pods"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_owned())
+        .collect();
+    let namespaces: Vec<String> = leftovers(&tag)
+        .into_iter()
+        .filter(|l| l.starts_with(&format!("plinth-{tag}-")))
+        .collect();
+    assert!(
+        namespaces
+            .iter()
+            .all(|n| uids.iter().any(|u| n.contains(u.as_str()))),
+        "only live pods' namespaces: {namespaces:?} vs {uids:?}"
+    );
+    assert_eq!(
+        exec(&plinth, "client", &["wget", "-qO-", "http://db-0.db:8080/"]).trim(),
+        "db-0"
+    );
+
+    // A clean stop removes every device, namespace and rule the agent made.
+    drop(plinth);
+    assert!(
+        leftovers(&tag).is_empty(),
+        "left behind: {:?}",
+        leftovers(&tag)
+    );
+    let after = machine_network();
+    assert_eq!(before.2.lines().filter(|l| l.contains(&tag)).count(), 0);
+    assert_eq!(after.2.lines().filter(|l| l.contains(&tag)).count(), 0);
+}
