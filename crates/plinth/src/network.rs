@@ -85,7 +85,11 @@ pub(crate) async fn resolve(
             .create(data_dir);
     let record =
         json!({"clusterCIDR": chosen.0.to_string(), "serviceClusterIPRange": chosen.1.to_string()});
-    std::fs::write(data_dir.join(FILE), format!("{record:#}\n"))
-        .map_err(|e| format!("{}: {e}", data_dir.join(FILE).display()))?;
+    let path = data_dir.join(FILE);
+    std::fs::write(&path, format!("{record:#}\n"))
+        .and_then(|()| {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        })
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(chosen)
 }
