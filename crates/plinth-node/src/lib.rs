@@ -110,6 +110,10 @@ pub async fn run(
         .map_err(AgentError::Network)?;
     let private = mode.private().cloned();
     let _ = agent.network.set(mode);
+    // The node says how its pods are networked before it runs any.
+    if let Err(e) = node::report(&agent, port).await {
+        tracing::warn!(error = %e, "node status not reported");
+    }
     tokio::spawn(node::heartbeat(agent.clone(), port, stopping.clone()));
     let mut reverse_ranges = Vec::new();
     let dns_at = match &private {

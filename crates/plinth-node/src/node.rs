@@ -181,7 +181,8 @@ fn base_of(cidr: &str) -> Option<[u8; 3]> {
     Some([o[0], o[1], o[2]])
 }
 
-async fn report(agent: &Agent, port: u16) -> Result<(), kube::Error> {
+/// Writes the Node's status as the agent sees it now.
+pub(crate) async fn report(agent: &Agent, port: u16) -> Result<(), kube::Error> {
     let nodes: Api<Node> = Api::all(agent.client.clone());
     let mut status = status(agent, port);
     // A condition that keeps its status keeps its transition time.

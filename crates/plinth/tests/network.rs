@@ -94,13 +94,17 @@ fn leftovers(tag: &str) -> Vec<String> {
 
 /// The tag in the agent's bridge name, read off the node's condition.
 fn bridge_tag(plinth: &Plinth, node: &str) -> String {
-    let message = plinth.kubectl(&[
-        "get",
-        "node",
-        node,
-        "-o",
-        "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
-    ]);
+    let read = || {
+        plinth.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
+        ])
+    };
+    plinth.eventually("the node's network condition", || read().contains("plbr-"));
+    let message = read();
     let bridge = message
         .split_whitespace()
         .find(|w| w.starts_with("plbr-"))
