@@ -59,13 +59,24 @@ pub fn role_bindings() -> Vec<Value> {
 
 /// What a node agent needs beyond kube's Node authorizer (which grants the `system:node`
 /// role's rules and the objects of its own pods): the agent is also its node's service proxy,
-/// so it reads what `system:node-proxier` reads, and it records events.k8s.io Events.
+/// so it reads what `system:node-proxier` reads, and its NetworkPolicy plugin, so it reads
+/// every pod, namespace and policy (as a CNI daemon's role grants); it records events.k8s.io
+/// Events.
 fn node_agent_role() -> Value {
     cluster_role(
         NODE_AGENT_ROLE,
         json!({}),
         vec![
-            rule(&["list", "watch"], &[""], &["services", "endpoints"]),
+            rule(
+                &["list", "watch"],
+                &[""],
+                &["services", "endpoints", "pods", "namespaces"],
+            ),
+            rule(
+                &["list", "watch"],
+                &["networking.k8s.io"],
+                &["networkpolicies"],
+            ),
             rule(
                 &["list", "watch"],
                 &["discovery.k8s.io"],

@@ -1,5 +1,5 @@
 //! Pod networking on one machine: address ranges that miss the machine's own, a network
-//! namespace per pod on a bridge of its node, the Service rules a kube-proxy writes, and
+//! namespace per pod on a bridge of its node, the Service rules a kube-proxy writes, NetworkPolicy's per-pod rules, and
 //! cluster DNS with the pods' `resolv.conf` and `hosts` files.
 
 #![forbid(unsafe_code)]
@@ -10,6 +10,7 @@ pub mod cidr;
 pub mod dns;
 pub mod host;
 pub mod podfiles;
+pub mod policy;
 pub mod rules;
 
 pub use cidr::Cidr;

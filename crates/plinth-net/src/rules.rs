@@ -3,7 +3,8 @@
 //! endpoint (at random, or the one a client had while `sessionAffinity: ClientIP` lasts),
 //! hairpin connections (a pod reaching itself through its Service) masqueraded, connections
 //! to a Service address nothing translated (no endpoints) refused, ICMP redirects on the
-//! bridge dropped, and pods kept from reaching anything but pods and the node.
+//! bridge dropped, pods kept from reaching anything but pods and the node, and the pods
+//! NetworkPolicies isolate held to what they allow (see [`crate::policy`]).
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -49,6 +50,8 @@ pub struct Network {
 pub struct Rules {
     /// Service ports.
     pub ports: Vec<ServicePort>,
+    /// The pods NetworkPolicies isolate.
+    pub isolated: Vec<crate::policy::Isolation>,
 }
 
 fn protocol(name: &str) -> &'static str {
@@ -123,6 +126,9 @@ pub fn render(network: &Network, rules: &Rules) -> String {
     let bridge = &network.bridge;
     let pods = network.pods;
     let svc = network.services;
+    let policy = crate::policy::render(bridge, &rules.isolated);
+    chains.push_str(&policy.chains);
+    let (policy_forward, policy_input) = (policy.forward, policy.input);
     let _ = write!(
         out,
         "\tchain services {{\n{services}\t}}\n{chains}\
@@ -131,8 +137,12 @@ pub fn render(network: &Network, rules: &Rules) -> String {
 \tchain postrouting {{\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\
 \t\tmeta mark & {MASQUERADE:#x} == {MASQUERADE:#x} masquerade\n\t}}\n\
 \tchain forward {{\n\t\ttype filter hook forward priority filter; policy accept;\n\
+\t\tct state established,related accept\n\
 \t\tip daddr {svc} reject comment \"a Service without endpoints\"\n\
-\t\tiifname \"{bridge}\" ip daddr != {pods} drop comment \"pods reach pods and the node only\"\n\t}}\n\
+\t\tiifname \"{bridge}\" ip daddr != {pods} drop comment \"pods reach pods and the node only\"\n\
+{policy_forward}\t}}\n\
+\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;\n\
+\t\tct state established,related accept\n{policy_input}\t}}\n\
 \tchain filter_output {{\n\t\ttype filter hook output priority filter; policy accept;\n\
 \t\tip daddr {svc} reject comment \"a Service without endpoints\"\n\
 \t\toifname \"{bridge}\" icmp type redirect drop\n\t}}\n\
@@ -188,6 +198,7 @@ mod tests {
                     affinity: None,
                 },
             ],
+            isolated: Vec::new(),
         };
         let script = render(&network(), &rules);
         assert!(

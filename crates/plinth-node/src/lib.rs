@@ -19,9 +19,11 @@ mod exec;
 pub mod images;
 mod kubelet;
 mod logs;
+mod mirror;
 mod network;
 mod node;
 mod pods;
+mod policy;
 mod probes;
 mod proxy;
 pub mod sandbox;
@@ -125,11 +127,19 @@ pub async fn run(
         None => None,
     };
     let rules_done = private.clone().map(|private| {
-        tokio::spawn(service_rules::run(
+        let policies = Arc::new(policy::Policies::default());
+        let following = tokio::spawn(policy::run(
+            policies.clone(),
+            agent.client.clone(),
+            stopping.clone(),
+        ));
+        let writing = tokio::spawn(service_rules::run(
             agent.proxy.clone(),
+            policies,
             private,
             stopping.clone(),
-        ))
+        ));
+        (following, writing)
     });
     let dns_done = tokio::spawn(dns::run(
         agent.proxy.clone(),
@@ -152,8 +162,9 @@ pub async fn run(
     let _ = pods_done.await;
     let _ = proxy_done.await;
     let _ = dns_done.await;
-    if let Some(done) = rules_done {
-        let _ = done.await;
+    if let Some((following, writing)) = rules_done {
+        let _ = following.await;
+        let _ = writing.await;
     }
     // Every pod has stopped: the node's devices, namespaces and rules go.
     if let Some(private) = private {

@@ -9,16 +9,14 @@
 //! `kubernetes` Service's, on loopback). Also the source of the Service environment
 //! variables containers get, and of the cluster DNS zone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use kube::runtime::watcher;
 use plinth_net::rules::ServicePort;
 use serde_json::Value;
 
@@ -31,8 +29,7 @@ struct Target {
     affinity: Option<Duration>,
 }
 
-/// Objects by namespace and name.
-type Objects = BTreeMap<(String, String), Value>;
+use crate::mirror::Objects;
 
 /// Services and endpoints as the watches last said.
 #[derive(Default)]
@@ -57,15 +54,6 @@ impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy").finish_non_exhaustive()
     }
-}
-
-fn key(object: &Value) -> (String, String) {
-    (
-        plinth_core::meta::namespace(object)
-            .unwrap_or("")
-            .to_owned(),
-        plinth_core::meta::name(object).unwrap_or("").to_owned(),
-    )
 }
 
 /// `my-svc` → `MY_SVC`.
@@ -446,82 +434,29 @@ fn affinity(service: &Value) -> Option<Duration> {
     })
 }
 
-/// A watch event with its object as JSON.
-fn as_json<K: serde::Serialize>(event: watcher::Event<K>) -> watcher::Event<Value> {
-    let json = |k: K| serde_json::to_value(k).unwrap_or(Value::Null);
-    match event {
-        watcher::Event::Apply(k) => watcher::Event::Apply(json(k)),
-        watcher::Event::Delete(k) => watcher::Event::Delete(json(k)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(k) => watcher::Event::InitApply(json(k)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
-}
-
 /// Follows Services and EndpointSlices until `stopping`, keeping the listeners in step.
 pub(crate) async fn run(
     proxy: Arc<Proxy>,
     client: kube::Client,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let services = watcher(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
+    crate::mirror::follow(
+        vec![
+            (
+                crate::mirror::watch(Api::<Service>::all(client.clone())),
+                &proxy.services,
+            ),
+            (
+                crate::mirror::watch(Api::<EndpointSlice>::all(client)),
+                &proxy.slices,
+            ),
+        ],
+        || {
+            proxy.version.send_modify(|v| *v += 1);
+            proxy.sync();
+        },
+        stopping,
     )
-    .map(|e| (true, e.map(as_json)));
-    let slices = watcher(
-        Api::<EndpointSlice>::all(client),
-        watcher::Config::default(),
-    )
-    .map(|e| (false, e.map(as_json)));
-    let mut events = futures::stream::select(services.boxed(), slices.boxed());
-    let mut fresh: (Objects, Objects) = Default::default();
-    loop {
-        let next = tokio::select! {
-            next = events.next() => next,
-            _ = stopping.wait_for(|s| *s) => break,
-        };
-        let Some((is_service, event)) = next else {
-            break;
-        };
-        let store = if is_service {
-            &proxy.services
-        } else {
-            &proxy.slices
-        };
-        let staging = if is_service {
-            &mut fresh.0
-        } else {
-            &mut fresh.1
-        };
-        match event {
-            Ok(watcher::Event::Apply(v)) => {
-                if let Ok(mut s) = store.lock() {
-                    s.insert(key(&v), v);
-                }
-            }
-            Ok(watcher::Event::Delete(v)) => {
-                if let Ok(mut s) = store.lock() {
-                    s.remove(&key(&v));
-                }
-            }
-            Ok(watcher::Event::Init) => staging.clear(),
-            Ok(watcher::Event::InitApply(v)) => {
-                staging.insert(key(&v), v);
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Ok(mut s) = store.lock() {
-                    *s = std::mem::take(staging);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "service proxy watch failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-        }
-        proxy.version.send_modify(|v| *v += 1);
-        proxy.sync();
-    }
+    .await;
     proxy.stop();
 }

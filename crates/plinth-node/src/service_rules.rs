@@ -1,6 +1,7 @@
-//! kube-proxy's nftables mode for a node whose pods have namespaces of their own: the
-//! agent's table rewritten (in one transaction) whenever Services or endpoints change, a few
-//! milliseconds after the change so that a burst is written once.
+//! kube-proxy's nftables mode, and a NetworkPolicy plugin's rules, for a node whose pods
+//! have namespaces of their own: the agent's table rewritten (in one transaction) whenever
+//! Services, endpoints, pods, namespaces or policies change, a few milliseconds after the
+//! change so that a burst is written once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::network::Private;
+use crate::policy::Policies;
 use crate::proxy::Proxy;
 
 /// How long a change waits for the ones right behind it.
@@ -17,15 +19,18 @@ const SETTLE: Duration = Duration::from_millis(20);
 /// of the node's network.
 pub(crate) async fn run(
     proxy: Arc<Proxy>,
+    policies: Arc<Policies>,
     private: Arc<Private>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let network = private.rules();
     let mut changes = proxy.subscribe();
+    let mut policy_changes = policies.subscribe();
     let mut written = String::new();
     loop {
         let rules = plinth_net::rules::Rules {
             ports: proxy.service_ports(private.gateway),
+            isolated: policies.isolated(private.subnet, private.gateway),
         };
         let script = plinth_net::rules::render(&network, &rules);
         if script != written {
@@ -36,6 +41,7 @@ pub(crate) async fn run(
         }
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return },
+            changed = policy_changes.changed() => if changed.is_err() { return },
             _ = stopping.wait_for(|s| *s) => return,
         }
         tokio::time::sleep(SETTLE).await;

@@ -335,3 +335,225 @@ fn pods_have_their_own_network_dns_and_services_and_leave_nothing_behind() {
     assert_eq!(before.2.lines().filter(|l| l.contains(&tag)).count(), 0);
     assert_eq!(after.2.lines().filter(|l| l.contains(&tag)).count(), 0);
 }
+
+const POLICED: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: visitors}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec:
+  containers:
+  - name: web
+    image: busybox
+    command: [sh, -c, "mkdir -p /tmp/w && echo shop > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w"]
+    ports: [{name: http, containerPort: 8080}]
+    readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: http}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: visitors, labels: {role: client}}
+spec:
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stranger, namespace: visitors}
+spec:
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#;
+
+const DENY_INGRESS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny, namespace: shop}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+"#;
+
+const ALLOW_CLIENTS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: clients, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: visitors}}
+      podSelector: {matchLabels: {role: client}}
+    ports: [{port: http}]
+"#;
+
+const DENY_EGRESS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: quiet, namespace: visitors}
+spec:
+  podSelector: {matchLabels: {role: client}}
+  policyTypes: [Egress]
+"#;
+
+const ALLOW_DNS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: dns, namespace: visitors}
+spec:
+  podSelector: {matchLabels: {role: client}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}
+      podSelector: {matchLabels: {k8s-app: kube-dns}}
+    ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
+"#;
+
+const ALLOW_SHOP: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: shop, namespace: visitors}
+spec:
+  podSelector: {matchLabels: {role: client}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: shop}}}]
+    ports: [{port: 8000, endPort: 8100}]
+"#;
+
+/// Whether `command` run in pod `pod` of `visitors` succeeds within a few seconds (a dropped
+/// packet is never answered: `timeout` ends the wait).
+fn succeeds(plinth: &Plinth, pod: &str, command: &[&str]) -> bool {
+    let mut args = vec!["exec", "-n", "visitors", pod, "--", "timeout", "4"];
+    args.extend_from_slice(command);
+    plinth.kubectl_output(&args).status.success()
+}
+
+fn fetches(plinth: &Plinth, pod: &str, url: &str) -> bool {
+    succeeds(plinth, pod, &["wget", "-qO-", url])
+}
+
+#[test]
+fn network_policies_hold_pods_to_what_they_allow() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-p", "--pod-network=namespaces"],
+    );
+    plinth.kubectl_with(&["apply", "-f", "-"], POLICED);
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "-n",
+        "shop",
+        "pod/web",
+        "--timeout=120s",
+    ]);
+    for pod in ["client", "stranger"] {
+        plinth.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "-n",
+            "visitors",
+            &format!("pod/{pod}"),
+            "--timeout=120s",
+        ]);
+    }
+    let labels = plinth.kubectl(&["get", "ns", "visitors", "-o", "jsonpath={.metadata.labels}"]);
+    assert!(
+        labels.contains(r#""kubernetes.io/metadata.name":"visitors""#),
+        "{labels}"
+    );
+    let web_ip = plinth.kubectl(&[
+        "get",
+        "pod",
+        "-n",
+        "shop",
+        "web",
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    let by_name = "http://web.shop.svc.cluster.local/";
+    let by_ip = format!("http://{web_ip}:8080/");
+    assert!(fetches(&plinth, "client", by_name));
+    assert!(fetches(&plinth, "stranger", &by_ip));
+
+    // Default deny: nobody reaches the shop, by name or by address; the probes of the node
+    // still do (the pod stays Ready).
+    plinth.kubectl_with(&["apply", "-f", "-"], DENY_INGRESS);
+    plinth.eventually("the shop closed to the client", || {
+        !fetches(&plinth, "client", by_name)
+    });
+    assert!(!fetches(&plinth, "stranger", &by_ip));
+    assert!(!fetches(&plinth, "client", &by_ip));
+    let ready = plinth.kubectl(&[
+        "get",
+        "pod",
+        "-n",
+        "shop",
+        "web",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ]);
+    assert_eq!(ready, "True");
+
+    // An allowing policy: the labelled client from the visitors' namespace, on the named
+    // port only; the stranger stays out.
+    plinth.kubectl_with(&["apply", "-f", "-"], ALLOW_CLIENTS);
+    plinth.eventually("the client let in", || fetches(&plinth, "client", by_name));
+    assert!(fetches(&plinth, "client", &by_ip));
+    assert!(!fetches(&plinth, "stranger", &by_ip));
+
+    // Egress deny: the client can no longer even resolve names, until DNS is allowed (the
+    // node's DNS answers as the kube-dns pods); the shop stays out of reach until a port
+    // range that holds its port is allowed.
+    let resolves = |pod: &str| succeeds(&plinth, pod, &["nslookup", "web.shop.svc.cluster.local"]);
+    assert!(resolves("client"));
+    plinth.kubectl_with(&["apply", "-f", "-"], DENY_EGRESS);
+    plinth.eventually("the client's DNS blocked", || !resolves("client"));
+    assert!(resolves("stranger"), "only the selected pod is isolated");
+    plinth.kubectl_with(&["apply", "-f", "-"], ALLOW_DNS);
+    plinth.eventually("the client's DNS allowed", || resolves("client"));
+    assert!(!fetches(&plinth, "client", by_name));
+    plinth.kubectl_with(&["apply", "-f", "-"], ALLOW_SHOP);
+    plinth.eventually("the client reaches the shop again", || {
+        fetches(&plinth, "client", by_name)
+    });
+
+    // Policies gone, everything flows again.
+    plinth.kubectl(&["delete", "networkpolicy", "-n", "shop", "--all"]);
+    plinth.kubectl(&["delete", "networkpolicy", "-n", "visitors", "--all"]);
+    plinth.eventually("the stranger let in", || {
+        fetches(&plinth, "stranger", &by_ip)
+    });
+
+    // Bad input: an invalid CIDR is kube's 422, and nothing is stored.
+    let refused = plinth.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: bad, namespace: shop}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]\n",
+    );
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        text.contains("spec.ingress[0].from[0].ipBlock.cidr: Invalid value"),
+        "{text}"
+    );
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "networkpolicy", "-n", "shop", "bad"])
+            .status
+            .success()
+    );
+}

@@ -1,6 +1,7 @@
 //! core/v1 Namespace: names are DNS labels; `spec.finalizers` defaults to `kubernetes` and
 //! holds a deleted namespace (phase `Terminating`) until the namespace controller has emptied
-//! it.
+//! it. Every namespace carries the label `kubernetes.io/metadata.name` with its name (kube's
+//! defaulting, kept in step on every write), so selectors can pick namespaces by name.
 
 use serde_json::{Value, json};
 
@@ -56,8 +57,27 @@ pub fn schema() -> Schema {
 #[derive(Debug)]
 struct Namespaces;
 
+/// The label naming a namespace (`v1.LabelMetadataName`).
+const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Sets the name label to the name, as kube's defaulting and `Canonicalize` do.
+fn label_name(object: &mut Value) {
+    let Some(name) = plinth_core::meta::name(object).map(str::to_owned) else {
+        return;
+    };
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    labels[NAME_LABEL] = json!(name);
+}
+
 impl Strategy for Namespaces {
     fn prepare_create(&self, object: &mut Value) {
+        label_name(object);
         let spec = object
             .as_object_mut()
             .map(|o| o.entry("spec").or_insert_with(|| json!({})));
@@ -70,6 +90,7 @@ impl Strategy for Namespaces {
     }
 
     fn prepare_update(&self, object: &mut Value, old: &Value) {
+        label_name(object);
         if object.get("status").is_none() {
             object["status"] = old
                 .get("status")
