@@ -105,6 +105,7 @@ fn failed(hook: &Webhook, why: &str) -> Result<Outcome, ApiError> {
 /// Sends the review to `hook`; a denial is the webhook's error, a patch is applied.
 pub(super) async fn review(
     hook: &Webhook,
+    objects: &dyn plinth_registry::resources::Objects,
     request: &Request<'_>,
     matched: &Matched,
     object: Option<&Value>,
@@ -123,7 +124,7 @@ pub(super) async fn review(
             let mut both = Vec::new();
             both.extend(object.cloned());
             both.extend(old.cloned());
-            let mut converted = webhook.convert(both, &target).await?.into_iter();
+            let mut converted = webhook.convert(objects, both, &target).await?.into_iter();
             let object = object.and_then(|_| converted.next());
             let old = old.and_then(|_| converted.next());
             (object, old)
@@ -132,17 +133,13 @@ pub(super) async fn review(
     };
     let (object, old) = (object.as_ref(), old.as_ref());
     let uid = uuid::Uuid::new_v4().to_string();
-    let url = match plinth_registry::callout::url(&hook.endpoint, hook.timeout) {
-        Ok(url) => url,
-        Err(why) => return failed(hook, &format!("failed to call webhook: {why}")),
-    };
+    let url = plinth_registry::callout::url(&hook.endpoint, hook.timeout);
     let body = review_body(hook, request, matched, &uid, object, old).to_string();
-    let answer = match tokio::time::timeout(
-        hook.timeout,
-        plinth_registry::callout::post(&hook.tls, &url, body.into_bytes()),
-    )
-    .await
-    {
+    let call = async {
+        let at = plinth_registry::callout::address(&hook.endpoint, objects).await?;
+        plinth_registry::callout::post(&hook.tls, &url, at, body.into_bytes()).await
+    };
+    let answer = match tokio::time::timeout(hook.timeout, call).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(why)) => {
             return failed(
@@ -257,7 +254,7 @@ pub(super) async fn review(
     if let Some(webhook) = conversion {
         let back = request.def.group_version.api_version();
         patched = webhook
-            .convert(vec![patched], &back)
+            .convert(objects, vec![patched], &back)
             .await?
             .pop()
             .ok_or_else(|| ApiError::internal("conversion returned nothing"))?;

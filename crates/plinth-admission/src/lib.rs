@@ -206,7 +206,9 @@ impl plinth_registry::admit::Admit for Admission {
         let mut calls = Vec::new();
         for hook in webhooks.iter() {
             if let Some(matched) = hook.matches(objects, request, object, old, &namespace_labels)? {
-                calls.push(async move { call::review(hook, request, &matched, object, old).await });
+                calls.push(async move {
+                    call::review(hook, objects, request, &matched, object, old).await
+                });
             }
         }
         for outcome in futures::future::join_all(calls).await {
@@ -235,7 +237,7 @@ async fn mutate_with(
     let Some(matched) = hook.matches(objects, request, Some(object), old, namespace_labels)? else {
         return Ok(false);
     };
-    let outcome = call::review(hook, request, &matched, Some(object), old).await?;
+    let outcome = call::review(hook, objects, request, &matched, Some(object), old).await?;
     warnings.extend(outcome.warnings);
     if let Some(patched) = outcome.patched {
         *object = patched;

@@ -60,6 +60,25 @@ impl Memory {
 }
 
 #[async_trait::async_trait]
+impl plinth_registry::callout::ServiceResolver for Memory {
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<std::net::SocketAddr, plinth_registry::callout::Unresolved> {
+        let def = |plural| self.resources.get("", "v1", plural);
+        let read = |plural| def(plural).and_then(|d| self.read(&d, Some(namespace), name));
+        plinth_registry::callout::endpoint_of(
+            name,
+            read("services").as_ref(),
+            read("endpoints").as_ref(),
+            port,
+        )
+    }
+}
+
+#[async_trait::async_trait]
 impl Objects for Memory {
     fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         self.resources.get(group, version, plural)

@@ -1,5 +1,8 @@
 //! API aggregation (kube-aggregator): a group/version an APIService assigns to an extension
-//! API server is proxied there — over TLS trusting the APIService's `caBundle`, the server
+//! API server is proxied there — to one of its Service's ready endpoints (as kube-apiserver
+//! with `--enable-aggregator-routing`; the TLS name is `<svc>.<ns>.svc`), or to the URL of
+//! Plinth's annotation when the server runs outside the cluster — over TLS trusting the
+//! APIService's `caBundle`, the server
 //! presenting its own client certificate (`front-proxy-client`, signed by the cluster CA that
 //! `extension-apiserver-authentication` publishes as `requestheader-client-ca-file`) and the
 //! caller's identity in `X-Remote-User`/`-Group`/`-Extra-*`. Each extension server's discovery
@@ -20,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use plinth_auth::User;
+use plinth_registry::callout::{ServiceResolver, Unresolved};
 use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apiregistration::apiservice::URL_ANNOTATION;
 
@@ -38,8 +42,8 @@ pub struct Remote {
     pub group: String,
     /// The version.
     pub version: String,
-    /// `https://host:port`, or why it cannot be reached.
-    base: Result<String, String>,
+    /// Where it is.
+    at: At,
     tls: Arc<rustls::ClientConfig>,
     /// Its `APIResourceList`, from the last discovery check that passed.
     pub resources: RwLock<Option<Value>>,
@@ -49,8 +53,50 @@ impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Remote")
             .field("name", &self.name)
-            .field("base", &self.base)
+            .field("at", &self.at)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where an extension server is.
+#[derive(Debug)]
+enum At {
+    /// `https://host:port` (the URL annotation).
+    Url(String),
+    /// A Service's port (`spec.service`).
+    Service {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+}
+
+impl At {
+    /// The base URL requests name: the annotation's, or `https://<svc>.<ns>.svc:<port>`.
+    fn base(&self) -> String {
+        match self {
+            At::Url(url) => url.clone(),
+            At::Service {
+                namespace,
+                name,
+                port,
+            } => format!("https://{name}.{namespace}.svc:{port}"),
+        }
+    }
+
+    /// The address to dial (a Service's endpoint; `None` for the URL's host).
+    async fn address(
+        &self,
+        services: &dyn ServiceResolver,
+    ) -> Result<Option<std::net::SocketAddr>, Unresolved> {
+        match self {
+            At::Url(_) => Ok(None),
+            At::Service {
+                namespace,
+                name,
+                port,
+            } => services.resolve(namespace, name, *port).await.map(Some),
+        }
     }
 }
 
@@ -92,17 +138,21 @@ fn remote_of(service: &Value, identity: &(String, String)) -> Option<Remote> {
     let spec = service.get("spec")?;
     spec.get("service").filter(|s| s.is_object())?;
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
-    let base = match service
+    let at = match service
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(URL_ANNOTATION))
         .and_then(Value::as_str)
     {
-        Some(url) => Ok(url.trim_end_matches('/').to_owned()),
-        None => Err(format!(
-            "service {}/{} cannot be resolved: Services are not served yet; give the server's URL in the {URL_ANNOTATION} annotation",
-            text(&spec["service"], "namespace"),
-            text(&spec["service"], "name")
-        )),
+        Some(url) => At::Url(url.trim_end_matches('/').to_owned()),
+        None => At::Service {
+            namespace: text(&spec["service"], "namespace"),
+            name: text(&spec["service"], "name"),
+            port: spec["service"]
+                .get("port")
+                .and_then(Value::as_u64)
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(443),
+        },
     };
     let tls = match plinth_registry::callout::client_tls(
         &text(spec, "caBundle"),
@@ -119,25 +169,52 @@ fn remote_of(service: &Value, identity: &(String, String)) -> Option<Remote> {
         name: plinth_core::meta::name(service)?.to_owned(),
         group: text(spec, "group"),
         version: text(spec, "version"),
-        base,
+        at,
         tls,
         resources: RwLock::new(None),
     })
 }
 
+/// Why a request did not reach an extension server.
+enum Unreached {
+    /// Its Service has no endpoint to call.
+    Unresolved(Unresolved),
+    /// The call failed.
+    Failed(String),
+}
+
 /// Sends one request to `remote` and returns its response (streamed: watches go through).
 async fn send(
     remote: &Remote,
+    services: &dyn ServiceResolver,
+    method: Method,
+    path_and_query: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::http::Response<hyper::body::Incoming>, Unreached> {
+    let at = remote
+        .at
+        .address(services)
+        .await
+        .map_err(Unreached::Unresolved)?;
+    send_at(remote, at, method, path_and_query, headers, body)
+        .await
+        .map_err(Unreached::Failed)
+}
+
+async fn send_at(
+    remote: &Remote,
+    at: Option<std::net::SocketAddr>,
     method: Method,
     path_and_query: &str,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, String> {
-    let base = remote.base.clone()?;
+    let base = remote.at.base();
     let uri: Uri = format!("{base}{path_and_query}")
         .parse()
         .map_err(|e| format!("invalid URL: {e}"))?;
-    let mut sender = plinth_registry::callout::dial(&remote.tls, &uri).await?;
+    let mut sender = plinth_registry::callout::dial_at(&remote.tls, &uri, at).await?;
     sender.ready().await.map_err(|e| e.to_string())?;
     let mut request = HttpRequest::builder()
         .method(method)
@@ -162,6 +239,7 @@ async fn send(
 /// 503 when the extension server cannot be reached.
 pub(crate) async fn proxy(
     remote: &Remote,
+    services: &dyn ServiceResolver,
     method: &Method,
     uri: &Uri,
     incoming: &HeaderMap,
@@ -203,9 +281,18 @@ pub(crate) async fn proxy(
         }
     }
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let response = send(remote, method.clone(), path, headers, body)
+    let response = send(remote, services, method.clone(), path, headers, body)
         .await
-        .map_err(|why| ApiError::unavailable(format!("error trying to reach service: {why}")))?;
+        .map_err(|why| match why {
+            // kube's proxy answers an unresolvable Service with a bare 503.
+            Unreached::Unresolved(e) => {
+                tracing::debug!(apiservice = %remote.name, error = %e, "error resolving the service");
+                ApiError::unavailable("service unavailable")
+            }
+            Unreached::Failed(why) => {
+                ApiError::unavailable(format!("error trying to reach service: {why}"))
+            }
+        })?;
     let (parts, body) = response.into_parts();
     Ok(Response::from_parts(parts, Body::new(body)))
 }
@@ -252,9 +339,29 @@ async fn write_condition(registry: &Client, name: &str, wanted: Value) {
 /// Checks one extension server's discovery; records what it serves.
 async fn check(registry: &Client, remote: &Remote) {
     let path = format!("/apis/{}/{}", remote.group, remote.version);
-    let base = remote.base.clone().unwrap_or_default();
+    let base = remote.at.base();
+    let at = match remote.at.address(&**registry).await {
+        Ok(at) => at,
+        Err(why) => {
+            *remote
+                .resources
+                .write()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+            let (reason, message) = unresolved_condition(&remote.at, &why);
+            write_condition(registry, &remote.name, condition(false, reason, &message)).await;
+            return;
+        }
+    };
     let outcome = tokio::time::timeout(CHECK_TIMEOUT, async {
-        let response = send(remote, Method::GET, &path, HeaderMap::new(), Bytes::new()).await?;
+        let response = send_at(
+            remote,
+            at,
+            Method::GET,
+            &path,
+            HeaderMap::new(),
+            Bytes::new(),
+        )
+        .await?;
         let status = response.status();
         let bytes = axum::body::to_bytes(Body::new(response.into_body()), 16 << 20)
             .await
@@ -279,14 +386,49 @@ async fn check(registry: &Client, remote: &Remote) {
                 .resources
                 .write()
                 .unwrap_or_else(PoisonError::into_inner) = None;
-            let why = match &remote.base {
-                Err(unresolved) => unresolved.clone(),
-                Ok(base) => format!("failing or missing response from {base}{path}: {why}"),
+            let shown = match at {
+                Some(at) => format!("https://{at}"),
+                None => base,
             };
+            let why = format!("failing or missing response from {shown}{path}: {why}");
             condition(false, "FailedDiscoveryCheck", &why)
         }
     };
     write_condition(registry, &remote.name, wanted).await;
+}
+
+/// The Available condition's reason and message for a Service with nothing to call, in
+/// kube's availability controller's words.
+fn unresolved_condition(at: &At, why: &Unresolved) -> (&'static str, String) {
+    let (namespace, name, port) = match at {
+        At::Service {
+            namespace,
+            name,
+            port,
+        } => (namespace.as_str(), name.as_str(), *port),
+        At::Url(_) => ("", "", 0),
+    };
+    match why {
+        Unresolved::NotFound(_) => (
+            "ServiceNotFound",
+            format!("service/{name} in {namespace:?} is not present"),
+        ),
+        Unresolved::NoPort(..) => (
+            "ServicePortError",
+            format!("service/{name} in {namespace:?} is not listening on port {port}"),
+        ),
+        Unresolved::EndpointsNotFound(_) => (
+            "EndpointsNotFound",
+            format!("cannot find endpoints for service/{name} in {namespace:?}"),
+        ),
+        Unresolved::NoEndpoints(_, port_name) => (
+            "MissingEndpoints",
+            format!(
+                "endpoints for service/{name} in {namespace:?} have no addresses with port name {port_name:?}"
+            ),
+        ),
+        Unresolved::UnsupportedType(_) => ("FailedDiscoveryCheck", why.to_string()),
+    }
 }
 
 /// Follows the APIServices, checks the extension servers every few seconds, and marks the

@@ -221,10 +221,13 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
         .collect();
     let name = plinth_core::meta::name(service).unwrap_or("");
     let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
-    let wanted = json!({"apiVersion": "v1", "kind": "Endpoints",
+    let mut wanted = json!({"apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": name, "namespace": namespace, "labels": plinth_core::meta::labels(service),
-            "ownerReferences": owner(service)},
-        "subsets": subsets});
+            "ownerReferences": owner(service)}});
+    // `subsets` is omitempty: no endpoints, no field (as kube serves it).
+    if !subsets.is_empty() {
+        wanted["subsets"] = json!(subsets);
+    }
     upsert(
         registry,
         "",
@@ -338,7 +341,13 @@ async fn upsert(
                     return Ok(false);
                 }
                 for f in fields {
-                    current[*f] = wanted[*f].clone();
+                    match (wanted.get(*f), current.as_object_mut()) {
+                        (Some(value), _) => current[*f] = value.clone(),
+                        (None, Some(map)) => {
+                            map.remove(*f);
+                        }
+                        (None, None) => {}
+                    }
                 }
                 Ok(true)
             },

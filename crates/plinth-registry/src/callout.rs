@@ -1,7 +1,10 @@
 //! Calls out to webhooks (admission and conversion): where they are (`clientConfig`), the
 //! TLS trust of their `caBundle`, and one POST over HTTPS — a connection a call, the caller
-//! bounding it with its timeout.
+//! bounding it with its timeout. A webhook named by a Service is called at one of the
+//! Service's ready endpoints, with the Service's DNS name (`<svc>.<ns>.svc`) as the TLS
+//! server name, as kube-apiserver's endpoint resolver does.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,20 +120,188 @@ fn bundle(ca_bundle: &str) -> Result<Vec<rustls::pki_types::CertificateDer<'stat
         .collect()
 }
 
-/// The webhook's URL, with kube's `timeout` query parameter.
-pub fn url(endpoint: &Endpoint, timeout: Duration) -> Result<String, String> {
+/// The webhook's URL, with kube's `timeout` query parameter: a Service's is
+/// `https://<svc>.<ns>.svc:<port><path>`.
+pub fn url(endpoint: &Endpoint, timeout: Duration) -> String {
     let base = match endpoint {
         Endpoint::Url(url) => url.clone(),
         Endpoint::Service {
-            namespace, name, ..
-        } => {
-            return Err(format!(
-                "service \"{namespace}/{name}\": Services are not served yet; use clientConfig.url"
-            ));
-        }
+            namespace,
+            name,
+            path,
+            port,
+        } => format!("https://{name}.{namespace}.svc:{port}{path}"),
     };
     let separator = if base.contains('?') { '&' } else { '?' };
-    Ok(format!("{base}{separator}timeout={}s", timeout.as_secs()))
+    format!("{base}{separator}timeout={}s", timeout.as_secs())
+}
+
+/// Finds where a Service's port is served (kube-apiserver's service resolver).
+#[async_trait::async_trait]
+pub trait ServiceResolver: Send + Sync {
+    /// An address serving `port` of Service `namespace/name`.
+    ///
+    /// # Errors
+    /// Why there is none.
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<SocketAddr, Unresolved>;
+}
+
+/// Why a Service's port has no address to call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// The Service does not exist.
+    NotFound(String),
+    /// Its type has no endpoints (`ExternalName`).
+    UnsupportedType(String),
+    /// It has no such port (the Service, the port).
+    NoPort(String, u16),
+    /// It has no Endpoints object.
+    EndpointsNotFound(String),
+    /// No ready address serves the port (the Service, the port's name).
+    NoEndpoints(String, String),
+}
+
+impl std::fmt::Display for Unresolved {
+    /// kube's `ResolveEndpoint` messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound(name) => write!(f, "service {name:?} not found"),
+            Self::UnsupportedType(kind) => write!(f, "unsupported service type {kind:?}"),
+            Self::NoPort(name, port) => {
+                write!(f, "no service port {port} found for service {name:?}")
+            }
+            Self::EndpointsNotFound(name) => write!(f, "endpoints {name:?} not found"),
+            Self::NoEndpoints(name, _) => write!(f, "no endpoints available for service {name:?}"),
+        }
+    }
+}
+
+/// The address to dial for `endpoint`: a Service's endpoint, `None` for a URL (its host).
+///
+/// # Errors
+/// The resolver's, in its words.
+pub async fn address(
+    endpoint: &Endpoint,
+    services: &dyn ServiceResolver,
+) -> Result<Option<SocketAddr>, String> {
+    match endpoint {
+        Endpoint::Url(_) => Ok(None),
+        Endpoint::Service {
+            namespace,
+            name,
+            port,
+            ..
+        } => services
+            .resolve(namespace, name, *port)
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// kube's `ResolveEndpoint`: of Service `name` (`service`; absent: not found) and its
+/// `endpoints`, the port named as the Service port `port` is, at one of the ready addresses
+/// (chosen at random).
+///
+/// # Errors
+/// Why there is none.
+pub fn endpoint_of(
+    name: &str,
+    service: Option<&Value>,
+    endpoints: Option<&Value>,
+    port: u16,
+) -> Result<SocketAddr, Unresolved> {
+    let service = service.ok_or_else(|| Unresolved::NotFound(name.to_owned()))?;
+    let kind = service
+        .pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP");
+    if !matches!(kind, "ClusterIP" | "NodePort" | "LoadBalancer") {
+        return Err(Unresolved::UnsupportedType(kind.to_owned()));
+    }
+    let port_name = service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
+        .map(|p| p.get("name").and_then(Value::as_str).unwrap_or(""))
+        .ok_or_else(|| Unresolved::NoPort(name.to_owned(), port))?;
+    let endpoints = endpoints.ok_or_else(|| Unresolved::EndpointsNotFound(name.to_owned()))?;
+    let unavailable = || Unresolved::NoEndpoints(name.to_owned(), port_name.to_owned());
+    let subsets: Vec<&Value> = endpoints
+        .get("subsets")
+        .and_then(Value::as_array)
+        .map(|s| s.iter().collect())
+        .unwrap_or_default();
+    if subsets.is_empty() {
+        return Err(unavailable());
+    }
+    let seed = random_below(subsets.len());
+    for i in 0..subsets.len() {
+        let subset = subsets[(seed + i) % subsets.len()];
+        let addresses: Vec<std::net::IpAddr> = subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.get("ip").and_then(Value::as_str)?.parse().ok())
+            .collect();
+        if addresses.is_empty() {
+            continue;
+        }
+        let target = subset
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
+            .and_then(|p| p.get("port").and_then(Value::as_u64))
+            .and_then(|p| u16::try_from(p).ok());
+        if let Some(target) = target {
+            let ip = addresses[random_below(addresses.len())];
+            return Ok(SocketAddr::new(ip, target));
+        }
+    }
+    Err(unavailable())
+}
+
+/// A number below `n` (at least 1), at random.
+fn random_below(n: usize) -> usize {
+    let mut bytes = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    usize::try_from(u64::from_le_bytes(bytes) % n.max(1) as u64).unwrap_or(0)
+}
+
+#[async_trait::async_trait]
+impl ServiceResolver for crate::Registry {
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<SocketAddr, Unresolved> {
+        let read = |plural: &'static str| async move {
+            let def = self.resources.get("", "v1", plural)?;
+            let cached = self
+                .caches
+                .get(&def.key_prefix(), &def.selector_fields())
+                .object(&def.key(Some(namespace), name))
+                .map(|stored| stored.and_then(|s| s.decode()));
+            match cached {
+                Some(found) => found,
+                None => self.get(&def, Some(namespace), name).await.ok(),
+            }
+        };
+        let service = read("services").await;
+        let endpoints = read("endpoints").await;
+        endpoint_of(name, service.as_ref(), endpoints.as_ref(), port)
+    }
 }
 
 /// Idle connections kept per webhook (its TLS trust and authority) for the next calls.
@@ -150,10 +321,12 @@ fn idle() -> &'static std::sync::Mutex<Pool> {
     IDLE.get_or_init(Default::default)
 }
 
-/// A TLS connection to `uri`'s host, trusting (and presenting) what `tls` says.
+/// A TLS connection to `uri`'s host (at `at`, when given: a Service's endpoint), trusting
+/// (and presenting) what `tls` says.
 async fn connect(
     tls: &Arc<rustls::ClientConfig>,
     uri: &Uri,
+    at: Option<SocketAddr>,
 ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let host = uri.host().ok_or("the URL has no host")?.to_owned();
     let port = uri.port_u16().unwrap_or(443);
@@ -161,9 +334,14 @@ async fn connect(
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    let tcp = tokio::net::TcpStream::connect((address.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let tcp = match at {
+        Some(at) => tokio::net::TcpStream::connect(at)
+            .await
+            .map_err(|e| format!("dial tcp {at}: {e}")),
+        None => tokio::net::TcpStream::connect((address.as_str(), port))
+            .await
+            .map_err(|e| format!("dial tcp {host}:{port}: {e}")),
+    }?;
     let _ = tcp.set_nodelay(true);
     let server_name = rustls::pki_types::ServerName::try_from(address.clone())
         .map_err(|e| format!("invalid server name {host}: {e}"))?;
@@ -175,7 +353,16 @@ async fn connect(
 
 /// An HTTP/1 connection over TLS to `uri`'s host, trusting (and presenting) what `tls` says.
 pub async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
-    let stream = connect(tls, uri).await?;
+    dial_at(tls, uri, None).await
+}
+
+/// As [`dial`], to `at` when given (a Service's endpoint; `uri`'s host stays the TLS name).
+pub async fn dial_at(
+    tls: &Arc<rustls::ClientConfig>,
+    uri: &Uri,
+    at: Option<SocketAddr>,
+) -> Result<Sender, String> {
+    let stream = connect(tls, uri, at).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
@@ -187,7 +374,7 @@ pub async fn dial(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, 
 
 /// As [`dial`], on a connection that may switch protocols (`101`).
 pub async fn dial_upgradable(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Result<Sender, String> {
-    let stream = connect(tls, uri).await?;
+    let stream = connect(tls, uri, None).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
@@ -197,15 +384,21 @@ pub async fn dial_upgradable(tls: &Arc<rustls::ClientConfig>, uri: &Uri) -> Resu
     Ok(sender)
 }
 
-/// POSTs `body` (JSON) to `url` over TLS trusting `tls`; returns the answer's body.
+/// POSTs `body` (JSON) to `url` (at `at`, when given) over TLS trusting `tls`; returns the
+/// answer's body.
 pub async fn post(
     tls: &Arc<rustls::ClientConfig>,
     url: &str,
+    at: Option<SocketAddr>,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, String> {
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
     let authority = uri.authority().map_or("", |a| a.as_str()).to_owned();
-    let key = (Arc::as_ptr(tls) as usize, authority.clone());
+    let pooled = match at {
+        Some(at) => format!("{authority}@{at}"),
+        None => authority.clone(),
+    };
+    let key = (Arc::as_ptr(tls) as usize, pooled);
     let reused = {
         let mut idle = idle()
             .lock()
@@ -242,7 +435,7 @@ pub async fn post(
         None => None,
     };
     if attempt.is_none() {
-        let mut sender = dial(tls, &uri).await?;
+        let mut sender = dial_at(tls, &uri, at).await?;
         sender.ready().await.map_err(|e| e.to_string())?;
         let response = sender
             .send_request(request()?)

@@ -44,6 +44,30 @@ impl Registry {
 }
 
 #[async_trait::async_trait]
+impl crate::callout::ServiceResolver for Admitted<'_> {
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<std::net::SocketAddr, crate::callout::Unresolved> {
+        self.registry.resolve(namespace, name, port).await
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::callout::ServiceResolver for Client {
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<std::net::SocketAddr, crate::callout::Unresolved> {
+        crate::callout::ServiceResolver::resolve(&**self, namespace, name, port).await
+    }
+}
+
+#[async_trait::async_trait]
 impl Objects for Admitted<'_> {
     fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         self.registry.resources.get(group, version, plural)

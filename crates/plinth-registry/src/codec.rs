@@ -69,21 +69,26 @@ pub(crate) fn view(def: &ResourceDef, object: Value) -> Value {
 
 /// An object read (and viewed) in `def`'s version: converted by the CRD's webhook when it
 /// is stored in another.
-pub(crate) async fn converted(def: &ResourceDef, object: Value) -> Result<Value, ApiError> {
-    let mut all = converted_all(def, vec![object]).await?;
+pub(crate) async fn converted(
+    registry: &crate::Registry,
+    def: &ResourceDef,
+    object: Value,
+) -> Result<Value, ApiError> {
+    let mut all = converted_all(registry, def, vec![object]).await?;
     all.pop()
         .ok_or_else(|| ApiError::internal("conversion returned nothing"))
 }
 
 /// [`converted`] for several objects: one review for all that need it.
 pub(crate) async fn converted_all(
+    registry: &crate::Registry,
     def: &ResourceDef,
     objects: Vec<Value>,
 ) -> Result<Vec<Value>, ApiError> {
     match &def.conversion {
         Some(webhook) => {
             webhook
-                .convert(objects, &def.group_version.api_version())
+                .convert(registry, objects, &def.group_version.api_version())
                 .await
         }
         None => Ok(objects),
@@ -92,11 +97,17 @@ pub(crate) async fn converted_all(
 
 /// Encodes an object of `def` for storage, converted to the storage version first when its
 /// CRD converts by webhook.
-pub(super) async fn encode_converted(def: &ResourceDef, object: &Value) -> Result<Bytes, ApiError> {
+pub(super) async fn encode_converted(
+    registry: &crate::Registry,
+    def: &ResourceDef,
+    object: &Value,
+) -> Result<Bytes, ApiError> {
     match &def.conversion {
         Some(webhook) if webhook.storage_version != def.group_version.version => {
             let storage = webhook.api_version(&webhook.storage_version);
-            let mut stored = webhook.convert(vec![object.clone()], &storage).await?;
+            let mut stored = webhook
+                .convert(registry, vec![object.clone()], &storage)
+                .await?;
             let stored = stored
                 .pop()
                 .ok_or_else(|| ApiError::internal("conversion returned nothing"))?;

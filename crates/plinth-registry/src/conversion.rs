@@ -113,6 +113,7 @@ impl ConversionWebhook {
     /// does not hold.
     pub async fn convert(
         &self,
+        services: &dyn crate::callout::ServiceResolver,
         objects: Vec<Value>,
         desired: &str,
     ) -> Result<Vec<Value>, ApiError> {
@@ -130,14 +131,15 @@ impl ConversionWebhook {
         let uid = uuid::Uuid::new_v4().to_string();
         let review = json!({"apiVersion": self.review_version, "kind": "ConversionReview",
             "request": {"uid": uid, "desiredAPIVersion": desired, "objects": sent}});
-        let url = crate::callout::url(&self.endpoint, TIMEOUT).map_err(failed)?;
-        let answer = tokio::time::timeout(
-            TIMEOUT,
-            crate::callout::post(&self.tls, &url, review.to_string().into_bytes()),
-        )
-        .await
-        .map_err(|_| failed(format!("Post {url:?}: context deadline exceeded")))?
-        .map_err(|why| failed(format!("Post {url:?}: {why}")))?;
+        let url = crate::callout::url(&self.endpoint, TIMEOUT);
+        let call = async {
+            let at = crate::callout::address(&self.endpoint, services).await?;
+            crate::callout::post(&self.tls, &url, at, review.to_string().into_bytes()).await
+        };
+        let answer = tokio::time::timeout(TIMEOUT, call)
+            .await
+            .map_err(|_| failed(format!("Post {url:?}: context deadline exceeded")))?
+            .map_err(|why| failed(format!("Post {url:?}: {why}")))?;
         let answer: Value = serde_json::from_slice(&answer)
             .map_err(|e| failed(format!("unmarshal response: {e}")))?;
         let response = answer

@@ -127,7 +127,7 @@ impl Registry {
         })?;
         let mut outcome = outcome.ok_or_else(|| ApiError::internal("delete decided nothing"))?;
         // (Marked in the stored form: metadata is the same in every version.)
-        outcome.object = super::codec::converted(def, outcome.object).await?;
+        outcome.object = super::codec::converted(self, def, outcome.object).await?;
         if !outcome.gone
             && !options.dry_run
             && let Some(meta) = metadata_mut(&mut outcome.object)

@@ -28,7 +28,7 @@ impl Registry {
             .await
             .map_err(|e| store_error(def, name, e))?
         {
-            Some(kv) => super::codec::converted(def, decode_view(def, &kv)?).await,
+            Some(kv) => super::codec::converted(self, def, decode_view(def, &kv)?).await,
             None => Err(ApiError::not_found(&def.group_resource(), name)),
         }
     }
@@ -189,7 +189,7 @@ impl Registry {
                 _ => break,
             }
         }
-        let items = super::codec::converted_all(def, items).await?;
+        let items = super::codec::converted_all(self, def, items).await?;
         let revision = revision.unwrap_or_default();
         let mut list_meta = json!({"resourceVersion": revision.to_string()});
         if let Some(start) = next {

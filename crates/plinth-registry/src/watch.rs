@@ -42,12 +42,12 @@ impl WatchEvent {
     }
 
     /// The event with its object in `def`'s version (an ERROR event if it cannot be).
-    async fn converted(self, def: &ResourceDef) -> Self {
+    async fn converted(self, registry: &crate::Registry, def: &ResourceDef) -> Self {
         if matches!(self.kind, "BOOKMARK" | "ERROR") {
             return self;
         }
         let object = (*self.object()).clone();
-        match super::codec::converted(def, object).await {
+        match super::codec::converted(registry, def, object).await {
             Ok(object) => Self::new(self.kind, object),
             Err(e) => Self::new("ERROR", e.to_status()),
         }
@@ -209,9 +209,10 @@ impl Registry {
         }
         // Each object in the watched version, through the CRD's conversion webhook; a failed
         // conversion ends the watch with its error (the client relists).
+        let registry = self.clone();
         let converting = events.then(move |event| {
-            let def = def.clone();
-            async move { event.converted(&def).await }
+            let (def, registry) = (def.clone(), registry.clone());
+            async move { event.converted(&registry, &def).await }
         });
         Ok(ends_after_error(converting).boxed())
     }

@@ -344,7 +344,7 @@ impl Registry {
         }
         let revision = self
             .store
-            .create(&key, encode_converted(def, &object).await?)
+            .create(&key, encode_converted(self, def, &object).await?)
             .await
             .map_err(|e| store_error(def, &name, e))?;
         if let Some(meta) = metadata_mut(&mut object) {
@@ -499,7 +499,7 @@ impl Registry {
             let (next, result) = (&next, &result);
             let (admitted, user) = (&admitted, &user);
             Box::pin(async move {
-                let current = super::codec::converted(def, decoded?).await?;
+                let current = super::codec::converted(self, def, decoded?).await?;
                 let mut new = next(&current)?;
                 let part = tracking.unwrap_or(Part::Main);
                 let mut warnings = Vec::new();
@@ -557,7 +557,7 @@ impl Registry {
                 let encoded = if unchanged || options.dry_run {
                     None
                 } else {
-                    Some(encode_converted(def, &new).await?)
+                    Some(encode_converted(self, def, &new).await?)
                 };
                 *result
                     .lock()

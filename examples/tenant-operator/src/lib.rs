@@ -79,12 +79,13 @@ pub fn crd()
 }
 
 /// The Tenant CRD with both versions, stored in v1beta1 and converted by the operator's
-/// webhook at `url` (`https://host:port`, served by `tenant-operator webhook`).
+/// webhook at `server` (`https://host:port`, or a Service; served by `tenant-operator
+/// webhook`).
 ///
 /// # Errors
 /// The two versions' CRDs do not merge (they always do; kube's merge checks it).
-pub fn crd_with_conversion(
-    url: &str,
+pub fn crd_with_conversion<'a>(
+    server: impl Into<plinth_runtime::webhook::WebhookEndpoint<'a>>,
 ) -> Result<
     k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     String,
@@ -96,14 +97,10 @@ pub fn crd_with_conversion(
     crd.spec.conversion = Some(ext::CustomResourceConversion {
         strategy: "Webhook".into(),
         webhook: Some(ext::WebhookConversion {
-            client_config: Some(ext::WebhookClientConfig {
-                url: Some(format!(
-                    "{}{}",
-                    url.trim_end_matches('/'),
-                    webhooks::CONVERT_PATH
-                )),
-                ..ext::WebhookClientConfig::default()
-            }),
+            client_config: Some(
+                serde_json::from_value(server.into().client_config(webhooks::CONVERT_PATH))
+                    .map_err(|e| e.to_string())?,
+            ),
             conversion_review_versions: vec!["v1".into()],
         }),
     });

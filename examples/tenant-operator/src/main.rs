@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use plinth_runtime::webhook::WebhookEndpoint;
 use plinth_runtime::{LeaderElector, Manager};
 
 #[derive(Parser)]
@@ -21,12 +22,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Prints the Tenant CRD (YAML): v1alpha1; with --conversion-url, v1alpha1 and v1beta1
-    /// stored in v1beta1 and converted by the webhook server at that URL.
+    /// Prints the Tenant CRD (YAML): v1alpha1; with --conversion-url or --conversion-service,
+    /// v1alpha1 and v1beta1 stored in v1beta1 and converted by the webhook server there.
     Crd {
         /// The webhook server's base URL (`https://127.0.0.1:9443`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "conversion_service")]
         conversion_url: Option<String>,
+        /// The webhook server's Service (`namespace/name[:port]`), in the cluster.
+        #[arg(long)]
+        conversion_service: Option<String>,
     },
     /// Prints the RBAC the operator needs (YAML documents): its ServiceAccount in NAMESPACE,
     /// a ClusterRole and binding for what it manages, a Role for its Lease.
@@ -35,11 +39,14 @@ enum Command {
         #[arg(long, default_value = "tenant-system")]
         namespace: String,
     },
-    /// Prints the webhook configurations (YAML) for a webhook server at URL.
+    /// Prints the webhook configurations (YAML) for a webhook server at URL or behind SERVICE.
     WebhookConfig {
         /// The server's base URL (`https://127.0.0.1:9443`).
+        #[arg(long, required_unless_present = "service", conflicts_with = "service")]
+        url: Option<String>,
+        /// The server's Service (`namespace/name[:port]`), in the cluster.
         #[arg(long)]
-        url: String,
+        service: Option<String>,
     },
     /// Serves the admission webhooks over TLS with a certificate of its own (made in
     /// CERT_DIR if missing) and writes its CA into the webhook configurations.
@@ -50,6 +57,10 @@ enum Command {
         /// Where the certificate lives (`ca.crt`, `tls.crt`, `tls.key`).
         #[arg(long)]
         cert_dir: PathBuf,
+        /// The Service the server is behind (`namespace/name`), in the cluster: its names go
+        /// into the certificate.
+        #[arg(long)]
+        service: Option<String>,
     },
     /// Runs the operator.
     Run {
@@ -74,10 +85,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd { conversion_url } => {
-            let crd = match conversion_url {
-                Some(url) => tenant_operator::crd_with_conversion(&url),
-                None => Ok(tenant_operator::crd()),
+        Command::Crd {
+            conversion_url,
+            conversion_service,
+        } => {
+            let crd = match (conversion_url, conversion_service) {
+                (Some(url), _) => tenant_operator::crd_with_conversion(url.as_str()),
+                (None, Some(service)) => match WebhookEndpoint::service(&service) {
+                    Some(service) => tenant_operator::crd_with_conversion(service),
+                    None => Err(bad_service(&service)),
+                },
+                (None, None) => Ok(tenant_operator::crd()),
             };
             match crd.and_then(|c| serde_norway::to_string(&c).map_err(|e| e.to_string())) {
                 Ok(yaml) => {
@@ -90,13 +108,33 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::WebhookConfig { url } => {
-            print_yaml(&tenant_operator::webhooks::configurations(&url))
-        }
+        Command::WebhookConfig { url, service } => match (url, service) {
+            (Some(url), _) => print_yaml(&tenant_operator::webhooks::configurations(url.as_str())),
+            (None, Some(service)) => match WebhookEndpoint::service(&service) {
+                Some(service) => print_yaml(&tenant_operator::webhooks::configurations(service)),
+                None => {
+                    eprintln!("tenant-operator: {}", bad_service(&service));
+                    ExitCode::FAILURE
+                }
+            },
+            (None, None) => ExitCode::FAILURE,
+        },
         Command::Webhook {
             bind_address,
             cert_dir,
+            service,
         } => {
+            let names = match service.as_deref().map(WebhookEndpoint::service) {
+                Some(Some(service)) => service.dns_names(),
+                Some(None) => {
+                    eprintln!(
+                        "tenant-operator: {}",
+                        bad_service(service.as_deref().unwrap_or(""))
+                    );
+                    return ExitCode::FAILURE;
+                }
+                None => Vec::new(),
+            };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(e) => {
@@ -104,7 +142,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(webhook(bind_address, cert_dir)) {
+            match runtime.block_on(webhook(bind_address, cert_dir, names)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("tenant-operator: {e}");
@@ -164,11 +202,22 @@ fn print_yaml(objects: &[serde_json::Value]) -> ExitCode {
     }
 }
 
-/// Serves the webhooks until SIGTERM; prints the address once listening.
-async fn webhook(address: SocketAddr, cert_dir: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+fn bad_service(text: &str) -> String {
+    format!("{text:?} is not a Service reference (namespace/name[:port])")
+}
+
+/// Serves the webhooks until SIGTERM (a certificate for the address, `localhost` and
+/// `names`); prints the address once listening.
+async fn webhook(
+    address: SocketAddr,
+    cert_dir: PathBuf,
+    names: Vec<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
     use plinth_runtime::webhook::{CaTarget, inject_ca_bundle, self_signed};
     let host = address.ip().to_string();
-    let certificate = self_signed(&cert_dir, &[host.as_str(), "localhost"])?;
+    let mut hosts = vec![host.as_str(), "localhost"];
+    hosts.extend(names.iter().map(String::as_str));
+    let certificate = self_signed(&cert_dir, &hosts)?;
     let running = tenant_operator::webhooks::server()
         .bind(address, certificate.source)
         .await?;

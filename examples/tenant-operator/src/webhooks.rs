@@ -3,7 +3,8 @@
 //! valid namespace), and the configurations that send Tenants to them.
 
 use plinth_runtime::webhook::{
-    AdmissionRequest, Converter, Defaulter, Validator, Verdict, WebhookServer, WebhookTarget,
+    AdmissionRequest, Converter, Defaulter, Validator, Verdict, WebhookEndpoint, WebhookServer,
+    WebhookTarget,
 };
 use serde_json::Value;
 
@@ -175,8 +176,9 @@ pub fn server() -> WebhookServer {
 }
 
 /// The Mutating- and ValidatingWebhookConfiguration sending tenants creates and updates
-/// to the server at `base` (`https://host:port`); `caBundle` left for the server to fill in.
-pub fn configurations(base: &str) -> Vec<Value> {
+/// to `server` (a URL such as `https://host:port`, or a Service); `caBundle` left for the
+/// server to fill in.
+pub fn configurations<'a>(server: impl Into<WebhookEndpoint<'a>>) -> Vec<Value> {
     let target = WebhookTarget {
         group: "platform.plinth.dev",
         version: "v1alpha1",
@@ -185,7 +187,7 @@ pub fn configurations(base: &str) -> Vec<Value> {
     };
     plinth_runtime::webhook::configurations(
         CONFIGURATION,
-        base,
+        server,
         target,
         DEFAULT_PATH,
         VALIDATE_PATH,

@@ -960,8 +960,39 @@ pub fn rbac(namespace: &str) -> Vec<Value> {
 /// The image the shipped deployment runs.
 pub const IMAGE: &str = "example.com/redis-operator:0.1.0";
 
-/// How the operator is deployed in `namespace`: the namespace, [`rbac`], and a Deployment of
-/// two replicas of `image` with leader election, metrics and probes on the pod's address.
+/// The Service in front of the operator's webhook servers.
+pub const WEBHOOK_SERVICE: &str = "redis-operator-webhook";
+/// The Secret holding the webhook servers' certificate (see [`webhook_secret`]).
+pub const WEBHOOK_SECRET: &str = "redis-operator-webhook-cert";
+/// Where the pods mount it.
+const WEBHOOK_CERT_DIR: &str = "/etc/redis-operator/certs";
+
+/// Where the deployed operator's webhooks are: its Service in `namespace`.
+pub fn webhook_service(namespace: &str) -> plinth_runtime::webhook::WebhookEndpoint<'_> {
+    plinth_runtime::webhook::WebhookEndpoint::Service {
+        namespace,
+        name: WEBHOOK_SERVICE,
+        port: 443,
+    }
+}
+
+/// The Secret [`manifests`] mounts as the webhook servers' certificate: a new CA and a
+/// certificate for the webhook Service's names (what cert-manager would otherwise issue),
+/// shared by every replica so that the CA they write into the configurations is one.
+///
+/// # Errors
+/// The certificate cannot be made.
+pub fn webhook_secret(namespace: &str) -> Result<Value, String> {
+    let names = webhook_service(namespace).dns_names();
+    let hosts: Vec<&str> = names.iter().map(String::as_str).collect();
+    plinth_runtime::webhook::certificate_secret(namespace, WEBHOOK_SECRET, &hosts)
+        .map_err(|e| e.to_string())
+}
+
+/// How the operator is deployed in `namespace`: the namespace, [`rbac`], a Deployment of
+/// two replicas of `image` with leader election, metrics, probes and webhooks on the pod's
+/// address (the certificate from the [`webhook_secret`]), the webhooks' Service, and the
+/// webhook configurations that name it (their `caBundle` written by the servers).
 pub fn manifests(namespace: &str, image: &str) -> Vec<Value> {
     let labels = json!({"app.kubernetes.io/name": "redis-operator"});
     let mut out = vec![json!({"apiVersion": "v1", "kind": "Namespace",
@@ -983,23 +1014,36 @@ pub fn manifests(namespace: &str, image: &str) -> Vec<Value> {
                         "args": ["run", "--leader-elect",
                                  format!("--leader-election-namespace={namespace}"),
                                  "--metrics-bind-address=$(POD_IP):8080",
-                                 "--health-probe-bind-address=$(POD_IP):8081"],
+                                 "--health-probe-bind-address=$(POD_IP):8081",
+                                 "--webhook-bind-address=$(POD_IP):9443",
+                                 format!("--webhook-cert-dir={WEBHOOK_CERT_DIR}")],
                         "env": [
                             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                         ],
                         "ports": [{"name": "metrics", "containerPort": 8080},
-                                  {"name": "health", "containerPort": 8081}],
+                                  {"name": "health", "containerPort": 8081},
+                                  {"name": "webhook", "containerPort": 9443}],
+                        "volumeMounts": [{"name": "webhook-cert", "mountPath": WEBHOOK_CERT_DIR,
+                                          "readOnly": true}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "health"}},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "health"},
                                            "periodSeconds": 2},
                         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                                       "limits": {"memory": "256Mi"}},
                     }],
+                    "volumes": [{"name": "webhook-cert", "secret": {"secretName": WEBHOOK_SECRET}}],
                 },
             },
         },
     }));
+    out.push(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": WEBHOOK_SERVICE, "namespace": namespace, "labels": labels},
+        "spec": {"selector": labels,
+                 "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook"}]},
+    }));
+    out.extend(webhooks::configurations(webhook_service(namespace)));
     out
 }
 

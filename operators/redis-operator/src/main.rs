@@ -39,11 +39,26 @@ enum Command {
         #[arg(long, default_value = redis_operator::IMAGE)]
         image: String,
     },
-    /// Prints the webhook configurations (YAML) for the operator's webhook server at URL.
+    /// Prints the webhook configurations (YAML) for the operator's webhook server at URL, or
+    /// behind the Service `manifests` deploys in NAMESPACE.
     WebhookConfig {
         /// The server's base URL (`https://127.0.0.1:9443`).
+        #[arg(
+            long,
+            required_unless_present = "namespace",
+            conflicts_with = "namespace"
+        )]
+        url: Option<String>,
+        /// The operator's namespace (the webhook Service's).
         #[arg(long)]
-        url: String,
+        namespace: Option<String>,
+    },
+    /// Prints the Secret (YAML) the deployed webhook servers mount: a new CA and a
+    /// certificate for the webhook Service of NAMESPACE. Apply it before `manifests`.
+    WebhookSecret {
+        /// The operator's namespace.
+        #[arg(long, default_value = "redis-system")]
+        namespace: String,
     },
     /// Runs the operator.
     Run {
@@ -88,8 +103,17 @@ fn main() -> ExitCode {
         Command::Manifests { namespace, image } => {
             print_yaml(&redis_operator::manifests(&namespace, &image))
         }
-        Command::WebhookConfig { url } => {
-            print_yaml(&redis_operator::webhooks::configurations(&url))
+        Command::WebhookConfig { url, namespace } => match (url, namespace) {
+            (Some(url), _) => print_yaml(&redis_operator::webhooks::configurations(&url)),
+            (None, namespace) => {
+                let namespace = namespace.unwrap_or_default();
+                print_yaml(&redis_operator::webhooks::configurations(
+                    redis_operator::webhook_service(&namespace),
+                ))
+            }
+        },
+        Command::WebhookSecret { namespace } => {
+            redis_operator::webhook_secret(&namespace).and_then(|secret| print_yaml(&[secret]))
         }
         Command::Run {
             webhook_bind_address,

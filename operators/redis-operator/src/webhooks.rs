@@ -197,7 +197,9 @@ pub fn server() -> WebhookServer {
 
 /// The Mutating- and ValidatingWebhookConfiguration sending redisclusters creates and updates
 /// to the server at `base` (`https://host:port`); `caBundle` left for the server to fill in.
-pub fn configurations(base: &str) -> Vec<Value> {
+pub fn configurations<'a>(
+    server: impl Into<plinth_runtime::webhook::WebhookEndpoint<'a>>,
+) -> Vec<Value> {
     let target = WebhookTarget {
         group: "database.example.com",
         version: "v1alpha1",
@@ -206,7 +208,7 @@ pub fn configurations(base: &str) -> Vec<Value> {
     };
     plinth_runtime::webhook::configurations(
         CONFIGURATION,
-        base,
+        server,
         target,
         DEFAULT_PATH,
         VALIDATE_PATH,

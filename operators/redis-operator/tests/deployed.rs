@@ -2,9 +2,11 @@
 //! `deploy/redis-operator.yaml` applied with kubectl to `plinth serve`, whose node agent runs
 //! the operator's two replicas as pods (the image mapped to this build's binary; in-cluster
 //! configuration through the `kubernetes` Service) and the cluster's `redis-server` pods.
-//! One replica leads; SIGKILLed mid-failover (a hung primary's clock running), a successor
-//! takes the Lease and finishes the failover: one promotion, the data there, every server
-//! following the promoted one.
+//! Both replicas serve the admission webhooks behind the webhook Service (the API server
+//! calls one of its endpoints, TLS name `redis-operator-webhook.redis-system.svc`, the
+//! certificate from `redis-operator webhook-secret`). One replica leads; SIGKILLed
+//! mid-failover (a hung primary's clock running), a successor takes the Lease and finishes
+//! the failover: one promotion, the data there, every server following the promoted one.
 
 #![allow(clippy::unwrap_used)]
 
@@ -128,6 +130,16 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
         String::from_utf8_lossy(&out.stdout).contains(" Ready ")
     });
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    // The webhook certificate first (as cert-manager's would be), then the shipped files.
+    server.ok(&["create", "namespace", "redis-system"]);
+    let secret = Command::new(env!("CARGO_BIN_EXE_redis-operator"))
+        .args(["webhook-secret", "--namespace", "redis-system"])
+        .output()
+        .unwrap();
+    assert!(secret.status.success());
+    let secret_file = server.dir.join("webhook-secret.yaml");
+    std::fs::write(&secret_file, &secret.stdout).unwrap();
+    server.ok(&["apply", "-f", secret_file.to_str().unwrap()]);
     for file in ["crd.yaml", "redis-operator.yaml"] {
         server.ok(&["apply", "-f", deploy.join(file).to_str().unwrap()]);
     }
@@ -161,6 +173,30 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
         .find(|n| holder.starts_with(&format!("{n}_")))
         .unwrap_or_else(|| panic!("the holder {holder} is one of {names:?}"))
         .clone();
+
+    // The webhooks answer through their Service: the CA the servers wrote in, a bad cluster
+    // refused with the validating webhook's message.
+    plinth_testenv::eventually_blocking("the webhooks' CA written in", || {
+        let config = server.json(&["get", "validatingwebhookconfiguration", "redis-operator"]);
+        config["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty())
+            && config["webhooks"][0]["clientConfig"]["service"]["name"] == "redis-operator-webhook"
+    });
+    let bad = server.dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: database.example.com/v1alpha1\nkind: RedisCluster\nmetadata: {name: bad}\nspec: {replicas: 1, storage: {size: 1GB}}\n",
+    )
+    .unwrap();
+    let refused = server.kubectl(&["apply", "-f", bad.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        text.contains(
+            r#"admission webhook "validate.redisclusters.database.example.com" denied the request"#
+        ) && text.contains(r#"spec.storage.size: Invalid value: "1GB""#),
+        "{text}"
+    );
 
     // The leader runs a cluster of three real redis-server pods.
     let cluster = "apiVersion: database.example.com/v1alpha1\nkind: RedisCluster\nmetadata: {name: cache}\nspec: {replicas: 3, enableAutoFailover: true}\n";

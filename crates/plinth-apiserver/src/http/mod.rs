@@ -558,7 +558,16 @@ async fn handle(
         _ => None,
     };
     if let Some(remote) = aggregated {
-        return crate::aggregator::proxy(&remote, method, request.uri, headers, body, &user).await;
+        return crate::aggregator::proxy(
+            &remote,
+            &state.registry,
+            method,
+            request.uri,
+            headers,
+            body,
+            &user,
+        )
+        .await;
     }
     let format = negotiate(headers)?;
     if let Format::OpenApiV2Protobuf(media) = format

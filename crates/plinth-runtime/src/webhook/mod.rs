@@ -62,22 +62,97 @@ pub struct WebhookTarget<'a> {
     pub scope: &'a str,
 }
 
+/// Where a webhook server is, as its configurations name it (`clientConfig`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookEndpoint<'a> {
+    /// Outside the cluster: its base URL (`https://host:port`).
+    Url(&'a str),
+    /// Inside: a Service's port; the API server calls one of its endpoints with the TLS name
+    /// `<name>.<namespace>.svc`.
+    Service {
+        /// The Service's namespace.
+        namespace: &'a str,
+        /// Its name.
+        name: &'a str,
+        /// Its port.
+        port: u16,
+    },
+}
+
+impl<'a> From<&'a str> for WebhookEndpoint<'a> {
+    fn from(url: &'a str) -> Self {
+        Self::Url(url)
+    }
+}
+
+impl<'a> From<&'a String> for WebhookEndpoint<'a> {
+    fn from(url: &'a String) -> Self {
+        Self::Url(url)
+    }
+}
+
+impl<'a> WebhookEndpoint<'a> {
+    /// Parses a Service reference, `namespace/name` or `namespace/name:port` (443 by default).
+    pub fn service(text: &'a str) -> Option<Self> {
+        let (namespace, rest) = text.split_once('/')?;
+        let (name, port) = match rest.split_once(':') {
+            Some((name, port)) => (name, port.parse().ok()?),
+            None => (rest, 443),
+        };
+        (!namespace.is_empty() && !name.is_empty()).then_some(Self::Service {
+            namespace,
+            name,
+            port,
+        })
+    }
+
+    /// The `clientConfig` (without `caBundle`) of `path` on this server.
+    pub fn client_config(&self, path: &str) -> Value {
+        match self {
+            Self::Url(base) => json!({"url": format!("{}{path}", base.trim_end_matches('/'))}),
+            Self::Service {
+                namespace,
+                name,
+                port,
+            } => {
+                json!({"service": {"namespace": namespace, "name": name, "path": path, "port": port}})
+            }
+        }
+    }
+
+    /// The names a Service's serving certificate must hold (`<svc>.<ns>.svc` is the one the
+    /// API server checks); none for a URL.
+    pub fn dns_names(&self) -> Vec<String> {
+        match self {
+            Self::Url(_) => Vec::new(),
+            Self::Service {
+                namespace, name, ..
+            } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+        }
+    }
+}
+
 /// The MutatingWebhookConfiguration and ValidatingWebhookConfiguration named `name` that send
-/// creates and updates of `target` to the server at `base` (`https://host:port`):
+/// creates and updates of `target` to `server` (a URL such as `https://host:port`, or a
+/// Service):
 /// `default.<resource>.<group>` at `default_path`, `validate.<resource>.<group>` at
 /// `validate_path` (failure policy `Fail`, no side effects, 5 s); `caBundle` left for the
 /// server to fill in ([`inject_ca_bundle`]).
-pub fn configurations(
+pub fn configurations<'a>(
     name: &str,
-    base: &str,
+    server: impl Into<WebhookEndpoint<'a>>,
     target: WebhookTarget<'_>,
     default_path: &str,
     validate_path: &str,
 ) -> Vec<serde_json::Value> {
+    let server = server.into();
     let hook = |kind: &str, path: &str| {
         serde_json::json!({
             "name": format!("{kind}.{}.{}", target.resource, target.group),
-            "clientConfig": {"url": format!("{base}{path}")},
+            "clientConfig": server.client_config(path),
             "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [target.group],
                 "apiVersions": [target.version], "resources": [target.resource],
                 "scope": target.scope}],
@@ -97,7 +172,7 @@ pub fn configurations(
     ]
 }
 pub use conversion::Converter;
-pub use tls::{SelfSigned, TlsSource, self_signed};
+pub use tls::{Issued, SelfSigned, TlsSource, certificate_secret, issue, self_signed};
 
 /// Largest review accepted (kube-apiserver sends at most its own request limit, 3 MiB, plus
 /// the old object).

@@ -228,9 +228,74 @@ pub struct SelfSigned {
     pub source: TlsSource,
 }
 
+/// A CA and a serving certificate it signed, in PEM.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    /// The CA's certificate (`ca.crt`).
+    pub ca: String,
+    /// The serving certificate (`tls.crt`).
+    pub cert: String,
+    /// Its key (`tls.key`).
+    pub key: String,
+}
+
+/// A new CA and a serving certificate for `hosts` (names or IP addresses) signed by it.
+///
+/// # Errors
+/// A host is not a valid name.
+pub fn issue(hosts: &[&str]) -> Result<Issued, WebhookError> {
+    let fail = |e: &dyn std::fmt::Display| WebhookError::Certificate(e.to_string());
+    let ca_key = rcgen::KeyPair::generate().map_err(|e| fail(&e))?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).map_err(|e| fail(&e))?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "webhook CA");
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(|e| fail(&e))?;
+    let issuer = rcgen::Issuer::new(ca_params, &ca_key);
+    let serving_key = rcgen::KeyPair::generate().map_err(|e| fail(&e))?;
+    let names: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+    let params = rcgen::CertificateParams::new(names).map_err(|e| fail(&e))?;
+    let serving = params
+        .signed_by(&serving_key, &issuer)
+        .map_err(|e| fail(&e))?;
+    Ok(Issued {
+        ca: ca_cert.pem(),
+        cert: serving.pem(),
+        key: serving_key.serialize_pem(),
+    })
+}
+
+/// A `kubernetes.io/tls` Secret `namespace/name` holding a new certificate for `hosts` and
+/// its CA (`ca.crt`, `tls.crt`, `tls.key`), for every replica of a webhook server to mount as
+/// its certificate directory (what cert-manager would otherwise provide).
+///
+/// # Errors
+/// As [`issue`].
+pub fn certificate_secret(
+    namespace: &str,
+    name: &str,
+    hosts: &[&str],
+) -> Result<serde_json::Value, WebhookError> {
+    use base64::Engine as _;
+    let issued = issue(hosts)?;
+    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "ca.crt": encode(&issued.ca),
+            "tls.crt": encode(&issued.cert),
+            "tls.key": encode(&issued.key),
+        }
+    }))
+}
+
 /// The certificate in `dir` (`ca.crt`, `tls.crt`, `tls.key`), made there first if missing:
-/// a CA and a serving certificate for `hosts` (names or IP addresses) signed by it, a year
-/// each. For operators that manage their own certificates (no cert-manager).
+/// a CA and a serving certificate for `hosts` (names or IP addresses) signed by it (see
+/// [`issue`]). For operators that manage their own certificates (no cert-manager).
 ///
 /// # Errors
 /// The directory cannot be written, or a host is not a valid name.
@@ -239,26 +304,13 @@ pub fn self_signed(dir: &std::path::Path, hosts: &[&str]) -> Result<SelfSigned, 
     let fail = |e: &dyn std::fmt::Display| WebhookError::Certificate(e.to_string());
     if !(ca.exists() && cert.exists() && key.exists()) {
         std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
-        let ca_key = rcgen::KeyPair::generate().map_err(|e| fail(&e))?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::new()).map_err(|e| fail(&e))?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "webhook CA");
-        let ca_cert = ca_params.self_signed(&ca_key).map_err(|e| fail(&e))?;
-        let issuer = rcgen::Issuer::new(ca_params, &ca_key);
-        let serving_key = rcgen::KeyPair::generate().map_err(|e| fail(&e))?;
-        let names: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
-        let params = rcgen::CertificateParams::new(names).map_err(|e| fail(&e))?;
-        let serving = params
-            .signed_by(&serving_key, &issuer)
-            .map_err(|e| fail(&e))?;
-        let write = |path: &std::path::Path, text: String| {
+        let issued = issue(hosts)?;
+        let write = |path: &std::path::Path, text: &str| {
             std::fs::write(path, text).map_err(|e| fail(&format!("{}: {e}", path.display())))
         };
-        write(&key, serving_key.serialize_pem())?;
-        write(&cert, serving.pem())?;
-        write(&ca, ca_cert.pem())?;
+        write(&key, &issued.key)?;
+        write(&cert, &issued.cert)?;
+        write(&ca, &issued.ca)?;
     }
     let ca_pem = std::fs::read(&ca).map_err(|e| fail(&e))?;
     Ok(SelfSigned {
