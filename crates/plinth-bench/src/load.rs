@@ -335,7 +335,7 @@ pub(crate) async fn startup(binary: PathBuf, runs: usize) -> Result<(), Error> {
             .port();
         let started = Instant::now();
         let mut child = tokio::process::Command::new(&binary)
-            .args(["serve", "--data-dir"])
+            .args(["serve", "--pod-network=shared", "--data-dir"])
             .arg(dir.path())
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::null())

@@ -5,7 +5,9 @@
 //! Everything is named after the node (a tag of 6 hex digits of its name's hash), so that an
 //! agent that died leaves nothing its next start cannot find and remove: namespaces
 //! `plinth-TAG-<pod uid>`, the bridge `plbr-TAG`, pods' outer ends `pvTAG<6 hex>`, the rule
-//! table `plinth_TAG`.
+//! table `plinth_TAG`. An agent also records its tag and process in `/run/plinth/net/TAG`
+//! ([`claim`]): any agent starting later removes what a dead one (whose process is gone) left,
+//! even if that one never starts again.
 //!
 //! A pod's address is a `/32` with its default route through the gateway, so that all its
 //! traffic, even to a pod on the same bridge, passes the node's routing and rules (Service
@@ -41,6 +43,11 @@ impl Names {
     /// The names of node `node`'s.
     pub fn of(node: &str) -> Self {
         Self { tag: tag(node) }
+    }
+
+    /// The tag in every name.
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// The bridge.
@@ -167,6 +174,44 @@ pub async fn sweep(names: &Names) {
         }
     }
     let _ = run("nft", &["delete", "table", "inet", &names.table()], None).await;
+}
+
+/// Where agents record which tag is whose (a file per tag holding the owner's PID).
+const OWNERS_DIR: &str = "/run/plinth/net";
+
+/// Records that this process owns `names`' devices (see [`sweep_orphans`]).
+pub fn claim(names: &Names) {
+    let _ = std::fs::create_dir_all(OWNERS_DIR);
+    let _ = std::fs::write(
+        PathBuf::from(OWNERS_DIR).join(&names.tag),
+        std::process::id().to_string(),
+    );
+}
+
+/// Gives `names` up (after [`sweep`]ing them).
+pub fn release(names: &Names) {
+    let _ = std::fs::remove_file(PathBuf::from(OWNERS_DIR).join(&names.tag));
+}
+
+/// Removes the devices, namespaces and rules of every agent whose process is gone (it was
+/// killed before it could clean up, and has not started again).
+pub async fn sweep_orphans() {
+    let Ok(entries) = std::fs::read_dir(OWNERS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let tag = entry.file_name().to_string_lossy().into_owned();
+        let alive = std::fs::read_to_string(entry.path())
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok())
+            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if alive || tag.len() != 6 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let names = Names { tag };
+        sweep(&names).await;
+        release(&names);
+    }
 }
 
 /// The node's bridge, up with the gateway address (`.1` of `subnet`), forwarding what

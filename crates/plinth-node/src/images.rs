@@ -94,22 +94,40 @@ enum FileEntry {
     Entry(Entry),
 }
 
-/// Patterns (`*` matches any run of characters) and their entries, in order.
+/// Patterns (`*` matches any run of characters) and their entries, in order: the file's,
+/// then the built-in ones of the node's network (see [`builtin`]).
 #[derive(Clone, Debug)]
 pub struct ImageMap {
     entries: Vec<(String, Entry)>,
+    shared: Vec<(String, Entry)>,
+    private: Vec<(String, Entry)>,
 }
 
 impl Default for ImageMap {
     fn default() -> Self {
-        Self { entries: builtin() }
+        Self {
+            entries: Vec::new(),
+            shared: builtin(false),
+            private: builtin(true),
+        }
     }
 }
 
-/// The built-in map: `redis` runs `redis-server` bound to the pod's address (and points
-/// `redis-cli` at it), `busybox`
-/// runs `busybox` applets (or the machine's own commands when busybox is not installed).
-fn builtin() -> Vec<(String, Entry)> {
+/// Whether `program` is on `PATH` (or in `/usr/sbin`, where Debian puts servers).
+fn installed(program: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/sbin", "/usr/local/sbin"])
+        .any(|dir| Path::new(dir).join(program).is_file())
+}
+
+/// The built-in map. Where pods share the machine's network (`private` false), `redis` runs
+/// `redis-server` bound to the pod's address (and points `redis-cli` at it); where each pod
+/// has a network of its own, it runs as the image does (every address, protected mode off,
+/// `redis-cli` reaching it on `localhost`), and servers a Debian package installed run as
+/// their images: `python` (`python3`), `memcached` (port 11211). `busybox` runs `busybox`
+/// applets (or the machine's own commands when busybox is not installed).
+fn builtin(private: bool) -> Vec<(String, Entry)> {
     let entry = |entrypoint: &[&str], cmd: &[&str], wrapper: Option<&str>| Entry {
         entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
         cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
@@ -117,17 +135,40 @@ fn builtin() -> Vec<(String, Entry)> {
         options_for: None,
         clients: BTreeMap::new(),
     };
-    let redis = Entry {
-        options_for: Some("redis-server".into()),
-        clients: BTreeMap::from([("redis-cli".into(), vec!["-h".into(), "$(POD_IP)".into()])]),
-        ..entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None)
+    let redis = if private {
+        Entry {
+            options_for: Some("redis-server".into()),
+            ..entry(&[], &["redis-server", "--protected-mode", "no"], None)
+        }
+    } else {
+        Entry {
+            options_for: Some("redis-server".into()),
+            clients: BTreeMap::from([("redis-cli".into(), vec!["-h".into(), "$(POD_IP)".into()])]),
+            ..entry(&[], &["redis-server", "--bind", "$(POD_IP)"], None)
+        }
     };
-    vec![
-        ("redis".into(), redis.clone()),
-        ("redis:*".into(), redis),
-        ("busybox".into(), entry(&[], &["sh"], Some("busybox"))),
-        ("busybox:*".into(), entry(&[], &["sh"], Some("busybox"))),
-    ]
+    let mut out = Vec::new();
+    let mut add = |name: &str, entry: Entry| {
+        out.push((name.to_owned(), entry.clone()));
+        out.push((format!("{name}:*"), entry));
+    };
+    add("redis", redis);
+    add("busybox", entry(&[], &["sh"], Some("busybox")));
+    if private {
+        if installed("python3") {
+            add("python", entry(&[], &["python3"], None));
+        }
+        if installed("memcached") {
+            add(
+                "memcached",
+                Entry {
+                    options_for: Some("memcached".into()),
+                    ..entry(&[], &["memcached", "-u", "nobody"], None)
+                },
+            );
+        }
+    }
+    out
 }
 
 /// Why a map file cannot be used.
@@ -166,15 +207,26 @@ impl ImageMap {
             .collect();
         // More specific (longer) patterns first among the file's.
         entries.sort_by_key(|(p, _)| std::cmp::Reverse(p.replace('*', "").len()));
-        entries.extend(builtin());
-        Ok(Self { entries })
+        Ok(Self {
+            entries,
+            ..Self::default()
+        })
     }
 
-    /// The entry for `image`, if the map has one.
+    /// The entry for `image` on a node whose pods share the machine's network, if the map
+    /// has one.
     pub fn lookup(&self, image: &str) -> Option<&Entry> {
+        self.lookup_in(image, false)
+    }
+
+    /// The entry for `image` on a node whose pods have networks of their own (`private`) or
+    /// not, if the map has one.
+    pub fn lookup_in(&self, image: &str, private: bool) -> Option<&Entry> {
         let image = normalize(image);
+        let builtin = if private { &self.private } else { &self.shared };
         self.entries
             .iter()
+            .chain(builtin)
             .find(|(pattern, _)| glob(&normalize(pattern), &image))
             .map(|(_, e)| e)
     }
@@ -401,6 +453,28 @@ mod tests {
             ["sleep", "5"]
         );
         assert!(glob("a*c*e", "abcde") && !glob("a*c", "abd") && glob("*", ""));
+    }
+
+    #[test]
+    fn with_networks_of_their_own_images_run_as_they_are() {
+        let map = ImageMap::default();
+        let redis = map.lookup_in("redis:7", true).cloned().unwrap_or_default();
+        assert_eq!(
+            argv(&redis, None, None, &vars),
+            ["redis-server", "--protected-mode", "no"]
+        );
+        assert!(
+            redis.clients(&vars).is_empty(),
+            "redis-cli reaches localhost"
+        );
+        assert_eq!(
+            map.lookup_in("python:3.12", true).map(|e| e.cmd.clone()),
+            installed("python3").then(|| vec!["python3".to_owned()])
+        );
+        assert!(
+            map.lookup("python:3.12").is_none(),
+            "only with a network of its own"
+        );
     }
 
     #[test]

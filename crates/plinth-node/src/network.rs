@@ -91,7 +91,9 @@ pub(crate) async fn start(
     host::available()
         .await
         .map_err(|e| format!("pod network namespaces cannot be made here: {e}"))?;
+    host::sweep_orphans().await;
     host::sweep(&names).await;
+    host::claim(&names);
     let gateway = host::bridge_up(&names, subnet).await?;
     host::route_services(&names, ranges.services).await;
     Ok(Mode::Private(std::sync::Arc::new(Private {
@@ -116,6 +118,7 @@ impl Private {
     /// Removes everything the node's network made.
     pub(crate) async fn stop(&self) {
         host::sweep(&self.names).await;
+        host::release(&self.names);
     }
 
     /// What the rules need to know of the network.

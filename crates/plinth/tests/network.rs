@@ -557,3 +557,163 @@ fn network_policies_hold_pods_to_what_they_allow() {
             .success()
     );
 }
+
+const WARDLE_SERVER: &str = r#"
+import http.server, json, ssl
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        base = "/apis/wardle.example.com/v1alpha1"
+        path = self.path.split("?")[0]
+        if path.startswith(base + "/") and path.endswith("/flunders"):
+            body = {"kind": "FlunderList", "apiVersion": "wardle.example.com/v1alpha1",
+                    "metadata": {}, "items": [{"metadata": {"name": "from-the-pod"}}]}
+        elif path == base:
+            body = {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "wardle.example.com/v1alpha1",
+                    "resources": [{"name": "flunders", "singularName": "flunder", "namespaced": True,
+                                   "kind": "Flunder", "verbs": ["get", "list"]}]}
+        else:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/certs/tls.crt", "/certs/tls.key")
+server = http.server.ThreadingHTTPServer(("0.0.0.0", 8443), Handler)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
+
+/// The Available condition of the wardle APIService: status, reason, message.
+fn wardle_available(plinth: &Plinth) -> (String, String, String) {
+    let service = plinth.json(&["get", "apiservice", "v1alpha1.wardle.example.com"]);
+    let condition = service["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Available").cloned())
+        .unwrap_or_default();
+    let text = |key: &str| condition[key].as_str().unwrap_or("").to_owned();
+    (text("status"), text("reason"), text("message"))
+}
+
+#[test]
+fn an_extension_server_in_a_pod_behind_its_service() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-w", "--pod-network=namespaces"],
+    );
+    let issued = plinth_runtime::webhook::issue(&["api.wardle.svc"]).unwrap();
+    let encode =
+        |text: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, text);
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "api-cert", "namespace": "wardle"},
+        "data": {"tls.crt": encode(&issued.cert), "tls.key": encode(&issued.key)}
+    });
+    let script = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "server", "namespace": "wardle"},
+        "data": {"server.py": WARDLE_SERVER}
+    });
+    plinth.kubectl(&["create", "namespace", "wardle"]);
+    plinth.kubectl_with(&["apply", "-f", "-"], &secret.to_string());
+    plinth.kubectl_with(&["apply", "-f", "-"], &script.to_string());
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: api, namespace: wardle}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: wardle}}}}
+  template:
+    metadata: {{labels: {{app: wardle}}}}
+    spec:
+      containers:
+      - name: api
+        image: python:3.12
+        command: [python3, /app/server.py]
+        ports: [{{name: https, containerPort: 8443}}]
+        readinessProbe: {{tcpSocket: {{port: https}}, periodSeconds: 1}}
+        volumeMounts:
+        - {{name: certs, mountPath: /certs}}
+        - {{name: app, mountPath: /app}}
+      volumes:
+      - {{name: certs, secret: {{secretName: api-cert}}}}
+      - {{name: app, configMap: {{name: server}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: api, namespace: wardle}}
+spec:
+  selector: {{app: wardle}}
+  ports: [{{name: https, port: 443, targetPort: https}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1alpha1.wardle.example.com}}
+spec:
+  group: wardle.example.com
+  version: v1alpha1
+  service: {{namespace: wardle, name: api}}
+  caBundle: {}
+  groupPriorityMinimum: 1000
+  versionPriority: 15
+"#,
+            encode(&issued.ca)
+        ),
+    );
+    plinth.kubectl(&[
+        "-n",
+        "wardle",
+        "rollout",
+        "status",
+        "deployment/api",
+        "--timeout=120s",
+    ]);
+    plinth.eventually("the APIService available", || {
+        wardle_available(&plinth).0 == "True"
+    });
+    let listed = plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/wardle.example.com/v1alpha1/namespaces/wardle/flunders",
+    ]);
+    assert!(listed.contains("from-the-pod"), "{listed}");
+    let names = plinth.kubectl(&["get", "flunders", "-A", "-o", "name"]);
+    assert!(names.contains("from-the-pod"), "{names}");
+
+    // The pod gone: the Service has no endpoints, the APIService says so in kube's words and
+    // requests for its group are refused (503).
+    plinth.kubectl(&["-n", "wardle", "scale", "deployment/api", "--replicas=0"]);
+    plinth.eventually("the APIService unavailable", || {
+        let (status, reason, _) = wardle_available(&plinth);
+        status == "False" && reason == "MissingEndpoints"
+    });
+    let (_, _, message) = wardle_available(&plinth);
+    assert_eq!(
+        message,
+        r#"endpoints for service/api in "wardle" have no addresses with port name "https""#
+    );
+    let refused = plinth.kubectl_output(&[
+        "get",
+        "--raw",
+        "/apis/wardle.example.com/v1alpha1/namespaces/wardle/flunders",
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("service unavailable"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

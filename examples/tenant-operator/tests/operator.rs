@@ -300,7 +300,13 @@ async fn the_operator_process_against_plinth_serve() {
         env!("CARGO_BIN_EXE_tenant-operator"),
         env!("CARGO"),
     ))
-    .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+    .args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pod-network=shared",
+        "--data-dir",
+    ])
     .arg(dir.join("plinth"))
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit())
@@ -498,7 +504,13 @@ fn the_webhooks_default_and_validate_tenants() {
         env!("CARGO_BIN_EXE_tenant-operator"),
         env!("CARGO"),
     ))
-    .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+    .args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--pod-network=shared",
+        "--data-dir",
+    ])
     .arg(dir.join("plinth"))
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit())

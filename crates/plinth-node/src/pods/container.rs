@@ -203,7 +203,7 @@ impl Worker {
         let mut extra_mounts = Vec::new();
         let applets = container["image"]
             .as_str()
-            .and_then(|image| self.agent.config.images.lookup(image))
+            .and_then(|image| self.image(image))
             .and_then(|entry| entry.wrapper.clone())
             .and_then(|wrapper| images::applet_dir(&wrapper, &self.agent.config.data_dir));
         if let Some(dir) = applets {

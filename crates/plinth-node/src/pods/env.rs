@@ -140,11 +140,21 @@ impl Worker {
         }
     }
 
+    /// The image map's entry for `image`, as this node's network has it.
+    pub(super) fn image(&self, image: &str) -> Option<&images::Entry> {
+        let private = self
+            .agent
+            .network
+            .get()
+            .is_some_and(|mode| mode.private().is_some());
+        self.agent.config.images.lookup_in(image, private)
+    }
+
     /// The clients of a container's image, pointed at the pod.
     pub(super) fn clients(&self, container: &Value, env: &[(String, String)]) -> images::Clients {
         container["image"]
             .as_str()
-            .and_then(|image| self.agent.config.images.lookup(image))
+            .and_then(|image| self.image(image))
             .map(|entry| entry.clients(&self.lookup(env)))
             .unwrap_or_default()
     }
@@ -156,7 +166,7 @@ impl Worker {
         env: &[(String, String)],
     ) -> Result<Vec<String>, (String, String)> {
         let image = container["image"].as_str().unwrap_or("");
-        let Some(entry) = self.agent.config.images.lookup(image) else {
+        let Some(entry) = self.image(image) else {
             return Err((
                 "ErrImagePull".into(),
                 format!(
