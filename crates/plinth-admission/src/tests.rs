@@ -60,16 +60,16 @@ impl Memory {
 }
 
 #[async_trait::async_trait]
-impl plinth_registry::callout::ServiceResolver for Memory {
+impl plinth_registry::services::ServiceResolver for Memory {
     async fn resolve(
         &self,
         namespace: &str,
         name: &str,
         port: u16,
-    ) -> Result<std::net::SocketAddr, plinth_registry::callout::Unresolved> {
+    ) -> Result<std::net::SocketAddr, plinth_registry::services::Unresolved> {
         let def = |plural| self.resources.get("", "v1", plural);
         let read = |plural| def(plural).and_then(|d| self.read(&d, Some(namespace), name));
-        plinth_registry::callout::endpoint_of(
+        plinth_registry::services::endpoint_of(
             name,
             read("services").as_ref(),
             read("endpoints").as_ref(),

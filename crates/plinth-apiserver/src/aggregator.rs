@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use plinth_auth::User;
-use plinth_registry::callout::{ServiceResolver, Unresolved};
+use plinth_registry::services::{ServiceResolver, Unresolved};
 use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apiregistration::apiservice::URL_ANNOTATION;
 

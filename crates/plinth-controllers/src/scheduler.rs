@@ -300,6 +300,52 @@ fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
     })
 }
 
+/// The NodePorts filter's reason.
+const PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
+
+/// The host ports a pod asks for: protocol, host IP (`0.0.0.0` when unset), port.
+fn host_ports(pod: &Value) -> Vec<(String, String, i64)> {
+    ["initContainers", "containers"]
+        .iter()
+        .flat_map(|list| {
+            pod.pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| {
+            let port = p["hostPort"].as_i64().filter(|p| *p > 0)?;
+            let ip = match p["hostIP"].as_str() {
+                None | Some("") => "0.0.0.0",
+                Some(ip) => ip,
+            };
+            Some((
+                p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                ip.to_owned(),
+                port,
+            ))
+        })
+        .collect()
+}
+
+/// kube's NodePorts filter: a port `pod` asks for is taken on the node (same protocol and
+/// port, and the same host IP or either on every address).
+fn host_ports_taken(pod: &Value, on_node: &[&Value]) -> bool {
+    let wanted = host_ports(pod);
+    if wanted.is_empty() {
+        return false;
+    }
+    on_node
+        .iter()
+        .flat_map(|p| host_ports(p))
+        .any(|(proto, ip, port)| {
+            wanted.iter().any(|(p, i, n)| {
+                *p == proto && *n == port && (i == &ip || i == "0.0.0.0" || ip == "0.0.0.0")
+            })
+        })
+}
+
 /// Why `node` cannot take `pod` (kube's wording), or `None` when it can.
 fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     if node.pointer("/spec/unschedulable") == Some(&json!(true)) {
@@ -325,6 +371,9 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     }
     if !affinity_met(pod, node) {
         return Some("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    if host_ports_taken(pod, on_node) {
+        return Some(PORTS_TAKEN.into());
     }
     let allocatable = |r: &str| node.pointer(&format!("/status/allocatable/{r}"));
     let pods_max = allocatable("pods")
@@ -388,7 +437,7 @@ fn occupants<'a>(pods: &'a [std::sync::Arc<Value>], pod: &Value, name: &str) -> 
 fn room_reason(reason: &str) -> bool {
     matches!(
         reason,
-        "Too many pods" | "Insufficient cpu" | "Insufficient memory"
+        "Too many pods" | "Insufficient cpu" | "Insufficient memory" | PORTS_TAKEN
     )
 }
 

@@ -87,4 +87,6 @@ pub(crate) struct Agent {
     pub(crate) ips: std::sync::Mutex<crate::addresses::Addresses>,
     /// How pods are networked, once the `podCIDR` is known.
     pub(crate) network: std::sync::OnceLock<crate::network::Mode>,
+    /// The pods' host ports.
+    pub(crate) host_ports: crate::host_ports::HostPorts,
 }

@@ -16,6 +16,7 @@ mod clock;
 mod dns;
 mod events;
 mod exec;
+mod host_ports;
 pub mod images;
 mod kubelet;
 mod logs;
@@ -91,6 +92,7 @@ pub async fn run(
         tokens: agent::Tokens::default(),
         ips: std::sync::Mutex::new(addresses::Addresses::default()),
         network: std::sync::OnceLock::new(),
+        host_ports: host_ports::HostPorts::default(),
     });
     let tls = server::tls(&agent.config.name, &root_certs).map_err(AgentError::Server)?;
     tokio::spawn(server::serve(
@@ -99,6 +101,7 @@ pub async fn run(
         tls,
         stopping.clone(),
     ));
+    agent.proxy.set_node(&agent.config.name);
     let pod_cidr = node::register(&agent, port).await?;
     // Devices, namespaces and rules are named after the node and its data directory, so a
     // restart finds what a killed agent left.

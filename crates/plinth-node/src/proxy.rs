@@ -27,6 +27,9 @@ struct Target {
     service: String,
     port_name: String,
     affinity: Option<Duration>,
+    /// Only endpoints on this node (`internalTrafficPolicy` or `externalTrafficPolicy`
+    /// `Local`).
+    local: bool,
 }
 
 use crate::mirror::Objects;
@@ -45,6 +48,16 @@ pub(crate) struct Proxy {
     gateway: std::sync::OnceLock<std::net::Ipv4Addr>,
     /// Whether the node answers the cluster DNS address (pods then get it as their server).
     pub(crate) dns_served: std::sync::atomic::AtomicBool,
+    /// This node's name (traffic policies `Local` keep to its endpoints).
+    node: std::sync::OnceLock<String>,
+}
+
+/// Whether the Service's traffic policy `field` is `Local`.
+fn local_policy(service: &Value, field: &str) -> bool {
+    service
+        .pointer(&format!("/spec/{field}"))
+        .and_then(Value::as_str)
+        == Some("Local")
 }
 
 /// The cluster DNS Service (kubeadm's name for it), answered by the agent's DNS server.
@@ -62,6 +75,11 @@ fn env_name(name: &str) -> String {
 }
 
 impl Proxy {
+    /// The node this proxy runs on.
+    pub(crate) fn set_node(&self, node: &str) {
+        let _ = self.node.set(node.to_owned());
+    }
+
     /// Pods have namespaces of their own, behind `gateway`.
     pub(crate) fn set_gateway(&self, gateway: std::net::Ipv4Addr) {
         let _ = self.gateway.set(gateway);
@@ -137,6 +155,7 @@ impl Proxy {
                         service: name.clone(),
                         port_name: port_name.clone(),
                         affinity: None,
+                        local: local_policy(service, "internalTrafficPolicy"),
                     };
                     let mut endpoints: Vec<(std::net::Ipv4Addr, u16)> = Vec::new();
                     for endpoint in self.endpoints(&target) {
@@ -242,7 +261,11 @@ impl Proxy {
             else {
                 continue;
             };
+            let node = self.node.get().map(String::as_str);
             for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
+                if target.local && endpoint["nodeName"].as_str() != node {
+                    continue;
+                }
                 let ready = endpoint.pointer("/conditions/ready") != Some(&Value::Bool(false));
                 // Serving while terminating: used only when no endpoint is ready (kube-proxy's
                 // fallback for terminating endpoints).
@@ -327,6 +350,7 @@ impl Proxy {
                     service: name.clone(),
                     port_name: port["name"].as_str().unwrap_or("").to_owned(),
                     affinity,
+                    local: local_policy(&service, "internalTrafficPolicy"),
                 };
                 if let Some(number) = port["port"].as_u64().and_then(|p| u16::try_from(p).ok()) {
                     match gateway {
@@ -348,7 +372,11 @@ impl Proxy {
                     .as_u64()
                     .and_then(|p| u16::try_from(p).ok())
                 {
-                    wanted.insert(SocketAddr::from(([127, 0, 0, 1], node_port)), target);
+                    let external = Target {
+                        local: local_policy(&service, "externalTrafficPolicy"),
+                        ..target
+                    };
+                    wanted.insert(SocketAddr::from(([127, 0, 0, 1], node_port)), external);
                 }
             }
         }

@@ -136,58 +136,13 @@ pub fn url(endpoint: &Endpoint, timeout: Duration) -> String {
     format!("{base}{separator}timeout={}s", timeout.as_secs())
 }
 
-/// Finds where a Service's port is served (kube-apiserver's service resolver).
-#[async_trait::async_trait]
-pub trait ServiceResolver: Send + Sync {
-    /// An address serving `port` of Service `namespace/name`.
-    ///
-    /// # Errors
-    /// Why there is none.
-    async fn resolve(
-        &self,
-        namespace: &str,
-        name: &str,
-        port: u16,
-    ) -> Result<SocketAddr, Unresolved>;
-}
-
-/// Why a Service's port has no address to call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Unresolved {
-    /// The Service does not exist.
-    NotFound(String),
-    /// Its type has no endpoints (`ExternalName`).
-    UnsupportedType(String),
-    /// It has no such port (the Service, the port).
-    NoPort(String, u16),
-    /// It has no Endpoints object.
-    EndpointsNotFound(String),
-    /// No ready address serves the port (the Service, the port's name).
-    NoEndpoints(String, String),
-}
-
-impl std::fmt::Display for Unresolved {
-    /// kube's `ResolveEndpoint` messages.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::NotFound(name) => write!(f, "service {name:?} not found"),
-            Self::UnsupportedType(kind) => write!(f, "unsupported service type {kind:?}"),
-            Self::NoPort(name, port) => {
-                write!(f, "no service port {port} found for service {name:?}")
-            }
-            Self::EndpointsNotFound(name) => write!(f, "endpoints {name:?} not found"),
-            Self::NoEndpoints(name, _) => write!(f, "no endpoints available for service {name:?}"),
-        }
-    }
-}
-
 /// The address to dial for `endpoint`: a Service's endpoint, `None` for a URL (its host).
 ///
 /// # Errors
 /// The resolver's, in its words.
 pub async fn address(
     endpoint: &Endpoint,
-    services: &dyn ServiceResolver,
+    services: &dyn crate::services::ServiceResolver,
 ) -> Result<Option<SocketAddr>, String> {
     match endpoint {
         Endpoint::Url(_) => Ok(None),
@@ -201,106 +156,6 @@ pub async fn address(
             .await
             .map(Some)
             .map_err(|e| e.to_string()),
-    }
-}
-
-/// kube's `ResolveEndpoint`: of Service `name` (`service`; absent: not found) and its
-/// `endpoints`, the port named as the Service port `port` is, at one of the ready addresses
-/// (chosen at random).
-///
-/// # Errors
-/// Why there is none.
-pub fn endpoint_of(
-    name: &str,
-    service: Option<&Value>,
-    endpoints: Option<&Value>,
-    port: u16,
-) -> Result<SocketAddr, Unresolved> {
-    let service = service.ok_or_else(|| Unresolved::NotFound(name.to_owned()))?;
-    let kind = service
-        .pointer("/spec/type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP");
-    if !matches!(kind, "ClusterIP" | "NodePort" | "LoadBalancer") {
-        return Err(Unresolved::UnsupportedType(kind.to_owned()));
-    }
-    let port_name = service
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|p| p.get("port").and_then(Value::as_u64) == Some(u64::from(port)))
-        .map(|p| p.get("name").and_then(Value::as_str).unwrap_or(""))
-        .ok_or_else(|| Unresolved::NoPort(name.to_owned(), port))?;
-    let endpoints = endpoints.ok_or_else(|| Unresolved::EndpointsNotFound(name.to_owned()))?;
-    let unavailable = || Unresolved::NoEndpoints(name.to_owned(), port_name.to_owned());
-    let subsets: Vec<&Value> = endpoints
-        .get("subsets")
-        .and_then(Value::as_array)
-        .map(|s| s.iter().collect())
-        .unwrap_or_default();
-    if subsets.is_empty() {
-        return Err(unavailable());
-    }
-    let seed = random_below(subsets.len());
-    for i in 0..subsets.len() {
-        let subset = subsets[(seed + i) % subsets.len()];
-        let addresses: Vec<std::net::IpAddr> = subset
-            .get("addresses")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.get("ip").and_then(Value::as_str)?.parse().ok())
-            .collect();
-        if addresses.is_empty() {
-            continue;
-        }
-        let target = subset
-            .get("ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
-            .and_then(|p| p.get("port").and_then(Value::as_u64))
-            .and_then(|p| u16::try_from(p).ok());
-        if let Some(target) = target {
-            let ip = addresses[random_below(addresses.len())];
-            return Ok(SocketAddr::new(ip, target));
-        }
-    }
-    Err(unavailable())
-}
-
-/// A number below `n` (at least 1), at random.
-fn random_below(n: usize) -> usize {
-    let mut bytes = [0u8; 8];
-    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
-    usize::try_from(u64::from_le_bytes(bytes) % n.max(1) as u64).unwrap_or(0)
-}
-
-#[async_trait::async_trait]
-impl ServiceResolver for crate::Registry {
-    async fn resolve(
-        &self,
-        namespace: &str,
-        name: &str,
-        port: u16,
-    ) -> Result<SocketAddr, Unresolved> {
-        let read = |plural: &'static str| async move {
-            let def = self.resources.get("", "v1", plural)?;
-            let cached = self
-                .caches
-                .get(&def.key_prefix(), &def.selector_fields())
-                .object(&def.key(Some(namespace), name))
-                .map(|stored| stored.and_then(|s| s.decode()));
-            match cached {
-                Some(found) => found,
-                None => self.get(&def, Some(namespace), name).await.ok(),
-            }
-        };
-        let service = read("services").await;
-        let endpoints = read("endpoints").await;
-        endpoint_of(name, service.as_ref(), endpoints.as_ref(), port)
     }
 }
 

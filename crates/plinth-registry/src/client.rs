@@ -44,26 +44,52 @@ impl Registry {
 }
 
 #[async_trait::async_trait]
-impl crate::callout::ServiceResolver for Admitted<'_> {
+impl crate::services::ServiceResolver for Registry {
     async fn resolve(
         &self,
         namespace: &str,
         name: &str,
         port: u16,
-    ) -> Result<std::net::SocketAddr, crate::callout::Unresolved> {
+    ) -> Result<std::net::SocketAddr, crate::services::Unresolved> {
+        let read = |plural: &'static str| async move {
+            let def = self.resources.get("", "v1", plural)?;
+            let cached = self
+                .caches
+                .get(&def.key_prefix(), &def.selector_fields())
+                .object(&def.key(Some(namespace), name))
+                .map(|stored| stored.and_then(|s| s.decode()));
+            match cached {
+                Some(found) => found,
+                None => self.get(&def, Some(namespace), name).await.ok(),
+            }
+        };
+        let service = read("services").await;
+        let endpoints = read("endpoints").await;
+        crate::services::endpoint_of(name, service.as_ref(), endpoints.as_ref(), port)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::services::ServiceResolver for Admitted<'_> {
+    async fn resolve(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<std::net::SocketAddr, crate::services::Unresolved> {
         self.registry.resolve(namespace, name, port).await
     }
 }
 
 #[async_trait::async_trait]
-impl crate::callout::ServiceResolver for Client {
+impl crate::services::ServiceResolver for Client {
     async fn resolve(
         &self,
         namespace: &str,
         name: &str,
         port: u16,
-    ) -> Result<std::net::SocketAddr, crate::callout::Unresolved> {
-        crate::callout::ServiceResolver::resolve(&**self, namespace, name, port).await
+    ) -> Result<std::net::SocketAddr, crate::services::Unresolved> {
+        crate::services::ServiceResolver::resolve(&**self, namespace, name, port).await
     }
 }
 

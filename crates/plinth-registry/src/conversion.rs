@@ -113,7 +113,7 @@ impl ConversionWebhook {
     /// does not hold.
     pub async fn convert(
         &self,
-        services: &dyn crate::callout::ServiceResolver,
+        services: &dyn crate::services::ServiceResolver,
         objects: Vec<Value>,
         desired: &str,
     ) -> Result<Vec<Value>, ApiError> {

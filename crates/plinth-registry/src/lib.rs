@@ -36,6 +36,7 @@ pub mod resources;
 mod scale;
 pub mod schema;
 pub mod service_range;
+pub mod services;
 pub mod strategy;
 pub mod table;
 pub mod user;

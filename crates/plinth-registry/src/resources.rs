@@ -17,7 +17,7 @@ use crate::strategy::{Plain, Strategy};
 /// What a type's hooks may do with other objects (the registry's face toward them; the
 /// registry implements it). Writes made through it are checked and admitted as any other.
 #[async_trait::async_trait]
-pub trait Objects: crate::callout::ServiceResolver + Send + Sync {
+pub trait Objects: crate::services::ServiceResolver + Send + Sync {
     /// The served resource `plural` of `group`/`version`.
     fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>>;
 

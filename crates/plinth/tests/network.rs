@@ -717,3 +717,123 @@ spec:
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// What `curl` gets from `url` on the machine (empty when refused or silent).
+fn curl(url: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "5", url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn host_ports_and_traffic_policies() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-h", "--pod-network=namespaces"],
+    );
+    let host_port = plinth_testenv::free_port();
+    let pod = |name: &str, ports: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: web\n    image: busybox\n    command: [sh, -c, \"mkdir -p /tmp/w && hostname > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w\"]\n    ports: {ports}\n"
+        )
+    };
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &pod(
+            "hp",
+            &format!("[{{containerPort: 8080, hostPort: {host_port}}}]"),
+        ),
+    );
+    ready(&plinth, "pod/hp");
+    plinth.eventually("the host port answers", || {
+        curl(&format!("http://127.0.0.1:{host_port}/")) == "hp"
+    });
+
+    // One host port twice in a pod: kube's 422, nothing stored.
+    let twice = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: twice}}\nspec:\n  containers:\n  - {{name: a, image: busybox, ports: [{{containerPort: 1, hostPort: {host_port}}}]}}\n  - {{name: b, image: busybox, ports: [{{containerPort: 2, hostPort: {host_port}}}]}}\n"
+    );
+    let refused = plinth.kubectl_stdin(&["create", "-f", "-"], &twice);
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        text.contains(&format!(
+            "spec.containers[1].ports[0].hostPort: Duplicate value: \"TCP//{host_port}\""
+        )),
+        "{text}"
+    );
+    assert!(
+        !plinth
+            .kubectl_output(&["get", "pod", "twice"])
+            .status
+            .success()
+    );
+    // Taken on the only node: the second pod waits, as kube-scheduler's NodePorts says.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &pod(
+            "hp2",
+            &format!("[{{containerPort: 8080, hostPort: {host_port}}}]"),
+        ),
+    );
+    plinth.eventually("hp2 unschedulable", || {
+        plinth
+            .kubectl(&[
+                "get",
+                "pod",
+                "hp2",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            ])
+            .contains("node(s) didn't have free ports for the requested pod ports")
+    });
+
+    // Traffic policies: a Service whose only endpoint (hp's address) is said to be on another
+    // node answers through its ClusterIP and node port until the policy is Local.
+    let ip = plinth.kubectl(&["get", "pod", "hp", "-o", "jsonpath={.status.podIP}"]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Service\nmetadata: {name: manual}\nspec: {type: NodePort, ports: [{port: 80, targetPort: 8080}]}\n",
+    );
+    let slice = |node: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: manual-1, labels: {{kubernetes.io/service-name: manual}}}}\naddressType: IPv4\nports: [{{name: \"\", port: 8080, protocol: TCP}}]\nendpoints: [{{addresses: [\"{ip}\"], nodeName: {node}, conditions: {{ready: true}}}}]\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &slice("elsewhere"));
+    let cluster_ip = plinth.kubectl(&["get", "svc", "manual", "-o", "jsonpath={.spec.clusterIP}"]);
+    let node_port = plinth.kubectl(&[
+        "get",
+        "svc",
+        "manual",
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    let (by_cluster_ip, by_node_port) = (
+        format!("http://{cluster_ip}/"),
+        format!("http://127.0.0.1:{node_port}/"),
+    );
+    plinth.eventually("the Service answers", || {
+        curl(&by_cluster_ip) == "hp" && curl(&by_node_port) == "hp"
+    });
+    plinth.kubectl(&[
+        "patch",
+        "svc",
+        "manual",
+        "-p",
+        r#"{"spec":{"internalTrafficPolicy":"Local","externalTrafficPolicy":"Local"}}"#,
+    ]);
+    plinth.eventually("no local endpoint, no answer", || {
+        curl(&by_cluster_ip).is_empty() && curl(&by_node_port).is_empty()
+    });
+    plinth.kubectl_with(&["apply", "-f", "-"], &slice("netns-h"));
+    plinth.eventually("the local endpoint answers", || {
+        curl(&by_cluster_ip) == "hp" && curl(&by_node_port) == "hp"
+    });
+    // The pod gone, its host port is closed.
+    plinth.kubectl(&["delete", "pod", "hp", "--wait=true"]);
+    plinth.eventually("the host port closed (hp2 may take it)", || {
+        curl(&format!("http://127.0.0.1:{host_port}/")) != "hp"
+    });
+}

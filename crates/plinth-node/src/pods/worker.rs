@@ -222,6 +222,13 @@ impl Worker {
             volumes: Mutex::new(BTreeMap::new()),
             netns,
         });
+        // Host ports (kube's portmap): served at the node's address while the pod runs.
+        if !host_network && let Ok(address) = ip.parse() {
+            let spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(Value::Null);
+            for problem in agent.host_ports.open(&uid, address, &spec) {
+                worker.event(None, true, "FailedHostPort", &problem).await;
+            }
+        }
         let writer = tokio::spawn(worker.clone().write_status());
         let lifecycle = tokio::spawn(worker.clone().lifecycle());
         let refresher = tokio::spawn(worker.clone().refresh_volumes());
@@ -309,6 +316,7 @@ impl Worker {
         }
         let _ = std::fs::remove_dir_all(worker.dir.join("volumes"));
         let _ = std::fs::remove_dir_all(worker.dir.join("root"));
+        agent.host_ports.close(&uid);
         if let Some(private) = &private
             && worker.netns.is_some()
         {

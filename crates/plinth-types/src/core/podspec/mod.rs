@@ -488,6 +488,35 @@ fn validate_ephemeral_containers(
     }
 }
 
+/// Two ports of the pod's containers on one host port (kube's `checkHostPortConflicts`:
+/// protocol, host IP and port, each once).
+fn host_port_conflicts(spec: &Value, path: &str) -> Vec<Cause> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut causes = Vec::new();
+    for (i, container) in items(spec, "containers").iter().enumerate() {
+        for (j, port) in items(container, "ports").iter().enumerate() {
+            let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            let key = format!(
+                "{}/{}/{host_port}",
+                port.get("protocol")
+                    .and_then(Value::as_str)
+                    .unwrap_or("TCP"),
+                text(port, "hostIP")
+            );
+            if !seen.insert(key.clone()) {
+                causes.push(Cause::duplicate(
+                    format!("{path}.containers[{i}].ports[{j}].hostPort"),
+                    &key,
+                ));
+            }
+        }
+    }
+    causes
+}
+
 /// The causes of an invalid `PodSpec` at `path` (`spec`, `spec.template.spec`).
 pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -556,6 +585,7 @@ pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
             }
         }
     }
+    causes.extend(host_port_conflicts(spec, path));
     validate_ephemeral_containers(spec, path, &volumes, &names, &mut causes);
     if let Some(policy) = spec.get("restartPolicy").and_then(Value::as_str)
         && !RESTART_POLICIES.contains(&policy)
