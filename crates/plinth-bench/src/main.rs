@@ -29,6 +29,7 @@ mod fairness;
 mod gc;
 mod ha;
 mod load;
+mod network;
 mod operator_cache;
 mod pods;
 mod reads;
@@ -147,6 +148,64 @@ enum Command {
         /// Webhook counts, ascending.
         #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
         webhooks: Vec<usize>,
+    },
+    /// Cluster DNS from the machine over UDP: queries per second and latency.
+    Dns {
+        /// Kubeconfig of the server (to find the `kube-dns` Service's address).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The DNS server (default: the `kube-system/kube-dns` ClusterIP, port 53).
+        #[arg(long)]
+        server: Option<std::net::SocketAddr>,
+        /// The name asked for (type A).
+        #[arg(long, default_value = "kubernetes.default.svc.cluster.local")]
+        name: String,
+        /// Seconds of load.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Queries in flight (one socket each).
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+    /// Small HTTP requests through a ClusterIP from a pod: servers and the load generator are
+    /// pods of IMAGE, which the node's image map must map to this binary.
+    Services {
+        /// Kubeconfig of the server under test.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Namespace to work in.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// The image standing for `plinth-bench`.
+        #[arg(long, default_value = "example.com/plinth-bench:latest")]
+        image: String,
+        /// Server pods behind the Service.
+        #[arg(long, default_value_t = 2)]
+        replicas: usize,
+        /// Seconds of load.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Kept-open connections of the load generator.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+    },
+    /// (In a pod, for `services`.) Answers HTTP requests with `ok`.
+    HttpServe {
+        /// Where to listen.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+    },
+    /// (In a pod, for `services`.) Sends GETs to URL and prints the rate and latency.
+    HttpLoad {
+        /// `http://host:port/path`.
+        #[arg(long)]
+        url: String,
+        /// Seconds of load.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Kept-open connections.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
     },
     /// Starts pods on the server's node agents: pods Ready per second, create → Ready
     /// latency, memory per pod.
@@ -328,6 +387,44 @@ async fn main() -> std::process::ExitCode {
                 _ => Err("--flood and --other are name:token".into()),
             }
         }
+        Command::Dns {
+            kubeconfig,
+            server,
+            name,
+            seconds,
+            concurrency,
+        } => {
+            let server = match server {
+                Some(server) => Ok(server),
+                None => match client(kubeconfig).await {
+                    Ok(client) => network::dns_service(client).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match server {
+                Ok(server) => network::dns(server, &name, seconds, concurrency).await,
+                Err(e) => Err(e),
+            }
+        }
+        Command::Services {
+            kubeconfig,
+            namespace,
+            image,
+            replicas,
+            seconds,
+            connections,
+        } => match client(kubeconfig).await {
+            Ok(client) => {
+                network::services(client, &namespace, &image, replicas, seconds, connections).await
+            }
+            Err(e) => Err(e),
+        },
+        Command::HttpServe { listen } => network::http_serve(listen).await,
+        Command::HttpLoad {
+            url,
+            seconds,
+            connections,
+        } => network::http_load(&url, seconds, connections).await,
         Command::Pods {
             kubeconfig,
             namespace,

@@ -59,7 +59,7 @@ fn pod(name: &str) -> Result<Pod, Error> {
     }))?)
 }
 
-fn ready(pod: &Pod) -> bool {
+pub(crate) fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -21,6 +21,7 @@ pub mod images;
 mod kubelet;
 mod logs;
 mod mirror;
+mod netns;
 mod network;
 mod node;
 mod pods;

@@ -389,12 +389,13 @@ fn port_forward(
             "port forwarding needs an upgrade to SPDY/3.1, or to a WebSocket with the subprotocol SPDY/3.1+portforward.k8s.io",
         );
     }
-    let Some(ip) = agent.pods.address(namespace, pod) else {
+    let Some(reach) = agent.pods.reach(namespace, pod) else {
         return status(
             StatusCode::NOT_FOUND,
             &format!("pod {namespace}/{pod} does not run on this node"),
         );
     };
+    let ip = std::sync::Arc::new(reach);
     let upgraded = hyper::upgrade::on(request);
     let label = format!("{pod}_{namespace}");
     tokio::spawn(async move {

@@ -258,7 +258,7 @@ struct Pair {
 /// bytes (in any split: the messages are one byte stream each way).
 pub(crate) async fn serve_tunnelled(
     upgraded: hyper::upgrade::Upgraded,
-    pod_ip: String,
+    pod_ip: Arc<crate::netns::Reach>,
     label: String,
 ) {
     use futures::{SinkExt, StreamExt};
@@ -306,7 +306,7 @@ pub(crate) async fn serve_tunnelled(
 }
 
 /// Serves port forwards to `pod_ip` on an upgraded connection until the client goes.
-pub(crate) async fn serve<T>(io: T, pod_ip: String, label: String)
+pub(crate) async fn serve<T>(io: T, pod_ip: Arc<crate::netns::Reach>, label: String)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
@@ -422,7 +422,7 @@ where
 /// Joins one data stream to a TCP connection to `ip:port`; a failure to connect is written
 /// on the error stream, as the kubelet writes it.
 async fn forward(
-    ip: String,
+    ip: Arc<crate::netns::Reach>,
     port: u16,
     error: u32,
     stream: u32,
@@ -430,12 +430,10 @@ async fn forward(
     out: mpsc::Sender<Vec<u8>>,
     label: Arc<String>,
 ) {
-    let tcp = match tokio::net::TcpStream::connect((ip.as_str(), port)).await {
+    let tcp = match ip.connect(port).await {
         Ok(tcp) => tcp,
         Err(e) => {
-            let message = format!(
-                "error forwarding port {port} to pod {label}: failed to connect to {ip}:{port}: {e}"
-            );
+            let message = format!("error forwarding port {port} to pod {label}: {e}");
             let _ = out.send(data(error, FLAG_FIN, message.as_bytes())).await;
             let _ = out.send(data(stream, FLAG_FIN, &[])).await;
             return;

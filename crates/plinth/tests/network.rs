@@ -831,6 +831,37 @@ fn host_ports_and_traffic_policies() {
     plinth.eventually("the local endpoint answers", || {
         curl(&by_cluster_ip) == "hp" && curl(&by_node_port) == "hp"
     });
+    // kubectl port-forward reaches a server bound to the pod's own localhost (inside its
+    // network namespace, as the kubelet forwards).
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: inner}\nspec:\n  containers:\n  - {name: web, image: busybox, command: [sh, -c, \"mkdir -p /tmp/w && echo inner > /tmp/w/index.html && exec httpd -f -p 127.0.0.1:9090 -h /tmp/w\"]}\n",
+    );
+    ready(&plinth, "pod/inner");
+    let mut forward = plinth
+        .kubectl_command()
+        .args(["port-forward", "pod/inner", ":9090"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = forward.stdout.take().unwrap();
+    let forward = common::Stopped(Some(forward));
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let local = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("kubectl port-forward says where: {line}"))
+        .to_owned();
+    plinth.eventually("the pod's localhost server forwarded", || {
+        curl(&format!("http://127.0.0.1:{local}/")) == "inner"
+    });
+    drop(forward);
+    let _ = drain.join();
+
     // The pod gone, its host port is closed.
     plinth.kubectl(&["delete", "pod", "hp", "--wait=true"]);
     plinth.eventually("the host port closed (hp2 may take it)", || {

@@ -38,12 +38,15 @@ pub(crate) type Stdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin
 /// (namespace, pod, container) → what is known of the container.
 type LogIndex = HashMap<(String, String, String), Running>;
 
+/// A pod's address, and its network namespace when it has one.
+pub(super) type Reachable = (String, Option<std::path::PathBuf>);
+
 /// Where the pods' containers' logs are, for the agent's server.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     pub(super) workers: Mutex<HashMap<String, watch::Sender<Option<Pod>>>>,
-    /// (namespace, pod) → its address, while it runs here.
-    pub(super) addresses: Mutex<HashMap<(String, String), String>>,
+    /// (namespace, pod) → its address and network namespace, while it runs here.
+    pub(super) addresses: Mutex<HashMap<(String, String), Reachable>>,
     logs: Mutex<LogIndex>,
 }
 
@@ -114,13 +117,15 @@ impl Registry {
             .unwrap_or_default()
     }
 
-    /// The address of a pod running here.
-    pub(crate) fn address(&self, namespace: &str, pod: &str) -> Option<String> {
-        self.addresses
-            .lock()
-            .ok()?
-            .get(&(namespace.to_owned(), pod.to_owned()))
-            .cloned()
+    /// How a pod running here is reached for port forwarding: inside its network namespace,
+    /// or at its address.
+    pub(crate) fn reach(&self, namespace: &str, pod: &str) -> Option<crate::netns::Reach> {
+        let addresses = self.addresses.lock().ok()?;
+        let (ip, netns) = addresses.get(&(namespace.to_owned(), pod.to_owned()))?;
+        Some(match netns {
+            Some(path) => crate::netns::Reach::Namespace(path.clone()),
+            None => crate::netns::Reach::Address(ip.clone()),
+        })
     }
 
     pub(super) fn forget(&self, pod: &Pod) {

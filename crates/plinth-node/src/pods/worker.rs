@@ -194,7 +194,7 @@ impl Worker {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default(),
                 ),
-                ip.clone(),
+                (ip.clone(), netns.clone()),
             );
         }
         let (phase, _) = watch::channel(Phase::Syncing);
