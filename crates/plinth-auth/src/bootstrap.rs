@@ -44,6 +44,7 @@ fn items(key: &str) -> Vec<Value> {
 pub fn cluster_roles() -> Vec<Value> {
     let mut roles = items("clusterRoles");
     roles.push(node_agent_role());
+    roles.push(network_agent_role());
     roles
 }
 
@@ -59,24 +60,13 @@ pub fn role_bindings() -> Vec<Value> {
 
 /// What a node agent needs beyond kube's Node authorizer (which grants the `system:node`
 /// role's rules and the objects of its own pods): the agent is also its node's service proxy,
-/// so it reads what `system:node-proxier` reads, and its NetworkPolicy plugin, so it reads
-/// every pod, namespace and policy (as a CNI daemon's role grants); it records events.k8s.io
-/// Events.
+/// so it reads what `system:node-proxier` reads, and it records events.k8s.io Events.
 fn node_agent_role() -> Value {
     cluster_role(
         NODE_AGENT_ROLE,
         json!({}),
         vec![
-            rule(
-                &["list", "watch"],
-                &[""],
-                &["services", "endpoints", "pods", "namespaces"],
-            ),
-            rule(
-                &["list", "watch"],
-                &["networking.k8s.io"],
-                &["networkpolicies"],
-            ),
+            rule(&["list", "watch"], &[""], &["services", "endpoints"]),
             rule(
                 &["list", "watch"],
                 &["discovery.k8s.io"],
@@ -86,6 +76,28 @@ fn node_agent_role() -> Value {
                 &["create", "patch", "update"],
                 &["events.k8s.io"],
                 &["events"],
+            ),
+        ],
+    )
+}
+
+/// The group of the identities agents follow NetworkPolicy with (a node's own may not list
+/// every pod, as kube's Node authorizer holds; a CNI daemon has an account of its own).
+pub const NETWORK_AGENTS: &str = "plinth:network-agents";
+/// The role [`NETWORK_AGENTS`] hold.
+pub const NETWORK_AGENT_ROLE: &str = "plinth:network-agent";
+
+/// What a NetworkPolicy follower reads: every pod, namespace and policy.
+fn network_agent_role() -> Value {
+    cluster_role(
+        NETWORK_AGENT_ROLE,
+        json!({}),
+        vec![
+            rule(&["list", "watch"], &[""], &["pods", "namespaces"]),
+            rule(
+                &["list", "watch"],
+                &["networking.k8s.io"],
+                &["networkpolicies"],
             ),
         ],
     )
@@ -106,10 +118,15 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
     })
 }
 
-/// The default ClusterRoleBindings: kube's, and the node agents' binding.
+/// The default ClusterRoleBindings: kube's, and the node agents' bindings.
 pub fn cluster_role_bindings() -> Vec<Value> {
     let mut bindings = items("clusterRoleBindings");
     bindings.push(binding(NODE_AGENT_ROLE, NODE_AGENT_ROLE, &[NODES]));
+    bindings.push(binding(
+        NETWORK_AGENT_ROLE,
+        NETWORK_AGENT_ROLE,
+        &[NETWORK_AGENTS],
+    ));
     bindings
 }
 

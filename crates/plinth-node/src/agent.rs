@@ -35,6 +35,20 @@ pub struct Config {
     /// The cluster's pod and Service ranges: needed where pods get namespaces of their own
     /// (a `podCIDR` outside loopback).
     pub ranges: Option<crate::network::Ranges>,
+    /// The client NetworkPolicy's rules follow every pod, namespace and policy with: an
+    /// identity allowed to list them all, which a node's is not (kube's Node authorizer);
+    /// `None`: the agent's own client.
+    pub policy_client: Option<PolicyClient>,
+}
+
+/// A client of its own for the agent's NetworkPolicy rules (see [`Config::policy_client`]).
+#[derive(Clone)]
+pub struct PolicyClient(pub kube::Client);
+
+impl std::fmt::Debug for PolicyClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicyClient")
+    }
 }
 
 impl Config {
@@ -49,6 +63,7 @@ impl Config {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             heartbeat: std::time::Duration::from_secs(10),
             ranges: None,
+            policy_client: None,
         }
     }
 }

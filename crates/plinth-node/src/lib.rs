@@ -38,7 +38,7 @@ mod volumes;
 use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
-pub use agent::{AgentError, Config};
+pub use agent::{AgentError, Config, PolicyClient};
 pub use images::ImageMap;
 pub use network::Ranges;
 
@@ -132,11 +132,11 @@ pub async fn run(
     };
     let rules_done = private.clone().map(|private| {
         let policies = Arc::new(policy::Policies::default());
-        let following = tokio::spawn(policy::run(
-            policies.clone(),
-            agent.client.clone(),
-            stopping.clone(),
-        ));
+        let client = match &agent.config.policy_client {
+            Some(policy) => policy.0.clone(),
+            None => agent.client.clone(),
+        };
+        let following = tokio::spawn(policy::run(policies.clone(), client, stopping.clone()));
         let writing = tokio::spawn(service_rules::run(
             agent.proxy.clone(),
             policies,

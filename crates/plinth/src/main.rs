@@ -466,7 +466,7 @@ fn main() -> ExitCode {
                 };
                 let (stop, stopping) = tokio::sync::watch::channel(false);
                 tokio::spawn(stop_on_signal(stop));
-                match node::run(config, &kubeconfig, stopping).await {
+                match node::run(config, &kubeconfig, None, stopping).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("plinth: {e}");
@@ -734,21 +734,34 @@ async fn serve(
             Ok(mut config) => {
                 config.data_dir = data_dir.join("node");
                 config.ranges = Some(ranges);
-                // The agent acts as its node (`system:node:<name>`, group `system:nodes`).
+                // The agent acts as its node (`system:node:<name>`, group `system:nodes`), and
+                // follows NetworkPolicy as a network agent (which may list every pod).
                 let kubeconfig = data_dir.join(format!("kubeconfig-node-{}", config.name));
-                let user = format!("system:node:{}", config.name);
-                if let Err(e) = plinth_auth::pki::write_user_kubeconfig(
+                let policy_kubeconfig =
+                    data_dir.join(format!("kubeconfig-network-{}", config.name));
+                let written = plinth_auth::pki::write_user_kubeconfig(
                     &data_dir,
-                    &user,
+                    &format!("system:node:{}", config.name),
                     &[plinth_auth::bootstrap::NODES],
                     &kubeconfig,
-                ) {
+                )
+                .and_then(|()| {
+                    plinth_auth::pki::write_user_kubeconfig(
+                        &data_dir,
+                        &format!("plinth:network-agent:{}", config.name),
+                        &[plinth_auth::bootstrap::NETWORK_AGENTS],
+                        &policy_kubeconfig,
+                    )
+                });
+                if let Err(e) = written {
                     eprintln!("plinth: {e}");
                     return ExitCode::FAILURE;
                 }
                 let stopping = server.stopping();
                 Some(tokio::spawn(async move {
-                    if let Err(e) = node::run(config, &kubeconfig, stopping).await {
+                    if let Err(e) =
+                        node::run(config, &kubeconfig, Some(&policy_kubeconfig), stopping).await
+                    {
                         tracing::error!(error = %e, "the node agent stopped");
                     }
                 }))

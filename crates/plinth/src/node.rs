@@ -51,20 +51,31 @@ pub(crate) fn config(args: &NodeArgs, data_dir: &Path) -> Result<plinth_node::Co
     Ok(config)
 }
 
-/// Runs an agent with `config` against the server of `kubeconfig` until `stopping`.
-pub(crate) async fn run(
-    config: plinth_node::Config,
-    kubeconfig: &Path,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), String> {
+/// The client configuration of `kubeconfig`.
+async fn client_config(kubeconfig: &Path) -> Result<kube::Config, String> {
     let file = kube::config::Kubeconfig::read_from(kubeconfig)
         .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
-    let client_config =
-        kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))?;
-    let roots = client_config.root_cert.clone().unwrap_or_default();
-    let client = kube::Client::try_from(client_config).map_err(|e| e.to_string())?;
+    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("kubeconfig {}: {e}", kubeconfig.display()))
+}
+
+/// Runs an agent with `config` against the server of `kubeconfig` until `stopping`; its
+/// NetworkPolicy rules follow the cluster as `policy_kubeconfig`'s identity when given.
+pub(crate) async fn run(
+    mut config: plinth_node::Config,
+    kubeconfig: &Path,
+    policy_kubeconfig: Option<&Path>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let main = client_config(kubeconfig).await?;
+    let roots = main.root_cert.clone().unwrap_or_default();
+    let client = kube::Client::try_from(main).map_err(|e| e.to_string())?;
+    if let Some(path) = policy_kubeconfig {
+        let policy =
+            kube::Client::try_from(client_config(path).await?).map_err(|e| e.to_string())?;
+        config.policy_client = Some(plinth_node::PolicyClient(policy));
+    }
     plinth_node::run(config, client, roots, stopping)
         .await
         .map_err(|e| e.to_string())

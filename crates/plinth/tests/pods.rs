@@ -212,33 +212,12 @@ fn a_redis_pod_becomes_ready_answers_logs_and_stops_when_deleted() {
 
 /// `redis-cli ping` through `kubectl port-forward pod/redis` (WebSocket tunnel or not).
 fn forwarded_ping(plinth: &Plinth, websockets: &str) -> String {
-    let mut forward = plinth
-        .kubectl_command()
-        .args(["port-forward", "pod/redis", ":6379"])
-        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = forward.stdout.take().unwrap();
-    // Stopped by its PID even if an assertion below fails.
-    let forward = common::Stopped(Some(forward));
-    let mut reader = std::io::BufReader::new(stdout);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
-    // kubectl goes on writing ("Handling connection…"): its output is read to the end.
-    let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-    let local = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("127.0.0.1:"))
-        .unwrap_or_else(|| panic!("kubectl port-forward says where: {line}"))
-        .to_owned();
+    let forward = common::Forwarded::start(plinth, "pod/redis", 6379, Some(websockets));
     let answer = std::process::Command::new("redis-cli")
-        .args(["-p", &local, "ping"])
+        .args(["-p", &forward.local, "ping"])
         .output()
         .unwrap();
     drop(forward);
-    let _ = drain.join();
     String::from_utf8_lossy(&answer.stdout).trim().to_owned()
 }
 

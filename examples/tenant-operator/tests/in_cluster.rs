@@ -8,116 +8,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 
-/// `plinth serve` with pods in network namespaces, stopped by its PID (SIGTERM first, so
-/// that its agent removes its pods, devices and rules).
-struct Server {
-    child: Child,
-    kubeconfig: PathBuf,
-    dir: PathBuf,
-    _slot: plinth_testenv::Slot,
-}
-
-impl Server {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("tenant-in-cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let images = dir.join("images.yaml");
-        std::fs::write(
-            &images,
-            format!(
-                "\"example.com/tenant-operator:*\": {}\n",
-                env!("CARGO_BIN_EXE_tenant-operator")
-            ),
-        )
-        .unwrap();
-        let slot = plinth_testenv::Slot::take();
-        let mut child = Command::new(plinth_testenv::plinth_binary(
-            env!("CARGO_BIN_EXE_tenant-operator"),
-            env!("CARGO"),
-        ))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--node-name",
-            "tenant-in-cluster",
-            "--pod-network=namespaces",
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("plinth"))
-        .arg("--images")
-        .arg(&images)
-        .args(slot.private_args())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        Self {
-            child,
-            kubeconfig: PathBuf::from(line.trim()),
-            dir,
-            _slot: slot,
-        }
-    }
-
-    fn kubectl(&self, args: &[&str], input: &[u8]) -> Output {
-        let mut child = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.dir.join("kube-cache"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input).unwrap();
-        drop(stdin);
-        child.wait_with_output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str], input: &[u8]) -> String {
-        let out = self.kubectl(args, input);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn refused(&self, args: &[&str], input: &[u8]) -> String {
-        let out = self.kubectl(args, input);
-        assert!(!out.status.success(), "kubectl {args:?} succeeded");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..300 {
-            if self.child.try_wait().ok().flatten().is_some() {
-                let _ = std::fs::remove_dir_all(&self.dir);
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use plinth_testenv::Served;
 
 const DEPLOYED: &str = r#"
 apiVersion: v1
@@ -186,13 +79,21 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
     {
         panic!("this test needs network namespaces (root, ip, nft): {e}");
     }
-    let server = Server::start();
+    let server = Served::start(
+        plinth_testenv::plinth_binary(env!("CARGO_BIN_EXE_tenant-operator"), env!("CARGO")),
+        "tenant-in-cluster",
+        &[(
+            "example.com/tenant-operator:*",
+            env!("CARGO_BIN_EXE_tenant-operator"),
+        )],
+        true,
+    );
     let service = "tenant-system/tenant-webhook:443";
-    server.ok(
+    server.ok_input(
         &["apply", "-f", "-"],
         &operator(&["crd", "--conversion-service", service]),
     );
-    server.ok(
+    server.ok_input(
         &[
             "wait",
             "--for=condition=Established",
@@ -201,12 +102,12 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
         ],
         b"",
     );
-    server.ok(
+    server.ok_input(
         &["apply", "-f", "-"],
         &operator(&["webhook-config", "--service", service]),
     );
-    server.ok(&["apply", "-f", "-"], DEPLOYED.as_bytes());
-    server.ok(
+    server.ok_input(&["apply", "-f", "-"], DEPLOYED.as_bytes());
+    server.ok_input(
         &[
             "-n",
             "tenant-system",
@@ -217,7 +118,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
         ],
         b"",
     );
-    let config = server.ok(
+    let config = server.ok_input(
         &[
             "get",
             "validatingwebhookconfiguration",
@@ -231,7 +132,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
 
     // In force once a dry run is defaulted (the CA written in by the pod).
     plinth_testenv::eventually_blocking("the webhooks are in force", || {
-        let out = server.kubectl(
+        let out = server.kubectl_input(
             &[
                 "create",
                 "--dry-run=server",
@@ -244,7 +145,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
         );
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("plinth-admin")
     });
-    server.ok(&["create", "-f", "-"], tenant("acme", "[]").as_bytes());
+    server.ok_input(&["create", "-f", "-"], tenant("acme", "[]").as_bytes());
     let refused = server.refused(
         &["create", "-f", "-"],
         tenant("bad", "[\"bad owner\"]").as_bytes(),
@@ -254,7 +155,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
         "{refused}"
     );
     // Stored in v1beta1, read in v1alpha1 through the conversion webhook.
-    let beta = server.ok(
+    let beta = server.ok_input(
         &[
             "get",
             "tenants.v1beta1.platform.plinth.dev",
@@ -265,7 +166,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
         b"",
     );
     assert_eq!(beta, r#"[{"name":"plinth-admin","role":"owner"}]"#);
-    let alpha = server.ok(
+    let alpha = server.ok_input(
         &[
             "get",
             "tenants.v1alpha1.platform.plinth.dev",
@@ -279,7 +180,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
 
     // The pod gone: no endpoints, and failurePolicy Fail refuses writes; reads that need the
     // conversion webhook fail with its error.
-    server.ok(
+    server.ok_input(
         &[
             "-n",
             "tenant-system",
@@ -291,7 +192,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
     );
     plinth_testenv::eventually_blocking("the Service has no endpoints", || {
         server
-            .ok(
+            .ok_input(
                 &[
                     "-n",
                     "tenant-system",
@@ -322,7 +223,7 @@ fn webhooks_behind_a_service_default_validate_and_convert() {
             && refused.contains("no endpoints available for service \"tenant-webhook\""),
         "{refused}"
     );
-    let listed = server.ok(
+    let listed = server.ok_input(
         &["get", "tenants.v1beta1.platform.plinth.dev", "-o", "name"],
         b"",
     );

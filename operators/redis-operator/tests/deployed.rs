@@ -10,101 +10,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
-/// `plinth serve`, stopped by its PID (SIGTERM: its pods stop first).
-struct Server {
-    child: Child,
-    kubeconfig: PathBuf,
-    dir: PathBuf,
-    _slot: plinth_testenv::Slot,
-}
+use plinth_testenv::Served;
 
-impl Server {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("redis-deployed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let images = dir.join("images.yaml");
-        std::fs::write(
-            &images,
-            format!(
-                "\"example.com/redis-operator:*\": {}\n",
-                env!("CARGO_BIN_EXE_redis-operator")
-            ),
-        )
-        .unwrap();
-        let slot = plinth_testenv::Slot::take();
-        let mut child = Command::new(plinth_testenv::plinth_binary(
-            env!("CARGO_BIN_EXE_redis-operator"),
-            env!("CARGO"),
-        ))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--node-name",
-            "redis-deployed",
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("plinth"))
-        .arg("--images")
-        .arg(&images)
-        .args(slot.args())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        Self {
-            child,
-            kubeconfig: PathBuf::from(line.trim()),
-            dir,
-            _slot: slot,
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("KUBECACHEDIR", self.dir.join("kube-cache"))
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mut full = args.to_vec();
-        full.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&full)).unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn lease_holder(server: &Server) -> Option<String> {
+fn lease_holder(server: &Served) -> Option<String> {
     let out = server.kubectl(&[
         "-n",
         "redis-system",
@@ -118,13 +29,21 @@ fn lease_holder(server: &Server) -> Option<String> {
     (out.status.success() && !holder.is_empty()).then_some(holder)
 }
 
-fn cluster_status(server: &Server) -> serde_json::Value {
+fn cluster_status(server: &Served) -> serde_json::Value {
     server.json(&["get", "redis", "cache"])["status"].clone()
 }
 
 #[test]
 fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
-    let server = Server::start();
+    let server = Served::start(
+        plinth_testenv::plinth_binary(env!("CARGO_BIN_EXE_redis-operator"), env!("CARGO")),
+        "redis-deployed",
+        &[(
+            "example.com/redis-operator:*",
+            env!("CARGO_BIN_EXE_redis-operator"),
+        )],
+        false,
+    );
     plinth_testenv::eventually_blocking("the node is Ready", || {
         let out = server.kubectl(&["get", "node", "redis-deployed", "--no-headers"]);
         String::from_utf8_lossy(&out.stdout).contains(" Ready ")
@@ -323,7 +242,7 @@ fn redis(ip: &str, password: &str, args: &[&str]) -> String {
 }
 
 /// The password the operator generated into `cache-auth`.
-fn password_of(server: &Server) -> String {
+fn password_of(server: &Served) -> String {
     let encoded = server.ok(&[
         "get",
         "secret",
@@ -343,7 +262,7 @@ fn server_pid(ip: &str) -> Option<u32> {
 
 /// How many times the cluster failed over, by its `FailedOver` events (a repeated event
 /// counts its series).
-fn failovers(server: &Server) -> u64 {
+fn failovers(server: &Served) -> u64 {
     let events = server.json(&["get", "events.events.k8s.io"]);
     events["items"]
         .as_array()

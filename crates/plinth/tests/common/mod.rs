@@ -584,3 +584,57 @@ pub fn openssl_self_signed(
     );
     (std::fs::read_to_string(&cert).unwrap(), cert, key)
 }
+
+/// `kubectl port-forward TARGET :PORT` while held (stopped by its PID when dropped), and
+/// the local port kubectl chose.
+pub struct Forwarded {
+    /// The local port.
+    pub local: String,
+    child: Stopped,
+    drain: Option<std::thread::JoinHandle<std::io::Result<u64>>>,
+}
+
+impl Forwarded {
+    /// Starts the forward (`websockets`: `KUBECTL_PORT_FORWARD_WEBSOCKETS`, when given) and
+    /// reads where kubectl listens.
+    pub fn start(plinth: &Plinth, target: &str, port: u16, websockets: Option<&str>) -> Self {
+        let mut command = plinth.kubectl_command();
+        command
+            .args(["port-forward", target, &format!(":{port}")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        if let Some(value) = websockets {
+            command.env("KUBECTL_PORT_FORWARD_WEBSOCKETS", value);
+        }
+        let mut child = command.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let child = Stopped(Some(child));
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        // kubectl goes on writing ("Handling connection…"): its output is read to the end.
+        let drain = std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        let local = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("kubectl port-forward says where: {line}"))
+            .to_owned();
+        Self {
+            local,
+            child,
+            drain: Some(drain),
+        }
+    }
+}
+
+impl Drop for Forwarded {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(drain) = self.drain.take() {
+            let _ = drain.join();
+        }
+    }
+}

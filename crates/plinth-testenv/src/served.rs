@@ -1,0 +1,159 @@
+//! `plinth serve` as a process of a test (an operator's, deployed the way users deploy it):
+//! its data in a directory of its own, images mapped to local executables, kubectl pointed
+//! at it, stopped by its PID (SIGTERM first, so that its agent stops its pods and removes its
+//! devices, namespaces and rules).
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+/// A running `plinth serve`.
+pub struct Served {
+    child: Child,
+    /// Its kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The directory of its data and of the test's files.
+    pub dir: PathBuf,
+    _slot: crate::Slot,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Served {
+    /// Starts `plinth` (see [`crate::plinth_binary`]) serving node `node`, with `images`
+    /// (pattern → executable) and the loopback ranges of a slot of its own (pods sharing the
+    /// machine's network), or with `--pod-network=namespaces` and private ranges when
+    /// `private`.
+    ///
+    /// # Panics
+    /// When it cannot be started or never prints its kubeconfig.
+    pub fn start(plinth: PathBuf, node: &str, images: &[(&str, &str)], private: bool) -> Self {
+        let dir = std::env::temp_dir().join(format!("{node}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let map: String = images
+            .iter()
+            .map(|(pattern, path)| format!("{pattern:?}: {path}\n"))
+            .collect();
+        let images = dir.join("images.yaml");
+        std::fs::write(&images, map).unwrap_or_else(|e| panic!("{}: {e}", images.display()));
+        let slot = crate::Slot::take();
+        let ranges = if private {
+            let mut args = slot.private_args();
+            args.push("--pod-network=namespaces".into());
+            args
+        } else {
+            slot.args()
+        };
+        let mut child = Command::new(plinth)
+            .args(["serve", "--listen", "127.0.0.1:0", "--node-name", node])
+            .arg("--data-dir")
+            .arg(dir.join("plinth"))
+            .arg("--images")
+            .arg(&images)
+            .args(ranges)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("plinth serve: {e}"));
+        let mut line = String::new();
+        if let Some(stdout) = child.stdout.take() {
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        }
+        Self {
+            child,
+            kubeconfig: PathBuf::from(line.trim()),
+            dir,
+            _slot: slot,
+        }
+    }
+
+    /// kubectl with `args`, `input` on its standard input.
+    ///
+    /// # Panics
+    /// When kubectl cannot be run.
+    pub fn kubectl_input(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", self.dir.join("kube-cache"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("kubectl: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(input);
+        }
+        child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("kubectl: {e}"))
+    }
+
+    /// kubectl with `args`.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_input(args, b"")
+    }
+
+    /// kubectl's output, which must succeed.
+    ///
+    /// # Panics
+    /// When kubectl fails.
+    pub fn ok_input(&self, args: &[&str], input: &[u8]) -> String {
+        let out = self.kubectl_input(args, input);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// As [`Served::ok_input`], without input.
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.ok_input(args, b"")
+    }
+
+    /// kubectl's error output, which must fail.
+    ///
+    /// # Panics
+    /// When kubectl succeeds.
+    pub fn refused(&self, args: &[&str], input: &[u8]) -> String {
+        let out = self.kubectl_input(args, input);
+        assert!(!out.status.success(), "kubectl {args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// The object(s) `args` get, as JSON.
+    ///
+    /// # Panics
+    /// When kubectl fails or prints no JSON.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&full)).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..300 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                let _ = std::fs::remove_dir_all(&self.dir);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
