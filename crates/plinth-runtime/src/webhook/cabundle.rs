@@ -20,7 +20,12 @@ pub enum CaTarget {
 /// Attempts per object when it changes between the read and the write.
 const ATTEMPTS: usize = 5;
 
-/// Writes `ca_pem` into each target's `caBundle`, retrying on conflicts.
+/// How long a target that does not exist yet is waited for (the configurations are often
+/// applied with, or just after, the Deployment of the server that writes into them).
+const MISSING_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Writes `ca_pem` into each target's `caBundle`, retrying on conflicts and waiting up to
+/// 30 s for a target that does not exist yet.
 ///
 /// # Errors
 /// A target that cannot be read or written.
@@ -31,7 +36,10 @@ pub async fn inject_ca_bundle(
 ) -> Result<(), kube::Error> {
     let bundle = ByteString(ca_pem.to_vec());
     for target in targets {
-        for attempt in 1..=ATTEMPTS {
+        let waiting_since = std::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let written = match target {
                 CaTarget::Mutating(name) => {
                     set_webhooks_bundle(client, "MutatingWebhookConfiguration", name, &bundle).await
@@ -60,6 +68,13 @@ pub async fn inject_ca_bundle(
             match written {
                 Ok(()) => break,
                 Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
+                Err(kube::Error::Api(status))
+                    if status.code == 404 && waiting_since.elapsed() < MISSING_FOR =>
+                {
+                    // Conflicts are counted from the object's first read.
+                    attempt = 0;
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
                 Err(e) => return Err(e),
             }
         }
