@@ -46,10 +46,16 @@ impl Policies {
     /// The isolation of the pods in `local` (this node's range), with the node's DNS server
     /// at `dns`.
     pub(crate) fn isolated(&self, local: Cidr, dns: Ipv4Addr) -> Vec<Isolation> {
+        // Rules are rewritten on every Service and endpoint change: without a policy no pod
+        // is isolated, and the cluster's pods need not be copied to find that out.
+        let policies = crate::mirror::values(&self.policies);
+        if policies.is_empty() {
+            return Vec::new();
+        }
         resolve(
             &crate::mirror::values(&self.pods),
             &crate::mirror::values(&self.namespaces),
-            &crate::mirror::values(&self.policies),
+            &policies,
             local,
             dns,
         )
