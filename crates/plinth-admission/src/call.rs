@@ -136,7 +136,9 @@ pub(super) async fn review(
     let url = plinth_registry::callout::url(&hook.endpoint, hook.timeout);
     let body = review_body(hook, request, matched, &uid, object, old).to_string();
     let call = async {
-        let at = plinth_registry::callout::address(&hook.endpoint, objects).await?;
+        let at = plinth_registry::callout::address(&hook.endpoint, objects)
+            .await
+            .map_err(|e| e.to_string())?;
         plinth_registry::callout::post(&hook.tls, &url, at, body.into_bytes()).await
     };
     let answer = match tokio::time::timeout(hook.timeout, call).await {

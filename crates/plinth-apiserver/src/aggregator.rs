@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use plinth_auth::User;
+use plinth_registry::callout::{Endpoint, address};
 use plinth_registry::services::{ServiceResolver, Unresolved};
 use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apiregistration::apiservice::URL_ANNOTATION;
@@ -42,8 +43,8 @@ pub struct Remote {
     pub group: String,
     /// The version.
     pub version: String,
-    /// Where it is.
-    at: At,
+    /// Where it is: its Service, or the URL of the annotation.
+    at: Endpoint,
     tls: Arc<rustls::ClientConfig>,
     /// Its `APIResourceList`, from the last discovery check that passed.
     pub resources: RwLock<Option<Value>>,
@@ -55,48 +56,6 @@ impl std::fmt::Debug for Remote {
             .field("name", &self.name)
             .field("at", &self.at)
             .finish_non_exhaustive()
-    }
-}
-
-/// Where an extension server is.
-#[derive(Debug)]
-enum At {
-    /// `https://host:port` (the URL annotation).
-    Url(String),
-    /// A Service's port (`spec.service`).
-    Service {
-        namespace: String,
-        name: String,
-        port: u16,
-    },
-}
-
-impl At {
-    /// The base URL requests name: the annotation's, or `https://<svc>.<ns>.svc:<port>`.
-    fn base(&self) -> String {
-        match self {
-            At::Url(url) => url.clone(),
-            At::Service {
-                namespace,
-                name,
-                port,
-            } => format!("https://{name}.{namespace}.svc:{port}"),
-        }
-    }
-
-    /// The address to dial (a Service's endpoint; `None` for the URL's host).
-    async fn address(
-        &self,
-        services: &dyn ServiceResolver,
-    ) -> Result<Option<std::net::SocketAddr>, Unresolved> {
-        match self {
-            At::Url(_) => Ok(None),
-            At::Service {
-                namespace,
-                name,
-                port,
-            } => services.resolve(namespace, name, *port).await.map(Some),
-        }
     }
 }
 
@@ -143,10 +102,11 @@ fn remote_of(service: &Value, identity: &(String, String)) -> Option<Remote> {
         .and_then(|a| a.get(URL_ANNOTATION))
         .and_then(Value::as_str)
     {
-        Some(url) => At::Url(url.trim_end_matches('/').to_owned()),
-        None => At::Service {
+        Some(url) => Endpoint::Url(url.trim_end_matches('/').to_owned()),
+        None => Endpoint::Service {
             namespace: text(&spec["service"], "namespace"),
             name: text(&spec["service"], "name"),
+            path: String::new(),
             port: spec["service"]
                 .get("port")
                 .and_then(Value::as_u64)
@@ -192,9 +152,7 @@ async fn send(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, Unreached> {
-    let at = remote
-        .at
-        .address(services)
+    let at = address(&remote.at, services)
         .await
         .map_err(Unreached::Unresolved)?;
     send_at(remote, at, method, path_and_query, headers, body)
@@ -340,7 +298,7 @@ async fn write_condition(registry: &Client, name: &str, wanted: Value) {
 async fn check(registry: &Client, remote: &Remote) {
     let path = format!("/apis/{}/{}", remote.group, remote.version);
     let base = remote.at.base();
-    let at = match remote.at.address(&**registry).await {
+    let at = match address(&remote.at, &**registry).await {
         Ok(at) => at,
         Err(why) => {
             *remote
@@ -399,14 +357,15 @@ async fn check(registry: &Client, remote: &Remote) {
 
 /// The Available condition's reason and message for a Service with nothing to call, in
 /// kube's availability controller's words.
-fn unresolved_condition(at: &At, why: &Unresolved) -> (&'static str, String) {
+fn unresolved_condition(at: &Endpoint, why: &Unresolved) -> (&'static str, String) {
     let (namespace, name, port) = match at {
-        At::Service {
+        Endpoint::Service {
             namespace,
             name,
             port,
+            ..
         } => (namespace.as_str(), name.as_str(), *port),
-        At::Url(_) => ("", "", 0),
+        Endpoint::Url(_) => ("", "", 0),
     };
     match why {
         Unresolved::NotFound(_) => (

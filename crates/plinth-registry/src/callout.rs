@@ -120,18 +120,25 @@ fn bundle(ca_bundle: &str) -> Result<Vec<rustls::pki_types::CertificateDer<'stat
         .collect()
 }
 
-/// The webhook's URL, with kube's `timeout` query parameter: a Service's is
-/// `https://<svc>.<ns>.svc:<port><path>`.
+impl Endpoint {
+    /// Where requests go, as a URL: the given one, or a Service's
+    /// `https://<svc>.<ns>.svc:<port><path>` (its DNS name is the TLS server name).
+    pub fn base(&self) -> String {
+        match self {
+            Endpoint::Url(url) => url.clone(),
+            Endpoint::Service {
+                namespace,
+                name,
+                path,
+                port,
+            } => format!("https://{name}.{namespace}.svc:{port}{path}"),
+        }
+    }
+}
+
+/// The webhook's URL ([`Endpoint::base`]), with kube's `timeout` query parameter.
 pub fn url(endpoint: &Endpoint, timeout: Duration) -> String {
-    let base = match endpoint {
-        Endpoint::Url(url) => url.clone(),
-        Endpoint::Service {
-            namespace,
-            name,
-            path,
-            port,
-        } => format!("https://{name}.{namespace}.svc:{port}{path}"),
-    };
+    let base = endpoint.base();
     let separator = if base.contains('?') { '&' } else { '?' };
     format!("{base}{separator}timeout={}s", timeout.as_secs())
 }
@@ -139,11 +146,11 @@ pub fn url(endpoint: &Endpoint, timeout: Duration) -> String {
 /// The address to dial for `endpoint`: a Service's endpoint, `None` for a URL (its host).
 ///
 /// # Errors
-/// The resolver's, in its words.
+/// Why the Service has nothing to call.
 pub async fn address(
     endpoint: &Endpoint,
     services: &dyn crate::services::ServiceResolver,
-) -> Result<Option<SocketAddr>, String> {
+) -> Result<Option<SocketAddr>, crate::services::Unresolved> {
     match endpoint {
         Endpoint::Url(_) => Ok(None),
         Endpoint::Service {
@@ -151,11 +158,7 @@ pub async fn address(
             name,
             port,
             ..
-        } => services
-            .resolve(namespace, name, *port)
-            .await
-            .map(Some)
-            .map_err(|e| e.to_string()),
+        } => services.resolve(namespace, name, *port).await.map(Some),
     }
 }
 

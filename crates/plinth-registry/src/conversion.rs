@@ -133,7 +133,9 @@ impl ConversionWebhook {
             "request": {"uid": uid, "desiredAPIVersion": desired, "objects": sent}});
         let url = crate::callout::url(&self.endpoint, TIMEOUT);
         let call = async {
-            let at = crate::callout::address(&self.endpoint, services).await?;
+            let at = crate::callout::address(&self.endpoint, services)
+                .await
+                .map_err(|e| e.to_string())?;
             crate::callout::post(&self.tls, &url, at, review.to_string().into_bytes()).await
         };
         let answer = tokio::time::timeout(TIMEOUT, call)
