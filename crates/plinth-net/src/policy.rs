@@ -197,23 +197,20 @@ pub(crate) fn render(bridge: &str, isolated: &[Isolation]) -> Rendered {
         if !seen.insert(pod.pod) {
             continue;
         }
-        if let Some(allows) = &pod.ingress {
-            let chain = format!("in_{k}");
-            let _ = write!(
-                rendered.chains,
-                "\tchain {chain} {{\n{}\t}}\n",
-                chain_body("saddr", allows)
-            );
-            ingress.push((pod.pod, chain));
-        }
-        if let Some(allows) = &pod.egress {
-            let chain = format!("out_{k}");
-            let _ = write!(
-                rendered.chains,
-                "\tchain {chain} {{\n{}\t}}\n",
-                chain_body("daddr", allows)
-            );
-            egress.push((pod.pod, chain));
+        // A chain per isolated direction: sources checked on the way in, destinations out.
+        for (allows, name, field, jumps) in [
+            (&pod.ingress, "in", "saddr", &mut ingress),
+            (&pod.egress, "out", "daddr", &mut egress),
+        ] {
+            if let Some(allows) = allows {
+                let chain = format!("{name}_{k}");
+                let _ = write!(
+                    rendered.chains,
+                    "\tchain {chain} {{\n{}\t}}\n",
+                    chain_body(field, allows)
+                );
+                jumps.push((pod.pod, chain));
+            }
         }
     }
     if !egress.is_empty() {

@@ -6,7 +6,6 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use plinth_net::Cidr;
 use plinth_net::dns::{Current, Server, zone::Zone};
@@ -66,7 +65,7 @@ pub(crate) async fn run(
             changed = changes.changed() => if changed.is_err() { break },
             _ = stopping.wait_for(|s| *s) => break,
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(crate::service_rules::SETTLE).await;
         rebuild(&proxy, &current, &ranges);
     }
     proxy.dns_served.store(false, Ordering::SeqCst);

@@ -12,8 +12,8 @@ use crate::network::Private;
 use crate::policy::Policies;
 use crate::proxy::Proxy;
 
-/// How long a change waits for the ones right behind it.
-const SETTLE: Duration = Duration::from_millis(20);
+/// How long a change waits for the ones right behind it (the DNS zone waits as long).
+pub(crate) const SETTLE: Duration = Duration::from_millis(20);
 
 /// Keeps the rules in step with `proxy` until `stopping`; the table then goes with the rest
 /// of the node's network.
