@@ -1,6 +1,6 @@
-//! The devices and namespaces of one agent's pods, made with iproute2 (`ip`): a bridge the
-//! agent owns with the node's gateway address, and per pod a network namespace with its own
-//! `lo` and a veth pair whose outer end is on the bridge.
+//! The devices and namespaces of one agent's pods: a bridge the agent owns with the node's
+//! gateway address (made with iproute2, `ip`), and per pod a network namespace with its own
+//! `lo` and a veth pair whose outer end is on the bridge (made over netlink).
 //!
 //! Everything is named after the node (a tag of 6 hex digits of its name's hash), so that an
 //! agent that died leaves nothing its next start cannot find and remove: namespaces
@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use tokio::io::AsyncWriteExt;
 
 use crate::cidr::Cidr;
+use crate::netlink;
 
 /// Where `ip netns` keeps the namespaces it names.
 const NETNS_DIR: &str = "/run/netns";
@@ -252,37 +253,140 @@ pub async fn route_services(names: &Names, services: Cidr) {
 
 /// Pod `uid`'s namespace, with `lo` up, `eth0` at `address/32` and its default route through
 /// `gateway`; the outer end on the bridge. Returns the namespace's file.
+///
+/// Made as `ip netns add` makes one (a thread of its own leaves the agent's namespace for a
+/// new one, bound to a file under `/run/netns`), then configured over netlink from inside
+/// it: no process per step.
 pub async fn pod_up(
     names: &Names,
     uid: &str,
     address: Ipv4Addr,
     gateway: Ipv4Addr,
 ) -> Result<PathBuf, String> {
-    let namespace = names.namespace(uid);
-    let veth = names.veth(uid);
+    let path = names.namespace_path(uid);
     // A namespace of the same name left by an earlier start of this pod goes first.
-    if names.namespace_path(uid).exists() {
+    if path.exists() {
         pod_down(names, uid).await;
     }
-    let host = format!(
-        "netns add {namespace}\nlink add {veth} type veth peer name eth0 netns {namespace}\nlink set {veth} master {} up\n",
-        names.bridge()
-    );
-    ip(&["-batch", "-"], Some(&host)).await?;
-    let inside = format!(
-        "link set lo up\naddr add {address}/32 dev eth0\nlink set eth0 up\nroute add default via {gateway} dev eth0 onlink\n"
-    );
-    if let Err(e) = ip(&["-n", &namespace, "-batch", "-"], Some(&inside)).await {
+    let sandbox = Sandbox {
+        path: path.clone(),
+        veth: names.veth(uid),
+        bridge: names.bridge(),
+        address,
+        gateway,
+    };
+    let (done, made) = tokio::sync::oneshot::channel();
+    // The thread ends in the pod's namespace: never one of a pool.
+    std::thread::Builder::new()
+        .name("pod-netns".into())
+        .spawn(move || {
+            let _ = done.send(sandbox.make());
+        })
+        .map_err(|e| format!("pod namespace thread: {e}"))?;
+    let made = made
+        .await
+        .unwrap_or_else(|_| Err("pod namespace thread ended".into()));
+    if let Err(e) = made {
         pod_down(names, uid).await;
         return Err(e);
     }
-    Ok(names.namespace_path(uid))
+    Ok(path)
 }
 
-/// Removes pod `uid`'s namespace and with it its veth pair.
+/// What one pod's namespace is made of.
+struct Sandbox {
+    path: PathBuf,
+    veth: String,
+    bridge: String,
+    address: Ipv4Addr,
+    gateway: Ipv4Addr,
+}
+
+impl Sandbox {
+    /// Makes the namespace: to be called on a thread of its own, which it leaves inside it.
+    fn make(&self) -> Result<(), String> {
+        use nix::mount::MsFlags;
+        let host = std::fs::File::open("/proc/thread-self/ns/net")
+            .map_err(|e| format!("the agent's namespace: {e}"))?;
+        let mut outside = netlink::Socket::open()?;
+        let bridge = netlink::index(&self.bridge)?;
+        // The pair of an earlier start of this pod whose namespace is still being taken down.
+        if netlink::index(&self.veth).is_ok() {
+            let _ = outside.delete_link(&self.veth);
+        }
+        netns_dir()?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&self.path)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("new network namespace: {e}"))?;
+        nix::mount::mount(
+            Some("/proc/thread-self/ns/net"),
+            &self.path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| format!("bind {}: {e}", self.path.display()))?;
+        let mut inside = netlink::Socket::open()?;
+        inside.add_veth("eth0", &self.veth, std::os::fd::AsRawFd::as_raw_fd(&host))?;
+        outside.link_up_on(&self.veth, bridge)?;
+        inside.link_up(LOOPBACK)?;
+        let eth0 = netlink::index("eth0")?;
+        inside.add_address(eth0, self.address)?;
+        inside.link_up(eth0)?;
+        inside.add_default_route(eth0, self.gateway)
+    }
+}
+
+/// `lo`'s index in every namespace.
+const LOOPBACK: u32 = 1;
+
+/// Makes `/run/netns` a shared mount point (once), as `ip netns add` does, so that a pod's
+/// namespace file unmounted here is unmounted in every mount namespace that copied it.
+fn netns_dir() -> Result<(), String> {
+    static READY: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            use nix::mount::MsFlags;
+            std::fs::create_dir_all(NETNS_DIR).map_err(|e| format!("{NETNS_DIR}: {e}"))?;
+            let share = || {
+                nix::mount::mount(
+                    Some(""),
+                    NETNS_DIR,
+                    Some("none"),
+                    MsFlags::MS_SHARED | MsFlags::MS_REC,
+                    None::<&str>,
+                )
+            };
+            if share().is_ok() {
+                return Ok(());
+            }
+            nix::mount::mount(
+                Some(NETNS_DIR),
+                NETNS_DIR,
+                Some("none"),
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .map_err(|e| format!("{NETNS_DIR}: {e}"))?;
+            share().map_err(|e| format!("{NETNS_DIR}: {e}"))
+        })
+        .clone()
+}
+
+/// Removes pod `uid`'s namespace (as `ip netns del` does). Its veth pair goes with it: the
+/// kernel removes the devices of a namespace nothing holds any more, many at once — deleting
+/// each here would cost a wait for the kernel's grace period per pod.
 pub async fn pod_down(names: &Names, uid: &str) {
-    let _ = ip(&["netns", "del", &names.namespace(uid)], None).await;
-    let _ = ip(&["link", "del", &names.veth(uid)], None).await;
+    let path = names.namespace_path(uid);
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_file(&path);
+    })
+    .await;
 }
 
 /// Removes the bridge.
@@ -301,5 +405,98 @@ mod tests {
         assert!(names.veth("0b7a8f0e-2a7b-4c6e-9d51-1c0b0b0b0b0b").len() <= 15);
         assert_ne!(names.veth("a"), names.veth("b"));
         assert_eq!(Names::of("n").table(), Names::of("n").table());
+    }
+
+    /// Two pods' sandboxes on a bridge: each with its address, `lo` and default route, each
+    /// reaching the other through the gateway; removed, nothing of them is left.
+    #[tokio::test]
+    async fn sandboxes_are_made_over_netlink_and_removed() {
+        if let Err(e) = available().await {
+            panic!("this test needs network namespaces (root, ip, nft): {e}");
+        }
+        let names = Names::of(&format!("sandbox-test-{}", std::process::id()));
+        let subnet = Cidr::parse("10.251.7.0/24").expect("range");
+        sweep(&names).await;
+        let gateway = bridge_up(&names, subnet).await.expect("bridge");
+        let a = subnet.nth(2).expect("address");
+        let b = subnet.nth(3).expect("address");
+        let made_a = pod_up(&names, "pod-a", a, gateway).await;
+        let made_b = pod_up(&names, "pod-b", b, gateway).await;
+        let inside = |uid: &str, args: &[&str]| {
+            let mut all = vec!["-n".to_owned(), names.namespace(uid)];
+            all.extend(args.iter().map(|a| (*a).to_owned()));
+            std::process::Command::new("ip")
+                .args(&all)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
+        let addresses = inside("pod-a", &["-4", "-o", "addr", "show"]);
+        let routes = inside("pod-a", &["route", "show"]);
+        // pod-b listens; pod-a connects (both from threads that entered their namespaces).
+        let enter = |uid: &str| {
+            let file = std::fs::File::open(names.namespace_path(uid));
+            move || -> std::io::Result<()> {
+                nix::sched::setns(file?, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+            }
+        };
+        let (enter_a, enter_b) = (enter("pod-a"), enter("pod-b"));
+        let reached = std::thread::spawn(move || -> std::io::Result<String> {
+            enter_b()?;
+            let listener = std::net::TcpListener::bind((b, 7777))?;
+            let dialer = std::thread::spawn(move || -> std::io::Result<()> {
+                enter_a()?;
+                let mut stream = std::net::TcpStream::connect_timeout(
+                    &(b, 7777).into(),
+                    std::time::Duration::from_secs(10),
+                )?;
+                std::io::Write::write_all(&mut stream, b"hello")
+            });
+            let (mut stream, from) = listener.accept()?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stream, &mut text)?;
+            dialer
+                .join()
+                .map_err(|_| std::io::Error::other("dialer"))??;
+            Ok(format!("{text} from {}", from.ip()))
+        })
+        .join()
+        .map_err(|_| "the namespaces' threads panicked".to_owned());
+        let master = std::fs::read_link(format!("/sys/class/net/{}/master", names.veth("pod-b")));
+        pod_down(&names, "pod-a").await;
+        pod_down(&names, "pod-b").await;
+        let left_a = names.namespace_path("pod-a").exists();
+        // The kernel takes the pair down with the namespace, soon after.
+        let veth = format!("/sys/class/net/{}", names.veth("pod-a"));
+        let mut veth_left = true;
+        for _ in 0..300 {
+            veth_left = std::path::Path::new(&veth).exists();
+            if !veth_left {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        sweep(&names).await;
+        assert_eq!(made_a.ok(), Some(names.namespace_path("pod-a")));
+        assert!(made_b.is_ok(), "{made_b:?}");
+        assert!(
+            addresses.contains(&format!("eth0    inet {a}/32")),
+            "{addresses}"
+        );
+        assert!(addresses.contains("lo    inet 127.0.0.1/8"), "{addresses}");
+        assert!(
+            routes.contains(&format!("default via {gateway} dev eth0 onlink")),
+            "{routes}"
+        );
+        assert!(
+            master.is_ok_and(|m| m.ends_with(names.bridge())),
+            "pod-b's outer end is on the bridge"
+        );
+        assert_eq!(
+            reached.map(|r| r.map_err(|e| e.to_string())),
+            Ok(Ok(format!("hello from {a}")))
+        );
+        assert!(!left_a && !veth_left, "pod-a's namespace and veth are gone");
     }
 }

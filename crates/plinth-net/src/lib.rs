@@ -9,6 +9,7 @@
 pub mod cidr;
 pub mod dns;
 pub mod host;
+mod netlink;
 pub mod podfiles;
 pub mod policy;
 pub mod rules;
