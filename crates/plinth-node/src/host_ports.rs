@@ -1,11 +1,14 @@
 //! `hostPort`, as kube's portmap CNI plugin serves it: a container port with a host port is
 //! reached at the node's address (`127.0.0.1`; a loopback `hostIP` when the port names one)
 //! and that port — here a listener of the agent's that passes each connection on to the
-//! pod's address and container port, open while the pod runs. TCP only.
+//! pod's address and container port, open while the pod runs. TCP: each connection passed on;
+//! UDP: each client's datagrams sent on from a socket of its own (a session, forgotten after
+//! [`UDP_IDLE`] without traffic), the pod's answers sent back to the client.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -15,22 +18,37 @@ pub(crate) struct HostPorts {
     open: Mutex<HashMap<String, Vec<tokio::task::JoinHandle<()>>>>,
 }
 
+/// How long a UDP client's session lasts without a datagram either way (kube-proxy's
+/// userspace UDP timeout).
+const UDP_IDLE: Duration = Duration::from_secs(30);
+
+/// A host port's protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    Tcp,
+    Udp,
+}
+
 /// The host ports of a pod spec: where to listen, and the container port behind it.
-fn wanted(spec: &Value) -> Vec<(SocketAddr, u16)> {
+fn wanted(spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
     spec["containers"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
-        .filter(|p| p["protocol"].as_str().unwrap_or("TCP") == "TCP")
         .filter_map(|p| {
+            let protocol = match p["protocol"].as_str().unwrap_or("TCP") {
+                "TCP" => Protocol::Tcp,
+                "UDP" => Protocol::Udp,
+                _ => return None,
+            };
             let host_port = u16::try_from(p["hostPort"].as_u64()?).ok()?;
             let container_port = u16::try_from(p["containerPort"].as_u64()?).ok()?;
             let ip = match p["hostIP"].as_str() {
                 None | Some("" | "0.0.0.0") => IpAddr::V4(Ipv4Addr::LOCALHOST),
                 Some(ip) => ip.parse().ok().filter(IpAddr::is_loopback)?,
             };
-            (host_port > 0).then_some((SocketAddr::new(ip, host_port), container_port))
+            (host_port > 0).then_some((protocol, SocketAddr::new(ip, host_port), container_port))
         })
         .collect()
 }
@@ -41,31 +59,29 @@ impl HostPorts {
     pub(crate) fn open(&self, uid: &str, pod_ip: IpAddr, spec: &Value) -> Vec<String> {
         let mut problems = Vec::new();
         let mut tasks = Vec::new();
-        for (address, container_port) in wanted(spec) {
-            let listener = std::net::TcpListener::bind(address)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(tokio::net::TcpListener::from_std);
-            let listener = match listener {
-                Ok(listener) => listener,
-                Err(e) => {
-                    problems.push(format!("host port {address}: {e}"));
-                    continue;
-                }
-            };
+        for (protocol, address, container_port) in wanted(spec) {
             let target = SocketAddr::new(pod_ip, container_port);
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let Ok((mut inbound, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    tokio::spawn(async move {
-                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                }
-            }));
+            let task = match protocol {
+                Protocol::Tcp => std::net::TcpListener::bind(address)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .and_then(tokio::net::TcpListener::from_std)
+                    .map(|listener| tokio::spawn(relay_tcp(listener, target))),
+                Protocol::Udp => std::net::UdpSocket::bind(address)
+                    .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                    .and_then(tokio::net::UdpSocket::from_std)
+                    .map(|socket| tokio::spawn(relay_udp(socket, target))),
+            };
+            match task {
+                Ok(task) => tasks.push(task),
+                Err(e) => problems.push(format!(
+                    "host port {address}/{}: {e}",
+                    if protocol == Protocol::Tcp {
+                        "TCP"
+                    } else {
+                        "UDP"
+                    }
+                )),
+            }
         }
         if let Ok(mut open) = self.open.lock() {
             open.insert(uid.to_owned(), tasks);
@@ -82,6 +98,69 @@ impl HostPorts {
     }
 }
 
+/// Passes each connection to `listener` on to `target`.
+async fn relay_tcp(listener: tokio::net::TcpListener, target: SocketAddr) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// Passes the datagrams arriving at `socket` on to `target`, each client's from a socket of
+/// its own, and the answers back. Aborted, its sessions end with it.
+async fn relay_udp(socket: tokio::net::UdpSocket, target: SocketAddr) {
+    let socket = Arc::new(socket);
+    let mut sessions: HashMap<SocketAddr, Arc<tokio::net::UdpSocket>> = HashMap::new();
+    let mut running = tokio::task::JoinSet::new();
+    let (ended, mut ends) = tokio::sync::mpsc::unbounded_channel::<SocketAddr>();
+    let mut buffer = vec![0u8; 65_536];
+    loop {
+        let (len, client) = tokio::select! {
+            received = socket.recv_from(&mut buffer) => match received {
+                Ok(received) => received,
+                Err(_) => continue,
+            },
+            Some(client) = ends.recv() => {
+                sessions.remove(&client);
+                continue;
+            }
+        };
+        while running.try_join_next().is_some() {}
+        let upstream = match sessions.get(&client) {
+            Some(upstream) => upstream.clone(),
+            None => {
+                let local = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+                let Ok(upstream) = tokio::net::UdpSocket::bind(local).await else {
+                    continue;
+                };
+                if upstream.connect(target).await.is_err() {
+                    continue;
+                }
+                let upstream = Arc::new(upstream);
+                sessions.insert(client, upstream.clone());
+                let (answer_to, from, ended) = (socket.clone(), upstream.clone(), ended.clone());
+                running.spawn(async move {
+                    let mut buffer = vec![0u8; 65_536];
+                    while let Ok(Ok(len)) =
+                        tokio::time::timeout(UDP_IDLE, from.recv(&mut buffer)).await
+                    {
+                        let _ = answer_to.send_to(&buffer[..len], client).await;
+                    }
+                    let _ = ended.send(client);
+                });
+                upstream
+            }
+        };
+        let _ = upstream.send(&buffer[..len]).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,17 +173,25 @@ mod tests {
             {"containerPort": 82, "hostPort": 8082, "hostIP": "192.0.2.2"},
             {"containerPort": 53, "hostPort": 5353, "protocol": "UDP"},
             {"containerPort": 90},
+            {"containerPort": 132, "hostPort": 9132, "protocol": "SCTP"},
         ]}]});
         assert_eq!(
             wanted(&spec),
             [
                 (
+                    Protocol::Tcp,
                     "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!()),
                     80
                 ),
                 (
+                    Protocol::Tcp,
                     "127.0.0.5:8081".parse().unwrap_or_else(|_| unreachable!()),
                     81
+                ),
+                (
+                    Protocol::Udp,
+                    "127.0.0.1:5353".parse().unwrap_or_else(|_| unreachable!()),
+                    53
                 ),
             ]
         );

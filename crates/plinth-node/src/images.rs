@@ -43,6 +43,11 @@ pub struct Entry {
     /// the option (`-h`) already.
     #[serde(default)]
     pub clients: BTreeMap<String, Vec<String>>,
+    /// The image's own directories (its data and run directories): each container gets
+    /// empty ones of its own there, as the image's filesystem would give it, under any
+    /// volume mounted over them.
+    #[serde(default)]
+    pub dirs: Vec<String>,
 }
 
 /// An image's clients (program name → arguments), expanded for one container.
@@ -125,7 +130,8 @@ fn installed(program: &str) -> bool {
 /// `redis-server` bound to the pod's address (and points `redis-cli` at it); where each pod
 /// has a network of its own, it runs as the image does (every address, protected mode off,
 /// `redis-cli` reaching it on `localhost`), and servers a Debian package installed run as
-/// their images: `python` (`python3`), `memcached` (port 11211). `busybox` runs `busybox`
+/// their images: `python` (`python3`), `memcached` (port 11211), `postgres` (see
+/// [`POSTGRES_ENTRYPOINT`], port 5432). `busybox` runs `busybox`
 /// applets (or the machine's own commands when busybox is not installed).
 fn builtin(private: bool) -> Vec<(String, Entry)> {
     let entry = |entrypoint: &[&str], cmd: &[&str], wrapper: Option<&str>| Entry {
@@ -134,6 +140,7 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
         wrapper: wrapper.map(str::to_owned),
         options_for: None,
         clients: BTreeMap::new(),
+        dirs: Vec::new(),
     };
     let redis = if private {
         Entry {
@@ -167,9 +174,77 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
                 },
             );
         }
+        if postgres_installed() {
+            add(
+                "postgres",
+                Entry {
+                    dirs: vec![
+                        "/var/lib/postgresql/data".into(),
+                        "/var/run/postgresql".into(),
+                    ],
+                    ..entry(
+                        &["sh", "-c", POSTGRES_ENTRYPOINT, "docker-entrypoint.sh"],
+                        &["postgres"],
+                        None,
+                    )
+                },
+            );
+        }
     }
     out
 }
+
+/// Whether a Debian PostgreSQL server is installed (`/usr/lib/postgresql/<version>/bin`).
+fn postgres_installed() -> bool {
+    std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|v| v.path().join("bin/postgres").is_file())
+}
+
+/// The `postgres` image's entry point, as its `docker-entrypoint.sh` behaves: options alone
+/// go to `postgres`; an empty `$PGDATA` (`/var/lib/postgresql/data`) is initialised first
+/// with `POSTGRES_USER` (`postgres`) and `POSTGRES_PASSWORD` (required unless
+/// `POSTGRES_HOST_AUTH_METHOD=trust`), `POSTGRES_DB` created, `POSTGRES_INITDB_ARGS` passed
+/// on; every address may connect with a password (`scram-sha-256`); the server runs as the
+/// `postgres` user on every address, its socket in `/var/run/postgresql` (the container's own).
+pub const POSTGRES_ENTRYPOINT: &str = r#"set -e
+bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+case "$1" in -*) set -- postgres "$@" ;; esac
+if [ "$1" != postgres ]; then exec "$@"; fi
+shift
+export PGDATA="${PGDATA:-/var/lib/postgresql/data}"
+as=""
+if [ "$(id -u)" = 0 ]; then
+  mkdir -p "$PGDATA" /var/run/postgresql
+  chown postgres "$PGDATA" /var/run/postgresql
+  as="runuser -u postgres --"
+fi
+chmod 700 "$PGDATA"
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  auth="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
+  if [ -z "$POSTGRES_PASSWORD" ] && [ "$auth" != trust ]; then
+    echo "Error: Database is uninitialized and superuser password is not specified." >&2
+    echo "       You must specify POSTGRES_PASSWORD to a non-empty value for the superuser." >&2
+    exit 1
+  fi
+  user="${POSTGRES_USER:-postgres}"
+  pwfile=$(mktemp)
+  printf '%s
+' "$POSTGRES_PASSWORD" > "$pwfile"
+  [ -n "$as" ] && chown postgres "$pwfile"
+  $as "$bin/initdb" -D "$PGDATA" --username="$user" --pwfile="$pwfile" --auth-local=trust --auth-host="$auth" $POSTGRES_INITDB_ARGS
+  rm -f "$pwfile"
+  printf 'host all all all %s
+' "$auth" >> "$PGDATA/pg_hba.conf"
+  db="${POSTGRES_DB:-$user}"
+  if [ "$db" != postgres ]; then
+    echo "CREATE DATABASE "$db";" | $as "$bin/postgres" --single -D "$PGDATA" -j postgres >/dev/null
+  fi
+fi
+exec $as "$bin/postgres" -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/var/run/postgresql "$@"
+"#;
 
 /// Why a map file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -346,29 +421,46 @@ pub fn argv(
 
 /// A directory of links to each applet of the multi-call program `wrapper` (as a busybox
 /// image's `/bin`), made under `base` the first time; `None` when it is not installed.
+/// Containers starting together may ask at once: each makes its links in a directory of
+/// its own and renames it into place, so none ever sees a half-made one.
 pub fn applet_dir(wrapper: &str, base: &Path) -> Option<std::path::PathBuf> {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let program = which(wrapper)?;
-    let dir = base.join("applets").join(wrapper);
+    let wrapper = Path::new(wrapper).file_name()?.to_str()?;
+    let parent = base.join("applets");
+    let dir = parent.join(wrapper);
     if dir.join(".complete").exists() {
         return Some(dir);
     }
-    std::fs::create_dir_all(&dir).ok()?;
-    let list = std::process::Command::new(&program)
-        .arg("--list")
-        .output()
-        .ok()?;
-    for applet in String::from_utf8_lossy(&list.stdout).lines() {
-        let applet = applet.trim();
-        if applet.is_empty() || applet.contains('/') {
-            continue;
+    let draft = parent.join(format!(
+        ".{wrapper}.{}.{}",
+        std::process::id(),
+        MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let made = (|| {
+        std::fs::create_dir_all(&draft).ok()?;
+        let list = std::process::Command::new(&program)
+            .arg("--list")
+            .output()
+            .ok()?;
+        for applet in String::from_utf8_lossy(&list.stdout).lines() {
+            let applet = applet.trim();
+            if applet.is_empty() || applet.contains('/') || applet.starts_with('.') {
+                continue;
+            }
+            std::os::unix::fs::symlink(&program, draft.join(applet)).ok()?;
         }
-        let link = dir.join(applet);
-        if !link.exists() {
-            std::os::unix::fs::symlink(&program, &link).ok()?;
+        std::fs::write(draft.join(".complete"), b"").ok()?;
+        // An older, unfinished directory (an agent stopped while making it) gives way.
+        if dir.exists() && !dir.join(".complete").exists() {
+            let _ = std::fs::remove_dir_all(&dir);
         }
+        std::fs::rename(&draft, &dir).ok()
+    })();
+    if made.is_none() {
+        let _ = std::fs::remove_dir_all(&draft);
     }
-    std::fs::write(dir.join(".complete"), b"").ok()?;
-    Some(dir)
+    dir.join(".complete").exists().then_some(dir)
 }
 
 /// Whether the multi-call program `wrapper` (busybox) has an applet named as `program`.
@@ -530,5 +622,41 @@ mod tests {
         );
         std::fs::write(&path, "tool: {entry: 1}").unwrap_or_else(|e| panic!("{e}"));
         assert!(ImageMap::load(&path).is_err());
+    }
+
+    #[test]
+    fn containers_starting_together_all_find_the_applets() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let wrapper = dir.path().join("multicall");
+        std::fs::write(&wrapper, "#!/bin/sh\nprintf 'sh\\nls\\nnslookup\\n'\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let wrapper = wrapper.display().to_string();
+        let base = dir.path().join("data");
+        let found: Vec<Option<std::path::PathBuf>> = std::thread::scope(|s| {
+            let asks: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| applet_dir(&wrapper, &base)))
+                .collect();
+            asks.into_iter()
+                .map(|a| a.join().unwrap_or_else(|_| panic!("an asker panicked")))
+                .collect()
+        });
+        for got in &found {
+            let got = got
+                .as_ref()
+                .unwrap_or_else(|| panic!("no applets: {found:?}"));
+            for applet in ["sh", "ls", "nslookup"] {
+                assert!(got.join(applet).exists(), "{applet} missing in {got:?}");
+            }
+        }
+        // Nothing half-made is left beside the directory.
+        let left: Vec<_> = std::fs::read_dir(base.join("applets"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("multicall")]);
     }
 }

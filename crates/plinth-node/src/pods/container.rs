@@ -236,6 +236,26 @@ impl Worker {
                 read_only: true,
             });
         }
+        // The image's own directories, each container's (under any volume mounted there).
+        let mut image_dirs = Vec::new();
+        if self.runtime.isolates()
+            && let Some(entry) = container["image"].as_str().and_then(|i| self.image(i))
+        {
+            for dir in &entry.dirs {
+                let source = self
+                    .dir
+                    .join("image-dirs")
+                    .join(&name)
+                    .join(dir.trim_matches('/').replace('/', "_"));
+                if std::fs::create_dir_all(&source).is_ok() {
+                    image_dirs.push(sandbox::Mount {
+                        source,
+                        target: dir.clone(),
+                        read_only: false,
+                    });
+                }
+            }
+        }
         // The pod's name files over the machine's.
         if self.runtime.isolates() {
             for (file, target) in [
@@ -260,9 +280,9 @@ impl Worker {
                 .filter(|w| !w.is_empty())
                 .map(str::to_owned),
             root: self.dir.join("root").join(&name),
-            mounts: self
-                .mounts(container)
+            mounts: image_dirs
                 .into_iter()
+                .chain(self.mounts(container))
                 .chain(extra_mounts)
                 .collect(),
             cgroups: cgroups.clone(),
