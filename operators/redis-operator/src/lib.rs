@@ -64,6 +64,11 @@ pub struct Context {
     /// the operator never reads them. On only to measure what that saves
     /// (`plinth-bench operator-cache`).
     pub cache_managed_fields: bool,
+    /// The cluster's DNS domain (`cluster.local`) when the operator runs where its names
+    /// resolve (in a pod): servers are then reached, and replicas follow their primary, by
+    /// their stable names (`<pod>.<cluster>-headless.<namespace>.svc.<domain>`); `None`, by
+    /// their pods' addresses (the operator runs outside the cluster).
+    pub cluster_domain: Option<String>,
     /// The backup Jobs counted (and announced) by this process, and when it started: each
     /// backup completed since is counted once, whatever the reconciles in between.
     counted: Arc<
@@ -87,6 +92,7 @@ impl Context {
             failover_after: Duration::from_secs(15),
             metrics,
             cache_managed_fields: false,
+            cluster_domain: None,
             counted: Arc::new(std::sync::Mutex::new((
                 k8s_openapi::jiff::Timestamp::now(),
                 std::collections::HashSet::new(),
@@ -264,15 +270,28 @@ async fn observe(
             continue;
         };
         let status = pod.status.clone().unwrap_or_default();
-        let ip = status.pod_ip.clone().filter(|ip| !ip.is_empty());
+        // Its stable name in the cluster's DNS (when the operator runs where that resolves),
+        // or else its pod's address; either only once the pod has an address.
+        let address =
+            status
+                .pod_ip
+                .clone()
+                .filter(|ip| !ip.is_empty())
+                .map(|ip| match &ctx.cluster_domain {
+                    Some(domain) => format!(
+                        "{name}.{}.{namespace}.svc.{domain}",
+                        resources::headless_name(cluster)
+                    ),
+                    None => ip,
+                });
         let ready = status
             .conditions
             .unwrap_or_default()
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         let terminating = pod.metadata.deletion_timestamp.is_some();
-        let replication = match &ip {
-            Some(ip) if !terminating => topology::ask(ip, password).await,
+        let replication = match &address {
+            Some(address) if !terminating => topology::ask(address, password).await,
             _ => None,
         };
         servers.push((
@@ -280,7 +299,7 @@ async fn observe(
             Server {
                 pod: name,
                 ordinal,
-                ip,
+                address,
                 ready: ready && !terminating,
                 replication,
             },
@@ -340,14 +359,14 @@ async fn run(
         let pod = match step {
             Step::Promote(pod) | Step::Follow { pod, .. } => pod,
         };
-        let Some(ip) = servers
+        let Some(address) = servers
             .iter()
             .find(|s| &s.pod == pod)
-            .and_then(|s| s.ip.clone())
+            .and_then(|s| s.address.clone())
         else {
             continue;
         };
-        if let Err(e) = topology::run(step, &ip, &password).await {
+        if let Err(e) = topology::run(step, &address, &password).await {
             failures.push(format!("{pod}: {e}"));
         }
     }
@@ -374,7 +393,7 @@ async fn run(
     let existing_healthy = master.is_some_and(|m| {
         serving
             .iter()
-            .filter(|s| s.ip.is_some())
+            .filter(|s| s.address.is_some())
             .all(|s| topology::in_topology(s, m))
     });
     let phase = if plan.master.is_none() {

@@ -84,6 +84,14 @@ enum Command {
         /// How long a primary may be unreachable before a replica replaces it (seconds).
         #[arg(long, default_value_t = 15)]
         failover_after_seconds: u64,
+        /// How servers are addressed: `names` (their stable DNS names, which resolve in a
+        /// pod), `ips` (their pods' addresses, for an operator outside the cluster), or
+        /// `auto`: names when running in a pod (`KUBERNETES_SERVICE_HOST` set).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "names", "ips"])]
+        server_addresses: String,
+        /// The cluster's DNS domain.
+        #[arg(long, default_value = "cluster.local")]
+        cluster_domain: String,
     },
 }
 
@@ -123,6 +131,8 @@ fn main() -> ExitCode {
             metrics_bind_address,
             health_probe_bind_address,
             failover_after_seconds,
+            server_addresses,
+            cluster_domain,
         } => tokio::runtime::Runtime::new()
             .map_err(|e| e.to_string())
             .and_then(|runtime| {
@@ -134,6 +144,13 @@ fn main() -> ExitCode {
                         metrics_bind_address,
                         health_probe_bind_address,
                         failover_after: Duration::from_secs(failover_after_seconds),
+                        cluster_domain: match server_addresses.as_str() {
+                            "names" => Some(cluster_domain),
+                            "ips" => None,
+                            _ => {
+                                std::env::var_os("KUBERNETES_SERVICE_HOST").map(|_| cluster_domain)
+                            }
+                        },
                     }))
                     .map_err(|e| e.to_string())
             }),
@@ -167,6 +184,7 @@ struct Options {
     metrics_bind_address: SocketAddr,
     health_probe_bind_address: SocketAddr,
     failover_after: Duration,
+    cluster_domain: Option<String>,
 }
 
 async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
@@ -199,6 +217,7 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut context = redis_operator::Context::new(client, &identity, manager.metrics());
     context.failover_after = options.failover_after;
+    context.cluster_domain = options.cluster_domain;
     redis_operator::register(&mut manager, context)?;
     manager.run(plinth_runtime::shutdown_signal()).await?;
     if let Some(running) = webhooks {

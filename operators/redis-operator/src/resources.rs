@@ -79,6 +79,12 @@ pub fn config_map(cluster: &RedisCluster, owner: &OwnerReference) -> Value {
     })
 }
 
+/// The name of the cluster's headless Service, the StatefulSet's `serviceName`: its pods'
+/// stable DNS names are `<pod>.<this>.<namespace>.svc.<domain>`.
+pub fn headless_name(cluster: &RedisCluster) -> String {
+    format!("{}-headless", cluster.name_any())
+}
+
 /// The headless Service of the StatefulSet (`<name>-headless`), the `-primary` Service (the
 /// pod labelled primary) and the `-replicas` Service.
 pub fn services(cluster: &RedisCluster, owner: &OwnerReference) -> Vec<(String, Value)> {
@@ -190,7 +196,7 @@ pub fn stateful_set(cluster: &RedisCluster, owner: &OwnerReference, replicas: i3
         "metadata": metadata(cluster, &name, Some(owner)),
         "spec": {
             "replicas": replicas,
-            "serviceName": format!("{name}-headless"),
+            "serviceName": headless_name(cluster),
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(cluster)},
             "template": {

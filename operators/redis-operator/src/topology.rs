@@ -79,7 +79,7 @@ pub struct Server {
     /// Its ordinal in the StatefulSet.
     pub ordinal: i32,
     /// Its address, once it has one.
-    pub ip: Option<String>,
+    pub address: Option<String>,
     /// Whether the pod is Ready.
     pub ready: bool,
     /// What the server said; `None` when it could not be asked.
@@ -88,7 +88,7 @@ pub struct Server {
 
 impl Server {
     fn reachable(&self) -> bool {
-        self.replication.is_some() && self.ip.is_some()
+        self.replication.is_some() && self.address.is_some()
     }
 }
 
@@ -116,12 +116,12 @@ pub struct Inputs {
 pub enum Step {
     /// `REPLICAOF NO ONE`.
     Promote(String),
-    /// `REPLICAOF <ip> 6379`.
+    /// `REPLICAOF <address> 6379`.
     Follow {
         /// The pod told.
         pod: String,
         /// The primary's address.
-        master_ip: String,
+        master_address: String,
     },
 }
 
@@ -168,10 +168,10 @@ pub struct Plan {
 /// synced with it: a server that never synced (started as a replica of nobody, or in its
 /// first sync) holds nothing to take over with, and promoting it would lose every write.
 fn best_replica<'a>(servers: &'a [Server], desired: i32, except: &str) -> Option<&'a Server> {
-    let old_ip = servers
+    let old_address = servers
         .iter()
         .find(|s| s.pod == except)
-        .and_then(|s| s.ip.as_deref());
+        .and_then(|s| s.address.as_deref());
     servers
         .iter()
         .filter(|s| s.pod != except && s.ordinal < desired && s.reachable())
@@ -179,7 +179,7 @@ fn best_replica<'a>(servers: &'a [Server], desired: i32, except: &str) -> Option
             s.replication.as_ref().is_some_and(|r| {
                 r.role == Role::Replica
                     && r.synced
-                    && old_ip.is_none_or(|ip| r.master_host.as_deref() == Some(ip))
+                    && old_address.is_none_or(|a| r.master_host.as_deref() == Some(a))
             })
         })
         .max_by_key(|s| {
@@ -208,7 +208,7 @@ pub fn plan(servers: &[Server], inputs: &Inputs) -> Plan {
                 candidate.reachable()
                     && servers.iter().any(|s| {
                         s.replication.as_ref().is_some_and(|r| {
-                            r.role == Role::Replica && r.master_host == candidate.ip
+                            r.role == Role::Replica && r.master_host == candidate.address
                         })
                     })
             });
@@ -266,7 +266,7 @@ pub fn plan(servers: &[Server], inputs: &Inputs) -> Plan {
     let master_server = master.as_deref().and_then(by_pod);
     if unreachable_since.is_none()
         && let Some(primary) = master_server
-        && let Some(master_ip) = primary.ip.clone()
+        && let Some(master_address) = primary.address.clone()
     {
         if primary
             .replication
@@ -280,11 +280,11 @@ pub fn plan(servers: &[Server], inputs: &Inputs) -> Plan {
                 continue;
             };
             let follows = replication.role == Role::Replica
-                && replication.master_host.as_deref() == Some(master_ip.as_str());
+                && replication.master_host.as_deref() == Some(master_address.as_str());
             if !follows {
                 steps.push(Step::Follow {
                     pod: other.pod.clone(),
-                    master_ip: master_ip.clone(),
+                    master_address: master_address.clone(),
                 });
             }
         }
@@ -316,16 +316,19 @@ pub fn in_topology(server: &Server, master: &Server) -> bool {
         } else {
             replication.role == Role::Replica
                 && replication.link_up
-                && replication.master_host == master.ip
+                && replication.master_host == master.address
         }
 }
 
 /// How long a question to a server may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(3);
 
-async fn connection(ip: &str, password: &str) -> Result<redis::aio::MultiplexedConnection, String> {
+async fn connection(
+    address: &str,
+    password: &str,
+) -> Result<redis::aio::MultiplexedConnection, String> {
     use redis::IntoConnectionInfo;
-    let mut info = redis::ConnectionAddr::Tcp(ip.to_owned(), PORT)
+    let mut info = redis::ConnectionAddr::Tcp(address.to_owned(), PORT)
         .into_connection_info()
         .map_err(|e| e.to_string())?;
     if !password.is_empty() {
@@ -335,41 +338,41 @@ async fn connection(ip: &str, password: &str) -> Result<redis::aio::MultiplexedC
     let client = redis::Client::open(info).map_err(|e| e.to_string())?;
     tokio::time::timeout(ASK_TIMEOUT, client.get_multiplexed_async_connection())
         .await
-        .map_err(|_| format!("{ip}: no answer"))?
-        .map_err(|e| format!("{ip}: {e}"))
+        .map_err(|_| format!("{address}: no answer"))?
+        .map_err(|e| format!("{address}: {e}"))
 }
 
 async fn command<T: redis::FromRedisValue>(
-    ip: &str,
+    address: &str,
     password: &str,
     cmd: &redis::Cmd,
 ) -> Result<T, String> {
-    let mut connection = connection(ip, password).await?;
+    let mut connection = connection(address, password).await?;
     tokio::time::timeout(ASK_TIMEOUT, cmd.query_async(&mut connection))
         .await
-        .map_err(|_| format!("{ip}: no answer"))?
-        .map_err(|e| format!("{ip}: {e}"))
+        .map_err(|_| format!("{address}: no answer"))?
+        .map_err(|e| format!("{address}: {e}"))
 }
 
-/// Asks the server at `ip` for its replication (`None` when it does not answer).
-pub async fn ask(ip: &str, password: &str) -> Option<Replication> {
+/// Asks the server at `address` for its replication (`None` when it does not answer).
+pub async fn ask(address: &str, password: &str) -> Option<Replication> {
     let mut info = redis::cmd("INFO");
     info.arg("server").arg("replication");
-    let text: String = command(ip, password, &info).await.ok()?;
+    let text: String = command(address, password, &info).await.ok()?;
     Replication::parse(&text)
 }
 
-/// Carries out one step on the server at `ip`.
+/// Carries out one step on the server at `address`.
 ///
 /// # Errors
 /// The server's refusal, or that it did not answer.
-pub async fn run(step: &Step, ip: &str, password: &str) -> Result<(), String> {
+pub async fn run(step: &Step, address: &str, password: &str) -> Result<(), String> {
     let mut cmd = redis::cmd("REPLICAOF");
     match step {
         Step::Promote(_) => cmd.arg("NO").arg("ONE"),
-        Step::Follow { master_ip, .. } => cmd.arg(master_ip).arg(PORT),
+        Step::Follow { master_address, .. } => cmd.arg(master_address).arg(PORT),
     };
-    command::<String>(ip, password, &cmd).await.map(drop)
+    command::<String>(address, password, &cmd).await.map(drop)
 }
 
 #[cfg(test)]
@@ -387,10 +390,10 @@ mod tests {
         })
     }
 
-    fn replica_of(ip: &str, offset: i64) -> Option<Replication> {
+    fn replica_of(address: &str, offset: i64) -> Option<Replication> {
         Some(Replication {
             role: Role::Replica,
-            master_host: Some(ip.into()),
+            master_host: Some(address.into()),
             link_up: true,
             synced: true,
             offset,
@@ -402,7 +405,7 @@ mod tests {
         Server {
             pod: format!("r-{ordinal}"),
             ordinal,
-            ip: Some(format!("127.64.0.{}", ordinal + 10)),
+            address: Some(format!("127.64.0.{}", ordinal + 10)),
             ready: replication.is_some(),
             replication,
         }
@@ -424,7 +427,7 @@ mod tests {
     fn follow(ordinal: i32, master: i32) -> Step {
         Step::Follow {
             pod: format!("r-{ordinal}"),
-            master_ip: format!("127.64.0.{}", master + 10),
+            master_address: format!("127.64.0.{}", master + 10),
         }
     }
 

@@ -42,7 +42,7 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
             "example.com/redis-operator:*",
             env!("CARGO_BIN_EXE_redis-operator"),
         )],
-        false,
+        true,
     );
     plinth_testenv::eventually_blocking("the node is Ready", || {
         let out = server.kubectl(&["get", "node", "redis-deployed", "--no-headers"]);
@@ -218,7 +218,11 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
             .all(|pod| {
                 let info = redis(&ip(pod), &password, &["info", "replication"]);
                 info.contains("role:slave")
-                    && info.contains(&format!("master_host:{promoted_ip}"))
+                    // By the promoted server's stable name, not its address: the operator
+                    // runs in a pod, where the cluster's names resolve.
+                    && info.contains(&format!(
+                        "master_host:{promoted}.cache-headless.default.svc.cluster.local\r\n"
+                    ))
                     && info.contains("master_link_status:up")
             })
             && cluster_status(&server)["phase"] == "Running"
