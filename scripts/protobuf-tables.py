@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 PACKAGES = ["core/v1", "apps/v1", "batch/v1", "autoscaling/v1", "autoscaling/v2", "policy/v1",
-            "networking/v1", "scheduling/v1", "node/v1", "storage/v1"]
+            "networking/v1", "scheduling/v1", "node/v1", "storage/v1", "admissionregistration/v1",
+            "discovery/v1"]
 # The top-level kinds served with a protobuf form, by (apiVersion, package, message).
 ROOTS = [
     ("v1", "core/v1", "Pod"),
@@ -30,6 +31,8 @@ ROOTS = [
     ("v1", "core/v1", "LimitRange"),
     ("v1", "core/v1", "ResourceQuota"),
     ("v1", "core/v1", "Binding"),
+    ("v1", "core/v1", "ReplicationController"),
+    ("v1", "core/v1", "ComponentStatus"),
     ("apps/v1", "apps/v1", "Deployment"),
     ("apps/v1", "apps/v1", "ReplicaSet"),
     ("apps/v1", "apps/v1", "StatefulSet"),
@@ -52,13 +55,19 @@ ROOTS = [
     ("storage.k8s.io/v1", "storage/v1", "CSINode"),
     ("storage.k8s.io/v1", "storage/v1", "CSIStorageCapacity"),
     ("storage.k8s.io/v1", "storage/v1", "VolumeAttachment"),
+    ("admissionregistration.k8s.io/v1", "admissionregistration/v1", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "admissionregistration/v1", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "admissionregistration/v1", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "admissionregistration/v1", "ValidatingAdmissionPolicyBinding"),
+    ("discovery.k8s.io/v1", "discovery/v1", "EndpointSlice"),
 ]
 # Embedded Go structs (`json:",inline"`): a nested message in protobuf, the parent's own
 # fields in JSON. In these packages: a `LocalObjectReference` in the key selectors and
 # sources, a volume's source, a persistent volume's source, an ephemeral container's
-# common part, a probe's handler, an Ingress rule's value.
+# common part, a probe's handler, an Ingress rule's value, an admission rule and a named
+# admission rule's operations.
 EMBEDDED = {"localObjectReference", "volumeSource", "persistentVolumeSource", "ephemeralContainerCommon",
-            "ingressRuleValue"}
+            "ingressRuleValue", "rule", "ruleWithOperations"}
 INLINE = {("core/v1", "Probe", "handler")}
 
 
@@ -114,7 +123,7 @@ GO_FIELD = re.compile(r'^\s+\w*\s*(\*?)[\w.\[\]]*\s*`json:"([^"]*)".*protobuf:"[
 
 
 def go_fields(text):
-    """(struct, protobuf name) → (pointer, omitempty), from a types.go."""
+    """(struct, protobuf name) → (pointer, omitempty, JSON name), from a types.go."""
     fields, current = {}, None
     for line in text.splitlines():
         m = re.match(r"^type (\w+) struct \{", line)
@@ -126,7 +135,8 @@ def go_fields(text):
             continue
         m = GO_FIELD.match(line)
         if current and m:
-            fields[(current, m.group(3))] = (m.group(1) == "*", "omitempty" in m.group(2))
+            fields[(current, m.group(3))] = (m.group(1) == "*", "omitempty" in m.group(2),
+                                             m.group(2).split(",", 1)[0])
     return fields
 
 
@@ -182,7 +192,7 @@ def main():
            f"// generated.proto files ({label}): the field numbers of the workload types. Do not edit.",
            "",
            "//! Protobuf tables of the core, apps, batch, autoscaling, policy, networking, scheduling,",
-           "//! node and storage types (generated).",
+           "//! node, storage, admissionregistration and discovery types (generated).",
            "",
            "use super::encode::Shape::{SHAPES};",
            "use super::encode::{Field, Shape, {MAKERS}};",
@@ -206,9 +216,12 @@ def main():
             if kind == "message" and embedded(pkg, name, field, type_name):
                 shape = f"Inline(&{const(*target)})"
             maker = "many" if repeated else "one"
+            pointer, omitempty, json_name = gotypes[pkg].get((name, field), (False, True, ""))
             if not repeated and shape in ("Str", "I32", "I64", "Bool", "Double"):
-                pointer, omitempty = gotypes[pkg].get((name, field), (False, True))
                 maker = "kept" if pointer or not omitempty else "dropped"
+            # The JSON name where the protobuf one differs (admissionregistration's
+            # `Webhooks`, `Expression`: the Go field's name, the JSON tag's lower case).
+            field = json_name or field
             rows.append(f"    {maker}({field!r:}, {tag}, {shape}),".replace("'", '"'))
         out.append(f"/// `{pkg}` `{name}`.")
         out.append(f"pub(crate) static {const(pkg, name)}: [Field; {len(rows)}] = [")

@@ -2,13 +2,271 @@
 // generated.proto files (v0.33.13): the field numbers of the workload types. Do not edit.
 
 //! Protobuf tables of the core, apps, batch, autoscaling, policy, networking, scheduling,
-//! node and storage types (generated).
+//! node, storage, admissionregistration and discovery types (generated).
 
 use super::encode::Shape::{
-    Bool, I32, I64, Inline, IntOrString, Map, Message, Quantity, RawJson, Str, StringMap, Time,
+    Bool, Bytes, I32, I64, Inline, IntOrString, Map, Message, Quantity, RawJson, Str, StringMap,
+    Time,
 };
 use super::encode::{Field, Shape, dropped, kept, many, one};
 use super::meta::{CONDITION, DELETE_OPTIONS, LABEL_SELECTOR, OBJECT_META};
+
+/// `admissionregistration/v1` `AuditAnnotation`.
+pub(crate) static ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION: [Field; 2] =
+    [kept("key", 1, Str), kept("valueExpression", 2, Str)];
+
+/// `admissionregistration/v1` `ExpressionWarning`.
+pub(crate) static ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING: [Field; 2] =
+    [kept("fieldRef", 2, Str), kept("warning", 3, Str)];
+
+/// `admissionregistration/v1` `MatchCondition`.
+pub(crate) static ADMISSIONREGISTRATION_V1_MATCH_CONDITION: [Field; 2] =
+    [kept("name", 1, Str), kept("expression", 2, Str)];
+
+/// `admissionregistration/v1` `MatchResources`.
+pub(crate) static ADMISSIONREGISTRATION_V1_MATCH_RESOURCES: [Field; 5] = [
+    one("namespaceSelector", 1, Message(LABEL_SELECTOR)),
+    one("objectSelector", 2, Message(LABEL_SELECTOR)),
+    many(
+        "resourceRules",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS),
+    ),
+    many(
+        "excludeResourceRules",
+        4,
+        Message(&ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS),
+    ),
+    kept("matchPolicy", 7, Str),
+];
+
+/// `admissionregistration/v1` `MutatingWebhook`.
+pub(crate) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: [Field; 12] = [
+    kept("name", 1, Str),
+    one(
+        "clientConfig",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG),
+    ),
+    many(
+        "rules",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
+    ),
+    kept("failurePolicy", 4, Str),
+    kept("matchPolicy", 9, Str),
+    one("namespaceSelector", 5, Message(LABEL_SELECTOR)),
+    one("objectSelector", 11, Message(LABEL_SELECTOR)),
+    kept("sideEffects", 6, Str),
+    kept("timeoutSeconds", 7, I32),
+    many("admissionReviewVersions", 8, Str),
+    kept("reinvocationPolicy", 10, Str),
+    many(
+        "matchConditions",
+        12,
+        Message(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION),
+    ),
+];
+
+/// `admissionregistration/v1` `MutatingWebhookConfiguration`.
+pub(crate) static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION: [Field; 2] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    many(
+        "webhooks",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK),
+    ),
+];
+
+/// `admissionregistration/v1` `NamedRuleWithOperations`.
+pub(crate) static ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS: [Field; 2] = [
+    many("resourceNames", 1, Str),
+    one(
+        "ruleWithOperations",
+        2,
+        Inline(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
+    ),
+];
+
+/// `admissionregistration/v1` `ParamKind`.
+pub(crate) static ADMISSIONREGISTRATION_V1_PARAM_KIND: [Field; 2] =
+    [dropped("apiVersion", 1, Str), dropped("kind", 2, Str)];
+
+/// `admissionregistration/v1` `ParamRef`.
+pub(crate) static ADMISSIONREGISTRATION_V1_PARAM_REF: [Field; 4] = [
+    dropped("name", 1, Str),
+    dropped("namespace", 2, Str),
+    one("selector", 3, Message(LABEL_SELECTOR)),
+    kept("parameterNotFoundAction", 4, Str),
+];
+
+/// `admissionregistration/v1` `Rule`.
+pub(crate) static ADMISSIONREGISTRATION_V1_RULE: [Field; 4] = [
+    many("apiGroups", 1, Str),
+    many("apiVersions", 2, Str),
+    many("resources", 3, Str),
+    kept("scope", 4, Str),
+];
+
+/// `admissionregistration/v1` `RuleWithOperations`.
+pub(crate) static ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS: [Field; 2] = [
+    many("operations", 1, Str),
+    one("rule", 2, Inline(&ADMISSIONREGISTRATION_V1_RULE)),
+];
+
+/// `admissionregistration/v1` `ServiceReference`.
+pub(crate) static ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE: [Field; 4] = [
+    kept("namespace", 1, Str),
+    kept("name", 2, Str),
+    kept("path", 3, Str),
+    kept("port", 4, I32),
+];
+
+/// `admissionregistration/v1` `TypeChecking`.
+pub(crate) static ADMISSIONREGISTRATION_V1_TYPE_CHECKING: [Field; 1] = [many(
+    "expressionWarnings",
+    1,
+    Message(&ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING),
+)];
+
+/// `admissionregistration/v1` `ValidatingAdmissionPolicy`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY: [Field; 3] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC),
+    ),
+    one(
+        "status",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS),
+    ),
+];
+
+/// `admissionregistration/v1` `ValidatingAdmissionPolicyBinding`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING: [Field; 2] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC),
+    ),
+];
+
+/// `admissionregistration/v1` `ValidatingAdmissionPolicyBindingSpec`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC: [Field; 4] = [
+    dropped("policyName", 1, Str),
+    one("paramRef", 2, Message(&ADMISSIONREGISTRATION_V1_PARAM_REF)),
+    one(
+        "matchResources",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_MATCH_RESOURCES),
+    ),
+    many("validationActions", 4, Str),
+];
+
+/// `admissionregistration/v1` `ValidatingAdmissionPolicySpec`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC: [Field; 7] = [
+    one(
+        "paramKind",
+        1,
+        Message(&ADMISSIONREGISTRATION_V1_PARAM_KIND),
+    ),
+    one(
+        "matchConstraints",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_MATCH_RESOURCES),
+    ),
+    many(
+        "validations",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_VALIDATION),
+    ),
+    kept("failurePolicy", 4, Str),
+    many(
+        "auditAnnotations",
+        5,
+        Message(&ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION),
+    ),
+    many(
+        "matchConditions",
+        6,
+        Message(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION),
+    ),
+    many("variables", 7, Message(&ADMISSIONREGISTRATION_V1_VARIABLE)),
+];
+
+/// `admissionregistration/v1` `ValidatingAdmissionPolicyStatus`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS: [Field; 3] = [
+    dropped("observedGeneration", 1, I64),
+    one(
+        "typeChecking",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_TYPE_CHECKING),
+    ),
+    many("conditions", 3, Message(CONDITION)),
+];
+
+/// `admissionregistration/v1` `ValidatingWebhook`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: [Field; 11] = [
+    kept("name", 1, Str),
+    one(
+        "clientConfig",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG),
+    ),
+    many(
+        "rules",
+        3,
+        Message(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS),
+    ),
+    kept("failurePolicy", 4, Str),
+    kept("matchPolicy", 9, Str),
+    one("namespaceSelector", 5, Message(LABEL_SELECTOR)),
+    one("objectSelector", 10, Message(LABEL_SELECTOR)),
+    kept("sideEffects", 6, Str),
+    kept("timeoutSeconds", 7, I32),
+    many("admissionReviewVersions", 8, Str),
+    many(
+        "matchConditions",
+        11,
+        Message(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION),
+    ),
+];
+
+/// `admissionregistration/v1` `ValidatingWebhookConfiguration`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION: [Field; 2] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    many(
+        "webhooks",
+        2,
+        Message(&ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK),
+    ),
+];
+
+/// `admissionregistration/v1` `Validation`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VALIDATION: [Field; 4] = [
+    kept("expression", 1, Str),
+    dropped("message", 2, Str),
+    kept("reason", 3, Str),
+    dropped("messageExpression", 4, Str),
+];
+
+/// `admissionregistration/v1` `Variable`.
+pub(crate) static ADMISSIONREGISTRATION_V1_VARIABLE: [Field; 2] =
+    [kept("name", 1, Str), kept("expression", 2, Str)];
+
+/// `admissionregistration/v1` `WebhookClientConfig`.
+pub(crate) static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: [Field; 3] = [
+    kept("url", 3, Str),
+    one(
+        "service",
+        1,
+        Message(&ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE),
+    ),
+    one("caBundle", 2, Bytes),
+];
 
 /// `apps/v1` `ControllerRevision`.
 pub(crate) static APPS_V1_CONTROLLER_REVISION: [Field; 3] = [
@@ -810,6 +1068,20 @@ pub(crate) static CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION: [Field; 5] = [
     one("labelSelector", 3, Message(LABEL_SELECTOR)),
     kept("optional", 5, Bool),
     kept("path", 4, Str),
+];
+
+/// `core/v1` `ComponentCondition`.
+pub(crate) static CORE_V1_COMPONENT_CONDITION: [Field; 4] = [
+    kept("type", 1, Str),
+    kept("status", 2, Str),
+    dropped("message", 3, Str),
+    dropped("error", 4, Str),
+];
+
+/// `core/v1` `ComponentStatus`.
+pub(crate) static CORE_V1_COMPONENT_STATUS: [Field; 2] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    many("conditions", 2, Message(&CORE_V1_COMPONENT_CONDITION)),
 ];
 
 /// `core/v1` `ConfigMapEnvSource`.
@@ -1961,6 +2233,44 @@ pub(crate) static CORE_V1_RBD_VOLUME_SOURCE: [Field; 8] = [
     dropped("readOnly", 8, Bool),
 ];
 
+/// `core/v1` `ReplicationController`.
+pub(crate) static CORE_V1_REPLICATION_CONTROLLER: [Field; 3] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    one("spec", 2, Message(&CORE_V1_REPLICATION_CONTROLLER_SPEC)),
+    one("status", 3, Message(&CORE_V1_REPLICATION_CONTROLLER_STATUS)),
+];
+
+/// `core/v1` `ReplicationControllerCondition`.
+pub(crate) static CORE_V1_REPLICATION_CONTROLLER_CONDITION: [Field; 5] = [
+    kept("type", 1, Str),
+    kept("status", 2, Str),
+    one("lastTransitionTime", 3, Time),
+    dropped("reason", 4, Str),
+    dropped("message", 5, Str),
+];
+
+/// `core/v1` `ReplicationControllerSpec`.
+pub(crate) static CORE_V1_REPLICATION_CONTROLLER_SPEC: [Field; 4] = [
+    kept("replicas", 1, I32),
+    dropped("minReadySeconds", 4, I32),
+    one("selector", 2, StringMap),
+    one("template", 3, Message(&CORE_V1_POD_TEMPLATE_SPEC)),
+];
+
+/// `core/v1` `ReplicationControllerStatus`.
+pub(crate) static CORE_V1_REPLICATION_CONTROLLER_STATUS: [Field; 6] = [
+    kept("replicas", 1, I32),
+    dropped("fullyLabeledReplicas", 2, I32),
+    dropped("readyReplicas", 4, I32),
+    dropped("availableReplicas", 5, I32),
+    dropped("observedGeneration", 3, I64),
+    many(
+        "conditions",
+        6,
+        Message(&CORE_V1_REPLICATION_CONTROLLER_CONDITION),
+    ),
+];
+
 /// `core/v1` `ResourceClaim`.
 pub(crate) static CORE_V1_RESOURCE_CLAIM: [Field; 2] =
     [kept("name", 1, Str), dropped("request", 2, Str)];
@@ -2412,6 +2722,53 @@ pub(crate) static CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS: [Field; 4] = [
     kept("hostProcess", 4, Bool),
 ];
 
+/// `discovery/v1` `Endpoint`.
+pub(crate) static DISCOVERY_V1_ENDPOINT: [Field; 8] = [
+    many("addresses", 1, Str),
+    one("conditions", 2, Message(&DISCOVERY_V1_ENDPOINT_CONDITIONS)),
+    kept("hostname", 3, Str),
+    one("targetRef", 4, Message(&CORE_V1_OBJECT_REFERENCE)),
+    one("deprecatedTopology", 5, StringMap),
+    kept("nodeName", 6, Str),
+    kept("zone", 7, Str),
+    one("hints", 8, Message(&DISCOVERY_V1_ENDPOINT_HINTS)),
+];
+
+/// `discovery/v1` `EndpointConditions`.
+pub(crate) static DISCOVERY_V1_ENDPOINT_CONDITIONS: [Field; 3] = [
+    kept("ready", 1, Bool),
+    kept("serving", 2, Bool),
+    kept("terminating", 3, Bool),
+];
+
+/// `discovery/v1` `EndpointHints`.
+pub(crate) static DISCOVERY_V1_ENDPOINT_HINTS: [Field; 2] = [
+    many("forZones", 1, Message(&DISCOVERY_V1_FOR_ZONE)),
+    many("forNodes", 2, Message(&DISCOVERY_V1_FOR_NODE)),
+];
+
+/// `discovery/v1` `EndpointPort`.
+pub(crate) static DISCOVERY_V1_ENDPOINT_PORT: [Field; 4] = [
+    kept("name", 1, Str),
+    kept("protocol", 2, Str),
+    kept("port", 3, I32),
+    kept("appProtocol", 4, Str),
+];
+
+/// `discovery/v1` `EndpointSlice`.
+pub(crate) static DISCOVERY_V1_ENDPOINT_SLICE: [Field; 4] = [
+    one("metadata", 1, Message(OBJECT_META)),
+    kept("addressType", 4, Str),
+    many("endpoints", 2, Message(&DISCOVERY_V1_ENDPOINT)),
+    many("ports", 3, Message(&DISCOVERY_V1_ENDPOINT_PORT)),
+];
+
+/// `discovery/v1` `ForNode`.
+pub(crate) static DISCOVERY_V1_FOR_NODE: [Field; 1] = [kept("name", 1, Str)];
+
+/// `discovery/v1` `ForZone`.
+pub(crate) static DISCOVERY_V1_FOR_ZONE: [Field; 1] = [kept("name", 1, Str)];
+
 /// `networking/v1` `HTTPIngressPath`.
 pub(crate) static NETWORKING_V1_HTTP_INGRESS_PATH: [Field; 3] = [
     dropped("path", 1, Str),
@@ -2456,7 +2813,7 @@ pub(crate) static NETWORKING_V1_INGRESS_CLASS: [Field; 2] = [
 
 /// `networking/v1` `IngressClassParametersReference`.
 pub(crate) static NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE: [Field; 5] = [
-    kept("aPIGroup", 1, Str),
+    kept("apiGroup", 1, Str),
     kept("kind", 2, Str),
     kept("name", 3, Str),
     kept("scope", 4, Str),
@@ -2774,6 +3131,8 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("v1", "LimitRange") => &CORE_V1_LIMIT_RANGE,
         ("v1", "ResourceQuota") => &CORE_V1_RESOURCE_QUOTA,
         ("v1", "Binding") => &CORE_V1_BINDING,
+        ("v1", "ReplicationController") => &CORE_V1_REPLICATION_CONTROLLER,
+        ("v1", "ComponentStatus") => &CORE_V1_COMPONENT_STATUS,
         ("apps/v1", "Deployment") => &APPS_V1_DEPLOYMENT,
         ("apps/v1", "ReplicaSet") => &APPS_V1_REPLICA_SET,
         ("apps/v1", "StatefulSet") => &APPS_V1_STATEFUL_SET,
@@ -2796,6 +3155,19 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("storage.k8s.io/v1", "CSINode") => &STORAGE_V1_CSI_NODE,
         ("storage.k8s.io/v1", "CSIStorageCapacity") => &STORAGE_V1_CSI_STORAGE_CAPACITY,
         ("storage.k8s.io/v1", "VolumeAttachment") => &STORAGE_V1_VOLUME_ATTACHMENT,
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            &ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION
+        }
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            &ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING
+        }
+        ("discovery.k8s.io/v1", "EndpointSlice") => &DISCOVERY_V1_ENDPOINT_SLICE,
         _ => return None,
     })
 }

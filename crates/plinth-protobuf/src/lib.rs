@@ -402,6 +402,122 @@ mod tests {
     }
 
     #[test]
+    fn admission_and_discovery_types_decode_from_upstreams_bindings() {
+        use k8s_pb::api::admissionregistration::v1 as admission;
+        use k8s_pb::api::discovery::v1 as discovery;
+        let hooks = admission::ValidatingWebhookConfiguration {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("hooks".into()),
+                ..Default::default()
+            }),
+            webhooks: vec![admission::ValidatingWebhook {
+                name: Some("check.example.com".into()),
+                client_config: Some(admission::WebhookClientConfig {
+                    url: Some("https://127.0.0.1:9443/check".into()),
+                    ca_bundle: Some(vec![0, 1, 2]),
+                    ..Default::default()
+                }),
+                rules: vec![admission::RuleWithOperations {
+                    operations: vec!["CREATE".into()],
+                    rule: Some(admission::Rule {
+                        api_groups: vec!["apps".into()],
+                        api_versions: vec!["v1".into()],
+                        resources: vec!["deployments".into()],
+                        scope: Some("Namespaced".into()),
+                    }),
+                }],
+                side_effects: Some("None".into()),
+                timeout_seconds: Some(3),
+                admission_review_versions: vec!["v1".into()],
+                ..Default::default()
+            }],
+        };
+        let object = decode(&envelope(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            hooks.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            object["webhooks"][0],
+            json!({"name": "check.example.com",
+                "clientConfig": {"url": "https://127.0.0.1:9443/check", "caBundle": "AAEC"},
+                "rules": [{"operations": ["CREATE"], "apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "resources": ["deployments"], "scope": "Namespaced"}],
+                "sideEffects": "None", "timeoutSeconds": 3, "admissionReviewVersions": ["v1"]})
+        );
+        assert_eq!(decode(&encode_object(&object).unwrap()).unwrap(), object);
+
+        let policy = admission::ValidatingAdmissionPolicy {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("replicas".into()),
+                ..Default::default()
+            }),
+            spec: Some(admission::ValidatingAdmissionPolicySpec {
+                validations: vec![admission::Validation {
+                    expression: Some("object.spec.replicas <= 5".into()),
+                    message: Some("too many".into()),
+                    ..Default::default()
+                }],
+                variables: vec![admission::Variable {
+                    name: Some("n".into()),
+                    expression: Some("1".into()),
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let object = decode(&envelope(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingAdmissionPolicy",
+            policy.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            object["spec"],
+            json!({"validations": [{"expression": "object.spec.replicas <= 5", "message": "too many"}],
+                "variables": [{"name": "n", "expression": "1"}]})
+        );
+
+        let slice = discovery::EndpointSlice {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("web-1".into()),
+                ..Default::default()
+            }),
+            address_type: Some("IPv4".into()),
+            endpoints: vec![discovery::Endpoint {
+                addresses: vec!["10.0.0.7".into()],
+                conditions: Some(discovery::EndpointConditions {
+                    ready: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ports: vec![discovery::EndpointPort {
+                name: Some("http".into()),
+                port: Some(8080),
+                ..Default::default()
+            }],
+        };
+        let object = decode(&envelope(
+            "discovery.k8s.io/v1",
+            "EndpointSlice",
+            slice.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(object["addressType"], "IPv4");
+        assert_eq!(
+            object["endpoints"][0],
+            json!({"addresses": ["10.0.0.7"], "conditions": {"ready": true}})
+        );
+        assert_eq!(object["ports"][0], json!({"name": "http", "port": 8080}));
+        // DeleteOptions come in every group's version (client-go sends the resource's).
+        let options = decode(&envelope("apps/v1", "DeleteOptions", vec![0x18, 0x01]))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(options["orphanDependents"], true);
+    }
+
+    #[test]
     fn malformed_and_unknown_bodies_are_client_errors() {
         assert_eq!(decode(b"nope").unwrap_err().code(), 400);
         assert_eq!(decode(b"k8s\0\xff\xff").unwrap_err().code(), 400);

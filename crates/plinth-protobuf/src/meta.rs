@@ -78,4 +78,5 @@ pub(crate) const DELETE_OPTIONS: &[Field] = &[
     one("orphanDependents", 3, Bool),
     one("propagationPolicy", 4, Str),
     many("dryRun", 5, Str),
+    one("ignoreStoreReadErrorWithClusterBreakingPotential", 6, Bool),
 ];

@@ -643,7 +643,8 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("events.k8s.io/v1", "Event") => EVENTS_V1_EVENT,
         ("coordination.k8s.io/v1", "Lease") => LEASE,
         ("v1", "Status") => STATUS,
-        ("v1" | "meta.k8s.io/v1" | "policy/v1", "DeleteOptions") => DELETE_OPTIONS,
+        // Every group version has DeleteOptions: client-go sends the resource's.
+        (_, "DeleteOptions") => DELETE_OPTIONS,
         ("meta.k8s.io/v1", "PartialObjectMetadata") => PARTIAL_OBJECT_METADATA,
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
