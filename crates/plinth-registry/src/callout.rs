@@ -123,17 +123,50 @@ fn bundle(ca_bundle: &str) -> Result<Vec<rustls::pki_types::CertificateDer<'stat
 impl Endpoint {
     /// Where requests go, as a URL: the given one, or a Service's
     /// `https://<svc>.<ns>.svc:<port><path>` (its DNS name is the TLS server name).
+    /// The path is cleaned as kube-apiserver's REST client joins it (`//failing` is
+    /// `/failing`, a trailing `/` goes).
     pub fn base(&self) -> String {
         match self {
-            Endpoint::Url(url) => url.clone(),
+            Endpoint::Url(url) => {
+                let after_scheme = url.find("://").map_or(0, |i| i + 3);
+                let path_at = url[after_scheme..]
+                    .find(['/', '?'])
+                    .map_or(url.len(), |i| after_scheme + i);
+                let (origin, rest) = url.split_at(path_at);
+                let (path, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
+                format!("{origin}{}{query}", joined(path))
+            }
             Endpoint::Service {
                 namespace,
                 name,
                 path,
                 port,
-            } => format!("https://{name}.{namespace}.svc:{port}{path}"),
+            } => format!("https://{name}.{namespace}.svc:{port}{}", joined(path)),
         }
     }
+}
+
+/// `path` as Go's `path.Join` leaves it: no empty or `.` segments, `..` applied, no trailing
+/// `/`; empty stays empty.
+fn joined(path: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                kept.pop();
+            }
+            other => kept.push(other),
+        }
+    }
+    if kept.is_empty() {
+        return if path.is_empty() {
+            String::new()
+        } else {
+            "/".into()
+        };
+    }
+    format!("/{}", kept.join("/"))
 }
 
 /// The webhook's URL ([`Endpoint::base`]), with kube's `timeout` query parameter.
@@ -501,4 +534,29 @@ pub async fn forward(
         .send_request(request)
         .await
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_paths_are_joined_as_kube_joins_them() {
+        let url = |u: &str| Endpoint::Url(u.to_owned()).base();
+        assert_eq!(
+            url("https://127.0.0.1:9443//failing"),
+            "https://127.0.0.1:9443/failing"
+        );
+        assert_eq!(url("https://h/validate/"), "https://h/validate");
+        assert_eq!(url("https://h/a/./b/../c"), "https://h/a/c");
+        assert_eq!(url("https://h"), "https://h");
+        assert_eq!(url("https://h/"), "https://h/");
+        let service = Endpoint::Service {
+            namespace: "system".into(),
+            name: "hooks".into(),
+            path: "//mutate".into(),
+            port: 443,
+        };
+        assert_eq!(service.base(), "https://hooks.system.svc:443/mutate");
+    }
 }

@@ -297,6 +297,14 @@ impl Registry {
         if object != before {
             Self::check_mutated(def, &mut object)?;
         }
+        // A dry run never reaches storage, where kube-apiserver refuses a resourceVersion:
+        // one copied from an existing object is let through (controller-runtime's dry-run
+        // client relies on it).
+        if options.dry_run
+            && let Some(meta) = metadata_mut(&mut object)
+        {
+            meta.remove("resourceVersion");
+        }
         Self::prepare_create(def, &mut object, namespace)?;
         Self::validate(def, &object, None, "")?;
         if let Some(requester) = &options.requester {

@@ -399,6 +399,14 @@ fn field_validation_dry_run_and_deletecollection() {
         br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Dry"}}"#,
     );
     status(&invalid_dry, 422, "Invalid");
+    // A dry run of an existing object's copy (its resourceVersion kept, as controller-runtime's
+    // dry-run client sends it) creates nothing and is not refused; a real create is.
+    let copied = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dry-copy","resourceVersion":"7"}}"#;
+    let dry_copy = http.post(&format!("{CM}?dryRun=All"), copied);
+    assert_eq!(dry_copy.code, 201, "{}", dry_copy.body);
+    status(&http.get(&format!("{CM}/dry-copy")), 404, "NotFound");
+    status(&http.post(CM, copied), 400, "BadRequest");
+    status(&http.get(&format!("{CM}/dry-copy")), 404, "NotFound");
 
     for (name, tier) in [("c1", "a"), ("c2", "a"), ("c3", "b")] {
         http.post(CM, format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","labels":{{"tier":"{tier}"}}}}}}"#).as_bytes());
