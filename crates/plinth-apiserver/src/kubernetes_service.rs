@@ -39,10 +39,12 @@ struct Me {
     /// The Lease's holder: the name and a fresh id per start.
     holder: String,
     port: u16,
+    /// Whether the cluster DNS Service is kept too.
+    dns: bool,
 }
 
 impl Me {
-    fn new(data_dir: &std::path::Path, port: u16) -> Self {
+    fn new(data_dir: &std::path::Path, port: u16, dns: bool) -> Self {
         let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
         // FNV-1a: a short name that stays the same across releases.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -54,6 +56,7 @@ impl Me {
             holder: format!("{lease}_{}", uuid::Uuid::new_v4()),
             lease,
             port,
+            dns,
         }
     }
 }
@@ -294,14 +297,16 @@ async fn ensure(registry: &Client, group: &str, plural: &str, wanted: Value, fie
 
 /// Makes the Service and its endpoints what they should be for the live servers on `ports`
 /// (the first created the Service, with its port as the target).
-async fn ensure_all(registry: &Client, ports: &[u16]) {
+async fn ensure_all(registry: &Client, ports: &[u16], dns: bool) {
     let Some(first) = ports.first() else {
         return;
     };
     let mut wanted = service();
     wanted["spec"]["ports"][0]["targetPort"] = json!(first);
     ensure(registry, "", "services", wanted, &[]).await;
-    ensure(registry, "", "services", dns_service(), &[]).await;
+    if dns {
+        ensure(registry, "", "services", dns_service(), &[]).await;
+    }
     ensure(registry, "", "endpoints", endpoints(ports), &["subsets"]).await;
     let names: Vec<String> = ports
         .iter()
@@ -348,12 +353,12 @@ async fn ensure_all(registry: &Client, ports: &[u16]) {
 /// storage's revision stays where it is while nothing changes).
 async fn reconcile(registry: &Client, me: &Me) {
     if !registry.store.shared() {
-        ensure_all(registry, &[me.port]).await;
+        ensure_all(registry, &[me.port], me.dns).await;
         return;
     }
     renew(registry, me).await;
     let ports = live_ports(registry, Some(me)).await;
-    ensure_all(registry, &ports).await;
+    ensure_all(registry, &ports, me.dns).await;
 }
 
 /// Writes the Service and its endpoints now (before the server takes requests, so that no
@@ -364,9 +369,10 @@ pub(crate) async fn start(
     registry: Client,
     data_dir: &std::path::Path,
     port: u16,
+    dns: bool,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    let me = Me::new(data_dir, port);
+    let me = Me::new(data_dir, port, dns);
     reconcile(&registry, &me).await;
     tokio::spawn(async move {
         let period = std::time::Duration::from_secs(10);
@@ -397,7 +403,7 @@ pub(crate) async fn start(
                     .await;
             }
             let ports = live_ports(&registry, None).await;
-            ensure_all(&registry, &ports).await;
+            ensure_all(&registry, &ports, me.dns).await;
         };
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), leave).await;
     })

@@ -32,6 +32,7 @@ mod server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub use plinth_auth::pki::ServingFiles;
 pub use server::{
     AuditConfig, RunningServer, SYSTEM_NAMESPACES, ServerConfig, create_private_dir, start,
 };

@@ -46,6 +46,11 @@ pub struct ServerConfig {
     pub audit: Option<AuditConfig>,
     /// The PodSecurity admission plugin's configuration (`--admission-control-config-file`).
     pub pod_security: plinth_admission::podsecurity::Config,
+    /// A serving certificate and client CA given from outside (kube-apiserver's flags).
+    pub serving: pki::ServingFiles,
+    /// Whether the cluster DNS Service (`kube-system/kube-dns`, answered by the node
+    /// agents) is kept; off, the cluster has no DNS add-on (as envtest's).
+    pub cluster_dns: bool,
 }
 
 /// Where the audit log goes and what it holds.
@@ -216,7 +221,7 @@ pub async fn start(
         addr: config.listen,
         source: e,
     })?;
-    let credentials = pki::load_or_create(&config.data_dir, local_addr)?;
+    let credentials = pki::load_or_create(&config.data_dir, local_addr, &config.serving)?;
     let signer = Arc::new(pki::ClusterSigner::load(&config.data_dir)?);
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
@@ -307,6 +312,7 @@ pub async fn start(
         client.clone(),
         &config.data_dir,
         local_addr.port(),
+        config.cluster_dns,
         stopping.clone(),
     )
     .await;

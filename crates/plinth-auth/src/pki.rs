@@ -86,12 +86,29 @@ fn ca_params() -> Result<CertificateParams, CredentialsError> {
     Ok(params)
 }
 
+/// Certificates given from outside, as kube-apiserver takes them: a serving certificate and
+/// key (`--tls-cert-file`, `--tls-private-key-file`, or `--cert-dir`'s `apiserver.crt`) in
+/// place of the one signed at start, and a CA whose client certificates are trusted beside the
+/// cluster CA's (`--client-ca-file`).
+#[derive(Clone, Debug, Default)]
+pub struct ServingFiles {
+    /// The serving certificate (PEM, the chain) and its key (PEM: PKCS#8, SEC1 or PKCS#1).
+    pub cert_and_key: Option<(PathBuf, PathBuf)>,
+    /// More CAs for client certificates (PEM).
+    pub client_ca: Option<PathBuf>,
+}
+
 /// Loads the CA and token from `dir`, creating them on first start, and signs a serving
-/// certificate for `listen` (plus localhost and the loopback addresses).
+/// certificate for `listen` (plus localhost and the loopback addresses), unless `files`
+/// gives one.
 ///
 /// # Errors
 /// [`CredentialsError`] naming the step and file that failed.
-pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, CredentialsError> {
+pub fn load_or_create(
+    dir: &Path,
+    listen: SocketAddr,
+    files: &ServingFiles,
+) -> Result<Credentials, CredentialsError> {
     let (ca_cert_path, ca_key_path, token_path) =
         (dir.join(CA_CERT), dir.join(CA_KEY), dir.join(TOKEN));
     let ca_params = ca_params()?;
@@ -156,14 +173,24 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Cre
         .signed_by(&server_key, &issuer)
         .map_err(pki("sign the serving certificate"))?;
 
-    let chain = vec![server_cert.der().clone()];
-    let key =
-        rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).map_err(|e| {
-            CredentialsError {
-                step: "load the serving key",
-                reason: e.to_string(),
-            }
-        })?;
+    let (chain, key) = match &files.cert_and_key {
+        Some((cert, key)) => given_pair(cert, key)?,
+        None => (
+            vec![server_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(server_key.serialize_der()).map_err(
+                |e| CredentialsError {
+                    step: "load the serving key",
+                    reason: e.to_string(),
+                },
+            )?,
+        ),
+    };
+    let mut trusted = ca_pem.clone();
+    if let Some(path) = &files.client_ca {
+        let extra = std::fs::read_to_string(path).map_err(io("read the client CA", path))?;
+        trusted.push('\n');
+        trusted.push_str(&extra);
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -171,7 +198,7 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Cre
             step: "configure TLS",
             reason: e.to_string(),
         })?
-        .with_client_cert_verifier(client_verifier(&ca_pem)?)
+        .with_client_cert_verifier(client_verifier(&trusted)?)
         .with_single_cert(chain, key)
         .map_err(|e| CredentialsError {
             step: "configure TLS",
@@ -183,6 +210,37 @@ pub fn load_or_create(dir: &Path, listen: SocketAddr) -> Result<Credentials, Cre
         token,
         ca_pem,
     })
+}
+
+/// A serving certificate chain and key read from PEM files.
+fn given_pair(
+    cert: &Path,
+    key: &Path,
+) -> Result<
+    (
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ),
+    CredentialsError,
+> {
+    use rustls::pki_types::pem::PemObject;
+    let bad = |step: &'static str, path: &Path, e: String| CredentialsError {
+        step,
+        reason: format!("{}: {e}", path.display()),
+    };
+    let chain = rustls::pki_types::CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| bad("read the serving certificate", cert, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(bad(
+            "read the serving certificate",
+            cert,
+            "no certificate in it".into(),
+        ));
+    }
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| bad("read the serving key", key, e.to_string()))?;
+    Ok((chain, key))
 }
 
 /// Writes to `out` (mode 0600) a kubeconfig for `user` in `groups`, with a client

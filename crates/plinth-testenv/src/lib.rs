@@ -261,6 +261,8 @@ async fn boot(
         max_mutating_requests_inflight: 0,
         audit: None,
         pod_security: plinth_apiserver::admission_config::PodSecurity::default(),
+        serving: plinth_apiserver::ServingFiles::default(),
+        cluster_dns: true,
     };
     let server = plinth_apiserver::start(config, store)
         .await

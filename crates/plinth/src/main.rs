@@ -113,9 +113,34 @@ enum Command {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
             default_missing_value = "true")]
         controllers: bool,
+        /// The serving certificate (PEM) in place of the one Plinth signs at start; with
+        /// --tls-private-key-file.
+        #[arg(long, requires = "tls_private_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// The serving certificate's key (PEM).
+        #[arg(long, requires = "tls_cert_file")]
+        tls_private_key_file: Option<PathBuf>,
+        /// A CA (PEM) whose client certificates are trusted beside the cluster CA's.
+        #[arg(long)]
+        client_ca_file: Option<PathBuf>,
+        /// Admission plugins to turn off (kube's names; `ServiceAccount` is the one Plinth can).
+        #[arg(long, value_delimiter = ',', value_parser = ["ServiceAccount"])]
+        disable_admission_plugins: Vec<String>,
+        /// Keep the cluster DNS Service `kube-system/kube-dns` (the node agents answer its
+        /// address); `--cluster-dns=false` leaves the cluster without the DNS add-on.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+            default_missing_value = "true")]
+        cluster_dns: bool,
         /// The node agent's settings.
         #[command(flatten)]
         node: node::NodeArgs,
+    },
+    /// Writes `kube-apiserver` and `etcd` into DIR (links to this binary, which takes their
+    /// flags) and `kubectl`, for `KUBEBUILDER_ASSETS=DIR`: controller-runtime's envtest then
+    /// runs its control plane on Plinth. Prints DIR.
+    EnvtestAssets {
+        /// Where to write them.
+        dir: PathBuf,
     },
     /// Runs a node agent against a Plinth (or Kubernetes) API server: it registers a Node
     /// and runs the Pods bound to it as local processes.
@@ -253,6 +278,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(seconds))
 }
 
+mod envtest;
 mod migrate;
 mod network;
 mod node;
@@ -287,7 +313,20 @@ fn default_data_dir() -> PathBuf {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match envtest::called_as() {
+        None => Cli::parse(),
+        Some(name) => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            envtest::exit_with_parent(name);
+            if name == "etcd" {
+                return envtest::etcd(&args);
+            }
+            match envtest::apiserver_args(&args) {
+                Ok(serve) => Cli::parse_from(std::iter::once("plinth".to_owned()).chain(serve)),
+                Err(exit) => return exit,
+            }
+        }
+    };
     match cli.command {
         Command::Serve {
             data_dir,
@@ -317,8 +356,18 @@ fn main() -> ExitCode {
             service_cluster_ip_range,
             cluster_cidr,
             pod_network,
+            tls_cert_file,
+            tls_private_key_file,
+            client_ca_file,
+            disable_admission_plugins,
+            cluster_dns,
         } => {
             init_logging(&log_format);
+            plinth_types::core::pod::set_service_account_admission(
+                !disable_admission_plugins
+                    .iter()
+                    .any(|p| p == "ServiceAccount"),
+            );
             let backend = if etcd_servers.is_empty() {
                 Backend::Embedded
             } else {
@@ -371,6 +420,11 @@ fn main() -> ExitCode {
                 max_requests_inflight,
                 max_mutating_requests_inflight,
                 pod_security,
+                serving: plinth_apiserver::ServingFiles {
+                    cert_and_key: tls_cert_file.zip(tls_private_key_file),
+                    client_ca: client_ca_file,
+                },
+                cluster_dns,
                 audit: audit_policy_file.zip(audit_log_path).map(|(policy, log)| {
                     plinth_apiserver::AuditConfig {
                         policy,
@@ -475,6 +529,16 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::EnvtestAssets { dir } => match envtest::write_assets(&dir) {
+            Ok(()) => {
+                println!("{}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("plinth: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Sandbox { stage2, spec } => {
             let code = plinth_node::sandbox::main(&spec, stage2);
             ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))

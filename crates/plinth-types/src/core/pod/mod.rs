@@ -165,6 +165,16 @@ fn default_tolerations(spec: &mut Value) {
     }
 }
 
+/// Whether the ServiceAccount admission plugin runs (kube-apiserver's
+/// `--disable-admission-plugins=ServiceAccount` turns it off, as envtest does).
+static SERVICE_ACCOUNT_ADMISSION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Turns the ServiceAccount admission plugin on or off for new pods.
+pub fn set_service_account_admission(on: bool) {
+    SERVICE_ACCOUNT_ADMISSION.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Where the ServiceAccount token, CA and namespace appear in containers.
 pub const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -294,7 +304,9 @@ fn frozen(spec: &Value) -> Value {
 
 impl Strategy for Pods {
     fn prepare_create(&self, object: &mut Value) {
-        service_account(object);
+        if SERVICE_ACCOUNT_ADMISSION.load(std::sync::atomic::Ordering::Relaxed) {
+            service_account(object);
+        }
         if let Some(spec) = object.get_mut("spec") {
             default_pod_spec(spec);
             default_tolerations(spec);
