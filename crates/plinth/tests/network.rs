@@ -936,14 +936,14 @@ fn the_postgres_image_runs_as_it_is() {
     // From pg-b, pg-a by its Service's name, with pg-a's password, into the database made.
     let query = "select current_database() || ' ' || host(inet_server_addr())";
     let pg_a_ip = plinth.kubectl(&["get", "pod", "pg-a", "-o", "jsonpath={.status.podIP}"]);
-    let mut answer = String::new();
-    plinth.eventually("pg-a answers pg-b through its Service", || {
-        let out = plinth.kubectl_output(&[
+    // psql in pg-b against pg-a through its Service, with `password`.
+    let psql = |password: &str, sql: &str| {
+        plinth.kubectl_output(&[
             "exec",
             "pg-b",
             "--",
             "env",
-            "PGPASSWORD=secret-pg-a",
+            &format!("PGPASSWORD={password}"),
             "psql",
             "-h",
             "pg-a.default.svc.cluster.local",
@@ -952,29 +952,18 @@ fn the_postgres_image_runs_as_it_is() {
             "-d",
             "app",
             "-tAc",
-            query,
-        ]);
+            sql,
+        ])
+    };
+    let mut answer = String::new();
+    plinth.eventually("pg-a answers pg-b through its Service", || {
+        let out = psql("secret-pg-a", query);
         answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         out.status.success()
     });
     assert_eq!(answer, format!("app {pg_a_ip}"));
     // The wrong password is refused: the server asks for one over the network.
-    let refused = plinth.kubectl_output(&[
-        "exec",
-        "pg-b",
-        "--",
-        "env",
-        "PGPASSWORD=secret-pg-b",
-        "psql",
-        "-h",
-        "pg-a.default.svc.cluster.local",
-        "-U",
-        "postgres",
-        "-d",
-        "app",
-        "-tAc",
-        "select 1",
-    ]);
+    let refused = psql("secret-pg-b", "select 1");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("password authentication failed"),
         "{}",
