@@ -195,7 +195,15 @@ impl plinth_registry::resources::TokenReviewer for Authenticator {
         };
         self.token_user(token, objects, &wanted)
             .await
-            .ok_or_else(|| "[invalid bearer token, token lookup failed]".to_owned())
+            .ok_or_else(|| {
+                // kube's authenticators pass over a token that is not theirs (not a JWT of
+                // this issuer) without an error; one of theirs that fails is an error.
+                if self.service_accounts.claims_issued_here(token) {
+                    "[invalid bearer token, token lookup failed]".to_owned()
+                } else {
+                    String::new()
+                }
+            })
     }
 }
 

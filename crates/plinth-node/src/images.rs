@@ -10,6 +10,8 @@
 //! "example.com/tools/*":
 //!   entrypoint: [/usr/local/bin/tool]
 //!   cmd: [--serve]
+//! "controller:latest":                     # a kubebuilder project's image
+//!   files: {/manager: /home/me/project/bin/manager}
 //! ```
 
 use std::collections::BTreeMap;
@@ -48,6 +50,12 @@ pub struct Entry {
     /// volume mounted over them.
     #[serde(default)]
     pub dirs: Vec<String>,
+    /// The image's own files: a path inside the container → the machine's file shown there
+    /// (read-only), as the image's filesystem holds them — a Go operator's `/manager`, which
+    /// its Deployment's `command` names. Where containers are not isolated, a command naming
+    /// one runs the machine's file.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
 }
 
 /// An image's clients (program name → arguments), expanded for one container.
@@ -141,6 +149,7 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
         options_for: None,
         clients: BTreeMap::new(),
         dirs: Vec::new(),
+        files: BTreeMap::new(),
     };
     let redis = if private {
         Entry {
@@ -608,7 +617,7 @@ mod tests {
         let path = dir.path().join("images.yaml");
         std::fs::write(
             &path,
-            "\"redis:*\": /opt/redis/bin/redis-server\ntool:\n  entrypoint: [/bin/tool]\n  cmd: [--serve]\n",
+            "\"redis:*\": /opt/redis/bin/redis-server\ntool:\n  entrypoint: [/bin/tool]\n  cmd: [--serve]\n\"controller:latest\":\n  files: {/manager: /work/bin/manager}\n",
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let map = ImageMap::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -619,6 +628,13 @@ mod tests {
         assert_eq!(
             map.lookup("tool").map(|e| e.cmd.clone()),
             Some(vec!["--serve".to_owned()])
+        );
+        assert_eq!(
+            map.lookup("controller:latest").map(|e| e.files.clone()),
+            Some(BTreeMap::from([(
+                "/manager".to_owned(),
+                "/work/bin/manager".to_owned()
+            )]))
         );
         std::fs::write(&path, "tool: {entry: 1}").unwrap_or_else(|e| panic!("{e}"));
         assert!(ImageMap::load(&path).is_err());

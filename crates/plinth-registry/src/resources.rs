@@ -100,7 +100,8 @@ pub trait TokenReviewer: Send + Sync {
     /// empty): the user and the audiences the token is good for (of those asked).
     ///
     /// # Errors
-    /// Why the token authenticates no one, in kube's words.
+    /// Why the token authenticates no one, in kube's words; empty when no authenticator here
+    /// claims it (kube's review then carries no error).
     async fn review(
         &self,
         objects: &dyn Objects,

@@ -187,7 +187,7 @@ impl Worker {
         self: &Arc<Self>,
         container: &Value,
         kind: Kind,
-        argv: Vec<String>,
+        mut argv: Vec<String>,
         env: Vec<(String, String)>,
         log: &std::path::Path,
         run: u32,
@@ -235,6 +235,21 @@ impl Worker {
                 target: program.clone(),
                 read_only: true,
             });
+        }
+        // The image's own files: shown at their paths inside, or (not isolated) run from
+        // where they are.
+        if let Some(entry) = container["image"].as_str().and_then(|i| self.image(i)) {
+            for (inside, source) in &entry.files {
+                if self.runtime.isolates() {
+                    extra_mounts.push(sandbox::Mount {
+                        source: PathBuf::from(source),
+                        target: inside.clone(),
+                        read_only: true,
+                    });
+                } else if argv.first() == Some(inside) {
+                    argv[0] = source.clone();
+                }
+            }
         }
         // The image's own directories, each container's (under any volume mounted there).
         let mut image_dirs = Vec::new();

@@ -100,7 +100,9 @@ fn token_review<'a>(
                 "user": user_info(&user),
                 "audiences": matched,
             }),
-            Err(error) => json!({"authenticated": false, "user": {}, "error": error}),
+            // kube leaves `authenticated: false` and an empty error out.
+            Err(error) if error.is_empty() => json!({"user": {}}),
+            Err(error) => json!({"user": {}, "error": error}),
         };
         Ok(unstamped(object))
     })
