@@ -56,6 +56,10 @@ pub struct Entry {
     /// one runs the machine's file.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// The image's working directory (`WORKDIR`), where a container without `workingDir`
+    /// starts.
+    #[serde(default)]
+    pub workdir: Option<String>,
 }
 
 /// An image's clients (program name → arguments), expanded for one container.
@@ -150,6 +154,7 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
         clients: BTreeMap::new(),
         dirs: Vec::new(),
         files: BTreeMap::new(),
+        workdir: None,
     };
     let redis = if private {
         Entry {

@@ -439,6 +439,16 @@ fn build_root(spec: &Spec) -> Result<(), String> {
             .map_err(|e| format!("hide {}: {e}", hidden.display()))?;
         }
     }
+    // Mount points the machine's directories lack are made in a layer of the container's own
+    // over the nearest machine directory, never in the machine's (an image's `/home/app`,
+    // `/usr/local/bin/tool`).
+    let mut layers = Layers::new(root);
+    for m in &spec.mounts {
+        let target = inside(root, &m.target);
+        if !target.exists() {
+            layers.shield(root, &target);
+        }
+    }
     for m in &spec.mounts {
         let target = inside(root, &m.target);
         if m.source.is_dir() {
@@ -457,6 +467,86 @@ fn build_root(spec: &Spec) -> Result<(), String> {
         bind(&m.source, &target, m.read_only)?;
     }
     Ok(())
+}
+
+/// Writable layers of a container's own over machine directories inside its root (overlay
+/// mounts: the machine's directory below, the container's changes above, in a tmpfs).
+struct Layers {
+    /// Where the layers' upper and work directories live (a tmpfs beside the root).
+    base: PathBuf,
+    made: usize,
+    ready: bool,
+}
+
+impl Layers {
+    fn new(root: &Path) -> Self {
+        let mut base = root.as_os_str().to_owned();
+        base.push(".layers");
+        Self {
+            base: PathBuf::from(base),
+            made: 0,
+            ready: false,
+        }
+    }
+
+    /// Puts a layer over the nearest existing ancestor of `target` when that ancestor is a
+    /// machine directory (the same directory as at its path outside). Best effort: where no
+    /// overlay can be mounted, the mount point is made as before.
+    fn shield(&mut self, root: &Path, target: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let Some(ancestor) = target.ancestors().skip(1).find(|a| a.exists()) else {
+            return;
+        };
+        let Ok(relative) = ancestor.strip_prefix(root) else {
+            return;
+        };
+        if relative.as_os_str().is_empty() {
+            return;
+        }
+        let machine = Path::new("/").join(relative);
+        let same = match (std::fs::metadata(ancestor), std::fs::metadata(&machine)) {
+            (Ok(a), Ok(m)) => a.dev() == m.dev() && a.ino() == m.ino(),
+            _ => false,
+        };
+        if !same || !self.prepare() {
+            return;
+        }
+        let layer = self.base.join(self.made.to_string());
+        self.made += 1;
+        let (upper, work) = (layer.join("upper"), layer.join("work"));
+        if std::fs::create_dir_all(&upper).is_err() || std::fs::create_dir_all(&work).is_err() {
+            return;
+        }
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            ancestor.display(),
+            upper.display(),
+            work.display()
+        );
+        let _ = mount(
+            Some("overlay"),
+            ancestor,
+            Some("overlay"),
+            MsFlags::MS_NOSUID,
+            Some(options.as_str()),
+        );
+    }
+
+    /// The tmpfs the layers live in, mounted the first time.
+    fn prepare(&mut self) -> bool {
+        if !self.ready {
+            self.ready = std::fs::create_dir_all(&self.base).is_ok()
+                && mount(
+                    Some("tmpfs"),
+                    &self.base,
+                    Some("tmpfs"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                    Some("mode=700"),
+                )
+                .is_ok();
+        }
+        self.ready
+    }
 }
 
 fn second(spec: &Spec) -> Result<i32, String> {

@@ -158,7 +158,7 @@ pub(crate) fn compile_node(
 /// How many times data of this schema can occur in one request when some list or map around it
 /// is unbounded: as many as fit, at its smallest JSON size plus a comma (kube's estimate).
 pub(crate) fn unbounded_cardinality(v: &Value) -> f64 {
-    3_145_728.0 / (min_json_size(v) + 1.0)
+    (3_145_728.0 / (min_json_size(v) + 1.0)).floor()
 }
 
 /// The smallest JSON a value of this schema can be (required properties included).

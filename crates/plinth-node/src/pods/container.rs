@@ -293,7 +293,13 @@ impl Worker {
             working_dir: container["workingDir"]
                 .as_str()
                 .filter(|w| !w.is_empty())
-                .map(str::to_owned),
+                .map(str::to_owned)
+                .or_else(|| {
+                    container["image"]
+                        .as_str()
+                        .and_then(|i| self.image(i))
+                        .and_then(|entry| entry.workdir.clone())
+                }),
             root: self.dir.join("root").join(&name),
             mounts: image_dirs
                 .into_iter()

@@ -35,9 +35,13 @@ pub(crate) fn size_bound(node: Option<&Node>) -> f64 {
         return MAX_REQUEST_BYTES;
     };
     match node.kind {
-        Some(Type::String) => node.max_length.map_or(MAX_REQUEST_BYTES, |n| n as f64),
+        // kube's estimates: the request less its `""`, `[]` or `{}`; a list item takes its
+        // smallest size and a comma, a map entry that and a key (`"":` and a comma).
+        Some(Type::String) => node
+            .max_length
+            .map_or(MAX_REQUEST_BYTES - 2.0, |n| n as f64),
         Some(Type::Array) => node.max_items.map_or_else(
-            || MAX_REQUEST_BYTES / (min_size(node.items.as_deref()) + 1.0),
+            || ((MAX_REQUEST_BYTES - 2.0) / (min_size(node.items.as_deref()) + 1.0)).floor(),
             |n| n as f64,
         ),
         Some(Type::Object) => node.max_properties.map_or_else(
@@ -46,7 +50,7 @@ pub(crate) fn size_bound(node: Option<&Node>) -> f64 {
                     Some(Additional::Schema(s)) => min_size(Some(s)),
                     _ => 1.0,
                 };
-                MAX_REQUEST_BYTES / (value + 4.0)
+                ((MAX_REQUEST_BYTES - 2.0) / (value + 6.0)).floor()
             },
             |n| n as f64,
         ),
@@ -132,6 +136,20 @@ pub(crate) fn estimate<'a>(
                 + size * body
                 + estimate(&c.result.expr, root, &inner)
         }
+        // Logical operators and the conditional cost what their operands cost (cel-go's
+        // estimator adds nothing for them; a conditional takes its dearer branch).
+        Expr::Call(call) if matches!(call.func_name.as_str(), "_&&_" | "_||_") => call
+            .args
+            .iter()
+            .map(|a| estimate(&a.expr, root, vars))
+            .sum(),
+        Expr::Call(call) if call.func_name == "_?_:_" => match call.args.as_slice() {
+            [condition, yes, no] => {
+                estimate(&condition.expr, root, vars)
+                    + estimate(&yes.expr, root, vars).max(estimate(&no.expr, root, vars))
+            }
+            _ => 1.0,
+        },
         Expr::Call(call) => {
             let args: f64 = call
                 .args
@@ -165,7 +183,12 @@ pub(crate) fn estimate<'a>(
             };
             1.0 + args + target + scanned
         }
+        // `has(x.f)` costs what `x` costs: kube's environments set cel-go's
+        // `PresenceTestHasCost(false)`.
+        Expr::Select(select) if select.test => estimate(&select.operand.expr, root, vars),
         Expr::Select(select) => 1.0 + estimate(&select.operand.expr, root, vars),
+        // Constants cost nothing.
+        Expr::Literal(_) => 0.0,
         Expr::List(list) => {
             1.0 + list
                 .elements
