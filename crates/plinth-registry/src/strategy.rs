@@ -45,6 +45,14 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
     /// Type defaults of an updated object (`old` is what is stored).
     fn prepare_update(&self, _object: &mut Value, _old: &Value) {}
 
+    /// What an update through `/status` makes of the stored object `current` and the request
+    /// `new`, for a type whose kube status strategy keeps more of the request than its
+    /// status (a Deployment's keeps its new metadata, apart from its labels). `None`: the
+    /// custom resources' rule — only the status changes.
+    fn merge_status(&self, _current: &Value, _new: &Value) -> Option<Value> {
+        None
+    }
+
     /// The type's own validation (metadata is validated for every type by the registry).
     fn validate(&self, _object: &Value, _old: Option<&Value>) -> Vec<Cause> {
         Vec::new()

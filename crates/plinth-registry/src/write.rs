@@ -643,6 +643,9 @@ pub(super) fn merge_for_update(
         return merged;
     }
     if part == Part::Status {
+        if let Some(merged) = def.strategy.merge_status(current, &new) {
+            return merged;
+        }
         let mut merged = current.clone();
         match new.get("status") {
             Some(status) if !status.is_null() => merged["status"] = status.clone(),

@@ -1626,3 +1626,75 @@ fn the_workload_controllers_share_one_informer_per_resource() {
         "{metrics}"
     );
 }
+
+/// A write through `/status` keeps what the type's kube strategy keeps: a Deployment's new
+/// status and annotations, its stored spec and labels; a custom resource's new status only.
+#[test]
+fn status_writes_keep_what_each_types_strategy_keeps() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&[
+        "create",
+        "deployment",
+        "st",
+        "--image=busybox",
+        "--replicas=0",
+    ]);
+    let mut deployment = plinth.json(&["get", "deployment", "st"]);
+    deployment["metadata"]["annotations"] = serde_json::json!({"note": "from-status"});
+    deployment["metadata"]["labels"] = serde_json::json!({"app": "changed"});
+    deployment["spec"]["replicas"] = serde_json::json!(5);
+    deployment["status"] = serde_json::json!({"observedGeneration": 7});
+    plinth.kubectl_with(
+        &["replace", "--subresource=status", "-f", "-"],
+        &deployment.to_string(),
+    );
+    let stored = plinth.json(&["get", "deployment", "st"]);
+    assert_eq!(
+        stored["metadata"]["annotations"]["note"], "from-status",
+        "{stored}"
+    );
+    assert_eq!(
+        stored["metadata"]["labels"],
+        serde_json::json!({"app": "st"})
+    );
+    assert_eq!(stored["spec"]["replicas"], 0);
+
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gauges.status.example.com"},
+            "spec": {"group": "status.example.com", "scope": "Namespaced",
+              "names": {"plural": "gauges", "singular": "gauge", "kind": "Gauge"},
+              "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                  "x-kubernetes-preserve-unknown-fields": true}}}]}}"#,
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gauges.status.example.com",
+        "--timeout=60s",
+    ]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "status.example.com/v1", "kind": "Gauge",
+            "metadata": {"name": "g", "labels": {"a": "b"}}, "spec": {"level": 1}}"#,
+    );
+    let mut gauge = plinth.json(&["get", "gauge", "g"]);
+    gauge["metadata"]["annotations"] = serde_json::json!({"note": "from-status"});
+    gauge["spec"]["level"] = serde_json::json!(2);
+    gauge["status"] = serde_json::json!({"seen": true});
+    plinth.kubectl_with(
+        &["replace", "--subresource=status", "-f", "-"],
+        &gauge.to_string(),
+    );
+    let stored = plinth.json(&["get", "gauge", "g"]);
+    assert_eq!(stored["status"]["seen"], true, "{stored}");
+    assert_eq!(stored["spec"]["level"], 1);
+    assert_eq!(
+        stored["metadata"]["annotations"]["note"],
+        Value::Null,
+        "{stored}"
+    );
+}

@@ -99,6 +99,36 @@ impl Strategy for Deployments {
         default_template(object);
     }
 
+    /// kube's Deployment status strategy: the request's status and metadata, the stored
+    /// spec and labels.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        let mut merged = new.clone();
+        match current.get("spec") {
+            Some(spec) => merged["spec"] = spec.clone(),
+            None => {
+                if let Some(map) = merged.as_object_mut() {
+                    map.remove("spec");
+                }
+            }
+        }
+        if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+            match current.pointer("/metadata/labels") {
+                Some(labels) => {
+                    meta.insert("labels".into(), labels.clone());
+                }
+                None => {
+                    meta.remove("labels");
+                }
+            }
+        }
+        if merged.get("status").is_some_and(Value::is_null)
+            && let Some(map) = merged.as_object_mut()
+        {
+            map.remove("status");
+        }
+        Some(merged)
+    }
+
     fn prepare_update(&self, object: &mut Value, _old: &Value) {
         self.prepare_create(object);
     }
