@@ -29,6 +29,7 @@ pub mod policy;
 pub mod rbac;
 pub mod scheduling;
 pub mod storage;
+mod zero;
 
 #[cfg(test)]
 mod tests;

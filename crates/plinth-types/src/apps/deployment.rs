@@ -77,6 +77,8 @@ struct Deployments;
 
 impl Strategy for Deployments {
     fn prepare_create(&self, object: &mut Value) {
+        // DeploymentStatus is a struct: kube writes `status: {}` before any controller does.
+        crate::zero::fill(object, &json!({"status": {}}));
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
             set_default(spec, "replicas", json!(1));
             set_default(spec, "revisionHistoryLimit", json!(10));

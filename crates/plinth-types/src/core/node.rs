@@ -202,7 +202,31 @@ const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 #[derive(Debug)]
 struct Nodes;
 
+/// What kube's Node struct always writes: an empty spec, the kubelet endpoint's port and the
+/// system info's strings.
+fn node_zero() -> Value {
+    json!({
+        "spec": {},
+        "status": {
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {
+                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""
+            }
+        }
+    })
+}
+
 impl Strategy for Nodes {
+    fn prepare_create(&self, object: &mut Value) {
+        crate::zero::fill(object, &node_zero());
+    }
+
+    fn prepare_update(&self, object: &mut Value, _old: &Value) {
+        crate::zero::fill(object, &node_zero());
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
         for (i, taint) in object
