@@ -195,7 +195,18 @@ where
         }
         Ok(Err(error)) => {
             tracing::error!(controller = name, key = %key, %error, "Reconciler error");
-            match policy.and_then(|policy| policy(key, &error)) {
+            // A panicking policy must not end the worker: its answer is then the default.
+            let decided = policy.and_then(|policy| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy(key, &error)))
+                    .unwrap_or_else(|panic| {
+                        tracing::error!(controller = name, key = %key, panic = %panic_message(&*panic), "Observed a panic in the error policy");
+                        if let Some(metrics) = metrics {
+                            metrics.panicked(name);
+                        }
+                        None
+                    })
+            });
+            match decided {
                 Some(Action::Done) => queue.forget(key),
                 Some(Action::RequeueAfter(delay)) => queue.add_after(key.clone(), delay),
                 None => queue.add_rate_limited(key.clone()),
@@ -203,11 +214,7 @@ where
             Outcome::Error
         }
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let message = panic_message(&*panic);
             tracing::error!(controller = name, key = %key, panic = %message, "Observed a panic in reconciler");
             if let Some(metrics) = metrics {
                 metrics.panicked(name);
@@ -233,6 +240,15 @@ where
     feed_filtered(changes, queue, resync, |_| true, map)
 }
 
+/// What a caught panic says (its `&str` or `String` payload).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
 fn feed_filtered<C, P>(
     mut changes: broadcast::Receiver<Change<C>>,
     queue: WorkQueue<ObjectKey>,
@@ -252,8 +268,18 @@ where
                         continue;
                     }
                     for object in change.old.iter().chain(change.new.iter()) {
-                        for key in map(object) {
-                            queue.add(key);
+                        // A panicking mapping must not end the feed: that change maps to
+                        // nothing, later ones are mapped again.
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| map(object)))
+                        {
+                            Ok(keys) => {
+                                for key in keys {
+                                    queue.add(key);
+                                }
+                            }
+                            Err(panic) => {
+                                tracing::error!(panic = %panic_message(&*panic), "Observed a panic in a watch's mapping function; the change is dropped");
+                            }
                         }
                     }
                 }

@@ -744,3 +744,119 @@ async fn a_cleanup_that_requeues_keeps_the_finalizer_until_it_is_done() {
         .unwrap();
     env.stop().await;
 }
+
+/// An error policy that panics does not end the worker: the panic is caught and counted, the
+/// key is retried as without a policy, and the one worker goes on to other keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_error_policy_does_not_end_the_worker() {
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let informer = Informer::spawn(api.clone(), Vec::new());
+    let metrics = plinth_runtime::Metrics::default();
+    let controller = Controller::new(&informer)
+        .concurrency(1)
+        .metrics("policy", &metrics)
+        .unwrap()
+        .error_policy(|key, _error| {
+            assert!(key.name != "bad-policy", "the policy blew up");
+            None
+        });
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name.clone());
+            if key.name == "bad-policy" {
+                return Err(ReconcileError::Retry("fails, and its policy panics".into()));
+            }
+            Ok(Action::Done)
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    let create = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let mut cm = ConfigMap::default();
+            cm.metadata.name = Some(name.into());
+            api.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    };
+    create("bad-policy").await;
+    eventually(
+        "the failing key to be retried after its policy panicked",
+        || async { count("bad-policy") >= 2 },
+    )
+    .await;
+    // The same single worker still takes new keys.
+    create("later").await;
+    eventually("a later object to be reconciled", || async {
+        count("later") >= 1
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    env.stop().await;
+}
+
+/// A `watches` mapping function that panics does not end that source's feed: the change it
+/// panicked on maps to nothing, later changes of that kind still trigger reconciles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_watch_mapping_does_not_end_its_feed() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = TestEnv::start().await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
+    let primary = Informer::spawn(configmaps.clone(), Vec::new());
+    let watched = Informer::spawn(secrets.clone(), Vec::new());
+    let controller = Controller::new(&primary).watches(&watched, |secret: &Secret| {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        assert!(name != "boom", "the mapping blew up");
+        vec![ObjectKey {
+            namespace: secret.metadata.namespace.clone(),
+            name: format!("from-{name}"),
+        }]
+    });
+    let (seen, count) = recorder();
+    let reconcile = move |key: ObjectKey| -> plinth_runtime::ReconcileFuture {
+        let seen = seen.clone();
+        Box::pin(async move {
+            seen.lock().unwrap().push(key.name.clone());
+            Ok(Action::Done)
+        })
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    for name in ["first", "boom", "after"] {
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(name.into());
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        if name == "first" {
+            eventually("the first Secret to map to a reconcile", || async {
+                count("from-first") >= 1
+            })
+            .await;
+        }
+    }
+    eventually("a Secret after the panic to map to a reconcile", || async {
+        count("from-after") >= 1
+    })
+    .await;
+    assert_eq!(count("from-boom"), 0);
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    env.stop().await;
+}
