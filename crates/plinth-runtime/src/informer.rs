@@ -187,6 +187,11 @@ impl<K> Cache<K> {
         self.len() == 0
     }
 
+    /// Whether the first full list has been read (client-go's `HasSynced`).
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
     /// Waits until the first full list has been read.
     pub async fn wait_synced(&self) {
         let mut synced = self.synced.clone();

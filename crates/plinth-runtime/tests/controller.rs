@@ -342,6 +342,10 @@ async fn a_controller_whose_cache_cannot_sync_still_stops() {
     ));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!running.is_finished(), "it waits for the cache");
+    assert!(
+        !informer.cache().is_synced(),
+        "a resource not served never syncs"
+    );
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
@@ -784,6 +788,8 @@ async fn a_panicking_error_policy_does_not_end_the_worker() {
             api.create(&PostParams::default(), &cm).await.unwrap();
         }
     };
+    informer.cache().wait_synced().await;
+    assert!(informer.cache().is_synced());
     create("bad-policy").await;
     eventually(
         "the failing key to be retried after its policy panicked",
