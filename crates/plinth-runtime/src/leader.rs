@@ -261,7 +261,14 @@ impl LeaderElector {
         };
         self.leading.send_replace(false);
         if matches!(outcome, Leadership::Released) {
-            self.release().await;
+            // Leadership is given up already; the release is a courtesy to the standby, bounded
+            // by the renew deadline (an API server that no longer answers cannot hold the stop).
+            if tokio::time::timeout(self.timings.renew_deadline, self.release())
+                .await
+                .is_err()
+            {
+                tracing::warn!(lease = %self.name, "the lease was not released within the renew deadline; a standby takes over when it expires");
+            }
         }
         outcome
     }

@@ -355,3 +355,94 @@ async fn readiness_waits_for_the_caches() {
     running.await.unwrap().unwrap();
     env.stop().await;
 }
+
+/// A TCP relay to `target` that can be frozen: from then on it forwards nothing and closes
+/// nothing, so requests through it hang (an API server that no longer answers).
+async fn freezable_relay(
+    target: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::sync::watch::Sender<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (freeze, frozen) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let mut frozen = frozen.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let (mut in_read, mut in_write) = inbound.into_split();
+                let (mut out_read, mut out_write) = outbound.into_split();
+                let mut up = [0u8; 16384];
+                let mut down = [0u8; 16384];
+                loop {
+                    if *frozen.borrow() {
+                        // Hold both sockets open and silent for good.
+                        std::future::pending::<()>().await;
+                    }
+                    tokio::select! {
+                        _ = frozen.changed() => {}
+                        read = in_read.read(&mut up) => match read {
+                            Ok(n) if n > 0 && !*frozen.borrow() => {
+                                if out_write.write_all(&up[..n]).await.is_err() { return; }
+                            }
+                            Ok(n) if n > 0 => {}
+                            _ => return,
+                        },
+                        read = out_read.read(&mut down) => match read {
+                            Ok(n) if n > 0 && !*frozen.borrow() => {
+                                if in_write.write_all(&down[..n]).await.is_err() { return; }
+                            }
+                            Ok(n) if n > 0 => {}
+                            _ => return,
+                        },
+                    }
+                }
+            });
+        }
+    });
+    (address, freeze)
+}
+
+/// A stop returns although the API server stopped answering before the lease could be
+/// released: the release is bounded by the renew deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_returns_when_the_release_cannot_reach_the_server() {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let env = TestEnv::start().await.unwrap();
+    let loaded = Kubeconfig::read_from(env.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(loaded, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let server = config.cluster_url.authority().unwrap().to_string();
+    let target: std::net::SocketAddr = server.parse().unwrap();
+    let (relay, freeze) = freezable_relay(target).await;
+    config.cluster_url = format!("https://{relay}").parse().unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let elector =
+        LeaderElector::new(client, "default", "frozen-release", "a").with_timings(timings());
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = {
+        let elector = elector.clone();
+        tokio::spawn(async move {
+            elector
+                .run(std::future::pending(), async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        })
+    };
+    eventually("a to lead", || async { elector.is_leader() }).await;
+    freeze.send_replace(true);
+    stop.send(()).unwrap();
+    // A hang guard far above the renew deadline (1.5 s), not a measurement; without the
+    // bound the release waits for the client's own timeouts (minutes).
+    let outcome = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("run returns although the release hangs")
+        .unwrap();
+    assert_eq!(outcome, Leadership::Released);
+    assert!(!elector.is_leader());
+    env.stop().await;
+}
