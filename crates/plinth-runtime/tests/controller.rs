@@ -128,8 +128,7 @@ async fn a_controller_keeps_owned_copies_in_step() {
     .await;
 
     assert!(queue.metrics().adds > 0);
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -250,6 +249,40 @@ async fn predicates_resync_and_conflict_retries() {
 }
 
 /// Keys a reconciler saw, in order.
+/// `controller` reconciling with `reconcile` in a task of its own, until the sender is used.
+fn started<K, F>(
+    controller: Controller<K>,
+    reconcile: F,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+)
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(ObjectKey) -> plinth_runtime::ReconcileFuture + Send + Sync + 'static,
+{
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(reconcile, async {
+        let _ = stop_rx.await;
+    }));
+    (stop_tx, running)
+}
+
+/// Stops what [`started`] started and waits for it (a hang guard, not a measurement).
+async fn stopped(stop: tokio::sync::oneshot::Sender<()>, running: tokio::task::JoinHandle<()>) {
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+}
+
 fn recorder() -> (
     std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     impl Fn(&str) -> usize + Clone,
@@ -285,10 +318,7 @@ async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
             Ok(Action::Done)
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     for name in ["boom", "fine"] {
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some(name.into());
@@ -314,11 +344,7 @@ async fn a_panicking_reconcile_is_caught_and_the_worker_goes_on() {
             .unwrap_or(0)
     };
     eventually("both panics to be counted", || async { panics() >= 2 }).await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the controller stops")
-        .unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -372,10 +398,7 @@ async fn owns_matches_the_owners_group_as_well_as_its_kind() {
             Ok(Action::Done)
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     let mut owner = ConfigMap::default();
     owner.metadata.name = Some("owner".into());
     let owner = configmaps
@@ -426,8 +449,7 @@ async fn owns_matches_the_owners_group_as_well_as_its_kind() {
         || async { count("owner") > before },
     )
     .await;
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -504,10 +526,7 @@ async fn stopping_is_visible_to_reconcilers_and_shutdown_is_bounded() {
             Ok(Action::Done)
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     eventually("both reconciles to be running", || async {
         count("polite") == 1 && count("stubborn") == 1
     })
@@ -554,10 +573,7 @@ async fn kube_errors_convert_and_the_error_policy_decides() {
             Err(ReconcileError::Retry("try again".into()))
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     eventually("the retried key to come back", || async {
         count("retries") >= 4
     })
@@ -569,8 +585,7 @@ async fn kube_errors_convert_and_the_error_policy_decides() {
         "the policy ended the 404's retries: {}",
         count("gives-up")
     );
-    stop_tx.send(()).unwrap();
-    running.await.unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -619,10 +634,7 @@ async fn the_finalizer_helper_adds_applies_cleans_up_and_removes() {
             })
         }
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
 
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("guarded-a".into());
@@ -652,11 +664,7 @@ async fn the_finalizer_helper_adds_applies_cleans_up_and_removes() {
         data(&api, "cleaned-guarded-a").await.is_some(),
         "cleanup ran before the finalizer was removed"
     );
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the controller stops")
-        .unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -703,10 +711,7 @@ async fn a_cleanup_that_requeues_keeps_the_finalizer_until_it_is_done() {
             })
         }
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("waiting".into());
     api.create(&PostParams::default(), &cm).await.unwrap();
@@ -741,11 +746,7 @@ async fn a_cleanup_that_requeues_keeps_the_finalizer_until_it_is_done() {
         data(&api, "waiting").await.is_none()
     })
     .await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the controller stops")
-        .unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -776,10 +777,7 @@ async fn a_panicking_error_policy_does_not_end_the_worker() {
             Ok(Action::Done)
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     let create = |name: &'static str| {
         let api = api.clone();
         async move {
@@ -802,11 +800,7 @@ async fn a_panicking_error_policy_does_not_end_the_worker() {
         count("later") >= 1
     })
     .await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the controller stops")
-        .unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
 
@@ -836,10 +830,7 @@ async fn a_panicking_watch_mapping_does_not_end_its_feed() {
             Ok(Action::Done)
         })
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(reconcile, async {
-        let _ = stop_rx.await;
-    }));
+    let (stop_tx, running) = started(controller, reconcile);
     for name in ["first", "boom", "after"] {
         let mut secret = Secret::default();
         secret.metadata.name = Some(name.into());
@@ -859,10 +850,6 @@ async fn a_panicking_watch_mapping_does_not_end_its_feed() {
     })
     .await;
     assert_eq!(count("from-boom"), 0);
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running)
-        .await
-        .expect("the controller stops")
-        .unwrap();
+    stopped(stop_tx, running).await;
     env.stop().await;
 }
