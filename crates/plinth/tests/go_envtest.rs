@@ -5,8 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
+
+use common::envtest::{go_test, written_assets};
 
 /// The processes whose command line names `needle`.
 fn processes_naming(needle: &str) -> Vec<String> {
@@ -26,26 +30,6 @@ fn processes_naming(needle: &str) -> Vec<String> {
     found
 }
 
-/// `plinth envtest-assets` into a fresh directory: the directory and the assets' path.
-fn written_assets() -> (tempfile::TempDir, std::path::PathBuf) {
-    let work = tempfile::tempdir().unwrap();
-    let assets = work.path().join("assets");
-    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .arg("envtest-assets")
-        .arg(&assets)
-        .output()
-        .expect("run plinth envtest-assets");
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        assets.display().to_string()
-    );
-    for name in ["kube-apiserver", "etcd"] {
-        assert!(assets.join(name).exists(), "{name} missing");
-    }
-    (work, assets)
-}
-
 #[test]
 fn an_unchanged_envtest_suite_runs_on_plinths_assets() {
     let (work, assets) = written_assets();
@@ -61,18 +45,9 @@ fn an_unchanged_envtest_suite_runs_on_plinths_assets() {
     );
 
     let temp = work.path().join("tmp");
-    std::fs::create_dir_all(&temp).unwrap();
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/go/envtest");
-    let out = Command::new("go")
-        .args(["test", "-count=1", "-v", "."])
-        .current_dir(&suite)
-        .env("KUBEBUILDER_ASSETS", &assets)
-        .env("TMPDIR", &temp)
-        .output()
-        .expect("run go test (Go must be installed)");
+    let out = go_test(&suite, &assets, &temp, &["-count=1", "-v", "."]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "go test failed:\n{stdout}\n{stderr}");
     for test in [
         "TestAManagerReconcilesACustomResource",
         "TestProvisionedUsersAreAuthorizedByRBAC",

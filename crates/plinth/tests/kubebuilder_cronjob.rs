@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use base64::Engine;
+use common::envtest::{go_test, written_assets};
 use common::{Backend, Plinth};
 use serde_json::Value;
 
@@ -47,30 +48,16 @@ fn go(project: &Path, temp: &Path, args: &[&str]) -> std::process::Output {
 #[test]
 fn the_cronjob_tutorials_envtest_suites_pass_on_plinths_assets() {
     let project = project();
-    let work = tempfile::tempdir().unwrap();
-    let assets = work.path().join("assets");
-    let out = Command::new(env!("CARGO_BIN_EXE_plinth"))
-        .arg("envtest-assets")
-        .arg(&assets)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let (work, assets) = written_assets();
     // What the project's `make test` runs, with Plinth's assets instead of setup-envtest's.
     let temp = work.path().join("tmp");
-    std::fs::create_dir_all(&temp).unwrap();
-    let out = Command::new("go")
-        .args(["test", "-count=1", "-v", "./internal/..."])
-        .current_dir(&project)
-        .env("KUBEBUILDER_ASSETS", &assets)
-        .env("TMPDIR", &temp)
-        .output()
-        .expect("run go test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go test failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = go_test(
+        &project,
+        &assets,
+        &temp,
+        &["-count=1", "-v", "./internal/..."],
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
     // The controller's suite (a CronJob, its Jobs, history limits) and the webhooks' suite.
     for suite in ["--- PASS: TestControllers", "--- PASS: TestAPIs"] {
         assert!(stdout.contains(suite), "{suite} missing:\n{stdout}");

@@ -224,7 +224,7 @@ impl Strategy for Nodes {
     }
 
     fn prepare_update(&self, object: &mut Value, _old: &Value) {
-        crate::zero::fill(object, &node_zero());
+        self.prepare_create(object);
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {

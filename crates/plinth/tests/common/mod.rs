@@ -8,6 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use plinth_store_etcd::testing::EtcdProcess;
 
+pub mod envtest;
 pub mod http;
 
 /// Which storage the server under test uses.
