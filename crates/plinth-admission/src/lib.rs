@@ -193,7 +193,7 @@ impl plinth_registry::admit::Admit for Admission {
         let policies = self.policies();
         if webhooks.is_empty() && policies.bindings.is_empty() {
             // ResourceQuota runs last, once the others have allowed the write.
-            quota::admit(objects, &self.quota_ledger, request).await?;
+            quota::admit(objects, &self.quota_ledger, request, object, old).await?;
             return Ok(warnings);
         }
         let namespace_labels = namespace_labels(objects, request, object.or(old)).await;
@@ -214,7 +214,7 @@ impl plinth_registry::admit::Admit for Admission {
         for outcome in futures::future::join_all(calls).await {
             warnings.extend(outcome?.warnings);
         }
-        quota::admit(objects, &self.quota_ledger, request).await?;
+        quota::admit(objects, &self.quota_ledger, request, object, old).await?;
         Ok(warnings)
     }
 

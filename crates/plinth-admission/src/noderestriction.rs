@@ -85,6 +85,9 @@ pub(crate) async fn admit(
     let Some(node) = request.user.node() else {
         return Ok(());
     };
+    if request.operation == Operation::Connect {
+        return Ok(());
+    }
     let def = request.def;
     let forbid = |why: String| {
         Err(ApiError::forbidden(
@@ -99,11 +102,7 @@ pub(crate) async fn admit(
             request.user.name
         ));
     }
-    let operation = match request.operation {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-    };
+    let operation = request.operation.as_str();
     match (
         def.group_version.group.as_str(),
         def.plural.as_str(),

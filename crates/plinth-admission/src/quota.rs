@@ -1,55 +1,19 @@
-//! kube's ResourceQuota admission, for object counts: a create in a namespace with quotas on
-//! its resource (`count/widgets.example.com`, `count/configmaps`, or the older `configmaps`,
-//! `secrets`, …) is counted in each quota's `status.used` — a guaranteed update of the quota,
-//! so two creates cannot both take the last place — or refused when it would pass `hard`.
+//! kube's ResourceQuota admission: a create in a namespace with quotas (and an update of a
+//! Service or a claim, whose usage can grow) is charged to each quota that counts it — what
+//! the object uses ([`plinth_types::core::quota_usage`]: its object count, a pod's compute
+//! requests and limits, a Service's node ports, a claim's storage) added to `status.used` by a
+//! guaranteed update of the quota, so two writes cannot both take the last place — or refused
+//! when it would pass `hard`.
 
 use plinth_core::ApiError;
 use serde_json::{Value, json};
 
 use super::{Operation, Request};
 use plinth_registry::resources::Objects;
-use plinth_registry::resources::ResourceDef;
 use plinth_registry::{ListOptions, Part, WriteOptions};
-use plinth_types::core::resourcequota::count_of;
+use plinth_types::core::quota_usage::{self, Usage, milli, quantity};
 
-/// The core resources quotas may also name without `count/`.
-const LEGACY: [&str; 7] = [
-    "configmaps",
-    "secrets",
-    "services",
-    "pods",
-    "persistentvolumeclaims",
-    "replicationcontrollers",
-    "resourcequotas",
-];
-
-/// The quota resource names a create of `def` counts against.
-pub fn counted_as(def: &ResourceDef) -> Vec<String> {
-    let (group, plural) = (&def.group_version.group, &def.plural);
-    if group.is_empty() {
-        let mut names = vec![format!("count/{plural}")];
-        if LEGACY.contains(&plural.as_str()) {
-            names.push(plural.clone());
-        }
-        names
-    } else {
-        vec![format!("count/{plural}.{group}")]
-    }
-}
-
-/// The resource a quota resource name counts (`count/widgets.example.com` →
-/// (`example.com`, `widgets`)).
-pub fn resource_of(name: &str) -> Option<(String, String)> {
-    if let Some(rest) = name.strip_prefix("count/") {
-        return Some(match rest.split_once('.') {
-            Some((plural, group)) => (group.to_owned(), plural.to_owned()),
-            None => (String::new(), rest.to_owned()),
-        });
-    }
-    LEGACY
-        .contains(&name)
-        .then(|| (String::new(), name.to_owned()))
-}
+pub use plinth_types::core::quota_usage::measured_resource as resource_of;
 
 /// When each quota (namespace, name) last counted a create: the quota controller leaves a count
 /// it would lower alone for a while after, as the object may not be stored yet.
@@ -79,7 +43,7 @@ impl Ledger {
     }
 }
 
-/// Counts a create against the quotas of its namespace.
+/// Charges a write to the quotas of its namespace.
 ///
 /// # Errors
 /// 403 `exceeded quota: …` or `status unknown for quota: …`, as kube words them.
@@ -87,48 +51,101 @@ pub fn admit<'a>(
     objects: &'a dyn Objects,
     ledger: &'a Ledger,
     request: &'a Request<'a>,
+    object: Option<&'a Value>,
+    old: Option<&'a Value>,
 ) -> futures::future::BoxFuture<'a, Result<(), ApiError>> {
-    // Boxed: counting writes the quota, whose write is admitted in turn.
-    Box::pin(count_create(objects, ledger, request))
+    // Boxed: charging writes the quota, whose write is admitted in turn.
+    Box::pin(charge(objects, ledger, request, object, old))
 }
 
-async fn count_create(
+/// What the write adds to what its object uses: all of it for a create; for an update of a
+/// Service or a claim, what grew (kube's other evaluators do not handle updates).
+fn delta(request: &Request<'_>, object: &Value, old: Option<&Value>) -> Option<Usage> {
+    let (group, plural) = (
+        request.def.group_version.group.as_str(),
+        request.def.plural.as_str(),
+    );
+    let now = plinth_registry::now();
+    match (request.operation, old) {
+        (Operation::Create, _) => Some(quota_usage::usage(group, plural, object, now)),
+        (Operation::Update, Some(old))
+            if group.is_empty() && matches!(plural, "services" | "persistentvolumeclaims") =>
+        {
+            let before = quota_usage::usage(group, plural, old, now);
+            let after = quota_usage::usage(group, plural, object, now);
+            Some(
+                after
+                    .into_iter()
+                    .map(|(name, m)| {
+                        let grown = (m - before.get(&name).copied().unwrap_or(0)).max(0);
+                        (name, grown)
+                    })
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// `a=1,b=2`, names sorted, as kube prints resource lists in quota errors.
+fn listed(values: &[(String, i128)]) -> String {
+    let mut values = values.to_vec();
+    values.sort();
+    values
+        .iter()
+        .map(|(name, m)| format!("{name}={}", quantity(name, *m)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+async fn charge(
     objects: &dyn Objects,
     ledger: &Ledger,
     request: &Request<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
 ) -> Result<(), ApiError> {
     let def = request.def;
-    if request.operation != Operation::Create || !def.namespaced || !request.subresource.is_empty()
-    {
+    if !def.namespaced || !request.subresource.is_empty() {
         return Ok(());
     }
-    let (Some(namespace), Some(quotas)) = (
+    let (Some(namespace), Some(quotas), Some(object)) = (
         request.namespace,
         objects.resource("", "v1", "resourcequotas"),
+        object,
     ) else {
         return Ok(());
     };
-    let names = counted_as(def);
+    let Some(delta) = delta(request, object, old) else {
+        return Ok(());
+    };
     let list = objects
         .list(&quotas, Some(namespace), &ListOptions::any_state())
         .await?;
+    let (group, plural) = (def.group_version.group.as_str(), def.plural.as_str());
     for quota in list["items"].as_array().into_iter().flatten() {
         let Some(hard) = quota.pointer("/spec/hard").and_then(Value::as_object) else {
             continue;
         };
-        let limited: Vec<&String> = names.iter().filter(|n| hard.contains_key(*n)).collect();
-        if limited.is_empty() {
+        let requested: Vec<(String, i128)> = delta
+            .iter()
+            .filter(|(name, m)| hard.contains_key(*name) && **m > 0)
+            .map(|(name, m)| (name.clone(), *m))
+            .collect();
+        if requested.is_empty() || !quota_usage::quota_counts(quota, group, plural, object) {
             continue;
         }
         let quota_name = plinth_core::meta::name(quota).unwrap_or("").to_owned();
         let refuse =
             |why: String| ApiError::forbidden(Some(&def.group_resource()), request.name, &why);
         let count = |current: &mut Value| -> Result<bool, ApiError> {
-            for name in &limited {
+            let mut exceeded = Vec::new();
+            let mut new_used = Vec::new();
+            for (name, wanted) in &requested {
                 let Some(limit) = current
                     .pointer("/status/hard")
                     .and_then(|h| h.get(name.as_str()))
-                    .and_then(count_of)
+                    .and_then(milli)
                 else {
                     return Err(refuse(format!(
                         "status unknown for quota: {quota_name}, resource: {name}"
@@ -137,20 +154,32 @@ async fn count_create(
                 let used = current
                     .pointer("/status/used")
                     .and_then(|u| u.get(name.as_str()))
-                    .and_then(count_of)
+                    .and_then(milli)
                     .unwrap_or(0);
-                if used + 1 > limit {
-                    return Err(refuse(format!(
-                        "exceeded quota: {quota_name}, requested: {name}=1, used: {name}={used}, limited: {name}={limit}"
-                    )));
+                if used + wanted > limit {
+                    exceeded.push((name.clone(), *wanted, used, limit));
                 }
-                if !current.get("status").is_some_and(Value::is_object) {
-                    current["status"] = json!({});
-                }
-                if !current["status"].get("used").is_some_and(Value::is_object) {
-                    current["status"]["used"] = json!({});
-                }
-                current["status"]["used"][name.as_str()] = json!((used + 1).to_string());
+                new_used.push((name.clone(), used + wanted));
+            }
+            if !exceeded.is_empty() {
+                let pick = |f: fn(&(String, i128, i128, i128)) -> i128| -> Vec<(String, i128)> {
+                    exceeded.iter().map(|e| (e.0.clone(), f(e))).collect()
+                };
+                return Err(refuse(format!(
+                    "exceeded quota: {quota_name}, requested: {}, used: {}, limited: {}",
+                    listed(&pick(|e| e.1)),
+                    listed(&pick(|e| e.2)),
+                    listed(&pick(|e| e.3)),
+                )));
+            }
+            if !current.get("status").is_some_and(Value::is_object) {
+                current["status"] = json!({});
+            }
+            if !current["status"].get("used").is_some_and(Value::is_object) {
+                current["status"]["used"] = json!({});
+            }
+            for (name, used) in new_used {
+                current["status"]["used"][name.as_str()] = json!(quantity(&name, used));
             }
             Ok(true)
         };
@@ -159,7 +188,7 @@ async fn count_create(
             continue;
         }
         // Noted before the count is written: the controller, seeing the write, must already
-        // know that this create's object may not be stored yet.
+        // know that this write's object may not be stored yet.
         ledger.note(namespace, &quota_name);
         objects
             .modify(

@@ -210,9 +210,15 @@ async fn quota_counts_creates_and_refuses_past_hard_with_kubes_message() {
     );
 
     let first = config_map("team", "a", json!({}));
-    quota::admit(&objects, &ledger, &create(&def, &first, &user))
-        .await
-        .expect("one place is left");
+    quota::admit(
+        &objects,
+        &ledger,
+        &create(&def, &first, &user),
+        Some(&first),
+        None,
+    )
+    .await
+    .expect("one place is left");
     let quota = objects
         .read(
             &objects.def_of(&json!({"apiVersion": "v1", "kind": "ResourceQuota"})),
@@ -227,9 +233,15 @@ async fn quota_counts_creates_and_refuses_past_hard_with_kubes_message() {
     );
 
     let second = config_map("team", "b", json!({}));
-    let refused = quota::admit(&objects, &ledger, &create(&def, &second, &user))
-        .await
-        .expect_err("the quota is full");
+    let refused = quota::admit(
+        &objects,
+        &ledger,
+        &create(&def, &second, &user),
+        Some(&second),
+        None,
+    )
+    .await
+    .expect_err("the quota is full");
     assert_eq!(refused.reason, StatusReason::Forbidden);
     assert_eq!(
         refused.message,
@@ -243,9 +255,15 @@ async fn quota_counts_creates_and_refuses_past_hard_with_kubes_message() {
 
     // Elsewhere, and on a dry run, nothing is counted.
     let other = config_map("free", "c", json!({}));
-    quota::admit(&objects, &ledger, &create(&def, &other, &user))
-        .await
-        .expect("no quota in that namespace");
+    quota::admit(
+        &objects,
+        &ledger,
+        &create(&def, &other, &user),
+        Some(&other),
+        None,
+    )
+    .await
+    .expect("no quota in that namespace");
     assert_eq!(*objects.writes.lock().unwrap(), 1);
 }
 
@@ -260,9 +278,15 @@ async fn quota_without_a_counted_hard_limit_is_status_unknown() {
         User::new("alice", &[]),
     );
     let object = config_map("team", "a", json!({}));
-    let refused = quota::admit(&objects, &ledger, &create(&def, &object, &user))
-        .await
-        .expect_err("the controller has not counted yet");
+    let refused = quota::admit(
+        &objects,
+        &ledger,
+        &create(&def, &object, &user),
+        Some(&object),
+        None,
+    )
+    .await
+    .expect_err("the controller has not counted yet");
     assert_eq!(
         refused.message,
         "configmaps \"a\" is forbidden: status unknown for quota: new, resource: configmaps"

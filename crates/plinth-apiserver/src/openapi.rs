@@ -152,7 +152,7 @@ fn swagger<'a>(documents: impl Iterator<Item = &'a Value>) -> Value {
             .and_then(Value::as_object)
         {
             for (name, schema) in schemas {
-                definitions.insert(name.clone(), v2_refs(schema.clone()));
+                definitions.insert(name.clone(), v2_root(v2_refs(schema.clone())));
             }
         }
         for (path, item) in document["paths"].as_object().into_iter().flatten() {
@@ -197,6 +197,85 @@ fn swagger<'a>(documents: impl Iterator<Item = &'a Value>) -> Value {
         "securityDefinitions": {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header"}},
         "security": [{"BearerToken": []}],
     })
+}
+
+/// A definition as Swagger 2.0 can say it (kube's `ToStructuralOpenAPIV2` and the v2 builder):
+/// an object that keeps unknown fields at its root is published as `{type: object}` and its
+/// kind, as kubectl would otherwise refuse every field it does not list.
+fn v2_root(schema: Value) -> Value {
+    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        let mut out = json!({"type": "object"});
+        if let Some(gvk) = schema.get("x-kubernetes-group-version-kind") {
+            out["x-kubernetes-group-version-kind"] = gvk.clone();
+        }
+        return out;
+    }
+    v2_node(schema)
+}
+
+/// A schema node without what OpenAPI v2 (or kubectl reading it) cannot take: `allOf`,
+/// `oneOf`, `anyOf`, `not`; a nullable node's type and fields; the fields of a node that keeps
+/// unknown ones; an array's type once it has no item schema; nullable properties from
+/// `required`; a nullable `additionalProperties` schema (`true` instead).
+fn v2_node(schema: Value) -> Value {
+    let Value::Object(mut map) = schema else {
+        return schema;
+    };
+    // A single reference wrapped in allOf (v3's way to give it a description) is the
+    // reference itself in v2.
+    if let Some(Value::Array(all)) = map.get("allOf")
+        && let [only] = all.as_slice()
+        && let Some(reference) = only.get("$ref").cloned()
+    {
+        return json!({"$ref": reference});
+    }
+    for key in ["allOf", "oneOf", "anyOf", "not"] {
+        map.remove(key);
+    }
+    if map.remove("nullable") == Some(Value::Bool(true)) {
+        for key in ["type", "items", "properties"] {
+            map.remove(key);
+        }
+    }
+    if map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        map.remove("items");
+        map.remove("properties");
+    }
+    if map.get("type").and_then(Value::as_str) == Some("array") && !map.contains_key("items") {
+        map.remove("type");
+    }
+    if let Some(Value::Object(properties)) = map.get("properties") {
+        let nullable: Vec<String> = properties
+            .iter()
+            .filter(|(_, p)| p.get("nullable") == Some(&Value::Bool(true)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if let Some(Value::Array(required)) = map.get_mut("required") {
+            required.retain(|r| !r.as_str().is_some_and(|r| nullable.iter().any(|n| n == r)));
+            if required.is_empty() {
+                map.remove("required");
+            }
+        }
+    }
+    if map
+        .get("additionalProperties")
+        .and_then(|a| a.get("nullable"))
+        == Some(&Value::Bool(true))
+    {
+        map.insert("additionalProperties".into(), Value::Bool(true));
+    }
+    for key in ["properties", "patternProperties", "definitions"] {
+        if let Some(Value::Object(children)) = map.remove(key) {
+            let children = children.into_iter().map(|(k, v)| (k, v2_node(v))).collect();
+            map.insert(key.into(), Value::Object(children));
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = map.remove(key) {
+            map.insert(key.into(), v2_node(child));
+        }
+    }
+    Value::Object(map)
 }
 
 /// Rewrites `#/components/schemas/` references to `#/definitions/`.
@@ -285,10 +364,45 @@ fn operation(def: &ResourceDef, action: &str, id: &str, response: Value) -> Valu
     op
 }
 
+/// The name of apimachinery's ObjectMeta component, which custom resources' `metadata`
+/// refers to.
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+/// apimachinery's `ObjectMeta`, with the first sentence of each field's documentation.
+fn object_meta_schema() -> Value {
+    let time = |description: &str| json!({"type": "string", "format": "date-time", "description": description});
+    let text = |description: &str| json!({"type": "string", "description": description});
+    let map = |description: &str| json!({"type": "object", "additionalProperties": {"type": "string", "default": ""}, "description": description});
+    json!({
+        "type": "object",
+        "description": "ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.",
+        "properties": {
+            "annotations": map("Annotations is an unstructured key value map stored with a resource that may be set by external tools to store and retrieve arbitrary metadata."),
+            "creationTimestamp": time("CreationTimestamp is a timestamp representing the server time when this object was created."),
+            "deletionGracePeriodSeconds": {"type": "integer", "format": "int64", "description": "Number of seconds allowed for this object to gracefully terminate before it will be removed from the system."},
+            "deletionTimestamp": time("DeletionTimestamp is RFC 3339 date and time at which this resource will be deleted."),
+            "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Must be empty before the object is deleted from the registry.", "x-kubernetes-list-type": "set"},
+            "generateName": text("GenerateName is an optional prefix, used by the server, to generate a unique name ONLY IF the Name field has not been provided."),
+            "generation": {"type": "integer", "format": "int64", "description": "A sequence number representing a specific generation of the desired state."},
+            "labels": map("Map of string keys and values that can be used to organize and categorize (scope and select) objects."),
+            "managedFields": {"type": "array", "items": {"type": "object"}, "description": "ManagedFields maps workflow-id and version to the set of fields that are managed by that workflow.", "x-kubernetes-list-type": "atomic"},
+            "name": text("Name must be unique within a namespace."),
+            "namespace": text("Namespace defines the space within which each name must be unique."),
+            "ownerReferences": {"type": "array", "items": {"type": "object"}, "description": "List of objects depended by this object.", "x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-list-type": "map", "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge"},
+            "resourceVersion": text("An opaque value that represents the internal version of this object that can be used by clients to determine when objects have changed."),
+            "selfLink": text("Deprecated: selfLink is a legacy read-only field that is no longer populated by the system."),
+            "uid": text("UID is the unique in time and space value for this object."),
+        },
+    })
+}
+
 fn group_version(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Value {
     let prefix = format!("/{}", gv_path(group, version));
     let mut paths = Map::new();
     let mut schemas = Map::new();
+    if defs.iter().any(|d| d.openapi.is_some()) {
+        schemas.insert(OBJECT_META.to_owned(), object_meta_schema());
+    }
     for def in defs {
         let name = component(def);
         let reference = json!({"$ref": format!("#/components/schemas/{name}")});
@@ -355,6 +469,33 @@ fn group_version(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v2_definitions_leave_out_what_swagger_cannot_say() {
+        let gvk = json!([{"group": "example.com", "version": "v1", "kind": "Foo"}]);
+        let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "properties": {"spec": {"type": "object"}}, "x-kubernetes-group-version-kind": gvk});
+        assert_eq!(
+            v2_root(open),
+            json!({"type": "object", "x-kubernetes-group-version-kind": gvk})
+        );
+        let shaped = json!({"type": "object", "required": ["a"], "properties": {
+            "a": {"type": "string", "nullable": true},
+            "b": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                  "properties": {"c": {"type": "string"}}},
+            "d": {"type": "array", "nullable": true, "items": {"type": "string"}},
+            "e": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true},
+            "f": {"type": "object", "additionalProperties": {"type": "string", "nullable": true}}}});
+        assert_eq!(
+            v2_root(shaped),
+            json!({"type": "object", "properties": {
+                "a": {},
+                "b": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "d": {},
+                "e": {"x-kubernetes-int-or-string": true},
+                "f": {"type": "object", "additionalProperties": true}}})
+        );
+    }
 
     #[test]
     fn every_group_version_has_a_document_with_patch_and_field_validation() {

@@ -61,6 +61,8 @@ struct Dependent {
     namespace: Option<String>,
     name: String,
     owners: Vec<Owner>,
+    /// It is being deleted in the foreground (waiting for its own dependents).
+    deleting_dependents: bool,
 }
 
 #[derive(Default)]
@@ -361,6 +363,8 @@ impl Collector {
                                 namespace: namespace.clone(),
                                 name: name.clone(),
                                 owners,
+                                deleting_dependents: is_deleting(object)
+                                    && has_finalizer(object, FINALIZER_FOREGROUND),
                             },
                         )
                     }
@@ -524,7 +528,23 @@ impl Collector {
                 gone.iter().chain(&waiting).map(|o| o.uid.clone()).collect();
             return self.drop_owner_refs(&dependent, uid, &dropped).await;
         }
-        let has_dependents = self.graph().by_owner.contains_key(uid);
+        let (has_dependents, dependent_waits) = {
+            let g = self.graph();
+            let dependents = g.by_owner.get(uid);
+            let waits = dependents
+                .into_iter()
+                .flatten()
+                .any(|d| g.dependents.get(d).is_some_and(|d| d.deleting_dependents));
+            (dependents.is_some(), waits)
+        };
+        if !waiting.is_empty() && dependent_waits && dependent.owners.iter().any(|o| o.block) {
+            // kube's cycle guard: an owner waits for this object while one of its own
+            // dependents waits too — they may wait for each other. Its references stop
+            // blocking their owners, and it is deleted in the foreground.
+            if self.unblock_owner_refs(&dependent, uid).await {
+                return true;
+            }
+        }
         let propagation = if !waiting.is_empty() && has_dependents {
             Some(Propagation::Foreground)
         } else {
@@ -653,6 +673,33 @@ impl Collector {
                         .is_none_or(|u| !owners.contains(u))
                 });
                 refs.len() != before
+            },
+        )
+        .await
+    }
+
+    /// Sets `blockOwnerDeletion: false` on every owner reference of `dependent`. Returns
+    /// whether to try again later.
+    async fn unblock_owner_refs(&self, dependent: &Dependent, dependent_uid: &str) -> bool {
+        self.modify(
+            &dependent.def,
+            dependent.namespace.as_deref(),
+            &dependent.name,
+            Some(dependent_uid),
+            |object| {
+                let mut changed = false;
+                for reference in object
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if reference.get("blockOwnerDeletion") == Some(&Value::Bool(true)) {
+                        reference["blockOwnerDeletion"] = Value::Bool(false);
+                        changed = true;
+                    }
+                }
+                changed
             },
         )
         .await

@@ -206,6 +206,10 @@ pub(crate) async fn claim(
             .is_some_and(|s| s.matches(&plinth_core::meta::labels(pod)))
     };
     let mut owned = Vec::new();
+    // kube's `RecheckDeletionTimestamp`: before the first adoption, the owner is read afresh —
+    // the cached one may not show a deletion yet, and an owner being deleted (orphaning its
+    // objects) must not take them back.
+    let mut may_adopt: Option<bool> = None;
     for pod in objects.in_namespace(namespace) {
         match controller_of(&pod) {
             Some(c) if c["uid"] == owner_uid => {
@@ -217,6 +221,13 @@ pub(crate) async fn claim(
             }
             Some(_) => {}
             None if matches(&pod) && !deleting(owner) && !deleting(&pod) => {
+                if may_adopt.is_none() {
+                    may_adopt =
+                        Some(still_adopting(registry, resource_of_owner(controller), owner).await);
+                }
+                if may_adopt == Some(false) {
+                    continue;
+                }
                 if let Some(adopted) = set_owner(
                     registry,
                     resource,
@@ -234,6 +245,38 @@ pub(crate) async fn claim(
         }
     }
     owned
+}
+
+/// The owner's resource, from the controller reference it hands out.
+fn resource_of_owner(controller: &Value) -> (String, String) {
+    let api_version = controller["apiVersion"].as_str().unwrap_or("");
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    (
+        group.to_owned(),
+        controller["kind"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// Whether `owner`, read from storage now, is still the same object and not being deleted.
+async fn still_adopting(registry: &Client, (group, kind): (String, String), owner: &Value) -> bool {
+    let Some(def) = registry
+        .resources
+        .all()
+        .into_iter()
+        .find(|d| d.group_version.group == group && d.kind == kind)
+    else {
+        return false;
+    };
+    let Some(name) = plinth_core::meta::name(owner) else {
+        return false;
+    };
+    match registry
+        .get(&def, plinth_core::meta::namespace(owner), name)
+        .await
+    {
+        Ok(fresh) => uid(&fresh) == uid(owner) && !deleting(&fresh),
+        Err(_) => false,
+    }
 }
 
 /// Adds `controller` to the object's owner references (adoption), or removes the reference

@@ -253,6 +253,9 @@ pub struct Details {
     pub retry_after_seconds: Option<u32>,
     /// Overrides the code of the reason (kube-apiserver answers some reasons with other codes).
     pub code: Option<u16>,
+    /// The Status's `metadata.continue`: a list whose continue token expired is answered with
+    /// a token that continues it inconsistently (from the latest revision).
+    pub continue_token: Option<String>,
 }
 
 impl Details {
@@ -286,6 +289,7 @@ impl Details {
                 .and_then(Value::as_u64)
                 .and_then(|n| u32::try_from(n).ok()),
             code: None,
+            continue_token: None,
         }
     }
 }
@@ -499,6 +503,9 @@ impl ApiError {
         });
         if !details.is_empty() {
             status["details"] = Value::Object(details);
+        }
+        if let Some(token) = &d.continue_token {
+            status["metadata"] = json!({"continue": token});
         }
         status
     }

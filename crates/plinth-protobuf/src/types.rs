@@ -6,7 +6,7 @@ use crate::encode::Shape::{
     Bool, Bytes, BytesMap, Double, I32, I64, Map, Message, MicroTime, OrArray, OrBool,
     OrStringArray, RawJson, Str, StringMap, Strings, Time,
 };
-use crate::encode::{Field, many, one};
+use crate::encode::{Field, dropped, kept, many, one};
 use crate::meta::{DELETE_OPTIONS, LABEL_SELECTOR, OBJECT_META};
 
 const OBJECT_REFERENCE: &[Field] = &[
@@ -491,15 +491,15 @@ static JSON_SCHEMA_PROPS: [Field; 44] = [
     one("title", 7, Str),
     one("default", 8, RawJson),
     one("maximum", 9, Double),
-    one("exclusiveMaximum", 10, Bool),
+    dropped("exclusiveMaximum", 10, Bool),
     one("minimum", 11, Double),
-    one("exclusiveMinimum", 12, Bool),
+    dropped("exclusiveMinimum", 12, Bool),
     one("maxLength", 13, I64),
     one("minLength", 14, I64),
     one("pattern", 15, Str),
     one("maxItems", 16, I64),
     one("minItems", 17, I64),
-    one("uniqueItems", 18, Bool),
+    dropped("uniqueItems", 18, Bool),
     one("multipleOf", 19, Double),
     many("enum", 20, RawJson),
     one("maxProperties", 21, I64),
@@ -518,10 +518,10 @@ static JSON_SCHEMA_PROPS: [Field; 44] = [
     one("definitions", 34, Map(&SCHEMA)),
     one("externalDocs", 35, Message(EXTERNAL_DOCS)),
     one("example", 36, RawJson),
-    one("nullable", 37, Bool),
+    dropped("nullable", 37, Bool),
     one("x-kubernetes-preserve-unknown-fields", 38, Bool),
-    one("x-kubernetes-embedded-resource", 39, Bool),
-    one("x-kubernetes-int-or-string", 40, Bool),
+    dropped("x-kubernetes-embedded-resource", 39, Bool),
+    dropped("x-kubernetes-int-or-string", 40, Bool),
     many("x-kubernetes-list-map-keys", 41, Str),
     one("x-kubernetes-list-type", 42, Str),
     one("x-kubernetes-map-type", 43, Str),
@@ -633,6 +633,47 @@ static CRD: [Field; 3] = [
 ];
 
 /// The message of the built-in type `kind` of `apiVersion`, if it has one.
+/// `apiregistration.v1.APIService` (kube-aggregator's).
+const API_SERVICE: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[
+            one(
+                "service",
+                1,
+                Message(&[
+                    one("namespace", 1, Str),
+                    one("name", 2, Str),
+                    one("port", 3, I32),
+                ]),
+            ),
+            one("group", 2, Str),
+            one("version", 3, Str),
+            dropped("insecureSkipTLSVerify", 4, Bool),
+            one("caBundle", 5, Bytes),
+            kept("groupPriorityMinimum", 7, I32),
+            kept("versionPriority", 8, I32),
+        ]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[many(
+            "conditions",
+            1,
+            Message(&[
+                one("type", 1, Str),
+                one("status", 2, Str),
+                one("lastTransitionTime", 3, Time),
+                one("reason", 4, Str),
+                one("message", 5, Str),
+            ]),
+        )]),
+    ),
+];
+
 pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
         ("v1", "ConfigMap") => CONFIG_MAP,
@@ -662,6 +703,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
             PRIORITY_LEVEL_CONFIGURATION
         }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => &CRD,
+        ("apiregistration.k8s.io/v1", "APIService") => API_SERVICE,
         _ => return None,
     })
 }

@@ -18,15 +18,19 @@ pub enum Operation {
     Update,
     /// A delete.
     Delete,
+    /// A connection to a subresource (`pods/exec`, `pods/attach`, `pods/portforward`, a
+    /// proxy): its options object is what is admitted.
+    Connect,
 }
 
 impl Operation {
-    /// `CREATE`, `UPDATE`, `DELETE`.
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Create => "CREATE",
             Self::Update => "UPDATE",
             Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
         }
     }
 }

@@ -251,6 +251,14 @@ impl Registry {
         let manager = check_config(&config, options)?;
         // `field:` with nothing after it sets nothing.
         drop_nulls(&mut config);
+        // Fields the type does not declare, under Strict: refused as kube's typed conversion of
+        // the applied configuration words it.
+        if options.field_validation == crate::FieldValidation::Strict {
+            let findings = def.strategy.decode(def, &mut config.clone());
+            if findings.type_error.is_none() && !findings.unknown.is_empty() {
+                return Err(undeclared_fields(def, &config, name, &findings.unknown));
+            }
+        }
         // Checks types, apiVersion/kind and unknown fields (warnings, or errors when strict).
         let mut checked = config.clone();
         let warnings = Self::check_body(def, &mut checked, options)?;
@@ -315,4 +323,30 @@ impl Registry {
             ..written
         })
     }
+}
+
+/// structured-merge-diff's refusal of an applied configuration with fields its type does not
+/// declare: `failed to create typed patch object (ns/name; group/version, Kind=Kind): .path:
+/// field not declared in schema`, several as `errors:` lines.
+fn undeclared_fields(
+    def: &ResourceDef,
+    config: &Value,
+    name: &str,
+    unknown: &[String],
+) -> ApiError {
+    let errors: Vec<String> = unknown
+        .iter()
+        .map(|path| format!(".{path}: field not declared in schema"))
+        .collect();
+    let detail = if let [one] = errors.as_slice() {
+        one.clone()
+    } else {
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        format!("errors:\n{}", lines.join("\n"))
+    };
+    let namespace = plinth_core::meta::namespace(config).unwrap_or("");
+    ApiError::bad_request(format!(
+        "failed to create typed patch object ({namespace}/{name}; {}/{}, Kind={}): {detail}",
+        def.group_version.group, def.group_version.version, def.kind
+    ))
 }

@@ -195,6 +195,9 @@ pub(super) fn random_suffix() -> String {
 }
 
 /// A continue token: the revision of the first page and the key to resume after.
+/// The revision of a continue token that reads at the latest revision (kube's `-1`).
+pub(super) const LATEST: Revision = -1;
+
 pub(super) fn encode_continue(revision: Revision, start: &str) -> String {
     use base64::Engine;
     let token = json!({"v": "meta.k8s.io/v1", "rv": revision, "start": start});
@@ -217,10 +220,11 @@ pub fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
         .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
         .map_err(|_| invalid())?;
     let parsed: Value = serde_json::from_slice(&raw).map_err(|_| invalid())?;
+    // -1: the latest revision (the inconsistent continuation of an expired token).
     let revision = parsed
         .get("rv")
         .and_then(Value::as_i64)
-        .filter(|r| *r > 0)
+        .filter(|r| *r > 0 || *r == LATEST)
         .ok_or_else(invalid)?;
     let start = parsed
         .get("start")

@@ -81,6 +81,9 @@ pub struct WriteOptions {
     pub default_manager: String,
     /// `force`: an apply takes conflicting fields.
     pub force: bool,
+    /// Fields the JSON body gave twice (paths), found before it was parsed into an object:
+    /// refused under `fieldValidation=Strict`, warned of under `Warn`.
+    pub duplicates: Vec<String>,
     /// Who writes, for the types whose writes depend on it (RBAC: no one grants what they
     /// do not hold); `None` for the server's own writes.
     pub requester: Option<Requester>,

@@ -45,6 +45,12 @@ impl Registry {
     }
 
     /// Whether `object` matches the options' selectors.
+    /// Whether a list selects every object (no label or field selector): only then does a
+    /// page say how many objects follow it, as kube's storage does.
+    fn selects_all(options: &ListOptions) -> bool {
+        options.labels.is_empty() && options.fields.terms.is_empty()
+    }
+
     pub(super) fn selected(def: &ResourceDef, object: &Value, options: &ListOptions) -> bool {
         (options.labels.is_empty() || options.labels.matches(&labels(object)))
             && options
@@ -144,10 +150,13 @@ impl Registry {
             }
         }
         self.caches.count_list(&def.key_prefix(), false);
+        let mut resume_at = None;
         let (mut revision, mut start) = match &options.continue_token {
             Some(token) if !token.is_empty() => {
                 let (rev, start) = decode_continue(token)?;
-                (Some(rev), Some(format!("{prefix}{start}\0")))
+                resume_at = Some(start.clone());
+                let rev = Some(rev).filter(|r| *r != super::codec::LATEST);
+                (rev, Some(format!("{prefix}{start}\0")))
             }
             _ => (None, None),
         };
@@ -156,6 +165,7 @@ impl Registry {
         }
         let mut items = Vec::new();
         let mut next: Option<String> = None;
+        let mut remaining = 0;
         let limit = options.limit;
         loop {
             let mut request = RangeRequest::prefix(prefix.clone());
@@ -165,23 +175,39 @@ impl Registry {
                 request.limit = Some((limit - items.len()).max(1));
             }
             let page = self.store.range(request).await.map_err(|e| match e {
-                StoreError::Compacted { .. } if options.continue_token.is_some() => ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                ),
+                StoreError::Compacted { .. } if options.continue_token.is_some() => {
+                    // kube's answer carries a token that continues from the same key at the
+                    // latest revision (an inconsistent list, which the client may choose).
+                    let mut expired = ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                    );
+                    expired.details.continue_token = resume_at
+                        .as_deref()
+                        .map(|key| encode_continue(super::codec::LATEST, key));
+                    expired
+                }
                 other => store_error(def, "", other),
             })?;
             revision = Some(page.revision);
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
-            for kv in &page.kvs {
-                let object = decode_view(def, kv)?;
-                if Self::selected(def, &object, options) {
-                    items.push(object);
-                }
-            }
+            let mut objects = page
+                .kvs
+                .iter()
+                .map(|kv| decode_view(def, kv))
+                .collect::<Result<Vec<_>, _>>()?;
+            // Selected as served: a webhook-converted object after its conversion (its
+            // version's selectable fields may read fields the stored version lacks).
+            objects = super::codec::converted_all(self, def, objects).await?;
+            items.extend(
+                objects
+                    .into_iter()
+                    .filter(|object| Self::selected(def, object, options)),
+            );
             match last_key {
                 Some(last) if page.more => {
                     if limit > 0 && items.len() >= limit {
                         next = Some(last.trim_start_matches(prefix.as_str()).to_owned());
+                        remaining = page.remaining;
                         break;
                     }
                     start = Some(format!("{last}\0"));
@@ -189,11 +215,13 @@ impl Registry {
                 _ => break,
             }
         }
-        let items = super::codec::converted_all(self, def, items).await?;
         let revision = revision.unwrap_or_default();
         let mut list_meta = json!({"resourceVersion": revision.to_string()});
         if let Some(start) = next {
             list_meta["continue"] = json!(encode_continue(revision, &start));
+            if Self::selects_all(options) {
+                list_meta["remainingItemCount"] = json!(remaining);
+            }
         }
         Ok(Listed::Value(json!({
             "kind": def.list_kind(),
@@ -316,6 +344,11 @@ impl Registry {
             kind: def.list_kind(),
             api_version: def.group_version.api_version(),
             revision: page.revision,
+            remaining: page
+                .next
+                .as_ref()
+                .filter(|_| Self::selects_all(options))
+                .map(|_| page.remaining),
             continue_token: page
                 .next
                 .map(|last| encode_continue(page.revision, last.trim_start_matches(prefix))),
@@ -363,6 +396,7 @@ impl Registry {
             api_version: def.group_version.api_version(),
             revision,
             continue_token: None,
+            remaining: None,
             items,
         }
     }
@@ -446,6 +480,9 @@ pub struct EncodedList {
     pub revision: plinth_store::Revision,
     /// The continue token of the next page, if there is one.
     pub continue_token: Option<String>,
+    /// How many objects follow the page, when the list selects all (kube's
+    /// `remainingItemCount`).
+    pub remaining: Option<usize>,
     /// The items.
     pub items: Vec<ListItem>,
 }
@@ -496,6 +533,9 @@ impl EncodedList {
         if let Some(token) = &self.continue_token {
             metadata["continue"] = json!(token);
         }
+        if let Some(remaining) = self.remaining {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
         json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
@@ -517,6 +557,9 @@ impl EncodedList {
         let mut metadata = json!({"resourceVersion": self.revision.to_string()});
         if let Some(token) = &self.continue_token {
             metadata["continue"] = json!(token);
+        }
+        if let Some(remaining) = self.remaining {
+            metadata["remainingItemCount"] = json!(remaining);
         }
         plinth_protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
     }
@@ -540,6 +583,10 @@ impl EncodedList {
             if let Some(token) = &self.continue_token {
                 out.extend_from_slice(b",\"continue\":");
                 out.extend_from_slice(quoted(token).as_bytes());
+            }
+            if let Some(remaining) = self.remaining {
+                out.extend_from_slice(b",\"remainingItemCount\":");
+                out.extend_from_slice(remaining.to_string().as_bytes());
             }
             out.extend_from_slice(b"},\"items\":[");
             for (i, item) in self.items.iter().enumerate() {
@@ -566,6 +613,11 @@ impl EncodedList {
         if let Some(token) = &self.continue_token {
             out.extend_from_slice(b"\"continue\":");
             out.extend_from_slice(quoted(token).as_bytes());
+            out.push(b',');
+        }
+        if let Some(remaining) = self.remaining {
+            out.extend_from_slice(b"\"remainingItemCount\":");
+            out.extend_from_slice(remaining.to_string().as_bytes());
             out.push(b',');
         }
         out.extend_from_slice(b"\"resourceVersion\":\"");

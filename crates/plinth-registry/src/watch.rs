@@ -163,7 +163,18 @@ impl Registry {
             bookmarks,
             ..
         } = options;
-        let options = Self::resolve_field_selector(&def, &options)?.into_owned();
+        let mut options = Self::resolve_field_selector(&def, &options)?.into_owned();
+        // A webhook-converted resource's field selector reads the converted objects (its
+        // version's selectable fields): the watch runs unselected by fields, and they are
+        // selected after conversion.
+        let converted_fields =
+            (def.conversion.is_some() && !options.fields.terms.is_empty()).then(|| {
+                let fields = ListOptions {
+                    fields: std::mem::take(&mut options.fields),
+                    ..ListOptions::default()
+                };
+                Arc::new(fields)
+            });
         let prefix = def.list_prefix(namespace.as_deref());
         let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         cacher.wait_for(1).await?;
@@ -210,11 +221,49 @@ impl Registry {
         // Each object in the watched version, through the CRD's conversion webhook; a failed
         // conversion ends the watch with its error (the client relists).
         let registry = self.clone();
+        let selecting_def = def.clone();
         let converting = events.then(move |event| {
             let (def, registry) = (def.clone(), registry.clone());
             async move { event.converted(&registry, &def).await }
         });
-        Ok(ends_after_error(converting).boxed())
+        let Some(fields) = converted_fields else {
+            return Ok(ends_after_error(converting).boxed());
+        };
+        // Which objects (by uid) the watcher has been shown: an object that stops matching
+        // leaves as DELETED, one that starts matching arrives as ADDED.
+        let shown = Arc::new(std::sync::Mutex::new(
+            std::collections::HashSet::<String>::new(),
+        ));
+        let selected = converting.filter_map(move |event| {
+            let (def, fields, shown) = (selecting_def.clone(), fields.clone(), shown.clone());
+            async move {
+                if matches!(event.kind, "BOOKMARK" | "ERROR") {
+                    return Some(event);
+                }
+                let object = event.object();
+                let uid = plinth_core::meta::meta_str(&object, "uid")
+                    .unwrap_or("")
+                    .to_owned();
+                let mut shown = shown
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let was = shown.contains(&uid);
+                let now = event.kind != "DELETED" && Registry::selected(&def, &object, &fields);
+                let kind = match (was, now) {
+                    (true, true) => event.kind,
+                    (false, true) => "ADDED",
+                    (true, false) => "DELETED",
+                    (false, false) => return None,
+                };
+                if now {
+                    shown.insert(uid);
+                } else {
+                    shown.remove(&uid);
+                }
+                Some(WatchEvent::new(kind, (*object).clone()))
+            }
+        });
+        Ok(ends_after_error(selected).boxed())
     }
 
     /// Where a watch starts: its initial events and the cache subscription after them (or the

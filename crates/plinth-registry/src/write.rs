@@ -109,9 +109,17 @@ impl Registry {
         let unknown = findings
             .unknown
             .iter()
-            .map(|f| format!("unknown field \"{f}\""));
+            .map(|f| format!("unknown field \"{f}\""))
+            .chain(
+                options
+                    .duplicates
+                    .iter()
+                    .map(|f| format!("duplicate field \"{f}\"")),
+            );
         let warnings = match options.field_validation {
-            FieldValidation::Strict if !findings.unknown.is_empty() => {
+            FieldValidation::Strict
+                if !findings.unknown.is_empty() || !options.duplicates.is_empty() =>
+            {
                 let fields: Vec<String> = unknown.collect();
                 return Err(cannot(format!(
                     "strict decoding error: {}",

@@ -61,15 +61,16 @@ impl Index {
     }
 
     /// Keys from `start` on that begin with `prefix` and are live at `at`, in key order; at most
-    /// `limit`, plus whether more follow. `start` must not sort before `prefix`.
+    /// `limit`, plus how many more follow. `start` must not sort before `prefix`.
     pub(crate) fn range(
         &self,
         start: &str,
         prefix: &str,
         at: Revision,
         limit: usize,
-    ) -> (Vec<(String, Entry)>, bool) {
+    ) -> (Vec<(String, Entry)>, usize) {
         let mut found = Vec::new();
+        let mut remaining = 0;
         for (key, entries) in self
             .keys
             .range::<str, _>((Bound::Included(start), Bound::Unbounded))
@@ -79,12 +80,13 @@ impl Index {
             }
             if let Some(entry) = visible_in(entries, at) {
                 if found.len() == limit {
-                    return (found, true);
+                    remaining += 1;
+                } else {
+                    found.push((key.to_string(), entry));
                 }
-                found.push((key.to_string(), entry));
             }
         }
-        (found, false)
+        (found, remaining)
     }
 
     /// The revisions [`Index::compact`] would drop, without dropping them.
@@ -181,6 +183,7 @@ mod tests {
         );
         assert_eq!(index.current("a").map(|e| e.revision), Some(7));
         let (at3, more) = index.range("", "", 3, 10);
+        let more = more > 0;
         assert_eq!(
             at3.iter()
                 .map(|(k, e)| (k.as_str(), e.revision))
@@ -189,7 +192,7 @@ mod tests {
         );
         assert!(!more);
         let (now, more) = index.range("a", "", 9, 1);
-        assert_eq!((now.len(), more), (1, true));
+        assert_eq!((now.len(), more), (1, 1));
         assert_eq!(
             index
                 .range("a\0", "", 9, 10)

@@ -409,7 +409,7 @@ fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeRespo
             .filter(|s| *s > request.prefix.as_str())
             .unwrap_or(&request.prefix);
         let limit = request.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
-        let (found, more) = shared
+        let (found, remaining) = shared
             .index
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -426,7 +426,8 @@ fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeRespo
         Ok(RangeResponse {
             kvs,
             revision: at,
-            more,
+            more: remaining > 0,
+            remaining,
         })
     })
 }

@@ -389,6 +389,7 @@ impl Store for EtcdStore {
             .iter()
             .map(|kv| self.convert(kv))
             .collect::<StoreResult<Vec<_>>>()?;
+        let kvs_len = kvs.len();
         let revision = request
             .revision
             .filter(|r| *r > 0)
@@ -397,6 +398,9 @@ impl Store for EtcdStore {
             kvs,
             revision,
             more: response.more(),
+            remaining: usize::try_from(response.count())
+                .unwrap_or(0)
+                .saturating_sub(kvs_len),
         })
     }
 

@@ -77,6 +77,9 @@ pub struct RangeResponse {
     pub revision: crate::Revision,
     /// Whether more keys follow (the limit cut the answer short).
     pub more: bool,
+    /// How many keys in the range follow those returned (etcd's `count` less the page):
+    /// kube's `remainingItemCount`. 0 unless `more`.
+    pub remaining: usize,
 }
 
 /// What happened to a key.

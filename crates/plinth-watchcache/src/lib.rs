@@ -106,6 +106,8 @@ pub struct Page<T> {
     pub revision: Revision,
     /// The key of the last item, when objects follow it.
     pub next: Option<String>,
+    /// How many objects follow the page (selected or not): kube's `remainingItemCount`.
+    pub remaining: usize,
 }
 
 /// What a watcher's channel carries.
@@ -248,6 +250,7 @@ impl Cacher {
                     items,
                     revision: at,
                     next: last,
+                    remaining: 1 + merged.count(),
                 });
             }
             if let Some(found) = item(stored) {
@@ -259,6 +262,7 @@ impl Cacher {
             items,
             revision: at,
             next: None,
+            remaining: 0,
         })
     }
 

@@ -93,6 +93,7 @@ spec:
   - name: v1
     served: true
     storage: false
+    selectableFields: [{{jsonPath: .spec.size}}]
     schema:
       openAPIV3Schema:
         type: object
@@ -138,6 +139,33 @@ fn objects_read_and_write_in_every_version_through_the_webhook() {
     let w2 = read(&plinth, "v1", "w2");
     assert_eq!(w2["apiVersion"], "example.com/v1");
     assert_eq!(w2["spec"]["size"], 5);
+    // A field selector of v1 reads the converted objects (`3`), not the stored ones (`3Gi`):
+    // in lists and in watches.
+    let selected = plinth.kubectl(&[
+        "get",
+        "widgets.v1.example.com",
+        "--field-selector=spec.size=3",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(selected.trim(), "widget.example.com/w1");
+    let http = Http::new(&plinth);
+    let watched = http.get(
+        "/apis/example.com/v1/namespaces/default/widgets?watch=1&fieldSelector=spec.size%3D3&timeoutSeconds=1",
+    );
+    let names: Vec<String> = watched
+        .body
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(names, ["ADDED w1"], "{}", watched.body);
     assert_eq!(w2["metadata"]["labels"]["tier"], "gold", "metadata kept");
     assert_eq!(read(&plinth, "v1", "w1")["spec"]["size"], 3, "round trip");
     // Lists, one review for all.

@@ -130,6 +130,30 @@ async fn propagation_policies(plinth: &Plinth) {
         );
         assert!(kept.metadata.deletion_timestamp.is_none());
     }
+
+    // A circle of blocking owners (1 owned by 3, 2 by 1, 3 by 2), one deleted in the
+    // foreground: all go (the conformance suite's "not blocked by dependency circle").
+    let pp = PostParams::default();
+    let mut circle = Vec::new();
+    for i in 1..=3 {
+        let cm = config_map(&format!("ring-{i}"), "ring", None, false);
+        circle.push(api.create(&pp, &cm).await.unwrap());
+    }
+    for (dependent, owner) in [(0, 2), (1, 0), (2, 1)] {
+        let mut cm = circle[dependent].clone();
+        cm.metadata.owner_references = config_map("x", "ring", Some(&circle[owner]), true)
+            .metadata
+            .owner_references;
+        let name = cm.metadata.name.clone().unwrap();
+        circle[dependent] = api.replace(&name, &pp, &cm).await.unwrap();
+    }
+    api.delete("ring-1", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("the whole circle to go", || async {
+        names(&api, "ring").await.is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -329,6 +329,8 @@ fn paginated_lists_and_expired_continue_tokens() {
         .iter()
         .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
         .collect();
+    // kube's remainingItemCount: what follows each page but the last (7 + kube-root-ca.crt).
+    assert_eq!(first["metadata"]["remainingItemCount"], 5);
     let mut next = Some(token);
     while let Some(token) = next {
         let page = http.get(&format!("{CM}?limit=3&continue={token}")).json();
@@ -336,6 +338,11 @@ fn paginated_lists_and_expired_continue_tokens() {
             page["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"],
             "every page at the first page's revision"
         );
+        let shown = names.len() + page["items"].as_array().unwrap().len();
+        match page["metadata"].get("continue") {
+            Some(_) => assert_eq!(page["metadata"]["remainingItemCount"], 8 - shown),
+            None => assert!(page["metadata"].get("remainingItemCount").is_none()),
+        }
         names.extend(
             page["items"]
                 .as_array()
@@ -386,6 +393,26 @@ fn field_validation_dry_run_and_deletecollection() {
         400,
         "BadRequest",
     );
+    // Fields given twice: refused under Strict with the unknown ones, as kube's strict
+    // decoder words them; a warning under Warn (the last value wins).
+    let twice = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice"},"bogus":1,"data":{"a":"1","a":"2"}}"#;
+    let refused = http.post(&format!("{CM}?fieldValidation=Strict"), twice);
+    let refused = status(&refused, 400, "BadRequest");
+    assert_eq!(
+        refused["message"],
+        r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "bogus", duplicate field "data.a""#
+    );
+    assert_eq!(http.get(&format!("{CM}/twice")).code, 404, "nothing stored");
+    let warned = http.post(&format!("{CM}?fieldValidation=Warn"), twice);
+    assert_eq!(warned.code, 201, "{}", warned.body);
+    assert!(
+        warned
+            .headers
+            .contains(r#"299 - "duplicate field \"data.a\"""#),
+        "{}",
+        warned.headers
+    );
+    assert_eq!(warned.json()["data"]["a"], "2");
 
     let dry = http.post(
         &format!("{CM}?dryRun=All"),
@@ -926,6 +953,12 @@ fn cached_pages_show_one_revision(plinth: &mut Plinth) {
             assert_eq!(page.code, 200, "{}", page.body);
             let page = page.json();
             assert_eq!(page["metadata"]["resourceVersion"], revision.as_str());
+            // A count of what follows only when the list selects everything, as kube's.
+            assert_eq!(
+                page["metadata"].get("remainingItemCount").is_some(),
+                selector.is_empty() && page["metadata"].get("continue").is_some(),
+                "{page}"
+            );
             items.extend(page["items"].as_array().unwrap().iter().cloned());
             token = page["metadata"]["continue"].as_str().map(str::to_owned);
             pages += 1;
@@ -1056,6 +1089,32 @@ fn apply_patches_refuse_bad_input_and_change_nothing() {
         ),
         400,
         "BadRequest",
+    );
+    // Undeclared fields under Strict: structured-merge-diff's words.
+    let undeclared = status(
+        &apply(
+            "?fieldManager=t&fieldValidation=Strict",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied, bogusMeta: 1}\nbogus: 1\n",
+        ),
+        400,
+        "BadRequest",
+    );
+    assert_eq!(
+        undeclared["message"],
+        "failed to create typed patch object (/applied; /v1, Kind=ConfigMap): errors:\n  .bogus: field not declared in schema\n  .metadata.bogusMeta: field not declared in schema"
+    );
+    // Keys given twice under Strict: go-yaml's words, by line.
+    let twice = status(
+        &apply(
+            "?fieldManager=t&fieldValidation=Strict",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied}\ndata:\n  a: b\n  a: c\n",
+        ),
+        400,
+        "BadRequest",
+    );
+    assert_eq!(
+        twice["message"],
+        "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  line 6: key \"a\" already set in map"
     );
     status(&http.get(&format!("{CM}/applied")), 404, "NotFound");
     // `force` belongs to apply patches only.
@@ -1425,4 +1484,50 @@ fn logs_to_a_file_carry_no_colour_codes() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("INFO"), "the log has lines: {text}");
     assert!(!text.contains('\u{1b}'), "no escape codes: {text:?}");
+}
+
+/// A continue token whose revision was compacted away is answered 410 with a token that
+/// continues the list from the same key at the latest revision, as kube-apiserver answers
+/// (the conformance suite's "continue listing … though the list is inconsistent").
+#[test]
+fn an_expired_continue_token_offers_an_inconsistent_continuation() {
+    let plinth = Plinth::start_with(Backend::Embedded, &["--compaction-interval", "1s"]);
+    let http = Http::new(&plinth);
+    for i in 0..6 {
+        let body =
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"c{i}"}}}}"#);
+        assert_eq!(http.post(CM, body.as_bytes()).code, 201);
+    }
+    let first = http.get(&format!("{CM}?limit=2")).json();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    let mut expired = None;
+    plinth.eventually("the first page's revision compacted away", || {
+        // Writes move the revision on, so that compaction passes the first page's.
+        http.post(
+            CM,
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"w-"}}"#,
+        );
+        let reply = http.get(&format!("{CM}?limit=2&continue={token}"));
+        if reply.code == 410 {
+            expired = Some(reply.json());
+        }
+        expired.is_some()
+    });
+    let expired = expired.unwrap();
+    assert_eq!(expired["reason"], "Expired");
+    let inconsistent = expired["metadata"]["continue"].as_str().unwrap();
+    let next = http.get(&format!("{CM}?limit=2&continue={inconsistent}"));
+    assert_eq!(next.code, 200, "{}", next.body);
+    let next = next.json();
+    assert_ne!(
+        next["metadata"]["resourceVersion"],
+        first["metadata"]["resourceVersion"]
+    );
+    let names: Vec<&str> = next["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c2", "c3"], "the next page from the same key");
 }

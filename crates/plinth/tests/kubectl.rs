@@ -1013,6 +1013,20 @@ fn custom_resource_schemas_validate_default_and_prune(p: &mut Plinth) {
     );
     let explained = p.kubectl(&["explain", "database.spec.engine"]);
     assert!(explained.contains("FIELD: engine <string>"), "{explained}");
+    // A default added to the CRD shows on objects stored before it, as they are read (get,
+    // list), as kube-apiserver defaults what it reads from storage.
+    p.kubectl(&[
+        "patch",
+        "crd",
+        "databases.example.com",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/tier","value":{"type":"string","default":"gold"}}]"#,
+    ]);
+    p.eventually("a default added later, on read", || {
+        p.json(&["get", "database", "db1"])["spec"]["tier"] == "gold"
+            && p.json(&["get", "databases"])["items"][0]["spec"]["tier"] == "gold"
+    });
 }
 
 const GIZMO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1

@@ -657,6 +657,56 @@ fn to_json(api_version: &str, kind: &str, raw: &[u8]) -> Value {
             ])
         }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => crd(raw),
+        ("apiregistration.k8s.io/v1", "APIService") => {
+            use k8s_pb::kube_aggregator::pkg::apis::apiregistration::v1 as ar;
+            let a = ar::APIService::decode(raw).unwrap();
+            let spec = a.spec.as_ref().map(|sp| {
+                object(vec![
+                    (
+                        "service",
+                        sp.service.as_ref().map(|r| {
+                            object(vec![
+                                ("namespace", s(&r.namespace)),
+                                ("name", s(&r.name)),
+                                ("port", r.port.map(Value::from)),
+                            ])
+                        }),
+                    ),
+                    ("group", s(&sp.group)),
+                    ("version", s(&sp.version)),
+                    (
+                        "insecureSkipTLSVerify",
+                        sp.insecure_skip_tls_verify.filter(|b| *b).map(Value::from),
+                    ),
+                    (
+                        "groupPriorityMinimum",
+                        sp.group_priority_minimum.map(Value::from),
+                    ),
+                    ("versionPriority", sp.version_priority.map(Value::from)),
+                ])
+            });
+            let status = a.status.as_ref().map(|st| {
+                let conditions: Vec<Value> = st
+                    .conditions
+                    .iter()
+                    .map(|c| {
+                        object(vec![
+                            ("type", s(&c.r#type)),
+                            ("status", s(&c.status)),
+                            ("lastTransitionTime", time(&c.last_transition_time)),
+                            ("reason", s(&c.reason)),
+                            ("message", s(&c.message)),
+                        ])
+                    })
+                    .collect();
+                object(vec![("conditions", Some(Value::Array(conditions)))])
+            });
+            object(vec![
+                ("metadata", object_meta(&a.metadata)),
+                ("spec", spec),
+                ("status", status),
+            ])
+        }
         ("rbac.authorization.k8s.io/v1", "Role") => {
             let r = k8s_pb::api::rbac::v1::Role::decode(raw).unwrap();
             object(vec![
@@ -1225,6 +1275,16 @@ fn every_built_in_type_in_protobuf_matches_its_json() {
                         "resourceRules": [{"verbs": ["list"], "apiGroups": [""], "resources": ["pods"],
                             "clusterScope": true, "namespaces": ["*"]}],
                         "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}]}}),
+        ),
+        (
+            "/apis/apiregistration.k8s.io/v1/apiservices".to_owned(),
+            "apiregistration.k8s.io/v1",
+            "APIService",
+            json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": "v1alpha1.pb.example.com"},
+                "spec": {"service": {"namespace": "default", "name": "pb-api", "port": 8443},
+                    "group": "pb.example.com", "version": "v1alpha1", "insecureSkipTLSVerify": true,
+                    "groupPriorityMinimum": 1000, "versionPriority": 15}}),
         ),
         (
             "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations".to_owned(),

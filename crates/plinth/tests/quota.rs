@@ -1,7 +1,7 @@
-//! ResourceQuota object counts end to end through kubectl: the (n+1)th object is refused with
+//! ResourceQuota end to end through kubectl: object counts (the (n+1)th object is refused with
 //! kube's message, a deleted one gives its place back, custom resources count as
 //! `count/<plural>.<group>`, concurrent creates never pass the limit, and kubectl shows the
-//! usage.
+//! usage) and what pods and Services use (compute, node ports; scoped quotas).
 
 #![allow(clippy::unwrap_used)]
 
@@ -282,4 +282,106 @@ spec:
     });
     let pods = plinth.json(&["-n", "capped", "get", "pods", "-l", "app=web"]);
     assert_eq!(pods["items"].as_array().map(Vec::len), Some(2));
+}
+
+fn pod(name: &str, resources: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  {extra}\n  containers:\n  - name: c\n    image: busybox\n    resources: {resources}\n"
+    )
+}
+
+/// kube's quota evaluators: a pod is charged its requests and limits (cpu, memory,
+/// extended resources), a Service its node ports and load balancers; a write past `hard`
+/// is refused naming each resource it would exceed; a scoped quota counts only the pods in
+/// its scope; deleting gives the usage back.
+#[test]
+fn compute_quotas_charge_pods_and_services_as_kube_does() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl(&["create", "namespace", "compute"]);
+    plinth.kubectl_with(
+        &["-n", "compute", "apply", "-f", "-"],
+        &quota(
+            "compute",
+            "pods: \"5\", cpu: \"1\", memory: 500Mi, requests.example.com/dongle: \"3\", services.nodeports: \"1\", services.loadbalancers: \"1\"",
+        ),
+    );
+    plinth.kubectl_with(
+        &["-n", "compute", "apply", "-f", "-"],
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: idle}\nspec:\n  hard: {pods: \"5\"}\n  scopes: [BestEffort]\n",
+    );
+    plinth.eventually("the quotas' status", || {
+        counted(&plinth, "compute", "cpu").as_deref() == Some("0")
+    });
+    plinth.kubectl_with(
+        &["-n", "compute", "create", "-f", "-"],
+        &pod(
+            "fits",
+            "{requests: {cpu: 500m, memory: 252Mi, example.com/dongle: \"2\"}, limits: {example.com/dongle: \"2\"}}",
+            "restartPolicy: Never",
+        ),
+    );
+    let used = |name: &str| counted(&plinth, "compute", name);
+    assert_eq!(used("cpu").as_deref(), Some("500m"));
+    assert_eq!(used("memory").as_deref(), Some("252Mi"));
+    assert_eq!(used("requests.example.com/dongle").as_deref(), Some("2"));
+    assert_eq!(used("pods").as_deref(), Some("1"));
+    let out = plinth.kubectl_stdin(
+        &["-n", "compute", "create", "-f", "-"],
+        &pod(
+            "too-big",
+            "{requests: {cpu: 600m, memory: 300Mi}}",
+            "restartPolicy: Never",
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "pods \"too-big\" is forbidden: exceeded quota: objects, requested: cpu=600m,memory=300Mi, used: cpu=500m,memory=252Mi, limited: cpu=1,memory=500Mi"
+        ),
+        "{stderr}"
+    );
+    // A best-effort pod counts against the BestEffort quota; the other pod does not.
+    plinth.kubectl_with(
+        &["-n", "compute", "create", "-f", "-"],
+        &pod("plain", "{}", "restartPolicy: Never"),
+    );
+    plinth.eventually("the scoped quota's count", || {
+        let idle = plinth.json(&["-n", "compute", "get", "resourcequota", "idle"]);
+        idle["status"]["used"]["pods"] == "1"
+    });
+    // Services: one node port fits, a load balancer's would not.
+    plinth.kubectl(&[
+        "-n", "compute", "create", "service", "nodeport", "np", "--tcp=80",
+    ]);
+    assert_eq!(used("services.nodeports").as_deref(), Some("1"));
+    let out = plinth.kubectl_output(&[
+        "-n",
+        "compute",
+        "create",
+        "service",
+        "loadbalancer",
+        "lb",
+        "--tcp=80",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exceeded quota: objects, requested: services.nodeports=1, used: services.nodeports=1, limited: services.nodeports=1"),
+        "{stderr}"
+    );
+    // Deleting gives the usage back.
+    plinth.kubectl(&[
+        "-n",
+        "compute",
+        "delete",
+        "pod",
+        "fits",
+        "--grace-period=0",
+        "--force",
+    ]);
+    plinth.kubectl(&["-n", "compute", "delete", "service", "np"]);
+    plinth.eventually("the usage given back", || {
+        used("cpu").as_deref() == Some("0")
+            && used("services.nodeports").as_deref() == Some("0")
+            && used("pods").as_deref() == Some("1")
+    });
 }

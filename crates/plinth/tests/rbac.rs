@@ -590,6 +590,35 @@ fn escalation_identities_and_refusals() {
     );
     assert_eq!(asked.code, 201, "{}", asked.body);
     assert_eq!(asked.json()["status"]["allowed"], true);
+    // A question has no table form: 406, as kube's resources without a table convertor.
+    let table = http.request_with(
+        "POST",
+        reviews,
+        "application/json",
+        Some(br#"{"spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}"#),
+        true,
+        &["Accept: application/json;as=Table;v=v1;g=meta.k8s.io"],
+    );
+    assert_eq!(table.code, 406, "{}", table.body);
+    assert_eq!(table.json()["reason"], "NotAcceptable");
+    // rbac/v1's defaults: a binding's roleRef and its User/Group subjects name the group
+    // when the request leaves it out (client-go programs often do); a ServiceAccount's not.
+    let created = http.post(
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings",
+        br#"{"metadata":{"name":"defaulted"},"roleRef":{"kind":"Role","name":"spec-writer"},
+            "subjects":[{"kind":"User","name":"zed"},{"kind":"ServiceAccount","name":"default","namespace":"team"}]}"#,
+    );
+    assert_eq!(created.code, 201, "{}", created.body);
+    let created = created.json();
+    assert_eq!(created["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+    assert_eq!(
+        created["subjects"][0]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+    assert!(
+        created["subjects"][1].get("apiGroup").is_none(),
+        "{created}"
+    );
     // Bad RBAC objects are refused with kube's field errors.
     let out = plinth.kubectl_stdin(
         &["-n", "team", "create", "-f", "-"],

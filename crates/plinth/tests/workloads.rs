@@ -1659,6 +1659,23 @@ fn status_writes_keep_what_each_types_strategy_keeps() {
     );
     assert_eq!(stored["spec"]["replicas"], 0);
 
+    // A Namespace's keeps the request's metadata (the conformance suite's "apply changes to
+    // a namespace status") and the stored spec.
+    plinth.kubectl(&["create", "namespace", "st-ns"]);
+    plinth.kubectl(&[
+        "patch",
+        "namespace",
+        "st-ns",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"note":"from-status"}},"spec":{"finalizers":[]},"status":{"conditions":[{"type":"StatusPatch","status":"True","reason":"E2E"}]}}"#,
+    ]);
+    let ns = plinth.json(&["get", "namespace", "st-ns"]);
+    assert_eq!(ns["metadata"]["annotations"]["note"], "from-status", "{ns}");
+    assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+    assert_eq!(ns["status"]["conditions"][0]["reason"], "E2E");
+
     plinth.kubectl_with(
         &["apply", "-f", "-"],
         r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

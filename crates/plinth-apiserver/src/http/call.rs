@@ -61,6 +61,20 @@ impl Call<'_> {
         Ok(options)
     }
 
+    /// The write options of a create or update whose body is `body`: with the fields a JSON
+    /// body gives twice, which its parse into an object hides.
+    fn body_write_options(&self, body: &[u8]) -> Result<WriteOptions, ApiError> {
+        let mut options = self.write_options()?;
+        let json = matches!(
+            super::body::content_type(self.headers).as_str(),
+            "" | "application/json"
+        );
+        if json && options.field_validation != plinth_registry::FieldValidation::Ignore {
+            options.duplicates = plinth_core::duplicates::duplicate_fields(body);
+        }
+        Ok(options)
+    }
+
     fn registry(&self) -> &Registry {
         &self.state.registry
     }
@@ -148,6 +162,26 @@ impl Call<'_> {
 
     /// Serves the request.
     pub(super) async fn run(self, method: &Method, body: Bytes) -> Result<Response, ApiError> {
+        if self.def.answer.is_some()
+            && matches!(
+                self.format,
+                Format::Table | Format::Metadata | Format::MetadataProtobuf
+            )
+        {
+            // kube's review resources have no table convertor and no object metadata to give.
+            let what = if self.format == Format::Table {
+                "being converted to a Table"
+            } else {
+                "metadata"
+            };
+            return Err(ApiError::new(
+                plinth_core::StatusReason::NotAcceptable,
+                format!(
+                    "the resource {}/{}, Resource={} does not support {what}",
+                    self.def.group_version.group, self.def.group_version.version, self.def.plural
+                ),
+            ));
+        }
         if let Some(answer) = self.def.answer {
             return self.answer(answer, method, &body).await;
         }
@@ -216,6 +250,7 @@ impl Call<'_> {
                 .registry()
                 .get(&self.def, self.namespace()?, name)
                 .await?;
+            self.admit_connect(name).await?;
             let objects = self.objects();
             let request = plinth_registry::resources::ConnectRequest {
                 object,
@@ -300,7 +335,7 @@ impl Call<'_> {
                     .map_err(|e| ApiError::internal(format!("list: {e}")))
             }
             (Method::POST, None) => {
-                let options = self.write_options()?;
+                let options = self.body_write_options(&body)?;
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .create(
@@ -314,7 +349,7 @@ impl Call<'_> {
                 Ok(self.object_response(StatusCode::CREATED, &written.object, &written.warnings))
             }
             (Method::PUT, Some(name)) => {
-                let options = self.write_options()?;
+                let options = self.body_write_options(&body)?;
                 let object = decode_body(self.headers, &body)?;
                 let written = registry
                     .update(self.admit(), &self.def, ns, &name, object, part, &options)
@@ -324,6 +359,11 @@ impl Call<'_> {
             (Method::PATCH, Some(name)) => {
                 let options = self.write_options()?;
                 let patch = decode_patch(self.headers, &body)?;
+                if matches!(patch, plinth_registry::Patch::Apply(_))
+                    && options.field_validation == plinth_registry::FieldValidation::Strict
+                {
+                    strict_yaml(&body)?;
+                }
                 let written = registry
                     .patch(self.admit(), &self.def, ns, &name, patch, part, &options)
                     .await?;
@@ -451,6 +491,68 @@ impl Call<'_> {
         let asker = self.asker(&objects);
         let answered = answer(&asker, object).await?;
         Ok(self.object_response(StatusCode::CREATED, &answered, &[]))
+    }
+
+    /// Admission of a connection (kube's CONNECT): the validating webhooks and policies see
+    /// its options (`PodAttachOptions`, `PodExecOptions`, …) as the object.
+    async fn admit_connect(&self, name: &str) -> Result<(), ApiError> {
+        let subresource = self.subresource.as_deref().unwrap_or("");
+        let kind = match (self.def.kind.as_str(), subresource) {
+            ("Pod", "attach") => "PodAttachOptions",
+            ("Pod", "exec") => "PodExecOptions",
+            ("Pod", "portforward") => "PodPortForwardOptions",
+            ("Pod", "proxy") => "PodProxyOptions",
+            ("Service", "proxy") => "ServiceProxyOptions",
+            ("Node", "proxy") => "NodeProxyOptions",
+            _ => return Ok(()),
+        };
+        let mut options = json!({"kind": kind, "apiVersion": "v1"});
+        for (key, value) in self.query.pairs() {
+            match key.as_str() {
+                "stdin" | "stdout" | "stderr" | "tty" => {
+                    options[key.as_str()] = json!(matches!(value.as_str(), "true" | "1"));
+                }
+                "container" => options["container"] = json!(value),
+                "command" => {
+                    if !options["command"].is_array() {
+                        options["command"] = json!([]);
+                    }
+                    if let Some(list) = options["command"].as_array_mut() {
+                        list.push(json!(value));
+                    }
+                }
+                "ports" => {
+                    if !options["ports"].is_array() {
+                        options["ports"] = json!([]);
+                    }
+                    if let (Some(list), Ok(port)) =
+                        (options["ports"].as_array_mut(), value.parse::<i64>())
+                    {
+                        list.push(json!(port));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(tail) = self.tail.as_deref().filter(|t| !t.is_empty()) {
+            options["path"] = json!(tail);
+        }
+        let request = plinth_registry::admit::Request {
+            operation: plinth_registry::admit::Operation::Connect,
+            def: &self.def,
+            subresource,
+            namespace: self.namespace.as_deref(),
+            name,
+            namespace_object: None,
+            user: self.user,
+            dry_run: false,
+            options: Value::Null,
+        };
+        let objects = self.objects();
+        self.admit()
+            .validate(&objects, &request, Some(&options), None)
+            .await
+            .map(drop)
     }
 
     fn asker<'a>(
@@ -676,4 +778,22 @@ fn list_response(
         }
         format => respond(StatusCode::OK, list, format, &[]),
     }
+}
+
+/// kube's strict YAML check of an apply patch: keys given twice in one mapping are refused
+/// as go-yaml words them.
+fn strict_yaml(body: &[u8]) -> Result<(), ApiError> {
+    let text = String::from_utf8_lossy(body);
+    let twice = plinth_core::duplicates::yaml_duplicate_keys(&text);
+    if twice.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = twice
+        .iter()
+        .map(|(line, key)| format!("  line {line}: key {key:?} already set in map"))
+        .collect();
+    Err(ApiError::bad_request(format!(
+        "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n{}",
+        lines.join("\n")
+    )))
 }

@@ -215,6 +215,7 @@ pub async fn range_order_prefix_limit_and_revision(store: Arc<dyn Store>) {
     let keys: Vec<_> = all.kvs.iter().map(|kv| kv.key.as_str()).collect();
     assert_eq!(keys, ["/r/a", "/r/b", "/r/b/x", "/r/c"]);
     assert!(!all.more);
+    assert_eq!(all.remaining, 0);
     assert!(all.kvs.iter().all(|kv| kv.value == kv.key.as_bytes()));
     let rev = all.revision;
     assert_eq!(rev, store.current_revision().await.unwrap());
@@ -232,6 +233,7 @@ pub async fn range_order_prefix_limit_and_revision(store: Arc<dyn Store>) {
         ["/r/a", "/r/b"]
     );
     assert!(page1.more);
+    assert_eq!(page1.remaining, 2, "two keys follow the first page");
     let page2 = store
         .range(
             RangeRequest::prefix("/r/")
@@ -250,6 +252,7 @@ pub async fn range_order_prefix_limit_and_revision(store: Arc<dyn Store>) {
         ["/r/b/x", "/r/c"]
     );
     assert!(!page2.more, "nothing follows the last page");
+    assert_eq!(page2.remaining, 0);
     assert_eq!(page2.revision, page1.revision);
 
     let a = store.get("/r/a").await.unwrap().unwrap();

@@ -213,7 +213,9 @@ fn validate_client(causes: &mut Vec<Cause>, hook: &Value, at: &str) {
                     ));
                 }
             }
+            // kube's `ValidateWebhookService`: an empty path is the root.
             if let Some(path) = service.get("path").and_then(Value::as_str)
+                && !path.is_empty()
                 && !path.starts_with('/')
             {
                 causes.push(Cause::invalid(
@@ -436,5 +438,24 @@ impl Strategy for WebhookConfigurations {
             }
         }
         causes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_client;
+    use serde_json::json;
+
+    #[test]
+    fn a_service_path_is_empty_or_absolute() {
+        let check = |path: &str| {
+            let mut causes = Vec::new();
+            let hook = json!({"clientConfig": {"service": {"namespace": "ns", "name": "svc", "path": path}}});
+            validate_client(&mut causes, &hook, "webhooks[0]");
+            causes.iter().map(|c| c.field.clone()).collect::<Vec<_>>()
+        };
+        assert!(check("").is_empty(), "the root, as kube takes it");
+        assert!(check("/validate").is_empty());
+        assert_eq!(check("validate"), ["webhooks[0].clientConfig.service.path"]);
     }
 }

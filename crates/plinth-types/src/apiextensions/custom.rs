@@ -20,6 +20,19 @@ use plinth_registry::strategy::Strategy;
 pub struct CustomResources {
     /// The version's structural schema, compiled once.
     pub structural: Option<Arc<plinth_schema::Schema>>,
+    /// Whether the schema declares defaults: then objects read from storage are defaulted
+    /// as they are served (kube defaults on read too, so a default added to a CRD shows on
+    /// the objects stored before it), and lists and watches cannot send the stored bytes.
+    pub defaults_on_read: bool,
+}
+
+/// Whether a schema declares a `default` anywhere.
+pub fn declares_defaults(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map.contains_key("default") || map.values().any(declares_defaults),
+        Value::Array(items) => items.iter().any(declares_defaults),
+        _ => false,
+    }
 }
 
 impl Strategy for CustomResources {
@@ -64,6 +77,19 @@ impl Strategy for CustomResources {
 
     fn strategic_merge_patch(&self) -> bool {
         false
+    }
+
+    fn to_view(&self, mut object: Value) -> Value {
+        if self.defaults_on_read
+            && let Some(structural) = &self.structural
+        {
+            structural.apply_defaults(&mut object);
+        }
+        object
+    }
+
+    fn serves_stored_form(&self) -> bool {
+        !self.defaults_on_read
     }
 }
 
@@ -170,6 +196,9 @@ pub fn served_defs(crd: &Value) -> Vec<ResourceDef> {
             .name_rule(NameRule::Subdomain)
             .strategy(CustomResources {
                 structural: structural.clone(),
+                defaults_on_read: version
+                    .pointer("/schema/openAPIV3Schema")
+                    .is_some_and(declares_defaults),
             });
             def.cel_schema = structural;
             def.singular = singular.clone();
@@ -215,7 +244,8 @@ fn published_schema(schema: &Value) -> Value {
         properties.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
         properties.insert(
             "metadata".into(),
-            json!({"type": "object", "description": "Standard object's metadata."}),
+            json!({"description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata",
+                "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}]}),
         );
     }
     published

@@ -89,6 +89,14 @@ impl Strategy for Namespaces {
         object["status"] = json!({"phase": "Active"});
     }
 
+    /// kube's namespace status strategy: the request's metadata and status, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        let mut merged = new.clone();
+        merged["spec"] = current.get("spec").cloned().unwrap_or_else(|| json!({}));
+        label_name(&mut merged);
+        Some(merged)
+    }
+
     fn prepare_update(&self, object: &mut Value, old: &Value) {
         label_name(object);
         if object.get("status").is_none() {

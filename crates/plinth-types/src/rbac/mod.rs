@@ -111,6 +111,34 @@ fn validate_rules(object: &Value, namespaced: bool) -> Vec<Cause> {
     causes
 }
 
+/// rbac/v1's defaults of a binding: `roleRef.apiGroup` is the group; a User's or Group's
+/// subject `apiGroup` is the group too, a ServiceAccount's stays `""`.
+fn default_binding(object: &mut Value) {
+    let empty = |v: &Value| {
+        v.get("apiGroup")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+    };
+    if let Some(role) = object.get_mut("roleRef").and_then(Value::as_object_mut)
+        && empty(&Value::Object(role.clone()))
+    {
+        role.insert("apiGroup".into(), Value::String(GROUP.into()));
+    }
+    let Some(subjects) = object.get_mut("subjects").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for subject in subjects {
+        let kind = subject.get("kind").and_then(Value::as_str).unwrap_or("");
+        if matches!(kind, "User" | "Group")
+            && empty(subject)
+            && let Some(fields) = subject.as_object_mut()
+        {
+            fields.insert("apiGroup".into(), Value::String(GROUP.into()));
+        }
+    }
+}
+
 /// A binding's role reference (`kinds` it may name) and subjects; its role reference cannot
 /// change.
 fn validate_binding(
@@ -224,6 +252,14 @@ struct Bindings {
 }
 
 impl plinth_registry::strategy::Strategy for Bindings {
+    fn prepare_create(&self, object: &mut Value) {
+        default_binding(object);
+    }
+
+    fn prepare_update(&self, object: &mut Value, _old: &Value) {
+        default_binding(object);
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         if self.resource == "rolebindings" {
             validate_binding(object, old, &["Role", "ClusterRole"], true)
