@@ -78,6 +78,22 @@ impl Attributes {
             ("namespaces", None, Some(name)) if request.group.is_empty() => name,
             (_, namespace, _) => namespace.unwrap_or(""),
         };
+        // kube's RequestInfoFactory: a list or watch of one name (`fieldSelector=
+        // metadata.name=x`) is authorized as a request for that name, so a role limited to
+        // `resourceNames` may list and watch it.
+        let selected_name = if matches!(verb, "list" | "watch") {
+            plinth_core::selector::FieldSelector::parse(request.field_selector)
+                .ok()
+                .and_then(|s| {
+                    s.terms
+                        .into_iter()
+                        .find(|t| t.field == "metadata.name" && !t.negated)
+                })
+                .map(|t| t.value)
+                .filter(|n| !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '%']))
+        } else {
+            None
+        };
         Self {
             resource_request: true,
             verb: verb.to_owned(),
@@ -86,7 +102,11 @@ impl Attributes {
             api_version: request.version.to_owned(),
             resource: request.resource.to_owned(),
             subresource: request.subresource.unwrap_or("").to_owned(),
-            name: request.name.unwrap_or("").to_owned(),
+            name: request
+                .name
+                .map(str::to_owned)
+                .or(selected_name)
+                .unwrap_or_default(),
             path: String::new(),
             field_selector: request.field_selector.to_owned(),
         }
@@ -391,6 +411,21 @@ mod tests {
         let mut watch = request("GET", None);
         watch.watch = true;
         assert_eq!(Attributes::resource(&watch).verb, "watch");
+        // A list or watch of one name is a request for that name (roles with resourceNames).
+        watch.field_selector = "metadata.name=w1";
+        assert_eq!(Attributes::resource(&watch).name, "w1");
+        let mut list = request("GET", None);
+        list.field_selector = "metadata.name!=w1";
+        assert_eq!(Attributes::resource(&list).name, "");
+        list.field_selector = "spec.size=3,metadata.name==w2";
+        assert_eq!(Attributes::resource(&list).name, "w2");
+        let mut delete = request("DELETE", None);
+        delete.field_selector = "metadata.name=w1";
+        assert_eq!(
+            Attributes::resource(&delete).name,
+            "",
+            "not for deletecollection"
+        );
     }
 
     #[test]
