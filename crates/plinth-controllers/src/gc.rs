@@ -494,9 +494,32 @@ impl Collector {
 
     /// kube's `attemptToDeleteItem`. Returns whether to look again later.
     async fn attempt_to_delete(&self, uid: &str) -> bool {
-        let Some(dependent) = self.graph().dependents.get(uid).cloned() else {
+        let Some(mut dependent) = self.graph().dependents.get(uid).cloned() else {
             return false;
         };
+        // Decided on the object as stored now, as kube's `attemptToDeleteItem` reads it: the
+        // graph may not have heard yet that its references changed (an owner deleted with
+        // `orphan` has just had them dropped), and acting on the old ones would delete an
+        // object that was orphaned.
+        match self
+            .registry
+            .get(
+                &dependent.def,
+                dependent.namespace.as_deref(),
+                &dependent.name,
+            )
+            .await
+        {
+            Ok(latest) if plinth_core::meta::meta_str(&latest, "uid") == Some(uid) => {
+                dependent.owners = owners_of(&latest);
+                if dependent.owners.is_empty() {
+                    return false;
+                }
+            }
+            Ok(_) => return false,
+            Err(e) if e.reason == StatusReason::NotFound => return false,
+            Err(_) => return true,
+        }
         let mut solid = false;
         let mut gone: Vec<&Owner> = Vec::new();
         let mut waiting: Vec<&Owner> = Vec::new();
