@@ -677,53 +677,58 @@ impl Collector {
         dependent_uid: &str,
         owners: &HashSet<String>,
     ) -> bool {
-        self.modify(
-            &dependent.def,
-            dependent.namespace.as_deref(),
-            &dependent.name,
-            Some(dependent_uid),
-            |object| {
-                let Some(refs) = object
-                    .pointer_mut("/metadata/ownerReferences")
-                    .and_then(Value::as_array_mut)
-                else {
-                    return false;
-                };
-                let before = refs.len();
-                refs.retain(|r| {
-                    r.get("uid")
-                        .and_then(Value::as_str)
-                        .is_none_or(|u| !owners.contains(u))
-                });
-                refs.len() != before
-            },
-        )
+        self.modify_dependent(dependent, dependent_uid, |object| {
+            let Some(refs) = object
+                .pointer_mut("/metadata/ownerReferences")
+                .and_then(Value::as_array_mut)
+            else {
+                return false;
+            };
+            let before = refs.len();
+            refs.retain(|r| {
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_none_or(|u| !owners.contains(u))
+            });
+            refs.len() != before
+        })
         .await
     }
 
     /// Sets `blockOwnerDeletion: false` on every owner reference of `dependent`. Returns
     /// whether to try again later.
     async fn unblock_owner_refs(&self, dependent: &Dependent, dependent_uid: &str) -> bool {
+        self.modify_dependent(dependent, dependent_uid, |object| {
+            let mut changed = false;
+            for reference in object
+                .pointer_mut("/metadata/ownerReferences")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if reference.get("blockOwnerDeletion") == Some(&Value::Bool(true)) {
+                    reference["blockOwnerDeletion"] = Value::Bool(false);
+                    changed = true;
+                }
+            }
+            changed
+        })
+        .await
+    }
+
+    /// [`Collector::modify`] of a dependent, if it is still the object with `dependent_uid`.
+    async fn modify_dependent(
+        &self,
+        dependent: &Dependent,
+        dependent_uid: &str,
+        change: impl Fn(&mut Value) -> bool + Sync,
+    ) -> bool {
         self.modify(
             &dependent.def,
             dependent.namespace.as_deref(),
             &dependent.name,
             Some(dependent_uid),
-            |object| {
-                let mut changed = false;
-                for reference in object
-                    .pointer_mut("/metadata/ownerReferences")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    if reference.get("blockOwnerDeletion") == Some(&Value::Bool(true)) {
-                        reference["blockOwnerDeletion"] = Value::Bool(false);
-                        changed = true;
-                    }
-                }
-                changed
-            },
+            change,
         )
         .await
     }

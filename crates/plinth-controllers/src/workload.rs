@@ -222,8 +222,7 @@ pub(crate) async fn claim(
             Some(_) => {}
             None if matches(&pod) && !deleting(owner) && !deleting(&pod) => {
                 if may_adopt.is_none() {
-                    may_adopt =
-                        Some(still_adopting(registry, resource_of_owner(controller), owner).await);
+                    may_adopt = Some(still_adopting(registry, controller, owner).await);
                 }
                 if may_adopt == Some(false) {
                     continue;
@@ -247,24 +246,13 @@ pub(crate) async fn claim(
     owned
 }
 
-/// The owner's resource, from the controller reference it hands out.
-fn resource_of_owner(controller: &Value) -> (String, String) {
+/// Whether `owner`, read from storage now, is still the same object and not being deleted
+/// (`controller`: the reference it hands out, which names its kind).
+async fn still_adopting(registry: &Client, controller: &Value, owner: &Value) -> bool {
     let api_version = controller["apiVersion"].as_str().unwrap_or("");
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    (
-        group.to_owned(),
-        controller["kind"].as_str().unwrap_or("").to_owned(),
-    )
-}
-
-/// Whether `owner`, read from storage now, is still the same object and not being deleted.
-async fn still_adopting(registry: &Client, (group, kind): (String, String), owner: &Value) -> bool {
-    let Some(def) = registry
-        .resources
-        .all()
-        .into_iter()
-        .find(|d| d.group_version.group == group && d.kind == kind)
-    else {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = controller["kind"].as_str().unwrap_or("");
+    let Some(def) = registry.resources.by_kind(group, version, kind) else {
         return false;
     };
     let Some(name) = plinth_core::meta::name(owner) else {

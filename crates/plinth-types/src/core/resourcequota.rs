@@ -82,30 +82,6 @@ fn usage(quota: &Value, limits: bool) -> Value {
     json!(shown.join(", "))
 }
 
-/// A quantity as a whole number, when it is one (`3`, `"3"`, `"2k"`); object counts are.
-pub fn count_of(value: &Value) -> Option<i64> {
-    match value {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => {
-            let (digits, suffix) =
-                s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-            let n: i64 = digits.parse().ok()?;
-            let factor = match suffix {
-                "" => 1,
-                "k" => 1_000,
-                "M" => 1_000_000,
-                "G" => 1_000_000_000,
-                "Ki" => 1 << 10,
-                "Mi" => 1 << 20,
-                "Gi" => 1 << 30,
-                _ => return None,
-            };
-            n.checked_mul(factor)
-        }
-        _ => None,
-    }
-}
-
 #[derive(Debug)]
 struct ResourceQuotas;
 
