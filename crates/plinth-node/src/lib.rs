@@ -29,6 +29,7 @@ mod policy;
 mod probes;
 mod proxy;
 pub mod sandbox;
+pub mod security;
 mod server;
 mod service_rules;
 mod spdy;

@@ -195,6 +195,31 @@ pub(crate) async fn follow(log: PathBuf, start: usize, out: tokio::sync::mpsc::S
     }
 }
 
+/// The text of the last `lines` lines of `log` (without times), cut to its first `bytes`
+/// bytes: the kubelet's termination message from a failed container's log.
+pub(crate) fn tail_text(log: &Path, lines: usize, bytes: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return String::new();
+    };
+    let records: Vec<_> = text.lines().filter_map(parse).collect();
+    let start = records.len().saturating_sub(lines);
+    let mut out = String::new();
+    for (_, line, full) in &records[start..] {
+        out.push_str(line);
+        if *full {
+            out.push('\n');
+        }
+    }
+    if out.len() > bytes {
+        let mut cut = bytes;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}
+
 /// A stored line's stream and text (with its newline when the line was whole).
 pub(crate) fn stream_and_text(line: &str) -> (String, String) {
     let mut parts = line.splitn(4, ' ');

@@ -22,6 +22,8 @@ pub(crate) struct Target<'a> {
     pub(crate) env: &'a [(String, String)],
     /// The image's clients, pointed at the pod ([`crate::images::Entry::clients`]).
     pub(crate) clients: &'a [(String, Vec<String>)],
+    /// Who commands run in the container run as (its `securityContext`).
+    pub(crate) security: Option<&'a crate::security::Security>,
 }
 
 fn port_of(target: &Target<'_>, port: &Value) -> Result<u16, String> {
@@ -289,13 +291,22 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 
 /// The command line that runs `command` inside the sandbox of `pid` (its user namespace if
 /// it has one, its network, mount, PID and UTS namespaces and root), or as it is without a sandbox;
-/// an image's client is pointed at the pod.
+/// an image's client is pointed at the pod; as the container's user, with its capabilities,
+/// where the agent can change them.
 pub(crate) fn in_sandbox(
     command: &[String],
     pid: Option<u32>,
     clients: &[(String, Vec<String>)],
+    security: Option<&crate::security::Security>,
 ) -> Vec<String> {
     let command = crate::images::pointed(command, clients);
+    let command = match security {
+        Some(s) if crate::sandbox::in_user_namespace() && pid.is_some() => {
+            s.without_identity().wrap(&command)
+        }
+        Some(s) if nix::unistd::geteuid().is_root() => s.wrap(&command),
+        _ => command,
+    };
     match pid {
         Some(pid) => {
             let mut argv = vec!["nsenter".to_owned(), format!("--target={pid}")];
@@ -308,7 +319,9 @@ pub(crate) fn in_sandbox(
                 // The pod's network (the machine's, for a pod without one of its own).
                 argv.push("--net".to_owned());
             }
-            argv.extend(["--mount", "--pid", "--uts", "--root", "--wd", "--"].map(String::from));
+            argv.extend(
+                ["--mount", "--pid", "--uts", "--ipc", "--root", "--wd", "--"].map(String::from),
+            );
             argv.extend(command.iter().cloned());
             argv
         }
@@ -317,7 +330,7 @@ pub(crate) fn in_sandbox(
 }
 
 async fn exec_probe(command: &[String], target: &Target<'_>) -> Outcome {
-    let argv = in_sandbox(command, target.sandbox_pid, target.clients);
+    let argv = in_sandbox(command, target.sandbox_pid, target.clients, target.security);
     let Some((program, args)) = argv.split_first() else {
         return Err("no command".into());
     };

@@ -23,6 +23,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+pub use crate::security::Security;
+
 /// What the sandbox runs, handed to it as one JSON argument (all but the environment, which is
 /// the sandbox's own: see [`Spec::env`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -42,8 +44,12 @@ pub struct Spec {
     pub mounts: Vec<Mount>,
     /// The cgroup directories to join before anything starts.
     pub cgroups: Vec<PathBuf>,
-    /// The user and group to run as.
-    pub user: Option<(u32, u32)>,
+    /// Who the command runs as and what it may do (kube's `securityContext`); none: as the
+    /// sandbox itself (root with every capability).
+    pub security: Option<Security>,
+    /// Namespaced kernel parameters set before the command starts (`/proc/sys` names with
+    /// dots, as kube writes them).
+    pub sysctls: Vec<(String, String)>,
     /// The host name inside (the pod's name); needs a UTS namespace.
     pub hostname: Option<String>,
     /// Host directories the container must not see (the agent's data, other pods'
@@ -232,7 +238,8 @@ fn first(spec: &Spec) -> Result<i32, String> {
         own_user_namespace()?;
     }
     let forward = forward_signals()?;
-    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID;
+    // Its own System V IPC too (kernel.shm* and kernel.msg* parameters are its own).
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC;
     if spec.hostname.is_some() {
         flags |= CloneFlags::CLONE_NEWUTS;
     }
@@ -363,6 +370,9 @@ fn inside(root: &Path, target: &str) -> PathBuf {
 
 fn build_root(spec: &Spec) -> Result<(), String> {
     let root = &spec.root;
+    // `readOnlyRootFilesystem`: the image's files (the machine's) and the root itself cannot
+    // be written; volumes and the files the agent shows can.
+    let read_only = spec.security.as_ref().is_some_and(|s| s.read_only_root);
     mount(
         None::<&str>,
         "/",
@@ -398,7 +408,7 @@ fn build_root(spec: &Spec) -> Result<(), String> {
             }
         } else if kind.is_dir() {
             std::fs::create_dir_all(&target).map_err(|e| e.to_string())?;
-            bind(&host, &target, false)?;
+            bind(&host, &target, read_only)?;
         }
     }
     for dir in ["dev", "sys"] {
@@ -408,11 +418,16 @@ fn build_root(spec: &Spec) -> Result<(), String> {
     }
     let tmp = root.join("tmp");
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+    let tmp_flags = if read_only {
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY
+    } else {
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV
+    };
     mount(
         Some("tmpfs"),
         &tmp,
         Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        tmp_flags,
         Some("mode=1777"),
     )
     .map_err(|e| format!("/tmp: {e}"))?;
@@ -466,6 +481,71 @@ fn build_root(spec: &Spec) -> Result<(), String> {
         }
         bind(&m.source, &target, m.read_only)?;
     }
+    if read_only {
+        mount(
+            None::<&str>,
+            root,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID,
+            None::<&str>,
+        )
+        .map_err(|e| format!("make the root read-only: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether something is mounted below machine directory `dir`.
+fn has_mounts_below(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let prefix = format!("{}/", dir.display());
+    text.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|point| point.starts_with(&prefix))
+}
+
+/// A tmpfs of the container's own at `at` holding machine directory `machine`'s entries,
+/// each bound in: where no overlay can be put over a machine directory (in a user namespace,
+/// one with a mount below it, as `/run` with `/run/netns`), new mount points are made in it
+/// instead of the machine's.
+fn mirror(at: &Path, machine: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(machine)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o755);
+    let entries: Vec<_> = std::fs::read_dir(machine)
+        .map_err(|e| format!("read {}: {e}", machine.display()))?
+        .flatten()
+        .collect();
+    mount(
+        Some("tmpfs"),
+        at,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("mode={mode:o}").as_str()),
+    )
+    .map_err(|e| format!("tmpfs on {}: {e}", at.display()))?;
+    for entry in entries {
+        let (host, target) = (entry.path(), at.join(entry.file_name()));
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_symlink() {
+            if let Ok(link) = std::fs::read_link(&host) {
+                let _ = std::os::unix::fs::symlink(link, &target);
+            }
+            continue;
+        }
+        let made = if kind.is_dir() {
+            std::fs::create_dir(&target)
+        } else {
+            std::fs::write(&target, b"")
+        };
+        if made.is_ok() {
+            let _ = bind(&host, &target, false);
+        }
+    }
     Ok(())
 }
 
@@ -508,7 +588,15 @@ impl Layers {
             (Ok(a), Ok(m)) => a.dev() == m.dev() && a.ino() == m.ino(),
             _ => false,
         };
-        if !same || !self.prepare() {
+        if !same {
+            return;
+        }
+        // An overlay would hide the mounts below the directory (`/dev/pts` under `/dev`).
+        if has_mounts_below(&machine) {
+            let _ = mirror(ancestor, &machine);
+            return;
+        }
+        if !self.prepare() {
             return;
         }
         let layer = self.base.join(self.made.to_string());
@@ -523,13 +611,16 @@ impl Layers {
             upper.display(),
             work.display()
         );
-        let _ = mount(
+        let overlaid = mount(
             Some("overlay"),
             ancestor,
             Some("overlay"),
             MsFlags::MS_NOSUID,
             Some(options.as_str()),
         );
+        if overlaid.is_err() {
+            let _ = mirror(ancestor, &machine);
+        }
     }
 
     /// The tmpfs the layers live in, mounted the first time.
@@ -561,7 +652,15 @@ fn second(spec: &Spec) -> Result<i32, String> {
     build_root(spec)?;
     nix::unistd::chroot(&spec.root).map_err(|e| format!("chroot: {e}"))?;
     std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
-    let Some((program, args)) = spec.argv.split_first() else {
+    for (name, value) in &spec.sysctls {
+        let path = crate::security::sysctl_path(name);
+        std::fs::write(&path, value).map_err(|e| format!("sysctl {name}={value}: {e}"))?;
+    }
+    let argv = match &spec.security {
+        Some(security) => security.wrap(&spec.argv),
+        None => spec.argv.clone(),
+    };
+    let Some((program, args)) = argv.split_first() else {
         return Err("no command".into());
     };
     let mut command = Command::new(program);
@@ -570,10 +669,6 @@ fn second(spec: &Spec) -> Result<i32, String> {
     if let Some(cwd) = &spec.cwd {
         let _ = std::fs::create_dir_all(cwd);
         command.current_dir(cwd);
-    }
-    if let Some((uid, gid)) = spec.user {
-        std::os::unix::process::CommandExt::uid(&mut command, uid);
-        std::os::unix::process::CommandExt::gid(&mut command, gid);
     }
     let child = match command.spawn() {
         Ok(child) => child,

@@ -297,8 +297,12 @@ async fn route(
         tokio::spawn(async move {
             let Ok(upgraded) = upgrade.await else { return };
             if kind == "exec" {
-                let argv =
-                    crate::probes::in_sandbox(&command, running.sandbox_pid, &running.clients);
+                let argv = crate::probes::in_sandbox(
+                    &command,
+                    running.sandbox_pid,
+                    &running.clients,
+                    running.security.as_ref(),
+                );
                 crate::exec::exec(upgraded, argv, command, running.env, streams).await;
             } else {
                 crate::exec::attach(upgraded, log, running.stdin, running.stdin_once, streams)

@@ -4,6 +4,7 @@
 //! ones are written again on every sync, so that a changed ConfigMap shows in its files.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -36,6 +37,10 @@ pub(crate) async fn sync(
     let value = pod_value(pod);
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let mut paths = BTreeMap::new();
+    let fs_group = value
+        .pointer("/spec/securityContext/fsGroup")
+        .and_then(Value::as_i64)
+        .and_then(|g| u32::try_from(g).ok());
     for volume in value
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
@@ -63,11 +68,16 @@ pub(crate) async fn sync(
         {
             claim_path(agent, &namespace, claim["claimName"].as_str().unwrap_or("")).await?
         } else if volume.get("emptyDir").is_some_and(Value::is_object) {
+            // Anyone may write it (kube's 0777); with an fsGroup, it is that group's.
             std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {name}: {e}"))?;
+            let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+                .and_then(|()| own_group(&dir, fs_group))
+                .map_err(|e| format!("emptyDir {name}: {e}"))?;
             dir
         } else {
             let files = files_of(agent, pod, &value, volume, &namespace).await?;
-            write_files(&dir, &files).map_err(|e| format!("volume {name}: {e}"))?;
+            write_files(&dir, &files, fs_group).map_err(|e| format!("volume {name}: {e}"))?;
             dir
         };
         paths.insert(name, path);
@@ -404,9 +414,9 @@ async fn files_of(
 
 /// Writes `files` under `dir`, replacing what changed and removing what is gone (each file
 /// replaced whole: readers never see half a file).
-fn write_files(dir: &Path, files: &Files) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    own_group(dir, fs_group)?;
     for (path, (bytes, mode)) in files {
         let safe: PathBuf = Path::new(path)
             .components()
@@ -424,6 +434,7 @@ fn write_files(dir: &Path, files: &Files) -> std::io::Result<()> {
         }
         let temp = target.with_extension("plinth-new");
         std::fs::write(&temp, bytes)?;
+        own_group(&temp, fs_group)?;
         std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(*mode))?;
         std::fs::rename(&temp, &target)?;
     }
@@ -434,6 +445,15 @@ fn write_files(dir: &Path, files: &Files) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Gives `path` to group `group` (the pod's `fsGroup`), as the kubelet's volume ownership
+/// does; nothing without one.
+fn own_group(path: &Path, group: Option<u32>) -> std::io::Result<()> {
+    match group {
+        Some(gid) => std::os::unix::fs::chown(path, None, Some(gid)),
+        None => Ok(()),
+    }
 }
 
 /// A key of a Secret or ConfigMap for an environment variable.

@@ -2310,3 +2310,131 @@ fn the_agent_authenticates_and_authorizes_callers_as_a_kubelet() {
         code == "200" && body.contains("\"kind\":\"PodList\"")
     });
 }
+
+#[test]
+fn security_contexts_termination_messages_and_sysctls_apply_as_the_kubelets_do() {
+    let plinth = with_node("node-sec");
+    let host_shm = std::fs::read_to_string("/proc/sys/kernel/shm_rmid_forced").unwrap();
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: user}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 3000, supplementalGroups: [4000]}
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo uid=$(id -u) gid=$(id -g) groups=$(id -G); grep -E 'CapBnd|NoNewPrivs' /proc/self/status"]
+    securityContext: {runAsUser: 65534, allowPrivilegeEscalation: false}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unprivileged}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, image: busybox:1.36, command: [sh, -c, "ip link add dummy0 type dummy || true; grep CapBnd /proc/self/status"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: read-only}
+spec:
+  restartPolicy: Never
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo x > /file; echo y > /scratch/file && echo volume-written"]
+    securityContext: {readOnlyRootFilesystem: true}
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: message-file}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo -n DONE > /dev/termination-custom-log"]
+    terminationMessagePath: /dev/termination-custom-log
+    securityContext: {runAsUser: 1000}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: message-log}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo first; echo -n DONE; false"]
+    terminationMessagePolicy: FallbackToLogsOnError
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sysctl}
+spec:
+  restartPolicy: Never
+  securityContext:
+    sysctls: [{name: kernel.shm_rmid_forced, value: "1"}]
+  containers:
+  - {name: main, image: busybox:1.36, command: [sh, -c, "cat /proc/sys/kernel/shm_rmid_forced"]}
+"#,
+    );
+    for name in [
+        "user",
+        "unprivileged",
+        "read-only",
+        "message-file",
+        "sysctl",
+    ] {
+        plinth.eventually(&format!("pod {name} Succeeded"), || {
+            pod(&plinth, name)["status"]["phase"] == "Succeeded"
+        });
+    }
+    plinth.eventually("pod message-log Failed", || {
+        pod(&plinth, "message-log")["status"]["phase"] == "Failed"
+    });
+
+    // The container's user wins over the pod's; the pod's group and supplementary groups
+    // apply; no_new_privs; the runtimes' default capability set bounds it.
+    let user = logs(&plinth, &["user"]);
+    assert!(
+        user.contains("uid=65534 gid=3000 groups=3000 4000"),
+        "{user}"
+    );
+    assert!(user.contains("NoNewPrivs:\t1"), "{user}");
+    assert!(user.contains("CapBnd:\t00000000a80425fb"), "{user}");
+    // Without privileged (or NET_ADMIN), root in the container cannot change the network.
+    let unprivileged = logs(&plinth, &["unprivileged"]);
+    assert!(
+        unprivileged.contains("Operation not permitted"),
+        "{unprivileged}"
+    );
+    assert!(
+        unprivileged.contains("CapBnd:\t00000000a80425fb"),
+        "{unprivileged}"
+    );
+    let read_only = logs(&plinth, &["read-only"]);
+    assert!(read_only.contains("Read-only file system"), "{read_only}");
+    assert!(read_only.contains("volume-written"), "{read_only}");
+    assert!(!std::path::Path::new("/file").exists());
+
+    // Termination messages: from the file (written by a non-root user at a custom path),
+    // else from the failed container's log.
+    let terminated = |name: &str| container_status(&plinth, name)["state"]["terminated"].clone();
+    assert_eq!(terminated("message-file")["message"], "DONE");
+    assert_eq!(terminated("message-log")["message"], "first\nDONE");
+    assert_eq!(terminated("user").get("message"), None);
+
+    // The pod's sysctl is its own: set inside, the machine's unchanged.
+    assert_eq!(logs(&plinth, &["sysctl"]).trim(), "1");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/shm_rmid_forced").unwrap(),
+        host_shm
+    );
+    delete_all_pods(&plinth);
+}

@@ -19,6 +19,48 @@ use crate::logs;
 use crate::probes;
 use crate::sandbox;
 
+/// How a run of a container ended.
+pub(super) struct Exit {
+    /// Its exit code (`128 + N` when signal `N` ended it).
+    code: i32,
+    /// `Completed`, `Error` or `OOMKilled`.
+    reason: String,
+    /// Its termination message.
+    message: String,
+    /// When it started (RFC 3339).
+    started: String,
+}
+
+/// The kubelet's limits: the file's first 4 KiB; of the log, the last 80 lines' first 2 KiB.
+const MESSAGE_FILE_BYTES: usize = 4096;
+const MESSAGE_LOG_LINES: usize = 80;
+const MESSAGE_LOG_BYTES: usize = 2048;
+
+/// A run's termination message as the kubelet makes it: what the container wrote to its
+/// termination message file, else (policy `FallbackToLogsOnError`, the run failed) the tail
+/// of its log.
+fn termination_message(
+    container: &Value,
+    file: Option<&(PathBuf, String)>,
+    code: i32,
+    log: &std::path::Path,
+) -> String {
+    let written = file
+        .and_then(|(source, _)| std::fs::read(source).ok())
+        .map(|mut bytes| {
+            bytes.truncate(MESSAGE_FILE_BYTES);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+        .unwrap_or_default();
+    if written.is_empty()
+        && code != 0
+        && container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    {
+        return logs::tail_text(log, MESSAGE_LOG_LINES, MESSAGE_LOG_BYTES);
+    }
+    written
+}
+
 impl Worker {
     /// Runs one container for as long as its restart policy says; returns its last exit
     /// code when it ends for good (`None` when stopped).
@@ -81,6 +123,7 @@ impl Worker {
                     stdin: None,
                     stdin_once: false,
                     clients: self.clients(&container, &env),
+                    security: Some(self.security(&container)),
                 },
             );
             let log = log_dir.join(format!("{run}.log"));
@@ -98,26 +141,27 @@ impl Worker {
             .await;
             let outcome = self.run_once(&container, kind, argv, env, &log, run).await;
             let _ = std::fs::write(logs::done_marker(&log), b"");
-            let (code, reason, started_text) = match outcome {
-                Ok(done) => done,
-                Err(message) => {
-                    // The process could not be started at all.
-                    self.update(&name, |s| {
-                        s.state = ContainerState::waiting("RunContainerError", &message)
-                    });
-                    if self
-                        .stopping_within(backoff.max(Duration::from_secs(10)))
-                        .await
-                    {
-                        return None;
+            let (code, reason, message, started_text) =
+                match outcome.map(|e| (e.code, e.reason, e.message, e.started)) {
+                    Ok(done) => done,
+                    Err(message) => {
+                        // The process could not be started at all.
+                        self.update(&name, |s| {
+                            s.state = ContainerState::waiting("RunContainerError", &message)
+                        });
+                        if self
+                            .stopping_within(backoff.max(Duration::from_secs(10)))
+                            .await
+                        {
+                            return None;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            };
+                };
             let terminated = ContainerState::Terminated(Terminated {
                 exit_code: i64::from(code),
                 reason,
-                message: String::new(),
+                message,
                 started_at: Some(started_text),
                 finished_at: now_text(),
                 container_id: Some(format!(
@@ -182,7 +226,7 @@ impl Worker {
     }
 
     /// Starts the container's process and supervises it until it exits: probes, stop
-    /// requests. Returns its exit code, termination reason and start time.
+    /// requests. Returns how it ended.
     pub(super) async fn run_once(
         self: &Arc<Self>,
         container: &Value,
@@ -191,7 +235,7 @@ impl Worker {
         env: Vec<(String, String)>,
         log: &std::path::Path,
         run: u32,
-    ) -> Result<(i32, String, String), String> {
+    ) -> Result<Exit, String> {
         let name = container["name"].as_str().unwrap_or("").to_owned();
         let pod = self.current();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -287,6 +331,19 @@ impl Worker {
                 }
             }
         }
+        let pod_spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(Value::Null);
+        let sysctls = crate::security::sysctls(&pod_spec)
+            .map_err(|name| format!("forbidden sysctl: {name:?} not allowlisted"))?;
+        // The termination message file (`terminationMessagePath`), fresh for each run and
+        // writable by any user the container runs as.
+        let termination = self.termination_file(container, &name);
+        if let Some((source, target)) = &termination {
+            extra_mounts.push(sandbox::Mount {
+                source: source.clone(),
+                target: target.clone(),
+                read_only: false,
+            });
+        }
         let launch = Launch {
             argv,
             env: env.clone(),
@@ -311,6 +368,8 @@ impl Worker {
             hide: vec![self.agent.config.data_dir.clone()],
             stdin: container["stdin"] == true,
             netns: self.netns.clone(),
+            security: Some(self.security(container)),
+            sysctls,
         };
         let file = tokio::fs::OpenOptions::new()
             .create(true)
@@ -351,6 +410,7 @@ impl Worker {
                 stdin,
                 stdin_once: container["stdinOnce"] == true,
                 clients: self.clients(container, &env),
+                security: launch.security.clone(),
             },
         );
         self.event(
@@ -446,7 +506,39 @@ impl Worker {
         } else {
             "Error"
         };
-        Ok((code, reason.to_owned(), started_text))
+        let message = termination_message(container, termination.as_ref(), code, log);
+        Ok(Exit {
+            code,
+            reason: reason.to_owned(),
+            message,
+            started: started_text,
+        })
+    }
+
+    /// The host file shown at the container's `terminationMessagePath` (default
+    /// `/dev/termination-log`) and that path; none when the runtime cannot show files.
+    fn termination_file(&self, container: &Value, name: &str) -> Option<(PathBuf, String)> {
+        use std::os::unix::fs::PermissionsExt;
+        if !self.runtime.isolates() {
+            return None;
+        }
+        let target = container["terminationMessagePath"]
+            .as_str()
+            .filter(|p| p.starts_with('/'))
+            .unwrap_or("/dev/termination-log")
+            .to_owned();
+        let source = self.dir.join("termination").join(name);
+        std::fs::create_dir_all(source.parent()?).ok()?;
+        std::fs::write(&source, b"").ok()?;
+        std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o666)).ok()?;
+        Some((source, target))
+    }
+
+    /// Who the container runs as and what it may do: its and its pod's `securityContext`.
+    pub(super) fn security(&self, container: &Value) -> crate::security::Security {
+        let pod = self.current();
+        let spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(Value::Null);
+        crate::security::Security::of(&spec, container)
     }
 
     /// Stops a container by `deadline`: its `preStop` hook, `SIGTERM`, then `SIGKILL`.
@@ -460,12 +552,14 @@ impl Worker {
         deadline: Instant,
     ) {
         let clients = self.clients(container, env);
+        let security = self.security(container);
         let target = probes::Target {
             pod_ip: &self.ip,
             container,
             sandbox_pid,
             env,
             clients: &clients,
+            security: Some(&security),
         };
         if let Some(hook) = container
             .pointer("/lifecycle/preStop")

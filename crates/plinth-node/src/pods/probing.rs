@@ -43,6 +43,7 @@ impl Worker {
         }
         tokio::time::sleep(Duration::from_secs(seconds("initialDelaySeconds", 0))).await;
         let (mut successes, mut failures) = (0u64, 0u64);
+        let security = self.security(&container);
         loop {
             let target = probes::Target {
                 pod_ip: &self.ip,
@@ -50,6 +51,7 @@ impl Worker {
                 sandbox_pid,
                 env: &env,
                 clients: &clients,
+                security: Some(&security),
             };
             let outcome = probes::run(&probe, &target).await;
             match outcome {

@@ -33,6 +33,10 @@ pub(super) struct Launch {
     pub(super) stdin: bool,
     /// The pod's network namespace, if it has one.
     pub(super) netns: Option<PathBuf>,
+    /// Its user, groups and capabilities (`securityContext`).
+    pub(super) security: Option<crate::security::Security>,
+    /// The pod's sysctls (an isolating runtime's: it has the namespaces they belong to).
+    pub(super) sysctls: Vec<(String, String)>,
 }
 
 /// The container runtime below the pod worker — the kubelet's CRI, in small: it starts a
@@ -109,6 +113,12 @@ impl Runtime for Processes {
     }
 
     fn start(&self, launch: &Launch) -> Result<tokio::process::Child, String> {
+        // As the container's user, with its capabilities, where the agent may change them
+        // (it is root).
+        let own = match &launch.security {
+            Some(security) if nix::unistd::geteuid().is_root() => security.wrap(&launch.argv),
+            _ => launch.argv.clone(),
+        };
         // In the pod's network namespace, entered by nsenter.
         let argv: Vec<String> = match &launch.netns {
             Some(netns) => [
@@ -117,9 +127,9 @@ impl Runtime for Processes {
                 "--".to_owned(),
             ]
             .into_iter()
-            .chain(launch.argv.iter().cloned())
+            .chain(own)
             .collect(),
-            None => launch.argv.clone(),
+            None => own,
         };
         let Some((program, args)) = argv.split_first() else {
             return Err("no command".into());
@@ -172,7 +182,14 @@ impl Runtime for Sandbox {
             root: launch.root.clone(),
             mounts: launch.mounts.clone(),
             cgroups: launch.cgroups.clone(),
-            user: None,
+            security: launch.security.as_ref().map(|s| {
+                if sandbox::in_user_namespace() {
+                    s.without_identity()
+                } else {
+                    s.clone()
+                }
+            }),
+            sysctls: launch.sysctls.clone(),
             hostname: Some(launch.hostname.clone()),
             hide: launch.hide.clone(),
             parent: sandbox::Parent::this(),

@@ -30,6 +30,8 @@ pub(crate) struct Running {
     pub(crate) stdin_once: bool,
     /// The image's clients, pointed at the pod, for `kubectl exec`.
     pub(crate) clients: images::Clients,
+    /// Who commands run in it run as (its `securityContext`).
+    pub(crate) security: Option<crate::security::Security>,
 }
 
 /// A container's standard input, shared by its attach sessions until it is closed.
