@@ -1,5 +1,6 @@
 //! `kubectl exec` and `kubectl attach` on the agent's side: the WebSocket channel protocol
-//! (`v5.channel.k8s.io`, or `v4`): every binary message starts with its stream — 0 stdin,
+//! (`v5.channel.k8s.io`, `v4`, or the first, `channel.k8s.io`, whose error stream is text):
+//! every binary message starts with its stream — 0 stdin,
 //! 1 stdout, 2 stderr, 3 the final `Status`, 4 terminal resizes; in v5, `[255, n]` closes
 //! stream `n`. An exec runs its command inside the container's namespaces with the
 //! container's environment; an attach follows the container's output.
@@ -16,7 +17,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
 /// The subprotocols served, most preferred first.
-pub(crate) const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+pub(crate) const PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"];
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -57,7 +58,7 @@ pub(crate) struct Streams {
     pub(crate) tty: bool,
 }
 
-fn status(code: Option<i32>, command: &[String]) -> serde_json::Value {
+pub(crate) fn status(code: Option<i32>, command: &[String]) -> serde_json::Value {
     match code {
         Some(0) => json!({"metadata": {}, "status": "Success"}),
         Some(code) => json!({
@@ -89,6 +90,7 @@ fn frame(channel: u8, data: &[u8]) -> Message {
 /// Runs `argv` (already wrapped to enter the container) with `env`, its streams on `ws`.
 pub(crate) async fn exec(
     upgraded: Upgraded,
+    protocol: &'static str,
     argv: Vec<String>,
     shown: Vec<String>,
     env: Vec<(String, String)>,
@@ -275,9 +277,16 @@ pub(crate) async fn exec(
     }
     reader.abort();
     if let Ok(mut sink) = writer.await {
-        let _ = sink
-            .send(frame(ERROR, status(code, &shown).to_string().as_bytes()))
-            .await;
+        let outcome = status(code, &shown);
+        // The first version's error stream is text, and says nothing on success.
+        let report = if protocol == "channel.k8s.io" {
+            outcome["message"].as_str().unwrap_or("").to_owned()
+        } else {
+            outcome.to_string()
+        };
+        if !report.is_empty() {
+            let _ = sink.send(frame(ERROR, report.as_bytes())).await;
+        }
         let _ = sink.send(normal_close()).await;
     }
 }

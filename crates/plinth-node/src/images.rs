@@ -60,6 +60,12 @@ pub struct Entry {
     /// starts.
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Programs of the image run as others of the machine's: a name (a path's file name
+    /// counts) → the machine's program (the e2e busybox image's `sh` as `bash`, which passes
+    /// on variables whose names are not shell names, as that image's shell does and this
+    /// machine's busybox does not).
+    #[serde(default)]
+    pub programs: BTreeMap<String, String>,
 }
 
 /// An image's clients (program name → arguments), expanded for one container.
@@ -155,6 +161,7 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
         dirs: Vec::new(),
         files: BTreeMap::new(),
         workdir: None,
+        programs: BTreeMap::new(),
     };
     let redis = if private {
         Entry {
@@ -425,6 +432,16 @@ pub fn argv(
         argv.insert(0, program.clone());
     }
     let mut argv = pointed(&argv, &entry.clients(lookup));
+    let replaced = argv
+        .first()
+        .and_then(|program| Path::new(program).file_name())
+        .and_then(|name| name.to_str())
+        .and_then(|name| entry.programs.get(name))
+        .cloned();
+    if let Some(program) = replaced {
+        argv[0] = program;
+        return argv;
+    }
     if let Some(wrapper) = entry.wrapper.as_deref().and_then(which)
         && argv.first().is_some_and(|program| runs(&wrapper, program))
     {
@@ -643,6 +660,25 @@ mod tests {
         );
         std::fs::write(&path, "tool: {entry: 1}").unwrap_or_else(|e| panic!("{e}"));
         assert!(ImageMap::load(&path).is_err());
+    }
+
+    #[test]
+    fn an_images_programs_run_as_the_machines_it_names() {
+        let entry = Entry {
+            cmd: vec!["sh".into()],
+            wrapper: Some("busybox".into()),
+            programs: BTreeMap::from([("sh".to_owned(), "/bin/bash".to_owned())]),
+            ..Entry::default()
+        };
+        let none = |_: &str| None;
+        let command = ["/bin/sh".to_owned(), "-c".to_owned(), "env".to_owned()];
+        assert_eq!(
+            argv(&entry, Some(&command), None, &none),
+            ["/bin/bash", "-c", "env"]
+        );
+        assert_eq!(argv(&entry, None, None, &none), ["/bin/bash"]);
+        let other = ["cat".to_owned()];
+        assert_ne!(argv(&entry, Some(&other), None, &none)[0], "/bin/bash");
     }
 
     #[test]

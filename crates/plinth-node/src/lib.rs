@@ -33,6 +33,7 @@ pub mod security;
 mod server;
 mod service_rules;
 mod spdy;
+mod spdy_exec;
 mod stats;
 mod volumes;
 

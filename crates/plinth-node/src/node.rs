@@ -20,7 +20,7 @@ const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The most pods a node takes (kubelet's `--max-pods` default).
 pub(crate) const MAX_PODS: u32 = 110;
 
-fn memory_kib() -> u64 {
+pub(crate) fn memory_kib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {
@@ -57,6 +57,9 @@ fn arch() -> &'static str {
     }
 }
 
+/// The ephemeral storage the node offers pods.
+pub(crate) const EPHEMERAL_STORAGE: &str = "10Gi";
+
 /// The Node's status as the agent reports it now.
 fn status(agent: &Agent, port: u16) -> Value {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -64,7 +67,7 @@ fn status(agent: &Agent, port: u16) -> Value {
         "cpu": cpus.to_string(),
         "memory": format!("{}Ki", memory_kib()),
         "pods": MAX_PODS.to_string(),
-        "ephemeral-storage": "10Gi",
+        "ephemeral-storage": EPHEMERAL_STORAGE,
     });
     let now = plinth_core::meta::format_time(now());
     let condition = |kind: &str, status: &str, reason: &str, message: &str| {

@@ -275,6 +275,47 @@ async fn route(
             .filter(|(k, _)| k == "command")
             .map(|(_, v)| v.clone())
             .collect();
+        // client-go's SPDY executor (the e2e suite's `ExecWithOptions`).
+        let spdy = request
+            .headers()
+            .get(hyper::header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+        if spdy && *kind == "exec" {
+            let versions: Vec<String> = request
+                .headers()
+                .get_all("x-stream-protocol-version")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(|v| v.trim().to_owned())
+                .collect();
+            let offered: Vec<&str> = versions.iter().map(String::as_str).collect();
+            let Some(protocol) = crate::spdy_exec::pick(&offered) else {
+                return status(
+                    StatusCode::FORBIDDEN,
+                    "no supported remotecommand version (v4.channel.k8s.io, v3.channel.k8s.io, v2.channel.k8s.io, channel.k8s.io) was offered",
+                );
+            };
+            let upgrade = hyper::upgrade::on(&mut request);
+            let argv = crate::probes::in_sandbox(
+                &command,
+                running.sandbox_pid,
+                &running.clients,
+                running.security.as_ref(),
+            );
+            let env = running.env.clone();
+            tokio::spawn(async move {
+                let Ok(upgraded) = upgrade.await else { return };
+                crate::spdy_exec::serve(upgraded, protocol, argv, command, env, streams).await;
+            });
+            let mut response = switching("SPDY/3.1");
+            response.headers_mut().insert(
+                "x-stream-protocol-version",
+                hyper::header::HeaderValue::from_static(protocol),
+            );
+            return response;
+        }
         let offered = request
             .headers()
             .get("sec-websocket-protocol")
@@ -303,7 +344,7 @@ async fn route(
                     &running.clients,
                     running.security.as_ref(),
                 );
-                crate::exec::exec(upgraded, argv, command, running.env, streams).await;
+                crate::exec::exec(upgraded, protocol, argv, command, running.env, streams).await;
             } else {
                 crate::exec::attach(upgraded, log, running.stdin, running.stdin_once, streams)
                     .await;
@@ -346,6 +387,14 @@ async fn route(
     };
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
     tokio::spawn(logs::read(log, options, sender));
+    let websocket = request
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if websocket {
+        return log_websocket(&mut request, receiver);
+    }
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver
             .recv()
@@ -357,6 +406,75 @@ async fn route(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain"),
     );
+    response
+}
+
+/// A log over a WebSocket, as kube-apiserver streams one: each chunk a binary message
+/// (`binary.k8s.io`, also when no subprotocol is asked for) or base64 text
+/// (`base64.binary.k8s.io`), then a close.
+fn log_websocket(
+    request: &mut Request<Incoming>,
+    mut chunks: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
+) -> Response<Body> {
+    use base64::Engine;
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let offered = request
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let Some(accept) = request
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| accept_key(k.as_bytes()))
+    else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "a WebSocket upgrade needs a Sec-WebSocket-Key",
+        );
+    };
+    let chosen = offered
+        .split(',')
+        .map(str::trim)
+        .find(|p| *p == "binary.k8s.io" || *p == "base64.binary.k8s.io");
+    let base64 = chosen == Some("base64.binary.k8s.io");
+    let upgrade = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else { return };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        while let Some(Ok(chunk)) = chunks.recv().await {
+            let message = if base64 {
+                Message::Text(
+                    base64::engine::general_purpose::STANDARD
+                        .encode(&chunk)
+                        .into(),
+                )
+            } else {
+                Message::Binary(chunk)
+            };
+            if ws.send(message).await.is_err() {
+                return;
+            }
+        }
+        let _ = ws.close(None).await;
+    });
+    let mut response = switching("websocket");
+    let headers = response.headers_mut();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
+        headers.insert("sec-websocket-accept", v);
+    }
+    if let Some(protocol) = chosen
+        && let Ok(v) = hyper::header::HeaderValue::from_str(protocol)
+    {
+        headers.insert("sec-websocket-protocol", v);
+    }
     response
 }
 

@@ -19,14 +19,14 @@ pub(crate) const PROTOCOL: &str = "portforward.k8s.io";
 pub(crate) const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 
 const VERSION: u16 = 3;
-const SYN_STREAM: u16 = 1;
-const SYN_REPLY: u16 = 2;
-const RST_STREAM: u16 = 3;
-const PING: u16 = 6;
-const GOAWAY: u16 = 7;
-const FLAG_FIN: u8 = 0x01;
+pub(crate) const SYN_STREAM: u16 = 1;
+pub(crate) const SYN_REPLY: u16 = 2;
+pub(crate) const RST_STREAM: u16 = 3;
+pub(crate) const PING: u16 = 6;
+pub(crate) const GOAWAY: u16 = 7;
+pub(crate) const FLAG_FIN: u8 = 0x01;
 /// The largest frame read (spdystream's limit).
-const MAX_FRAME: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 /// The SPDY/3 header compression dictionary (the draft's §2.6.10.1): these names, each after
 /// its length in four bytes, then the common values.
@@ -117,13 +117,13 @@ fn dictionary() -> Vec<u8> {
 }
 
 /// Header blocks of one direction: one zlib stream for the connection.
-struct Inflater {
+pub(crate) struct Inflater {
     zlib: Decompress,
     dictionary: Vec<u8>,
 }
 
 impl Inflater {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             zlib: Decompress::new(true),
             dictionary: dictionary(),
@@ -131,7 +131,7 @@ impl Inflater {
     }
 
     /// The name/value pairs of a compressed header block.
-    fn headers(&mut self, block: &[u8]) -> Result<HashMap<String, String>, String> {
+    pub(crate) fn headers(&mut self, block: &[u8]) -> Result<HashMap<String, String>, String> {
         let mut out: Vec<u8> = Vec::with_capacity(block.len() * 4 + 1024);
         let mut input = block;
         loop {
@@ -166,7 +166,7 @@ impl Inflater {
     }
 }
 
-fn be32(bytes: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn be32(bytes: &[u8], at: usize) -> Option<u32> {
     bytes
         .get(at..at + 4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -193,12 +193,12 @@ fn parse_headers(block: &[u8]) -> Result<HashMap<String, String>, String> {
 }
 
 /// The other direction's header blocks.
-struct Deflater {
+pub(crate) struct Deflater {
     zlib: Compress,
 }
 
 impl Deflater {
-    fn new() -> Result<Self, String> {
+    pub(crate) fn new() -> Result<Self, String> {
         let mut zlib = Compress::new(Compression::default(), true);
         zlib.set_dictionary(&dictionary())
             .map_err(|e| format!("header dictionary: {e}"))?;
@@ -206,7 +206,7 @@ impl Deflater {
     }
 
     /// An empty header block, compressed (flushed so the peer can read it whole).
-    fn empty_block(&mut self) -> Result<Vec<u8>, String> {
+    pub(crate) fn empty_block(&mut self) -> Result<Vec<u8>, String> {
         let plain = 0u32.to_be_bytes();
         let mut input = &plain[..];
         let mut out = Vec::with_capacity(256);
@@ -225,7 +225,7 @@ impl Deflater {
     }
 }
 
-fn control(kind: u16, flags: u8, body: &[u8]) -> Vec<u8> {
+pub(crate) fn control(kind: u16, flags: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(8 + body.len());
     frame.extend_from_slice(&(0x8000 | VERSION).to_be_bytes());
     frame.extend_from_slice(&kind.to_be_bytes());
@@ -236,7 +236,7 @@ fn control(kind: u16, flags: u8, body: &[u8]) -> Vec<u8> {
     frame
 }
 
-fn data(stream: u32, flags: u8, body: &[u8]) -> Vec<u8> {
+pub(crate) fn data(stream: u32, flags: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(8 + body.len());
     frame.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
     frame.push(flags);
@@ -244,6 +244,43 @@ fn data(stream: u32, flags: u8, body: &[u8]) -> Vec<u8> {
     frame.extend_from_slice(&length.to_be_bytes()[1..]);
     frame.extend_from_slice(body);
     frame
+}
+
+/// A frame read from the connection.
+pub(crate) enum Frame {
+    /// Data for a stream (`fin`: its sender's last).
+    Data {
+        stream: u32,
+        fin: bool,
+        body: Vec<u8>,
+    },
+    /// A control frame: its type and body.
+    Control { kind: u16, body: Vec<u8> },
+}
+
+/// The next frame, or none when the connection ends (or sends a frame too large).
+pub(crate) async fn read_frame<R: tokio::io::AsyncRead + Unpin>(reader: &mut R) -> Option<Frame> {
+    let mut head = [0u8; 8];
+    reader.read_exact(&mut head).await.ok()?;
+    let flags = head[4];
+    let length = usize::try_from(u32::from_be_bytes([0, head[5], head[6], head[7]])).ok()?;
+    if length > MAX_FRAME {
+        return None;
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await.ok()?;
+    Some(if head[0] & 0x80 == 0 {
+        Frame::Data {
+            stream: u32::from_be_bytes([head[0], head[1], head[2], head[3]]) & 0x7fff_ffff,
+            fin: flags & FLAG_FIN != 0,
+            body,
+        }
+    } else {
+        Frame::Control {
+            kind: u16::from_be_bytes([head[2], head[3]]),
+            body,
+        }
+    })
 }
 
 /// One forwarded connection's streams.
@@ -330,34 +367,21 @@ where
     let mut inbound: HashMap<u32, mpsc::Sender<Option<Vec<u8>>>> = HashMap::new();
     let label = Arc::new(label);
     loop {
-        let mut head = [0u8; 8];
-        if reader.read_exact(&mut head).await.is_err() {
-            break;
-        }
-        let flags = head[4];
-        let length =
-            usize::try_from(u32::from_be_bytes([0, head[5], head[6], head[7]])).unwrap_or(0);
-        if length > MAX_FRAME {
-            break;
-        }
-        let mut body = vec![0u8; length];
-        if reader.read_exact(&mut body).await.is_err() {
-            break;
-        }
-        if head[0] & 0x80 == 0 {
-            // A data frame.
-            let stream = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) & 0x7fff_ffff;
-            if let Some(sender) = inbound.get(&stream) {
-                if !body.is_empty() {
-                    let _ = sender.send(Some(body)).await;
+        let (kind, body) = match read_frame(&mut reader).await {
+            Some(Frame::Data { stream, fin, body }) => {
+                if let Some(sender) = inbound.get(&stream) {
+                    if !body.is_empty() {
+                        let _ = sender.send(Some(body)).await;
+                    }
+                    if fin {
+                        let _ = sender.send(None).await;
+                    }
                 }
-                if flags & FLAG_FIN != 0 {
-                    let _ = sender.send(None).await;
-                }
+                continue;
             }
-            continue;
-        }
-        let kind = u16::from_be_bytes([head[2], head[3]]);
+            Some(Frame::Control { kind, body }) => (kind, body),
+            None => break,
+        };
         match kind {
             SYN_STREAM => {
                 let Some(stream) = be32(&body, 0).map(|s| s & 0x7fff_ffff) else {

@@ -70,6 +70,10 @@ pub(crate) async fn sync(
         } else if volume.get("emptyDir").is_some_and(Value::is_object) {
             // Anyone may write it (kube's 0777); with an fsGroup, it is that group's.
             std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {name}: {e}"))?;
+            if volume.pointer("/emptyDir/medium") == Some(&json!("Memory")) {
+                memory(&dir, volume.pointer("/emptyDir/sizeLimit"))
+                    .map_err(|e| format!("emptyDir {name}: {e}"))?;
+            }
             let mode = if fs_group.is_some() { 0o2777 } else { 0o777 };
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
                 .and_then(|()| own_group(&dir, fs_group))
@@ -262,12 +266,20 @@ pub(crate) fn resource_value(pod: &Value, container: &str, reference: &Value) ->
         .into_iter()
         .flatten()
         .find(|c| c["name"] == reference["containerName"].as_str().unwrap_or(container))?;
+    // An unset limit is the node's allocatable amount (the kubelet's rule); an unset
+    // request is nothing.
     let value = spec
         .pointer(&format!("/resources/{kind}/{name}"))
         .and_then(plinth_core::quantity::of)
-        .unwrap_or_else(|| match name {
-            "cpu" => std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64),
-            "memory" => 0.0,
+        .unwrap_or_else(|| match (kind, name) {
+            ("limits", "cpu") => {
+                std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+            }
+            #[allow(clippy::cast_precision_loss)]
+            ("limits", "memory") => crate::node::memory_kib() as f64 * 1024.0,
+            ("limits", "ephemeral-storage") => {
+                plinth_core::quantity::of(&json!(crate::node::EPHEMERAL_STORAGE)).unwrap_or(0.0)
+            }
             _ => 0.0,
         });
     let divisor = reference
@@ -445,6 +457,40 @@ fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>) -> std::io::Res
         }
     }
     Ok(())
+}
+
+/// A tmpfs at `dir` (an `emptyDir` of medium `Memory`), sized by its `sizeLimit`, once;
+/// where the agent may not mount (it is not root), the directory stays as it is.
+fn memory(dir: &Path, limit: Option<&Value>) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mounted = match (std::fs::metadata(dir), dir.parent().map(std::fs::metadata)) {
+        (Ok(own), Some(Ok(parent))) => own.dev() != parent.dev(),
+        _ => false,
+    };
+    if mounted || !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let size = limit
+        .and_then(plinth_core::quantity::bytes)
+        .filter(|b| *b > 0)
+        .map(|bytes| format!(",size={bytes}"))
+        .unwrap_or_default();
+    nix::mount::mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(format!("mode=0777{size}").as_str()),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Unmounts the memory-backed volumes under a pod's directory (before it is removed).
+pub(crate) fn unmount_all(pod_dir: &Path) {
+    let volumes = pod_dir.join("volumes");
+    for entry in std::fs::read_dir(&volumes).into_iter().flatten().flatten() {
+        let _ = nix::mount::umount2(&entry.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 /// Gives `path` to group `group` (the pod's `fsGroup`), as the kubelet's volume ownership

@@ -432,13 +432,14 @@ const LEASE: &[Field] = &[
         "spec",
         2,
         Message(&[
-            one("holderIdentity", 1, Str),
-            one("leaseDurationSeconds", 2, I32),
+            // Every field a Go pointer: a zero read from the wire was set.
+            kept("holderIdentity", 1, Str),
+            kept("leaseDurationSeconds", 2, I32),
             one("acquireTime", 3, MicroTime),
             one("renewTime", 4, MicroTime),
-            one("leaseTransitions", 5, I32),
-            one("strategy", 6, Str),
-            one("preferredHolder", 7, Str),
+            kept("leaseTransitions", 5, I32),
+            kept("strategy", 6, Str),
+            kept("preferredHolder", 7, Str),
         ]),
     ),
 ];

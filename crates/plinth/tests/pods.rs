@@ -552,6 +552,14 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: typed}\nspec: {containers: [{name: a, image: busybox, command: sleep}]}\n",
         "cannot unmarshal string into Go struct field",
     );
+    refused(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sysctls}\nspec: {securityContext: {sysctls: [{name: foo-, value: bar}, {name: kernel.shmmax, value: '1'}, {name: bar.., value: '42'}]}, containers: [{name: a, image: busybox}]}\n",
+        "spec.securityContext.sysctls[0].name: Invalid value: \"foo-\": must have at most 253 characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?",
+    );
+    refused(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sysctls}\nspec: {securityContext: {sysctls: [{name: bar.., value: '42'}]}, containers: [{name: a, image: busybox}]}\n",
+        "spec.securityContext.sysctls[0].name: Invalid value: \"bar..\"",
+    );
     let listed = plinth.json(&["get", "pods"]);
     assert_eq!(
         listed["items"].as_array().unwrap().len(),
@@ -2435,6 +2443,192 @@ spec:
     assert_eq!(
         std::fs::read_to_string("/proc/sys/kernel/shm_rmid_forced").unwrap(),
         host_shm
+    );
+    delete_all_pods(&plinth);
+}
+
+/// A pod's log over a WebSocket (`binary.k8s.io`, `base64.binary.k8s.io`) as the e2e suite
+/// reads it, through the Python client's `websocket` package.
+const LOG_OVER_WEBSOCKET: &str = r#"
+import base64, os, ssl, sys, tempfile, yaml, websocket
+cfg = yaml.safe_load(open(sys.argv[1]))
+cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
+def temp(data):
+    f = tempfile.NamedTemporaryFile(delete=False); f.write(base64.b64decode(data)); f.close(); return f.name
+sslopt = {"cert_reqs": ssl.CERT_NONE}
+headers = []
+if "token" in user:
+    headers.append("Authorization: Bearer " + user["token"])
+else:
+    sslopt.update({"certfile": temp(user["client-certificate-data"]), "keyfile": temp(user["client-key-data"])})
+url = cluster["server"].replace("https", "wss") + "/api/v1/namespaces/default/pods/talker/log?container=main"
+for protocol in ["binary.k8s.io", "base64.binary.k8s.io"]:
+    ws = websocket.create_connection(url, sslopt=sslopt, header=headers, subprotocols=[protocol])
+    got = []
+    while True:
+        try:
+            message = ws.recv()
+        except websocket.WebSocketConnectionClosedException:
+            break
+        if not message:
+            break
+        got.append(message if isinstance(message, bytes) else message.encode())
+    print(protocol, repr(b"".join(got)))
+exec_url = cluster["server"].replace("https", "wss") + "/api/v1/namespaces/default/pods/talker/exec?command=echo&command=remote+execution+test&container=main&stderr=1&stdout=1"
+ws = websocket.create_connection(exec_url, sslopt=sslopt, header=headers, subprotocols=["channel.k8s.io"])
+out = b""
+while True:
+    try:
+        message = ws.recv()
+    except websocket.WebSocketConnectionClosedException:
+        break
+    if not message:
+        break
+    if message[0] == 1:
+        out += message[1:]
+print("exec", repr(out))
+"#;
+
+#[test]
+fn exec_over_spdy_and_logs_over_websockets_as_older_clients_and_the_e2e_suite_use_them() {
+    let plinth = with_node("node-streams");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  containers:
+  - {name: main, image: busybox:1.36, command: [sh, -c, "echo container is alive; sleep 3600"]}
+"#,
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/talker",
+        "--timeout=120s",
+    ]);
+    // kubectl speaks SPDY (remotecommand v4) when told not to use WebSockets.
+    let spdy = |args: &[&str], input: &str| {
+        let mut command = plinth.kubectl_command();
+        command
+            .args(args)
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = spdy(
+        &[
+            "exec",
+            "talker",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("err\n"), "{stderr}");
+    assert!(
+        stderr.contains("command terminated with exit code 3"),
+        "{stderr}"
+    );
+    let echoed = spdy(
+        &["exec", "-i", "talker", "--", "cat"],
+        "through spdy stdin\n",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&echoed.stdout),
+        "through spdy stdin\n"
+    );
+    assert!(echoed.status.success());
+
+    let out = std::process::Command::new("python3")
+        .args(["-c", LOG_OVER_WEBSOCKET])
+        .arg(&plinth.kubeconfig)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("binary.k8s.io b'container is alive\\n'"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("base64.binary.k8s.io b'Y29udGFpbmVyIGlzIGFsaXZlCg=='"),
+        "{printed}"
+    );
+    // An exec over the first WebSocket channel protocol (`channel.k8s.io`).
+    assert!(
+        printed.contains("exec b'remote execution test\\n'"),
+        "{printed}"
+    );
+    delete_all_pods(&plinth);
+}
+
+#[test]
+fn sub_path_expressions_expand_the_containers_variables_and_refuse_escapes() {
+    let plinth = with_node("node-subpath");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: expanded}
+spec:
+  restartPolicy: Never
+  volumes: [{name: work, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "echo here > /logs/file; test -f /all/expanded/file && echo found"]
+    env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+    volumeMounts:
+    - {name: work, mountPath: /logs, subPathExpr: $(POD_NAME)}
+    - {name: work, mountPath: /all}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: escaping}
+spec:
+  restartPolicy: Never
+  volumes: [{name: work, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "true"]
+    env: [{name: WHERE, value: ".."}]
+    volumeMounts: [{name: work, mountPath: /logs, subPathExpr: $(WHERE)}]
+"#,
+    );
+    plinth.eventually("the expanded sub path is used", || {
+        pod(&plinth, "expanded")["status"]["phase"] == "Succeeded"
+    });
+    assert!(logs(&plinth, &["expanded"]).contains("found"));
+    plinth.eventually("an escaping sub path is a config error", || {
+        container_status(&plinth, "escaping")["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let waiting = container_status(&plinth, "escaping")["state"]["waiting"].clone();
+    assert_eq!(
+        waiting["message"],
+        "error SubPath `..` must not contain '..'"
     );
     delete_all_pods(&plinth);
 }

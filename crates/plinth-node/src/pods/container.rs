@@ -89,7 +89,10 @@ impl Worker {
                 return None;
             }
             let prepared = match self.environment(&container).await {
-                Ok(env) => self.command(&container, &env).map(|argv| (argv, env)),
+                Ok(env) => match self.subpath_problem(&container, &env) {
+                    Some(problem) => Err(("CreateContainerConfigError".to_owned(), problem)),
+                    None => self.command(&container, &env).map(|argv| (argv, env)),
+                },
                 Err(e) => Err(e),
             };
             let (argv, env) = match prepared {
@@ -171,7 +174,8 @@ impl Worker {
             });
             self.update(&name, |s| {
                 s.state = terminated.clone();
-                s.ready = false;
+                // An init container that completed is ready (the kubelet's rule).
+                s.ready = kind == Kind::Init && code == 0;
                 s.started = false;
             });
             let stopping = self.terminating();
@@ -360,7 +364,7 @@ impl Worker {
             root: self.dir.join("root").join(&name),
             mounts: image_dirs
                 .into_iter()
-                .chain(self.mounts(container))
+                .chain(self.mounts(container, &env))
                 .chain(extra_mounts)
                 .collect(),
             cgroups: cgroups.clone(),

@@ -191,7 +191,39 @@ impl Worker {
         Ok(argv)
     }
 
-    pub(super) fn mounts(&self, container: &Value) -> Vec<sandbox::Mount> {
+    /// Why the container's `subPathExpr`s cannot be used once expanded (the kubelet refuses
+    /// absolute paths and `..`): kube's `CreateContainerConfigError`.
+    pub(super) fn subpath_problem(
+        &self,
+        container: &Value,
+        env: &[(String, String)],
+    ) -> Option<String> {
+        let lookup = self.lookup(env);
+        container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["subPathExpr"].as_str().filter(|s| !s.is_empty()))
+            .find_map(|expr| {
+                let sub = images::expand(expr, &lookup);
+                if sub.starts_with('/') {
+                    Some(format!(
+                        "error SubPath `{sub}` must not be an absolute path"
+                    ))
+                } else if sub.split('/').any(|part| part == "..") {
+                    Some(format!("error SubPath `{sub}` must not contain '..'"))
+                } else {
+                    None
+                }
+            })
+    }
+
+    pub(super) fn mounts(
+        &self,
+        container: &Value,
+        env: &[(String, String)],
+    ) -> Vec<sandbox::Mount> {
+        let lookup = self.lookup(env);
         let volumes = self.volumes.lock().map(|v| v.clone()).unwrap_or_default();
         let pod = self.current();
         let api_backed: Vec<String> = pod
@@ -215,7 +247,13 @@ impl Worker {
             .filter_map(|m| {
                 let name = m["name"].as_str()?;
                 let mut source = volumes.get(name)?.clone();
-                if let Some(sub) = m["subPath"].as_str().filter(|s| !s.is_empty()) {
+                // `subPathExpr`: the container's variables expanded in it.
+                let expanded = m["subPathExpr"]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(|e| images::expand(e, &lookup));
+                let sub = m["subPath"].as_str().map(str::to_owned).or(expanded);
+                if let Some(sub) = sub.as_deref().filter(|s| !s.is_empty()) {
                     source = source.join(sub.trim_start_matches('/'));
                     if !source.exists() {
                         let _ = std::fs::create_dir_all(&source);
@@ -233,10 +271,41 @@ impl Worker {
 
 /// A pod's host name: `spec.hostname` (a StatefulSet's or Indexed Job's pod), else its name.
 pub(super) fn host_name(pod: &Pod) -> String {
-    pod.spec
+    let name = pod
+        .spec
         .as_ref()
         .and_then(|s| s.hostname.clone())
         .filter(|h| !h.is_empty())
         .or_else(|| pod.metadata.name.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    truncated_host_name(&name)
+}
+
+/// A host name of at most 63 characters, as the kubelet cuts a longer pod name (without
+/// a `-` or `.` left at its end).
+fn truncated_host_name(name: &str) -> String {
+    if name.len() <= 63 {
+        return name.to_owned();
+    }
+    let mut cut = 63;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    name[..cut].trim_end_matches(['-', '.']).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncated_host_name;
+
+    #[test]
+    fn long_pod_names_make_host_names_of_63_characters() {
+        let name = "termination-message-container2c57c6e4-3387-449f-8633-431862aadc06";
+        let host = truncated_host_name(name);
+        assert_eq!(host.len(), 63);
+        assert!(name.starts_with(&host));
+        let dashed = format!("{}-{}", "a".repeat(62), "b".repeat(5));
+        assert_eq!(truncated_host_name(&dashed), "a".repeat(62));
+        assert_eq!(truncated_host_name("short"), "short");
+    }
 }

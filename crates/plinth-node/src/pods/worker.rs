@@ -173,7 +173,9 @@ impl Worker {
                     image: c["image"].as_str().unwrap_or("").to_owned(),
                     kind,
                     state: ContainerState::waiting(
-                        if kind == Kind::Regular && has_init(&pod) {
+                        // The kubelet's default: a pod with init containers shows all its
+                        // containers not yet started as `PodInitializing`.
+                        if has_init(&pod) {
                             "PodInitializing"
                         } else {
                             "ContainerCreating"
@@ -314,6 +316,7 @@ impl Worker {
         {
             ips.release(ip);
         }
+        volumes::unmount_all(&worker.dir);
         let _ = std::fs::remove_dir_all(worker.dir.join("volumes"));
         let _ = std::fs::remove_dir_all(worker.dir.join("root"));
         agent.host_ports.close(&uid);
@@ -478,7 +481,7 @@ impl Worker {
                 .iter_mut()
                 .filter(|s| s.kind == Kind::Regular)
             {
-                status.state = ContainerState::waiting("ContainerCreating", "");
+                status.state = ContainerState::waiting("PodInitializing", "");
             }
         }
         self.changed.notify_one();

@@ -134,6 +134,25 @@ pub(super) fn log(
             path.push('?');
             path.push_str(&params.join("&"));
         }
+        // A WebSocket client (kube's `binary.k8s.io` and `base64.binary.k8s.io` log
+        // streams) is joined to the agent's WebSocket log stream.
+        let websocket = request
+            .headers
+            .get(axum::http::header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+        if websocket {
+            return request
+                .nodes
+                .upgrade(
+                    request.objects,
+                    &node,
+                    &path,
+                    &request.headers,
+                    request.upgrade,
+                )
+                .await;
+        }
         request.nodes.get(request.objects, &node, &path).await
     })
 }

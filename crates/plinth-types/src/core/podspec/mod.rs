@@ -517,6 +517,54 @@ fn host_port_conflicts(spec: &Value, path: &str) -> Vec<Cause> {
     causes
 }
 
+/// kube's sysctl name pattern (dots or slashes between parts).
+const SYSCTL_PATTERN: &str =
+    r"([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?";
+
+/// Whether `name` is a sysctl name kube accepts: at most 253 characters of
+/// [`SYSCTL_PATTERN`].
+fn sysctl_name_ok(name: &str) -> bool {
+    let part_ok = |part: &str| {
+        let bytes = part.as_bytes();
+        let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        !bytes.is_empty()
+            && bytes.first().is_some_and(edge)
+            && bytes.last().is_some_and(edge)
+            && bytes.iter().all(|b| edge(b) || *b == b'-' || *b == b'_')
+    };
+    name.len() <= 253 && name.split(['.', '/']).all(part_ok)
+}
+
+/// `securityContext.sysctls`: names kube accepts, each once.
+fn validate_sysctls(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let mut seen: Vec<&str> = Vec::new();
+    let list = spec
+        .pointer("/securityContext/sysctls")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (i, sysctl) in list.iter().enumerate() {
+        let p = format!("{path}.securityContext.sysctls[{i}].name");
+        let name = text(sysctl, "name");
+        if name.is_empty() {
+            causes.push(Cause::required(p, ""));
+        } else if !sysctl_name_ok(name) {
+            causes.push(Cause::invalid(
+                p,
+                &json!(name),
+                &format!("must have at most 253 characters and match regex {SYSCTL_PATTERN}"),
+            ));
+        } else if seen.contains(&name) {
+            causes.push(Cause::new(
+                "FieldValueDuplicate",
+                p,
+                format!("Duplicate value: {name:?}"),
+            ));
+        }
+        seen.push(name);
+    }
+}
+
 /// The causes of an invalid `PodSpec` at `path` (`spec`, `spec.template.spec`).
 pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -623,6 +671,7 @@ pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
             }
         }
     }
+    validate_sysctls(spec, path, &mut causes);
     if let Some(selector) = spec.get("nodeSelector").and_then(Value::as_object) {
         causes.extend(plinth_core::validation::labels(
             selector,
