@@ -2632,3 +2632,45 @@ spec:
     );
     delete_all_pods(&plinth);
 }
+
+#[test]
+fn memory_empty_dirs_are_tmpfs_writable_by_any_user_and_unmounted_with_their_pod() {
+    let plinth = with_node("node-memory");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: memory}
+spec:
+  securityContext: {runAsUser: 1001, fsGroup: 2000}
+  volumes:
+  - {name: cache, emptyDir: {medium: Memory, sizeLimit: 16Mi}}
+  - {name: disk, emptyDir: {}}
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "stat -f -c %T /cache; stat -c '%a %g' /cache /disk; echo x > /cache/f && echo x > /disk/f && echo written; sleep 3600"]
+    volumeMounts: [{name: cache, mountPath: /cache}, {name: disk, mountPath: /disk}]
+"#,
+    );
+    plinth.eventually("the pod wrote to both volumes", || {
+        logs(&plinth, &["memory"]).contains("written")
+    });
+    let out = logs(&plinth, &["memory"]);
+    assert!(out.starts_with("tmpfs\n"), "{out}");
+    // Anyone may write an emptyDir; with an fsGroup it is that group's (set-group-ID).
+    assert!(out.contains("2777 2000\n2777 2000\n"), "{out}");
+    let uid = pod(&plinth, "memory")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(&uid))
+    };
+    assert!(mounted(), "the memory volume is a mount of the agent's");
+    delete_all_pods(&plinth);
+    plinth.eventually("the pod's tmpfs is unmounted", || !mounted());
+}
