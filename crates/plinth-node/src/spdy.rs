@@ -246,6 +246,25 @@ pub(crate) fn data(stream: u32, flags: u8, body: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// A task writing the frames sent to it, in order, then closing the connection once every
+/// sender is gone.
+pub(crate) fn frame_writer<W>(mut writer: W) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>)
+where
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (out, mut frames) = mpsc::channel::<Vec<u8>>(64);
+    let writing = tokio::spawn(async move {
+        while let Some(frame) = frames.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                return;
+            }
+            let _ = writer.flush().await;
+        }
+        let _ = writer.shutdown().await;
+    });
+    (out, writing)
+}
+
 /// A frame read from the connection.
 pub(crate) enum Frame {
     /// Data for a stream (`fin`: its sender's last).
@@ -347,17 +366,8 @@ pub(crate) async fn serve<T>(io: T, pod_ip: Arc<crate::netns::Reach>, label: Str
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writing = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if writer.write_all(&frame).await.is_err() {
-                return;
-            }
-            let _ = writer.flush().await;
-        }
-        let _ = writer.shutdown().await;
-    });
+    let (mut reader, writer) = tokio::io::split(io);
+    let (out_tx, writing) = frame_writer(writer);
     let mut inflater = Inflater::new();
     let Ok(mut deflater) = Deflater::new() else {
         return;

@@ -39,17 +39,8 @@ pub(crate) async fn serve(
     streams: Streams,
 ) {
     let io = hyper_util::rt::TokioIo::new(upgraded);
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writing = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if writer.write_all(&frame).await.is_err() {
-                return;
-            }
-            let _ = writer.flush().await;
-        }
-        let _ = writer.shutdown().await;
-    });
+    let (mut reader, writer) = tokio::io::split(io);
+    let (out, writing) = spdy::frame_writer(writer);
     let mut inflater = spdy::Inflater::new();
     let Ok(mut deflater) = spdy::Deflater::new() else {
         return;
