@@ -316,16 +316,8 @@ async fn route(
             );
             return response;
         }
-        let offered = request
-            .headers()
-            .get("sec-websocket-protocol")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        let key = request
-            .headers()
-            .get("sec-websocket-key")
-            .map(|k| accept_key(k.as_bytes()));
+        let offered = header_text(&request, "sec-websocket-protocol");
+        let key = websocket_accept(&request);
         let (Some(protocol), Some(accept)) = (crate::exec::pick_protocol(&offered), key) else {
             return status(
                 StatusCode::BAD_REQUEST,
@@ -409,6 +401,24 @@ async fn route(
     response
 }
 
+/// The text of a request's header (empty when missing or not text).
+fn header_text(request: &Request<Incoming>, name: &str) -> String {
+    request
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The `Sec-WebSocket-Accept` answering a WebSocket upgrade's key, if it has one.
+fn websocket_accept(request: &Request<Incoming>) -> Option<String> {
+    request
+        .headers()
+        .get("sec-websocket-key")
+        .map(|k| accept_key(k.as_bytes()))
+}
+
 /// A log over a WebSocket, as kube-apiserver streams one: each chunk a binary message
 /// (`binary.k8s.io`, also when no subprotocol is asked for) or base64 text
 /// (`base64.binary.k8s.io`), then a close.
@@ -419,17 +429,8 @@ fn log_websocket(
     use base64::Engine;
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
-    let offered = request
-        .headers()
-        .get("sec-websocket-protocol")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let Some(accept) = request
-        .headers()
-        .get("sec-websocket-key")
-        .map(|k| accept_key(k.as_bytes()))
-    else {
+    let offered = header_text(request, "sec-websocket-protocol");
+    let Some(accept) = websocket_accept(request) else {
         return status(
             StatusCode::BAD_REQUEST,
             "a WebSocket upgrade needs a Sec-WebSocket-Key",
@@ -500,10 +501,7 @@ fn port_forward(
         && header("sec-websocket-protocol")
             .split(',')
             .any(|p| p.trim() == crate::spdy::TUNNEL_PROTOCOL);
-    let key = request
-        .headers()
-        .get("sec-websocket-key")
-        .map(|k| accept_key(k.as_bytes()));
+    let key = websocket_accept(request);
     let spdy = upgrade.eq_ignore_ascii_case("SPDY/3.1");
     if !(spdy || tunnelled && key.is_some()) {
         return status(
