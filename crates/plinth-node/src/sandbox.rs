@@ -315,14 +315,7 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> Result<(), String> {
     )
     .map_err(|e| format!("bind {} on {}: {e}", source.display(), target.display()))?;
     if read_only {
-        mount(
-            None::<&str>,
-            target,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked_flags(target),
-            None::<&str>,
-        )
-        .map_err(|e| format!("make {} read-only: {e}", target.display()))?;
+        seal(target)?;
     }
     Ok(())
 }
@@ -418,16 +411,13 @@ fn build_root(spec: &Spec) -> Result<(), String> {
     }
     let tmp = root.join("tmp");
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
-    let tmp_flags = if read_only {
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY
-    } else {
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV
-    };
+    // Read-only mounts are made writable first and sealed once the volumes' mount points
+    // are made in them (as runc makes mount points before it remounts the root).
     mount(
         Some("tmpfs"),
         &tmp,
         Some("tmpfs"),
-        tmp_flags,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some("mode=1777"),
     )
     .map_err(|e| format!("/tmp: {e}"))?;
@@ -457,7 +447,7 @@ fn build_root(spec: &Spec) -> Result<(), String> {
     // Mount points the machine's directories lack are made in a layer of the container's own
     // over the nearest machine directory, never in the machine's (an image's `/home/app`,
     // `/usr/local/bin/tool`).
-    let mut layers = Layers::new(root);
+    let mut layers = Layers::new(root, read_only);
     for m in &spec.mounts {
         let target = inside(root, &m.target);
         if !target.exists() {
@@ -482,6 +472,9 @@ fn build_root(spec: &Spec) -> Result<(), String> {
         bind(&m.source, &target, m.read_only)?;
     }
     if read_only {
+        for sealed in layers.covered.iter().chain([&tmp]) {
+            seal(sealed)?;
+        }
         mount(
             None::<&str>,
             root,
@@ -492,6 +485,18 @@ fn build_root(spec: &Spec) -> Result<(), String> {
         .map_err(|e| format!("make the root read-only: {e}"))?;
     }
     Ok(())
+}
+
+/// Makes the mount at `target` read-only (the mounts below it keep their own flags).
+fn seal(target: &Path) -> Result<(), String> {
+    mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked_flags(target),
+        None::<&str>,
+    )
+    .map_err(|e| format!("make {} read-only: {e}", target.display()))
 }
 
 /// Whether something is mounted below machine directory `dir`.
@@ -508,8 +513,8 @@ fn has_mounts_below(dir: &Path) -> bool {
 /// A tmpfs of the container's own at `at` holding machine directory `machine`'s entries,
 /// each bound in: where no overlay can be put over a machine directory (in a user namespace,
 /// one with a mount below it, as `/run` with `/run/netns`), new mount points are made in it
-/// instead of the machine's.
-fn mirror(at: &Path, machine: &Path) -> Result<(), String> {
+/// instead of the machine's. The entries are read-only when the root is.
+fn mirror(at: &Path, machine: &Path, read_only: bool) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(machine)
         .map(|m| m.permissions().mode() & 0o7777)
@@ -543,7 +548,7 @@ fn mirror(at: &Path, machine: &Path) -> Result<(), String> {
             std::fs::write(&target, b"")
         };
         if made.is_ok() {
-            let _ = bind(&host, &target, false);
+            let _ = bind(&host, &target, read_only);
         }
     }
     Ok(())
@@ -556,16 +561,23 @@ struct Layers {
     base: PathBuf,
     made: usize,
     ready: bool,
+    /// Whether the root is read-only: the entries of mirrors are, and the directories
+    /// covered are sealed once their mount points are made.
+    read_only: bool,
+    /// The directories a layer or mirror was mounted on.
+    covered: Vec<PathBuf>,
 }
 
 impl Layers {
-    fn new(root: &Path) -> Self {
+    fn new(root: &Path, read_only: bool) -> Self {
         let mut base = root.as_os_str().to_owned();
         base.push(".layers");
         Self {
             base: PathBuf::from(base),
             made: 0,
             ready: false,
+            read_only,
+            covered: Vec::new(),
         }
     }
 
@@ -593,7 +605,9 @@ impl Layers {
         }
         // An overlay would hide the mounts below the directory (`/dev/pts` under `/dev`).
         if has_mounts_below(&machine) {
-            let _ = mirror(ancestor, &machine);
+            if mirror(ancestor, &machine, self.read_only).is_ok() {
+                self.covered.push(ancestor.to_path_buf());
+            }
             return;
         }
         if !self.prepare() {
@@ -618,8 +632,9 @@ impl Layers {
             MsFlags::MS_NOSUID,
             Some(options.as_str()),
         );
-        if overlaid.is_err() {
-            let _ = mirror(ancestor, &machine);
+        let covered = overlaid.is_ok() || mirror(ancestor, &machine, self.read_only).is_ok();
+        if covered {
+            self.covered.push(ancestor.to_path_buf());
         }
     }
 

@@ -2354,9 +2354,14 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: [sh, -c, "echo x > /file; echo y > /scratch/file && echo volume-written"]
+    command: [sh, -c, "echo x > /file; echo x > /tmp/file; echo x > /usr/file; for d in /scratch /tmp/certs /usr/local/plinth-scratch; do echo y > $d/file && echo $d written; done"]
     securityContext: {readOnlyRootFilesystem: true}
-    volumeMounts: [{name: scratch, mountPath: /scratch}]
+    # Mount points under the container's /tmp and a machine directory are made before the
+    # root is sealed (a kubebuilder manager mounts its certificates under /tmp).
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+    - {name: scratch, mountPath: /tmp/certs, subPath: certs}
+    - {name: scratch, mountPath: /usr/local/plinth-scratch, subPath: usr}
 ---
 apiVersion: v1
 kind: Pod
@@ -2427,8 +2432,14 @@ spec:
         "{unprivileged}"
     );
     let read_only = logs(&plinth, &["read-only"]);
-    assert!(read_only.contains("Read-only file system"), "{read_only}");
-    assert!(read_only.contains("volume-written"), "{read_only}");
+    assert_eq!(
+        read_only.matches("Read-only file system").count(),
+        3,
+        "/file, /tmp/file and /usr/file are refused: {read_only}"
+    );
+    for dir in ["/scratch", "/tmp/certs", "/usr/local/plinth-scratch"] {
+        assert!(read_only.contains(&format!("{dir} written")), "{read_only}");
+    }
     assert!(!std::path::Path::new("/file").exists());
 
     // Termination messages: from the file (written by a non-root user at a custom path),
