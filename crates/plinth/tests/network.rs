@@ -34,8 +34,11 @@ apiVersion: v1
 kind: Pod
 metadata: {name: client}
 spec:
+  volumes: [{name: hosts, hostPath: {path: /etc/hosts, type: File}}]
   containers:
   - {name: c, image: busybox, command: [sleep, "3600"]}
+  # A container that mounts its own /etc/hosts keeps it (the kubelet leaves it alone).
+  - {name: own-hosts, image: busybox, command: [sleep, "3600"], volumeMounts: [{name: hosts, mountPath: /etc/hosts}]}
 "#;
 
 const HEADLESS: &str = r#"
@@ -171,9 +174,24 @@ fn pods_have_their_own_network_dns_and_services_and_leave_nothing_behind() {
             name
         );
         // The pod's own address is on its eth0, and /etc/hosts names it.
-        assert!(exec(&plinth, &name, &["cat", "/etc/hosts"]).contains(&format!("{ip}\t{name}")));
+        let hosts = exec(&plinth, &name, &["cat", "/etc/hosts"]);
+        assert!(
+            hosts.starts_with("# Kubernetes-managed hosts file.\n"),
+            "{hosts}"
+        );
+        assert!(hosts.contains(&format!("{ip}\t{name}")), "{hosts}");
         names.push(name);
     }
+    let own = plinth.kubectl(&[
+        "exec",
+        "client",
+        "-c",
+        "own-hosts",
+        "--",
+        "cat",
+        "/etc/hosts",
+    ]);
+    assert_eq!(own, std::fs::read_to_string("/etc/hosts").unwrap());
     // Through the Service, by its DNS names (the search path) and ClusterIP.
     let resolv = exec(&plinth, "client", &["cat", "/etc/resolv.conf"]);
     assert!(

@@ -1405,6 +1405,65 @@ fn init_containers_sidecars_and_probes_follow_kubes_lifecycle() {
         row.contains("2/2") && row.contains("Running"),
         "main and the sidecar: {row}"
     );
+    // postStart ran before the container was reported running.
+    assert_eq!(
+        std::fs::read_to_string(marks.join("started")).unwrap(),
+        "hooked\n"
+    );
+    // A failing postStart hook stops its container, which restarts as its policy says.
+    plinth.eventually("the failed hook restarts its container", || {
+        container_status(&plinth, "hook-fails")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let events = plinth.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=hook-fails,reason=FailedPostStartHook",
+        "-o",
+        "jsonpath={.items[*].type} {.items[*].message} {.items[*].involvedObject.fieldPath}",
+    ]);
+    assert!(
+        events.starts_with("Warning")
+            && events.contains("PostStartHook failed")
+            && events.contains("spec.containers{main}"),
+        "{events}"
+    );
+    let status = container_status(&plinth, "hook-fails");
+    assert!(
+        status["state"]["running"].is_null(),
+        "never reported running: {status}"
+    );
+    plinth.kubectl(&[
+        "delete",
+        "pod",
+        "hook-fails",
+        "--grace-period=1",
+        "--timeout=60s",
+    ]);
+    // A failed init container fails a Never pod; its containers never start.
+    plinth.eventually("the pod with a failing init container fails", || {
+        pod(&plinth, "init-fails")["status"]["phase"] == "Failed"
+    });
+    let status = pod(&plinth, "init-fails")["status"].clone();
+    let initialized = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Initialized")
+        .unwrap();
+    assert_eq!(initialized["status"], "False");
+    assert_eq!(initialized["reason"], "ContainersNotInitialized");
+    assert_eq!(
+        initialized["message"],
+        "containers with incomplete status: [init2]"
+    );
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
     let order = logs(&plinth, &["staged", "-c", "main"]);
     assert_eq!(
         order, "one\ntwo\nsidecar\n",
@@ -1443,6 +1502,64 @@ fn init_containers_sidecars_and_probes_follow_kubes_lifecycle() {
     assert_eq!(stopped, "stopping\n");
 }
 
+#[test]
+fn a_pod_past_its_active_deadline_fails_as_the_kubelet_fails_it() {
+    let plinth = with_node("node-d");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bounded}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: main, image: busybox:1.36, command: [sleep, '3600']}\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/bounded",
+        "--timeout=120s",
+    ]);
+    // The deadline can be set on a running pod (and only lowered after).
+    plinth.kubectl(&[
+        "patch",
+        "pod",
+        "bounded",
+        "-p",
+        r#"{"spec":{"activeDeadlineSeconds":2}}"#,
+    ]);
+    plinth.eventually("the pod fails past its deadline", || {
+        pod(&plinth, "bounded")["status"]["phase"] == "Failed"
+    });
+    let status = pod(&plinth, "bounded")["status"].clone();
+    assert_eq!(status["reason"], "DeadlineExceeded", "{status}");
+    assert_eq!(
+        status["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+    plinth.eventually("its container is stopped", || {
+        container_status(&plinth, "bounded")["state"]["terminated"].is_object()
+    });
+    let events = plinth.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=bounded,reason=DeadlineExceeded",
+        "-o",
+        "jsonpath={.items[*].type}",
+    ]);
+    assert_eq!(events, "Warning");
+    let raised = plinth.kubectl_output(&[
+        "patch",
+        "pod",
+        "bounded",
+        "-p",
+        r#"{"spec":{"activeDeadlineSeconds":20}}"#,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&raised.stderr).contains(
+            r#"The Pod "bounded" is invalid: spec.activeDeadlineSeconds: Invalid value: 20: must be less than or equal to previous value"#
+        ),
+        "{raised:?}"
+    );
+    plinth.kubectl(&["delete", "pod", "bounded", "--timeout=60s"]);
+}
+
 const STAGED: &str = r#"apiVersion: v1
 kind: Pod
 metadata: {name: staged}
@@ -1467,7 +1584,30 @@ spec:
     startupProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1}
     livenessProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1, failureThreshold: 2}
     lifecycle:
+      postStart: {exec: {command: [sh, -c, 'echo hooked > /marks/started']}}
       preStop: {exec: {command: [sh, -c, 'echo stopping > /marks/stopped']}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hook-fails}
+spec:
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sleep, '3600']
+    lifecycle:
+      postStart: {httpGet: {host: 127.0.0.1, port: 1, path: /nobody-listens}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: init-fails}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - {name: init1, image: busybox:1.36, command: ['true']}
+  - {name: init2, image: busybox:1.36, command: ['false']}
+  containers:
+  - {name: run1, image: busybox:1.36, command: ['true']}
 "#;
 
 #[test]
@@ -2395,8 +2535,28 @@ spec:
     sysctls: [{name: kernel.shm_rmid_forced, value: "1"}]
   containers:
   - {name: main, image: busybox:1.36, command: [sh, -c, "cat /proc/sys/kernel/shm_rmid_forced"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unsafe-sysctl}
+spec:
+  securityContext:
+    sysctls: [{name: kernel.msgmax, value: "10000000000"}]
+  containers:
+  - {name: main, image: busybox:1.36, command: [sleep, "3600"]}
 "#,
     );
+    // A sysctl outside the safe set: the node rejects the pod (the kubelet's admission).
+    plinth.eventually("pod unsafe-sysctl rejected", || {
+        pod(&plinth, "unsafe-sysctl")["status"]["phase"] == "Failed"
+    });
+    let rejected = pod(&plinth, "unsafe-sysctl")["status"].clone();
+    assert_eq!(rejected["reason"], "SysctlForbidden", "{rejected}");
+    assert_eq!(
+        rejected["message"],
+        r#"Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted"#
+    );
+    assert!(rejected["containerStatuses"].is_null(), "{rejected}");
     for name in [
         "user",
         "unprivileged",

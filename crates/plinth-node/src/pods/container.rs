@@ -39,6 +39,24 @@ const MESSAGE_LOG_BYTES: usize = 2048;
 /// A run's termination message as the kubelet makes it: what the container wrote to its
 /// termination message file, else (policy `FallbackToLogsOnError`, the run failed) the tail
 /// of its log.
+/// Runs a lifecycle hook (`exec`, `httpGet`, `tcpSocket` or `sleep`) within `limit`.
+async fn run_hook(
+    hook: &Value,
+    target: &probes::Target<'_>,
+    limit: Duration,
+) -> Result<(), String> {
+    if let Some(sleep) = hook.pointer("/sleep/seconds").and_then(Value::as_u64) {
+        let _ = tokio::time::timeout(limit, tokio::time::sleep(Duration::from_secs(sleep))).await;
+        return Ok(());
+    }
+    let mut hook = hook.clone();
+    hook["timeoutSeconds"] = json!(limit.as_secs().max(1));
+    match tokio::time::timeout(limit, probes::run(&hook, target)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("timed out after {}s", limit.as_secs())),
+    }
+}
+
 fn termination_message(
     container: &Value,
     file: Option<&(PathBuf, String)>,
@@ -319,14 +337,22 @@ impl Worker {
                 }
             }
         }
-        // The pod's name files over the machine's.
+        // The pod's name files over the machine's, unless the container mounts its own
+        // there (the kubelet then leaves its `/etc/hosts` alone).
         if self.runtime.isolates() {
+            let own: Vec<&str> = container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["mountPath"].as_str())
+                .map(|p| p.trim_end_matches('/'))
+                .collect();
             for (file, target) in [
                 ("etc-hosts", "/etc/hosts"),
                 ("resolv.conf", "/etc/resolv.conf"),
             ] {
                 let source = self.dir.join(file);
-                if source.is_file() {
+                if source.is_file() && !own.contains(&target) {
                     extra_mounts.push(sandbox::Mount {
                         source,
                         target: target.to_owned(),
@@ -431,11 +457,35 @@ impl Worker {
             &format!("Started container {name}"),
         )
         .await;
+        let hooked = self.post_start(container, sandbox_pid, &env).await;
+        if let Err(error) = &hooked {
+            tracing::info!(container = %name, %error, "postStart hook failed; stopping");
+            self.event(
+                Some(&name),
+                true,
+                "FailedPostStartHook",
+                "PostStartHook failed",
+            )
+            .await;
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            let deadline =
+                Instant::now() + Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(30));
+            self.terminate(container, &mut child, pid, sandbox_pid, &env, deadline)
+                .await;
+        }
         let has_startup = container.get("startupProbe").is_some_and(Value::is_object);
         let has_readiness = container
             .get("readinessProbe")
             .is_some_and(Value::is_object);
+        let hook_failed = hooked.is_err();
         self.update(&name, |s| {
+            if hook_failed {
+                return;
+            }
             s.state = ContainerState::Running {
                 started_at: started_text.clone(),
             };
@@ -447,7 +497,7 @@ impl Worker {
         let (kill_tx, mut kill_rx) = tokio::sync::mpsc::channel::<String>(1);
         let probes: Vec<_> = ["startupProbe", "readinessProbe", "livenessProbe"]
             .into_iter()
-            .filter(|p| container.get(*p).is_some_and(Value::is_object))
+            .filter(|p| !hook_failed && container.get(*p).is_some_and(Value::is_object))
             .map(|p| {
                 tokio::spawn(self.clone().probe_loop(
                     p,
@@ -510,7 +560,10 @@ impl Worker {
         } else {
             "Error"
         };
-        let message = termination_message(container, termination.as_ref(), code, log);
+        let message = match hooked {
+            Err(error) => format!("PostStartHook failed: {error}"),
+            Ok(()) => termination_message(container, termination.as_ref(), code, log),
+        };
         Ok(Exit {
             code,
             reason: reason.to_owned(),
@@ -545,6 +598,40 @@ impl Worker {
         crate::security::Security::of(&spec, container)
     }
 
+    /// Runs the container's `postStart` hook, if it has one, as the kubelet does: after the
+    /// container started, before it is reported running; a failure is the container's
+    /// (`FailedPostStartHook`), which is then stopped. Gives up when the pod stops.
+    async fn post_start(
+        &self,
+        container: &Value,
+        sandbox_pid: Option<u32>,
+        env: &[(String, String)],
+    ) -> Result<(), String> {
+        let Some(hook) = container
+            .pointer("/lifecycle/postStart")
+            .filter(|h| h.is_object())
+        else {
+            return Ok(());
+        };
+        let clients = self.clients(container, env);
+        let security = self.security(container);
+        let target = probes::Target {
+            pod_ip: &self.ip,
+            container,
+            sandbox_pid,
+            env,
+            clients: &clients,
+            security: Some(&security),
+        };
+        // No bound but the pod's end: the kubelet waits for a hook as long as it takes.
+        let limit = Duration::from_secs(u64::from(u32::MAX));
+        let mut stop = self.phase.subscribe();
+        tokio::select! {
+            outcome = run_hook(hook, &target, limit) => outcome,
+            _ = stop.wait_for(Phase::is_terminating) => Ok(()),
+        }
+    }
+
     /// Stops a container by `deadline`: its `preStop` hook, `SIGTERM`, then `SIGKILL`.
     pub(super) async fn terminate(
         &self,
@@ -570,14 +657,7 @@ impl Worker {
             .filter(|h| h.is_object())
         {
             let left = deadline.saturating_duration_since(Instant::now());
-            let mut hook = hook.clone();
-            hook["timeoutSeconds"] = json!(left.as_secs().max(1));
-            if let Some(sleep) = hook.pointer("/sleep/seconds").and_then(Value::as_u64) {
-                let _ = tokio::time::timeout(left, tokio::time::sleep(Duration::from_secs(sleep)))
-                    .await;
-            } else {
-                let _ = tokio::time::timeout(left, probes::run(&hook, &target)).await;
-            }
+            let _ = run_hook(hook, &target, left).await;
         }
         let name = container["name"].as_str().unwrap_or("");
         self.event(

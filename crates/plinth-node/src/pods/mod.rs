@@ -83,13 +83,70 @@ fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> 
     if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
         return None;
     }
+    let pod_spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(serde_json::Value::Null);
+    let first = pod.clone();
     let (sender, receiver) = watch::channel(Some(pod));
     map.insert(uid.clone(), sender);
     let agent = agent.clone();
     Some(tokio::spawn(async move {
-        Worker::start(agent.clone(), receiver).await;
+        if let Some((reason, message)) = refusal(&pod_spec) {
+            reject(&agent, &first, reason, &message).await;
+        } else {
+            Worker::start(agent.clone(), receiver).await;
+        }
         if let Ok(mut map) = agent.pods.workers.lock() {
             map.remove(&uid);
         }
     }))
+}
+
+/// Why this node refuses to run a pod it was given, as the kubelet's admission handlers say
+/// it (reason, message): a sysctl outside the safe set.
+fn refusal(spec: &serde_json::Value) -> Option<(&'static str, String)> {
+    crate::security::sysctls(spec).err().map(|name| {
+        (
+            "SysctlForbidden",
+            format!("forbidden sysctl: {name:?} not allowlisted"),
+        )
+    })
+}
+
+/// Rejects a pod as the kubelet does: a warning event, and the pod `Failed` with the reason
+/// and `Pod was rejected: <message>`; none of its containers start.
+async fn reject(agent: &Arc<Agent>, pod: &Pod, reason: &str, message: &str) {
+    tracing::info!(pod = ?pod.metadata.name, %reason, %message, "pod rejected");
+    agent
+        .events
+        .record(
+            &agent.client,
+            &agent.config.name,
+            pod,
+            crate::events::Said {
+                container: None,
+                warning: true,
+                reason,
+                message,
+            },
+        )
+        .await;
+    let api: kube::Api<Pod> = kube::Api::namespaced(
+        agent.client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let status = serde_json::json!({"status": {
+        "phase": "Failed",
+        "reason": reason,
+        "message": format!("Pod was rejected: {message}"),
+        "startTime": state::now_text(),
+    }});
+    if let Err(e) = api
+        .patch_status(
+            pod.metadata.name.as_deref().unwrap_or(""),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(status),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "could not record a rejected pod's status");
+    }
 }

@@ -179,6 +179,8 @@ pub(super) struct PodState {
     pub(super) terminal: Option<Terminal>,
     /// Each condition's status and last transition time.
     pub(super) conditions: BTreeMap<String, (String, String)>,
+    /// Whether the pod outlived its `activeDeadlineSeconds` (it fails, `DeadlineExceeded`).
+    pub(super) deadline_exceeded: bool,
 }
 
 pub(super) fn now_text() -> String {

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::state::{Kind, Status, Terminal, now_text};
+use super::state::{ContainerState, Kind, Status, Terminal, now_text};
 use super::worker::Worker;
 
 impl Worker {
@@ -90,6 +90,8 @@ impl Worker {
         let phase = match terminal {
             Some(Terminal::Succeeded) => "Succeeded",
             Some(Terminal::Failed) => "Failed",
+            // The kubelet fails the pod at once; its containers stop after.
+            _ if state.deadline_exceeded => "Failed",
             _ if state.initialized
                 && regular.iter().any(|s| {
                     s.state.is_running() || s.restart_count > 0 || s.state.is_terminated()
@@ -168,10 +170,15 @@ impl Worker {
                     let pending: Vec<String> = state
                         .statuses
                         .iter()
-                        .filter(|s| {
-                            matches!(s.kind, Kind::Init | Kind::Sidecar)
-                                && !s.state.is_terminated()
-                                && !s.started
+                        // Incomplete: not ended with 0 (a failed one too), or a sidecar
+                        // not started.
+                        .filter(|s| match s.kind {
+                            Kind::Init => !matches!(
+                                &s.state,
+                                ContainerState::Terminated(t) if t.exit_code == 0
+                            ),
+                            Kind::Sidecar => !s.started && !s.state.is_terminated(),
+                            _ => false,
                         })
                         .map(|s| s.name.clone())
                         .collect();
@@ -217,6 +224,10 @@ impl Worker {
             "startTime": self.started_at,
             "containerStatuses": main,
         });
+        if state.deadline_exceeded {
+            status["reason"] = json!("DeadlineExceeded");
+            status["message"] = json!(super::worker::DEADLINE_MESSAGE);
+        }
         if !init.is_empty() {
             status["initContainerStatuses"] = json!(init);
         }

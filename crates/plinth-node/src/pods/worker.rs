@@ -47,6 +47,10 @@ impl Phase {
     }
 }
 
+/// The pod's status message when it outlived its `activeDeadlineSeconds` (the kubelet's).
+pub(super) const DEADLINE_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
 pub(super) struct Worker {
     pub(super) agent: Arc<Agent>,
     pub(super) pod: Mutex<Pod>,
@@ -217,6 +221,7 @@ impl Worker {
                 initialized: !has_init(&pod),
                 terminal: None,
                 conditions: BTreeMap::new(),
+                deadline_exceeded: false,
             }),
             changed: Notify::new(),
             phase,
@@ -234,6 +239,7 @@ impl Worker {
         let writer = tokio::spawn(worker.clone().write_status());
         let lifecycle = tokio::spawn(worker.clone().lifecycle());
         let refresher = tokio::spawn(worker.clone().refresh_volumes());
+        let deadline = tokio::spawn(worker.clone().active_deadline());
         // Follow the pod until it is deleted; ephemeral containers start as they are added.
         let mut deleted_from_api = false;
         let mut debuggers = Vec::new();
@@ -280,6 +286,7 @@ impl Worker {
             let _ = debugger.await;
         }
         refresher.abort();
+        deadline.abort();
         worker.changed.notify_one();
         let pod = worker.current();
         if !deleted_from_api && pod.metadata.deletion_timestamp.is_some() {
@@ -468,7 +475,7 @@ impl Worker {
                     let _ = s.await;
                 }
                 self.mark_all_terminated();
-                if !stopped {
+                if !stopped || self.deadline_exceeded() {
                     self.set_terminal(Terminal::Failed);
                 }
                 return;
@@ -500,8 +507,8 @@ impl Worker {
             let _ = s.await;
         }
         let stopped_by_delete = self.current().metadata.deletion_timestamp.is_some();
-        if !stopped_by_delete {
-            let ok = codes.iter().all(|c| *c == Some(0));
+        if !stopped_by_delete || self.deadline_exceeded() {
+            let ok = codes.iter().all(|c| *c == Some(0)) && !self.deadline_exceeded();
             self.set_terminal(if ok {
                 Terminal::Succeeded
             } else {
@@ -510,6 +517,49 @@ impl Worker {
         } else {
             self.mark_all_terminated();
             self.set_terminal(Terminal::Stopped);
+        }
+    }
+
+    /// Whether the pod outlived its `activeDeadlineSeconds`.
+    pub(super) fn deadline_exceeded(&self) -> bool {
+        self.state.lock().is_ok_and(|s| s.deadline_exceeded)
+    }
+
+    /// Ends the pod once it has been active longer than its `activeDeadlineSeconds` (read
+    /// again each second: the field can be set or lowered on a running pod), as the
+    /// kubelet's active deadline handler: phase `Failed`, reason `DeadlineExceeded`, its
+    /// containers stopped within the grace period.
+    pub(super) async fn active_deadline(self: Arc<Self>) {
+        let started = plinth_core::meta::parse_time(&self.started_at);
+        loop {
+            if self.stopping_within(Duration::from_secs(1)).await || self.finished() {
+                return;
+            }
+            let pod = self.current();
+            let spec = pod.spec.as_ref();
+            let (Some(seconds), Some(started)) =
+                (spec.and_then(|s| s.active_deadline_seconds), started)
+            else {
+                continue;
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            if now < started.saturating_add(seconds) {
+                continue;
+            }
+            if let Ok(mut state) = self.state.lock() {
+                state.deadline_exceeded = true;
+            }
+            self.event(None, true, "DeadlineExceeded", DEADLINE_MESSAGE)
+                .await;
+            let grace = spec
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            let grace = Duration::from_secs(u64::try_from(grace.max(0)).unwrap_or(30));
+            self.terminate_by(Instant::now() + grace);
+            self.changed.notify_one();
+            return;
         }
     }
 

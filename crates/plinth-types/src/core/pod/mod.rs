@@ -367,6 +367,26 @@ impl Strategy for Pods {
                     "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
                 ));
             }
+            // The deadline can be set or lowered, never raised or removed.
+            let path = "spec.activeDeadlineSeconds";
+            match (
+                before.get("activeDeadlineSeconds").and_then(Value::as_i64),
+                spec.get("activeDeadlineSeconds"),
+            ) {
+                (Some(was), Some(now)) if now.as_i64().is_some_and(|now| now > was) => {
+                    causes.push(Cause::invalid(
+                        path,
+                        now,
+                        "must be less than or equal to previous value",
+                    ));
+                }
+                (Some(_), None | Some(Value::Null)) => causes.push(Cause::invalid(
+                    path,
+                    &Value::Null,
+                    "must not update from a positive integer to nil value",
+                )),
+                _ => {}
+            }
             let before_tolerations = before.get("tolerations").and_then(Value::as_array);
             let after_tolerations = spec.get("tolerations").and_then(Value::as_array);
             if let Some(before_tolerations) = before_tolerations {
