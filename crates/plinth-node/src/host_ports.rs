@@ -16,6 +16,8 @@ use serde_json::Value;
 #[derive(Debug, Default)]
 pub(crate) struct HostPorts {
     open: Mutex<HashMap<String, Vec<tokio::task::JoinHandle<()>>>>,
+    /// The host ports each admitted pod (by uid) claims: protocol, address.
+    claims: Mutex<HashMap<String, Vec<(Protocol, SocketAddr)>>>,
 }
 
 /// How long a UDP client's session lasts without a datagram either way (kube-proxy's
@@ -54,6 +56,34 @@ fn wanted(spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
 }
 
 impl HostPorts {
+    /// Whether pod `uid`'s `spec` wants a host port another pod of this node holds (the
+    /// kubelet's `NodePorts` admission): the same protocol and port, on the same address or
+    /// with either on all of them.
+    pub(crate) fn conflicts(&self, uid: &str, spec: &Value) -> bool {
+        let Ok(claims) = self.claims.lock() else {
+            return false;
+        };
+        wanted(spec).iter().any(|(protocol, address, _)| {
+            claims
+                .iter()
+                .filter(|(owner, _)| owner.as_str() != uid)
+                .flat_map(|(_, held)| held)
+                .any(|(p, a)| {
+                    p == protocol
+                        && a.port() == address.port()
+                        && (a.ip() == address.ip() || a.ip().is_unspecified())
+                })
+        })
+    }
+
+    /// Records pod `uid`'s host ports as its own (admitted) until [`HostPorts::close`].
+    pub(crate) fn claim(&self, uid: &str, spec: &Value) {
+        let held = wanted(spec).into_iter().map(|(p, a, _)| (p, a)).collect();
+        if let Ok(mut claims) = self.claims.lock() {
+            claims.insert(uid.to_owned(), held);
+        }
+    }
+
     /// Serves pod `uid`'s host ports (its `spec`) until [`HostPorts::close`]; why each port
     /// that could not be opened was not.
     pub(crate) fn open(&self, uid: &str, pod_ip: IpAddr, spec: &Value) -> Vec<String> {
@@ -91,6 +121,9 @@ impl HostPorts {
 
     /// Stops serving pod `uid`'s host ports.
     pub(crate) fn close(&self, uid: &str) {
+        if let Ok(mut claims) = self.claims.lock() {
+            claims.remove(uid);
+        }
         let tasks = self.open.lock().ok().and_then(|mut o| o.remove(uid));
         for task in tasks.into_iter().flatten() {
             task.abort();

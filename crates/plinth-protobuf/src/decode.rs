@@ -100,6 +100,10 @@ fn entry(field: &Field, mut buf: &[u8]) -> Result<(String, Value), Malformed> {
                     Shape::Map(Shape::Message(fields)) => Value::Object(message(fields, bytes)?),
                     Shape::Map(Shape::Strings) => strings(bytes)?,
                     Shape::Map(Shape::Quantity) => json!(first_string(bytes)?),
+                    Shape::Map(Shape::Time) => match time(bytes)? {
+                        (0, 0) => Value::Null,
+                        (seconds, _) => json!(format_time(seconds)),
+                    },
                     Shape::Map(_) => {
                         return Err(format!("field {} has an unreadable map value", field.json));
                     }

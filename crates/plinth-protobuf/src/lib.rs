@@ -279,6 +279,10 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
                 "involvedObject": {"kind": "Pod", "name": "p"}, "count": -3,
                 "eventTime": "2026-01-01T00:00:00.000001Z", "firstTimestamp": "2026-01-01T00:00:00Z"}),
+            // A map of times (client-go's UpdateStatus of a PodDisruptionBudget).
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "p"},
+                "spec": {"minAvailable": 1},
+                "status": {"disruptedPods": {"web-1": "2026-01-01T00:00:00Z"}, "observedGeneration": 1}}),
         ] {
             let body = encode_object(&object).unwrap();
             assert_eq!(decode(&body).unwrap(), object);

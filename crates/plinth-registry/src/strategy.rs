@@ -147,6 +147,27 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// What most of kube's built-in status strategies make of a `/status` update: the request's
+/// object (its status and metadata: a status patch can add an annotation) with the stored
+/// spec. For [`Strategy::merge_status`].
+pub fn with_stored_spec(current: &Value, new: &Value) -> Value {
+    let mut merged = new.clone();
+    if let Some(map) = merged.as_object_mut() {
+        match current.get("spec") {
+            Some(spec) => {
+                map.insert("spec".into(), spec.clone());
+            }
+            None => {
+                map.remove("spec");
+            }
+        }
+        if map.get("status").is_some_and(Value::is_null) {
+            map.remove("status");
+        }
+    }
+    merged
+}
+
 /// The strategy of a type with no behaviour of its own.
 #[derive(Debug, Default)]
 pub struct Plain;

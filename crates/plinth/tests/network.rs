@@ -869,6 +869,23 @@ spec:
             ])
             .contains("node(s) didn't have free ports for the requested pod ports")
     });
+    // Bound past the scheduler: the node's admission rejects it (the kubelet's NodePorts).
+    let bound = pod(
+        "hp3",
+        &format!("[{{containerPort: 8080, hostPort: {host_port}}}]"),
+    )
+    .replace("spec:\n", "spec:\n  nodeName: netns-h\n");
+    plinth.kubectl_with(&["apply", "-f", "-"], &bound);
+    plinth.eventually("hp3 rejected by the node", || {
+        plinth.kubectl(&["get", "pod", "hp3", "-o", "jsonpath={.status.phase}"]) == "Failed"
+    });
+    let rejected = plinth.json(&["get", "pod", "hp3"])["status"].clone();
+    assert_eq!(rejected["reason"], "NodePorts", "{rejected}");
+    assert_eq!(
+        rejected["message"],
+        "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+    );
+    assert_eq!(curl(&format!("http://127.0.0.1:{host_port}/")), "hp");
 
     // Traffic policies: a Service whose only endpoint (hp's address) is said to be on another
     // node answers through its ClusterIP and node port until the policy is Local.

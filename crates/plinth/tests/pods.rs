@@ -1764,7 +1764,17 @@ fn grpc_and_https_probes_ask_the_pods_servers() {
         .unwrap();
     let python = String::from_utf8_lossy(&python.stdout).trim().to_owned();
     let images = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(images.path(), format!("\"python:*\": {python}\n")).unwrap();
+    // An image whose directory (a web site) each container gets a writable copy of.
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("index.html"), "hello\n").unwrap();
+    std::fs::write(
+        images.path(),
+        format!(
+            "\"python:*\": {python}\n\"site:*\":\n  cmd: [sh]\n  files: {{/srv/site: {}}}\n",
+            site.path().display()
+        ),
+    )
+    .unwrap();
     let plinth = Plinth::start_with(
         Backend::Embedded,
         &[
@@ -1823,6 +1833,18 @@ spec:
             .contains("Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")")
     });
     plinth.kubectl(&["delete", "pod", "grpc", "--grace-period=1", "--timeout=60s"]);
+
+    // The image's directory is the container's own: changed inside, the original stays.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: site}\nspec:\n  restartPolicy: Never\n  containers:\n  - {name: web, image: 'site:1', command: [sh, -c, 'cat /srv/site/index.html && mv /srv/site/index.html /srv/site/moved.html && ls /srv/site']}\n",
+    );
+    plinth.eventually("pod site Succeeded", || {
+        pod(&plinth, "site")["status"]["phase"] == "Succeeded"
+    });
+    assert_eq!(logs(&plinth, &["site"]), "hello\nmoved.html\n");
+    assert!(site.path().join("index.html").is_file());
+    assert!(!site.path().join("moved.html").exists());
 
     // An HTTPS httpGet probe: the pod's self-signed certificate is not checked.
     let key = rcgen::KeyPair::generate().unwrap();

@@ -1053,6 +1053,38 @@ fn evict(plinth: &Plinth, pod: &str) -> Result<(), String> {
     }
 }
 
+/// kube's eviction marks the pod before it deletes it: a Job's pod failure policy can tell
+/// an evicted pod from a failed one.
+#[test]
+fn an_evicted_pod_is_marked_as_a_disruption_target() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: held, namespace: default, finalizers: [example.com/hold]}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    );
+    evict(&plinth, "held").unwrap();
+    let pod = plinth.json(&["get", "pod", "held"]);
+    assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+    let condition = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .cloned()
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {pod}"));
+    assert_eq!(condition["status"], "True");
+    assert_eq!(condition["reason"], "EvictionByEvictionAPI");
+    assert_eq!(condition["message"], "Eviction API: evicting");
+    plinth.kubectl(&[
+        "patch",
+        "pod",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+}
+
 #[test]
 fn disruption_budgets_hold_evictions_back_and_kubectl_drain_moves_pods() {
     let plinth = with_node("node-e1");
@@ -1675,6 +1707,36 @@ fn status_writes_keep_what_each_types_strategy_keeps() {
     assert_eq!(ns["metadata"]["annotations"]["note"], "from-status", "{ns}");
     assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
     assert_eq!(ns["status"]["conditions"][0]["reason"], "E2E");
+
+    // A Job's (and the other legacy strategies': Service, PodDisruptionBudget, …) keeps the
+    // request's metadata and the stored spec (the suite's "apply changes to a job status").
+    plinth.kubectl(&["create", "job", "st-job", "--image=busybox", "--", "true"]);
+    // The answer to the patch itself: the Job controller writes the status too.
+    let patched = plinth.kubectl(&[
+        "patch",
+        "job",
+        "st-job",
+        "-o",
+        "json",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"patchedstatus":"true"}},"spec":{"parallelism":9},"status":{"conditions":[{"type":"CustomConditionType","status":"True","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
+    ]);
+    let job: Value = serde_json::from_str(&patched).unwrap();
+    assert_eq!(
+        job["metadata"]["annotations"]["patchedstatus"], "true",
+        "{job}"
+    );
+    assert_eq!(job["spec"]["parallelism"], 1, "{job}");
+    assert!(
+        job["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "CustomConditionType"),
+        "{job}"
+    );
 
     plinth.kubectl_with(
         &["apply", "-f", "-"],

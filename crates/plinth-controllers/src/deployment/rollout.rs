@@ -48,16 +48,56 @@ impl Context<'_> {
                 if delta == 0 {
                     return false;
                 }
-                // Shares by size, largest first; the rest to the largest (the new set on
-                // the way up, kube's leftover rule).
+                // kube's `GetProportion`: each set, largest first (on the way up the newer
+                // of two of a size first, on the way down the older), grows to its size
+                // times the new total over the total it was sized for (its max-replicas
+                // annotation), rounded, within what is left to give; the rest goes to the
+                // first.
                 let mut ordered: Vec<&Arc<Value>> = many.to_vec();
-                ordered.sort_by_key(|s| -replicas_of(s));
+                let created = |s: &Value| {
+                    plinth_core::meta::meta_str(s, "creationTimestamp").map(str::to_owned)
+                };
+                ordered.sort_by(|a, b| {
+                    let by_age = if delta > 0 {
+                        created(b).cmp(&created(a))
+                    } else {
+                        created(a).cmp(&created(b))
+                    };
+                    replicas_of(b).cmp(&replicas_of(a)).then(by_age)
+                });
+                let status_replicas = self
+                    .deployment
+                    .pointer("/status/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(total);
                 let mut given = 0;
                 let mut targets: Vec<(Arc<Value>, i64)> = Vec::new();
                 for s in &ordered {
-                    let share = delta * replicas_of(s) / total.max(1);
+                    let size = replicas_of(s);
+                    let fraction = if self.replicas() == 0 {
+                        -size
+                    } else {
+                        let annotated = s
+                            .pointer("/metadata/annotations")
+                            .and_then(|a| a.get(MAX))
+                            .and_then(Value::as_str)
+                            .and_then(|m| m.parse::<i64>().ok())
+                            .unwrap_or(status_replicas)
+                            .max(1);
+                        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+                        let grown = ((size * allowed) as f64 / annotated as f64).round() as i64;
+                        grown - size
+                    };
+                    let left = delta - given;
+                    let share = if size == 0 || left == 0 {
+                        0
+                    } else if delta > 0 {
+                        fraction.min(left)
+                    } else {
+                        fraction.max(left)
+                    };
                     given += share;
-                    targets.push(((*s).clone(), replicas_of(s) + share));
+                    targets.push(((*s).clone(), size + share));
                 }
                 if let Some(first) = targets.first_mut() {
                     first.1 = (first.1 + delta - given).max(0);

@@ -39,6 +39,29 @@ const MESSAGE_LOG_BYTES: usize = 2048;
 /// A run's termination message as the kubelet makes it: what the container wrote to its
 /// termination message file, else (policy `FallbackToLogsOnError`, the run failed) the tail
 /// of its log.
+/// A fresh copy of directory `from` at `to` (what was there before goes), with the modes of
+/// its entries.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs a lifecycle hook (`exec`, `httpGet`, `tcpSocket` or `sleep`) within `limit`.
 async fn run_hook(
     hook: &Value,
@@ -307,10 +330,25 @@ impl Worker {
         if let Some(entry) = container["image"].as_str().and_then(|i| self.image(i)) {
             for (inside, source) in &entry.files {
                 if self.runtime.isolates() {
+                    // A directory is the container's own, fresh each run, as an image's
+                    // layer is (a test moves a web server's index page away); a file is
+                    // shown as it is.
+                    let layer = self
+                        .dir
+                        .join("image-files")
+                        .join(&name)
+                        .join(inside.trim_matches('/').replace('/', "_"));
+                    let (source, read_only) = if std::path::Path::new(source).is_dir()
+                        && copy_tree(std::path::Path::new(source), &layer).is_ok()
+                    {
+                        (layer, false)
+                    } else {
+                        (PathBuf::from(source), true)
+                    };
                     extra_mounts.push(sandbox::Mount {
-                        source: PathBuf::from(source),
+                        source,
                         target: inside.clone(),
-                        read_only: true,
+                        read_only,
                     });
                 } else if argv.first() == Some(inside) {
                     argv[0] = source.clone();

@@ -89,10 +89,11 @@ fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> 
     map.insert(uid.clone(), sender);
     let agent = agent.clone();
     Some(tokio::spawn(async move {
-        if let Some((reason, message)) = refusal(&pod_spec) {
+        if let Some((reason, message)) = refusal(&agent, &uid, &pod_spec) {
             reject(&agent, &first, reason, &message).await;
         } else {
             Worker::start(agent.clone(), receiver).await;
+            agent.host_ports.close(&uid);
         }
         if let Ok(mut map) = agent.pods.workers.lock() {
             map.remove(&uid);
@@ -101,14 +102,25 @@ fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> 
 }
 
 /// Why this node refuses to run a pod it was given, as the kubelet's admission handlers say
-/// it (reason, message): a sysctl outside the safe set.
-fn refusal(spec: &serde_json::Value) -> Option<(&'static str, String)> {
-    crate::security::sysctls(spec).err().map(|name| {
-        (
+/// it (reason, message): a sysctl outside the safe set, a host port another pod holds. An
+/// admitted pod's host ports are claimed at once.
+fn refusal(agent: &Agent, uid: &str, spec: &serde_json::Value) -> Option<(&'static str, String)> {
+    if let Err(name) = crate::security::sysctls(spec) {
+        return Some((
             "SysctlForbidden",
             format!("forbidden sysctl: {name:?} not allowlisted"),
-        )
-    })
+        ));
+    }
+    if spec["hostNetwork"] != true {
+        if agent.host_ports.conflicts(uid, spec) {
+            return Some((
+                "NodePorts",
+                "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports".into(),
+            ));
+        }
+        agent.host_ports.claim(uid, spec);
+    }
+    None
 }
 
 /// Rejects a pod as the kubelet does: a warning event, and the pod `Failed` with the reason

@@ -39,7 +39,9 @@ impl Worker {
             .patch_status(
                 pod.metadata.name.as_deref().unwrap_or(""),
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
+                // Strategic: conditions merge by type, so one another writer added since
+                // this copy was read (an eviction's `DisruptionTarget`) stays.
+                &Patch::Strategic(json!({"status": status})),
             )
             .await?;
         if let Ok(mut p) = self.pod.lock()

@@ -304,11 +304,14 @@ impl Worker {
                 }),
                 ..DeleteParams::default()
             };
-            if let Err(e) = api
+            match api
                 .delete(pod.metadata.name.as_deref().unwrap_or(""), &params)
                 .await
             {
-                tracing::warn!(error = %e, "could not delete a stopped pod");
+                // Gone already (its deletion ended another way): nothing left to do.
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => tracing::warn!(error = %e, "could not delete a stopped pod"),
             }
         }
         writer.abort();

@@ -161,6 +161,11 @@ pub fn resource() -> ResourceDef {
 struct CronJobs;
 
 impl Strategy for CronJobs {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
             set_default(spec, "concurrencyPolicy", json!("Allow"));

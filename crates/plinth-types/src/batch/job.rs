@@ -294,6 +294,11 @@ pub(crate) fn validate_job_spec(spec: &Value, path: &str, selector_required: boo
 struct Jobs;
 
 impl Strategy for Jobs {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         let uid = plinth_core::meta::meta_str(object, "uid")
             .unwrap_or("")

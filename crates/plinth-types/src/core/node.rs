@@ -219,6 +219,11 @@ fn node_zero() -> Value {
 }
 
 impl Strategy for Nodes {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         crate::zero::fill(object, &node_zero());
     }

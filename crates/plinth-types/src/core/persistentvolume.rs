@@ -189,6 +189,11 @@ fn access_mode_causes(spec: &Value, path: &str) -> Vec<Cause> {
 struct Volumes;
 
 impl Strategy for Volumes {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
             spec.entry("persistentVolumeReclaimPolicy")
@@ -238,6 +243,11 @@ impl Strategy for Volumes {
 struct Claims;
 
 impl Strategy for Claims {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
             spec.entry("volumeMode")

@@ -104,6 +104,11 @@ fn selector_text(selector: &Value) -> String {
 struct ReplicationControllers;
 
 impl Strategy for ReplicationControllers {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         default_template(object);
         let template_labels = object

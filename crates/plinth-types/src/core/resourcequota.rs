@@ -86,6 +86,11 @@ fn usage(quota: &Value, limits: bool) -> Value {
 struct ResourceQuotas;
 
 impl Strategy for ResourceQuotas {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn validate(&self, object: &Value, _old: Option<&Value>) -> Vec<Cause> {
         let mut causes = Vec::new();
         for (name, value) in object

@@ -199,6 +199,11 @@ fn headless(spec: &Value) -> bool {
 struct Services;
 
 impl Strategy for Services {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn prepare_create(&self, object: &mut Value) {
         let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
             return;

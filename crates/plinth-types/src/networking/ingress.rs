@@ -216,6 +216,11 @@ fn default_class<'a>(
 struct Ingresses;
 
 impl Strategy for Ingresses {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
         let spec = &object["spec"];
         let mut causes = Vec::new();

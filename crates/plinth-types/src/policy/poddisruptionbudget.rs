@@ -88,6 +88,11 @@ pub fn resource() -> ResourceDef {
 struct Budgets;
 
 impl Strategy for Budgets {
+    /// kube's status strategy: the request's status and metadata, the stored spec.
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        Some(plinth_registry::strategy::with_stored_spec(current, new))
+    }
+
     fn validate(&self, object: &Value, _old: Option<&Value>) -> Vec<Cause> {
         let spec = &object["spec"];
         let mut causes = Vec::new();

@@ -126,6 +126,19 @@ pub(super) fn eviction<'a>(
             .resource("", "v1", "pods")
             .ok_or_else(|| ApiError::internal("pods are not served"))?;
         spend_budget(asker.objects, &pod).await?;
+        // kube's eviction marks the pod first (a Job's pod failure policy can match it).
+        let now = plinth_core::meta::format_time(plinth_registry::now());
+        asker
+            .objects
+            .modify(
+                &def,
+                Some(&namespace),
+                &name,
+                plinth_registry::Part::Status,
+                &plinth_registry::WriteOptions::internal("kube-apiserver"),
+                &|current: &mut Value| Ok(mark_disruption(current, &now)),
+            )
+            .await?;
         let options = plinth_registry::DeleteOptions {
             grace_period_seconds: request
                 .pointer("/deleteOptions/gracePeriodSeconds")
@@ -145,6 +158,42 @@ pub(super) fn eviction<'a>(
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
         )
     })
+}
+
+/// Sets the pod's `DisruptionTarget` condition as kube's eviction does; whether it changed.
+fn mark_disruption(pod: &mut Value, now: &str) -> bool {
+    let condition = json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
+        "lastTransitionTime": now, "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting"});
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let Some(conditions) = pod["status"]["conditions"].as_array_mut() else {
+        return false;
+    };
+    match conditions
+        .iter_mut()
+        .find(|c| c["type"] == "DisruptionTarget")
+    {
+        Some(existing)
+            if existing["status"] == "True"
+                && existing["reason"] == condition["reason"]
+                && existing["message"] == condition["message"] =>
+        {
+            false
+        }
+        Some(existing) => {
+            *existing = condition;
+            true
+        }
+        None => {
+            conditions.push(condition);
+            true
+        }
+    }
 }
 
 /// The PodDisruptionBudget check of an eviction (kube's `EvictionREST`): a finished or
