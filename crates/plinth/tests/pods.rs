@@ -1656,6 +1656,37 @@ fn a_restarted_agent_starts_its_pods_again_at_their_addresses() {
         "the node agent restarted"
     );
     plinth.kubectl(&["delete", "pod", "kept", "--timeout=60s"]);
+
+    // A pod deleted while its agent was dead: the next agent removes what is left of it,
+    // its memory-backed volume (a tmpfs on the machine) too.
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: gone}\nspec:\n  nodeSelector: {kubernetes.io/hostname: node-r}\n  volumes: [{name: m, emptyDir: {medium: Memory}}]\n  containers:\n  - {name: c, image: busybox, command: [sleep, '3600'], volumeMounts: [{name: m, mountPath: /m}]}\n",
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/gone",
+        "--timeout=120s",
+    ]);
+    let uid = pod(&plinth, "gone")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!("/pods/{uid}/"))
+    };
+    assert!(mounted(), "the pod's tmpfs is mounted");
+    let dir = _agent.crash();
+    plinth.kubectl(&["delete", "pod", "gone", "--grace-period=0", "--force"]);
+    let leftover = dir.path().join("pods").join(&uid);
+    assert!(leftover.is_dir());
+    let _agent = Agent::start_in(&plinth, "node-r", dir);
+    plinth.eventually("the dead agent's leftovers are removed", || {
+        !mounted() && !leftover.exists()
+    });
 }
 
 #[test]

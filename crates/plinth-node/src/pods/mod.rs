@@ -34,6 +34,9 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", agent.config.name));
     let mut events = watcher(pods, config).boxed();
     let mut workers = Vec::new();
+    // The pods of the first list: once it is complete, what a dead agent left of others goes.
+    let mut listed = std::collections::HashSet::new();
+    let mut swept = false;
     loop {
         let event = tokio::select! {
             event = events.next() => event,
@@ -41,7 +44,14 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
         };
         let Some(event) = event else { break };
         match event {
+            Ok(watcher::Event::InitDone) if !swept => {
+                swept = true;
+                sweep(&agent, &listed);
+            }
             Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                if !swept {
+                    listed.insert(pod.metadata.uid.clone().unwrap_or_default());
+                }
                 if let Some(worker) = deliver(&agent, pod) {
                     workers.push(worker);
                 }
@@ -69,6 +79,21 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     }
     for worker in workers {
         let _ = worker.await;
+    }
+}
+
+/// Removes the directories of pods this node no longer has (`known`: those it has), which a
+/// killed agent left: their memory-backed volumes unmounted, their files removed.
+fn sweep(agent: &Agent, known: &std::collections::HashSet<String>) {
+    let pods = agent.config.data_dir.join("pods");
+    for entry in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+        let uid = entry.file_name().to_string_lossy().into_owned();
+        if known.contains(&uid) || !entry.path().is_dir() {
+            continue;
+        }
+        tracing::info!(pod = %uid, "removing what a stopped agent left of a pod");
+        crate::volumes::unmount_all(&entry.path());
+        let _ = std::fs::remove_dir_all(entry.path());
     }
 }
 
