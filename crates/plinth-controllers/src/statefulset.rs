@@ -202,12 +202,27 @@ impl Pass<'_> {
             .filter(|(o, _)| !wanted.contains(*o))
             .map(|(_, p)| p)
             .collect();
+        // kube's first unhealthy pod: the lowest ordinal not running and ready, of the
+        // wanted pods, then of the condemned. In order, only it may go while unhealthy.
+        let first_unhealthy = pods
+            .iter()
+            .filter(|(o, _)| wanted.contains(*o))
+            .chain(pods.iter().filter(|(o, _)| !wanted.contains(*o)))
+            .map(|(_, p)| p)
+            .find(|p| !running_and_ready(p))
+            .map(|p| name_of(p).to_owned());
         for pod in &condemned {
             if deleting(pod) {
                 if !self.parallel() {
                     return;
                 }
                 continue;
+            }
+            if !self.parallel()
+                && !running_and_ready(pod)
+                && first_unhealthy.as_deref() != Some(name_of(pod))
+            {
+                return;
             }
             self.release_claims_with(pod).await;
             self.delete_pod(pod).await;

@@ -845,6 +845,44 @@ spec:
             && running_pods(&plinth, "indexed") == 0
     });
 
+    // An `Ignore` rule: the matching failure is not counted (backoffLimit 0 holds), its
+    // index runs again.
+    let marks = tempfile::tempdir().unwrap();
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"apiVersion: batch/v1
+kind: Job
+metadata: {{name: ignored}}
+spec:
+  completions: 1
+  completionMode: Indexed
+  backoffLimit: 0
+  podFailurePolicy:
+    rules: [{{action: Ignore, onExitCodes: {{operator: In, values: [3]}}}}]
+  template:
+    spec:
+      restartPolicy: Never
+      volumes: [{{name: marks, hostPath: {{path: {}, type: Directory}}}}]
+      containers:
+      - name: main
+        image: "busybox:1.36"
+        command: [sh, -c, "test -f /marks/once && exit 0; touch /marks/once; exit 3"]
+        volumeMounts: [{{name: marks, mountPath: /marks}}]
+"#,
+            marks.path().display()
+        ),
+    );
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/ignored",
+        "--timeout=120s",
+    ]);
+    let job = plinth.json(&["get", "job", "ignored"]);
+    assert_eq!(job["status"]["failed"], Value::Null, "{job}");
+    assert_eq!(job["status"]["succeeded"], 1, "{job}");
+
     // Bad Jobs: kube's messages, nothing stored.
     refused_all(
         &plinth,

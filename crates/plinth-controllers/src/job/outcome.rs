@@ -40,6 +40,11 @@ impl Pass<'_> {
                     indexes.insert(index);
                 }
                 uncounted_ok.push(pod_uid);
+            } else if self.policy_action(pod) == Some("Ignore") {
+                // kube's `Ignore`: the failure is not counted at all (its index, if any, is
+                // run again); the pod just goes.
+                remove_finalizer(self.registry, pod).await;
+                continue;
             } else {
                 uncounted_failed.push(pod_uid);
             }
@@ -113,7 +118,6 @@ impl Pass<'_> {
             .spec("/spec/backoffLimit")
             .and_then(Value::as_i64)
             .unwrap_or(6);
-        let ignored = self.ignored(pods);
         // With OnFailure, the restarts of the running pods' containers are the failures
         // (kube's pastBackoffLimitOnFailure).
         let on_failure = self
@@ -131,7 +135,7 @@ impl Pass<'_> {
             } else {
                 restarts >= limit
             };
-        if failed - ignored > limit || restarted_out {
+        if failed > limit || restarted_out {
             return End::Failed(
                 "BackoffLimitExceeded",
                 "Job has reached the specified backoff limit".into(),
@@ -148,17 +152,6 @@ impl Pass<'_> {
             );
         }
         End::Running
-    }
-
-    /// The failed pods a `podFailurePolicy` rule says to `Ignore` (not counted against the
-    /// back-off limit).
-    pub(super) fn ignored(&self, pods: &[Arc<Value>]) -> i64 {
-        let count = pods
-            .iter()
-            .filter(|p| outcome(p) == Some(false))
-            .filter(|p| self.policy_action(p) == Some("Ignore"))
-            .count();
-        i64::try_from(count).unwrap_or(0)
     }
 
     /// A `FailJob` rule's message, if a failed pod matches one.

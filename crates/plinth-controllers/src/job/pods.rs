@@ -44,7 +44,7 @@ impl Pass<'_> {
         }
         // kube's back-off: after the n-th failure, 10 s · 2^(n-1), at most 6 min, from
         // when the last failed pod finished.
-        let recent_failures = failed - self.ignored(pods);
+        let recent_failures = failed;
         if recent_failures > 0 {
             let last = pods
                 .iter()
