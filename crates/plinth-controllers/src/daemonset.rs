@@ -248,13 +248,15 @@ impl Pass<'_> {
                     }
                 }
             }
-            self.rolling_update(&pods, &hash).await;
+            self.rolling_update(&pods, &hash, &wanted_nodes).await;
         }
         self.update_status(&wanted_nodes, &hash).await
     }
 
-    /// RollingUpdate: old pods deleted while at most `maxUnavailable` are unavailable.
-    async fn rolling_update(&self, pods: &[Arc<Value>], hash: &str) {
+    /// RollingUpdate: old pods deleted while at most `maxUnavailable` of the nodes that
+    /// should run one lack an available daemon pod (kube counts nodes: one whose old pod went
+    /// and whose new one is not ready yet, or not even seen yet, is unavailable).
+    async fn rolling_update(&self, pods: &[Arc<Value>], hash: &str, wanted_nodes: &[String]) {
         let strategy = self.set.pointer("/spec/updateStrategy");
         if strategy
             .and_then(|s| s["type"].as_str())
@@ -270,8 +272,17 @@ impl Pass<'_> {
             .unwrap_or(1)
             .max(1);
         let live: Vec<&Arc<Value>> = pods.iter().filter(|p| !deleting(p)).collect();
-        let mut unavailable = i64::try_from(live.iter().filter(|p| !ready(p)).count()).unwrap_or(0)
-            + i64::try_from(pods.iter().filter(|p| deleting(p)).count()).unwrap_or(0);
+        let mut unavailable = i64::try_from(
+            wanted_nodes
+                .iter()
+                .filter(|node| {
+                    !live
+                        .iter()
+                        .any(|p| node_of(p) == Some(node.as_str()) && ready(p))
+                })
+                .count(),
+        )
+        .unwrap_or(0);
         // Unready old pods first: replacing them costs nothing.
         let mut old: Vec<&&Arc<Value>> = live.iter().filter(|p| hash_of(p) != hash).collect();
         old.sort_by_key(|p| ready(p));

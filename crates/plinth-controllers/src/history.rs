@@ -76,18 +76,28 @@ impl History<'_> {
             .owner
             .pointer("/status/collisionCount")
             .and_then(Value::as_i64);
-        let name = format!(
-            "{}-{}",
-            name_of(self.owner),
-            template_hash(template, collisions)
-        );
+        let hash = template_hash(template, collisions);
+        let name = format!("{}-{}", name_of(self.owner), hash);
+        // kube's: the template's labels and the hash (a DaemonSet's also under its pods'
+        // hash label).
+        let mut labels = self
+            .owner
+            .pointer("/spec/template/metadata/labels")
+            .or_else(|| self.owner.pointer("/spec/selector/matchLabels"))
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or(json!({}));
+        labels["controller.kubernetes.io/hash"] = json!(hash);
+        if self.owner["kind"] == "DaemonSet" {
+            labels["controller-revision-hash"] = json!(hash);
+        }
         let revision = json!({
             "apiVersion": "apps/v1",
             "kind": "ControllerRevision",
             "metadata": {
                 "name": name,
                 "namespace": self.namespace(),
-                "labels": self.owner.pointer("/spec/selector/matchLabels").cloned().unwrap_or(json!({})),
+                "labels": labels,
                 "ownerReferences": [self.controller],
             },
             "data": data,

@@ -1030,6 +1030,41 @@ fn a_daemon_set_runs_one_pod_per_fitting_node_and_rolls_node_by_node() {
         history.contains("1 ") && history.contains("2 "),
         "{history}"
     );
+    // Its revisions carry kube's hash labels.
+    let revisions = plinth.json(&["get", "controllerrevisions", "-l", "app=agent"]);
+    for revision in revisions["items"].as_array().unwrap() {
+        let labels = &revision["metadata"]["labels"];
+        let hash = labels["controller-revision-hash"].as_str().unwrap_or("");
+        assert!(!hash.is_empty(), "{revision}");
+        assert_eq!(labels["controller.kubernetes.io/hash"], hash);
+        assert!(
+            revision["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with(hash)
+        );
+    }
+    // A rollout to an image that never starts stops after one node (the other keeps its
+    // pod: nodes without an available pod count against maxUnavailable), and rolls back.
+    plinth.kubectl_with(&["apply", "-f", "-"], &daemon("foo:non-existent", "{}"));
+    let by_image = |image: &str| {
+        plinth.json(&["get", "pods", "-l", "app=agent"])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| p["spec"]["containers"][0]["image"] == image)
+            .count()
+    };
+    plinth.eventually("one node runs the new image", || {
+        by_image("foo:non-existent") == 1
+    });
+    assert_eq!(by_image("busybox:1.37"), 1);
+    plinth.kubectl(&["rollout", "undo", "ds/agent"]);
+    rollout_status(&plinth, "ds/agent");
+    plinth.eventually("both nodes run the old image again", || {
+        by_image("busybox:1.37") == 2 && by_image("foo:non-existent") == 0
+    });
     // Only labelled nodes, once the selector says so.
     plinth.kubectl(&["label", "node", "node-d2", "role=edge"]);
     plinth.kubectl_with(
