@@ -279,6 +279,9 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
                 "involvedObject": {"kind": "Pod", "name": "p"}, "count": -3,
                 "eventTime": "2026-01-01T00:00:00.000001Z", "firstTimestamp": "2026-01-01T00:00:00Z"}),
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {},
+                "spec": {"token": "abc", "audiences": ["api"]},
+                "status": {"authenticated": true, "user": {"username": "u", "groups": ["g"]}}}),
             // A map of times (client-go's UpdateStatus of a PodDisruptionBudget).
             json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "p"},
                 "spec": {"minAvailable": 1},

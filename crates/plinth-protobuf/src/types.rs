@@ -185,16 +185,34 @@ const SELF_SUBJECT_REVIEW: &[Field] = &[
     one(
         "status",
         2,
-        Message(&[one(
-            "userInfo",
-            1,
-            Message(&[
-                one("username", 1, Str),
-                one("uid", 2, Str),
-                many("groups", 3, Str),
-                one("extra", 4, Map(&Strings)),
-            ]),
-        )]),
+        Message(&[one("userInfo", 1, Message(USER_INFO))]),
+    ),
+];
+
+/// `authentication/v1` `UserInfo`.
+const USER_INFO: &[Field] = &[
+    one("username", 1, Str),
+    one("uid", 2, Str),
+    many("groups", 3, Str),
+    one("extra", 4, Map(&Strings)),
+];
+
+const TOKEN_REVIEW: &[Field] = &[
+    one("metadata", 1, Message(OBJECT_META)),
+    one(
+        "spec",
+        2,
+        Message(&[one("token", 1, Str), many("audiences", 2, Str)]),
+    ),
+    one(
+        "status",
+        3,
+        Message(&[
+            one("authenticated", 1, Bool),
+            one("user", 2, Message(USER_INFO)),
+            one("error", 3, Str),
+            many("audiences", 4, Str),
+        ]),
     ),
 ];
 
@@ -698,6 +716,7 @@ pub(crate) fn message_of(api_version: &str, kind: &str) -> Option<&'static [Fiel
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
+        ("authentication.k8s.io/v1", "TokenReview") => TOKEN_REVIEW,
         ("certificates.k8s.io/v1", "CertificateSigningRequest") => CERTIFICATE_SIGNING_REQUEST,
         ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => FLOW_SCHEMA,
         ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {

@@ -548,6 +548,11 @@ impl Registry {
                 if let Some(requester) = &options.requester {
                     def.strategy.admit(&new, Some(&current), requester)?;
                 }
+                // What a changed object needs allocated (a Service turned from ExternalName
+                // to ClusterIP: an address), as on create.
+                if let (Some(allocate), Part::Main) = (def.allocate, part) {
+                    allocate(&self.admitted(admit), &mut new).await?;
+                }
                 if let Some(part) = tracking {
                     let mut entries = base_entries(Some(&current), &new);
                     plinth_core::managed::record_update(

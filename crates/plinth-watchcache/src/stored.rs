@@ -159,8 +159,16 @@ impl TypeMetas {
 }
 
 /// A field's value as a field selector compares it (kube's field sets: a missing field is
-/// the empty string, a non-string is its JSON).
+/// the empty string, a non-string is its JSON). `a|b`: the first of the paths with a value
+/// (a core Event's `source`: its source's component, else its reporting component).
 pub fn selector_value(object: &Value, field: &str) -> String {
+    if field.contains('|') {
+        return field
+            .split('|')
+            .map(|path| selector_value(object, path))
+            .find(|value| !value.is_empty())
+            .unwrap_or_default();
+    }
     match plinth_core::meta::at_path(object, field) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),

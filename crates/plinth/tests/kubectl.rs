@@ -523,6 +523,23 @@ fn secrets_leases_and_events(p: &mut Plinth) {
     assert_eq!(modern["regarding"]["kind"], "ConfigMap");
     let listed = p.kubectl(&["get", "events.v1.events.k8s.io", "-o", "name"]);
     assert!(listed.contains("ev1") && listed.contains("ev2"), "{listed}");
+    // core/v1's `source` selects the source's component, else the reporting controller.
+    let by_source = |source: &str| {
+        p.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("source={source}"),
+            "-o",
+            "name",
+        ])
+    };
+    assert_eq!(by_source("example.com/ctl").trim(), "event/ev2");
+    p.kubectl_with(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Event\nmetadata: {name: ev3}\ninvolvedObject: {kind: Pod, name: p, namespace: default}\nreason: Seen\nsource: {component: kubelet, host: n1}\ntype: Normal\n",
+    );
+    assert_eq!(by_source("kubelet").trim(), "event/ev3");
 }
 
 fn restart_keeps_objects_and_revisions(p: &mut Plinth) {

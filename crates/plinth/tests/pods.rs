@@ -533,6 +533,10 @@ fn bad_pods_are_refused_with_kubes_messages_and_nothing_is_stored() {
         "spec.containers[0].image: Required value",
     );
     refused(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: over}\nspec: {containers: [{name: a, image: busybox, resources: {requests: {cpu: '2'}, limits: {cpu: '1'}}}]}\n",
+        "spec.containers[0].resources.requests[cpu]: Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+    );
+    refused(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: policy}\nspec: {restartPolicy: Sometimes, containers: [{name: a, image: busybox}]}\n",
         "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
     );
@@ -1227,6 +1231,41 @@ fn bad_services_are_refused_with_kubes_messages() {
         "{\"spec\":{\"clusterIP\":\"127.32.9.9\"}}",
     ]);
     assert!(out.contains("may not change once set"), "{out}");
+    // Changed to ExternalName: what only the old type needed goes (kube's
+    // dropTypeDependentFields); back to ClusterIP: a new address.
+    plinth.kubectl(&[
+        "patch",
+        "service",
+        "np",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"type":"ExternalName","externalName":"example.invalid"}}"#,
+    ]);
+    let external = plinth.json(&["get", "service", "np"])["spec"].clone();
+    for gone in [
+        "clusterIP",
+        "clusterIPs",
+        "ipFamilies",
+        "externalTrafficPolicy",
+    ] {
+        assert!(external[gone].is_null(), "{gone}: {external}");
+    }
+    assert!(external["ports"][0]["nodePort"].is_null(), "{external}");
+    plinth.kubectl(&[
+        "patch",
+        "service",
+        "np",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"type":"ClusterIP","externalName":null}}"#,
+    ]);
+    let back = plinth.json(&["get", "service", "np"])["spec"].clone();
+    assert!(
+        back["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("127.32.")),
+        "{back}"
+    );
 }
 
 #[test]
@@ -1404,6 +1443,19 @@ fn init_containers_sidecars_and_probes_follow_kubes_lifecycle() {
     assert!(
         row.contains("2/2") && row.contains("Running"),
         "main and the sidecar: {row}"
+    );
+    // Ready after being not ready: no reason or message left from before.
+    let ready = pod(&plinth, "staged")["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready["status"], "True");
+    assert!(
+        ready.get("reason").is_none() && ready.get("message").is_none(),
+        "{ready}"
     );
     // postStart ran before the container was reported running.
     assert_eq!(

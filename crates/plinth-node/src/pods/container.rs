@@ -645,8 +645,28 @@ impl Worker {
         sandbox_pid: Option<u32>,
         env: &[(String, String)],
     ) -> Result<(), String> {
+        // No bound but the pod's end: the kubelet waits for a hook as long as it takes.
+        let limit = Duration::from_secs(u64::from(u32::MAX));
+        let mut stop = self.phase.subscribe();
+        tokio::select! {
+            outcome = self.hook("postStart", container, sandbox_pid, env, limit) => outcome,
+            _ = stop.wait_for(Phase::is_terminating) => Ok(()),
+        }
+    }
+
+    /// Runs the container's lifecycle hook `which` (`postStart`, `preStop`) within `limit`
+    /// in the container, if it has one.
+    async fn hook(
+        &self,
+        which: &str,
+        container: &Value,
+        sandbox_pid: Option<u32>,
+        env: &[(String, String)],
+        limit: Duration,
+    ) -> Result<(), String> {
         let Some(hook) = container
-            .pointer("/lifecycle/postStart")
+            .get("lifecycle")
+            .and_then(|l| l.get(which))
             .filter(|h| h.is_object())
         else {
             return Ok(());
@@ -661,13 +681,7 @@ impl Worker {
             clients: &clients,
             security: Some(&security),
         };
-        // No bound but the pod's end: the kubelet waits for a hook as long as it takes.
-        let limit = Duration::from_secs(u64::from(u32::MAX));
-        let mut stop = self.phase.subscribe();
-        tokio::select! {
-            outcome = run_hook(hook, &target, limit) => outcome,
-            _ = stop.wait_for(Phase::is_terminating) => Ok(()),
-        }
+        run_hook(hook, &target, limit).await
     }
 
     /// Stops a container by `deadline`: its `preStop` hook, `SIGTERM`, then `SIGKILL`.
@@ -680,23 +694,10 @@ impl Worker {
         env: &[(String, String)],
         deadline: Instant,
     ) {
-        let clients = self.clients(container, env);
-        let security = self.security(container);
-        let target = probes::Target {
-            pod_ip: &self.ip,
-            container,
-            sandbox_pid,
-            env,
-            clients: &clients,
-            security: Some(&security),
-        };
-        if let Some(hook) = container
-            .pointer("/lifecycle/preStop")
-            .filter(|h| h.is_object())
-        {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let _ = run_hook(hook, &target, left).await;
-        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = self
+            .hook("preStop", container, sandbox_pid, env, left)
+            .await;
         let name = container["name"].as_str().unwrap_or("");
         self.event(
             Some(name),

@@ -41,7 +41,7 @@ impl Worker {
                 &PatchParams::default(),
                 // Strategic: conditions merge by type, so one another writer added since
                 // this copy was read (an eviction's `DisruptionTarget`) stays.
-                &Patch::Strategic(json!({"status": status})),
+                &Patch::Strategic(json!({"status": with_cleared_fields(&status)})),
             )
             .await?;
         if let Ok(mut p) = self.pod.lock()
@@ -238,6 +238,24 @@ impl Worker {
         }
         status
     }
+}
+
+/// `status` for a strategic merge patch: a condition without a reason or message says so
+/// with `null` (merged by type, the stored condition's old reason would stay otherwise).
+fn with_cleared_fields(status: &Value) -> Value {
+    let mut status = status.clone();
+    for condition in status
+        .get_mut("conditions")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        for key in ["reason", "message"] {
+            condition.entry(key).or_insert(Value::Null);
+        }
+    }
+    status
 }
 
 /// Whether the stored status already says what `wanted` does (ignoring what only the server

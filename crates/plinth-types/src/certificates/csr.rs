@@ -160,6 +160,29 @@ fn conditions(object: &Value) -> Vec<Value> {
 }
 
 impl Strategy for CertificateSigningRequests {
+    /// kube's status strategy: the request's status and metadata, the stored spec, and the
+    /// stored `Approved`/`Denied` conditions (only `/approval` changes those).
+    fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
+        let mut merged = plinth_registry::strategy::with_stored_spec(current, new);
+        let decision = |c: &Value| c["type"] == "Approved" || c["type"] == "Denied";
+        let mut kept: Vec<Value> = conditions(&merged)
+            .into_iter()
+            .filter(|c| !decision(c))
+            .collect();
+        kept.extend(conditions(current).into_iter().filter(decision));
+        if !merged["status"].is_object() {
+            merged["status"] = json!({});
+        }
+        if kept.is_empty() {
+            if let Some(status) = merged["status"].as_object_mut() {
+                status.remove("conditions");
+            }
+        } else {
+            merged["status"]["conditions"] = json!(kept);
+        }
+        Some(merged)
+    }
+
     fn stamp(&self, object: &mut Value, requester: &Requester) {
         let user = &requester.user;
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {

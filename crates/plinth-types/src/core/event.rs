@@ -18,15 +18,37 @@ pub(crate) const SELECTABLE: [&str; 11] = [
     "involvedObject.fieldPath",
     "reason",
     "reportingComponent",
-    "source",
+    SOURCE,
     "type",
 ];
+
+/// What the `source` field label reads (kube's: the source's component, else the reporting
+/// component).
+const SOURCE: &str = "source.component|reportingComponent";
 
 /// The `events` resource of the core group.
 pub fn resource() -> ResourceDef {
     let mut def = ResourceDef::new("", "v1", "Event", "events")
         .short_names(&["ev"])
         .selectable(&SELECTABLE)
+        .field_labels(&[
+            ("metadata.name", "metadata.name"),
+            ("metadata.namespace", "metadata.namespace"),
+            ("involvedObject.kind", "involvedObject.kind"),
+            ("involvedObject.namespace", "involvedObject.namespace"),
+            ("involvedObject.name", "involvedObject.name"),
+            ("involvedObject.uid", "involvedObject.uid"),
+            ("involvedObject.apiVersion", "involvedObject.apiVersion"),
+            (
+                "involvedObject.resourceVersion",
+                "involvedObject.resourceVersion",
+            ),
+            ("involvedObject.fieldPath", "involvedObject.fieldPath"),
+            ("reason", "reason"),
+            ("reportingComponent", "reportingComponent"),
+            ("source", SOURCE),
+            ("type", "type"),
+        ])
         .columns(columns())
         .schema(schema());
     def.allow_create_on_update = true;

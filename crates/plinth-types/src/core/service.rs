@@ -186,6 +186,10 @@ fn default_ports(ports: Option<&mut Value>) {
         if let Some(p) = port.as_object_mut() {
             set_default(p, "protocol", json!("TCP"));
             let number = p.get("port").cloned().unwrap_or(Value::Null);
+            // Go clients send an unset IntOrString as 0; kube defaults it as absent.
+            if p.get("targetPort") == Some(&json!(0)) {
+                p.remove("targetPort");
+            }
             set_default(p, "targetPort", number);
         }
     }
@@ -258,6 +262,7 @@ impl Strategy for Services {
             }
         }
         default_ports(object.pointer_mut("/spec/ports"));
+        drop_type_dependent_fields(object, old);
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
@@ -385,8 +390,75 @@ fn reserve(taken: &BTreeSet<String>, candidates: impl Iterator<Item = String>) -
     Some(chosen)
 }
 
-/// Allocates a new Service's ClusterIP and node ports (kube's service REST `Create`): what
-/// every Service holds is taken; a requested address must be free and in the range.
+/// kube's `dropTypeDependentFields`: a Service changing to a type that no longer needs what
+/// was allocated or defaulted for the old one loses it — when the request left it as it was
+/// (a value the user changed stays, for validation to judge).
+fn drop_type_dependent_fields(object: &mut Value, old: &Value) {
+    let kind = |o: &Value| {
+        o.pointer("/spec/type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP")
+            .to_owned()
+    };
+    let (was, now) = (kind(old), kind(object));
+    let node_ports = |o: &Value| -> Vec<Value> {
+        o.pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|p| p["nodePort"].clone())
+            .collect()
+    };
+    let same_node_ports = node_ports(object) == node_ports(old);
+    let unchanged = |object: &Value, key: &str| {
+        object.pointer(&format!("/spec/{key}")) == old.pointer(&format!("/spec/{key}"))
+    };
+    let needs_node_port = |k: &str| k == "NodePort" || k == "LoadBalancer";
+    let mut dropped = Vec::new();
+    if was != "ExternalName" && now == "ExternalName" {
+        if unchanged(object, "clusterIP") && unchanged(object, "clusterIPs") {
+            dropped.extend(["clusterIP", "clusterIPs"]);
+        }
+        for key in ["ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"] {
+            if unchanged(object, key) {
+                dropped.push(key);
+            }
+        }
+    }
+    if needs_node_port(&was) && !needs_node_port(&now) {
+        for key in ["externalTrafficPolicy", "healthCheckNodePort"] {
+            if unchanged(object, key) {
+                dropped.push(key);
+            }
+        }
+        if same_node_ports
+            && let Some(ports) = object
+                .pointer_mut("/spec/ports")
+                .and_then(Value::as_array_mut)
+        {
+            for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                port.remove("nodePort");
+            }
+        }
+    }
+    if was == "LoadBalancer" && now != "LoadBalancer" {
+        for key in ["allocateLoadBalancerNodePorts", "loadBalancerClass"] {
+            if unchanged(object, key) {
+                dropped.push(key);
+            }
+        }
+    }
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        for key in dropped {
+            spec.remove(key);
+        }
+    }
+}
+
+/// Allocates a Service's ClusterIP and node ports (kube's service REST `Create`, and
+/// `Update` for a type that needs more than the old one): what every other Service holds is
+/// taken; a requested address must be free and in the range; what the Service itself holds
+/// already stays its own.
 fn allocate<'a>(
     objects: &'a dyn plinth_registry::resources::Objects,
     service: &'a mut Value,
@@ -406,7 +478,37 @@ fn allocate<'a>(
             .resource("", "v1", "services")
             .ok_or_else(|| ApiError::internal("services are not served"))?;
         let all = objects.list(&def, None, &ListOptions::default()).await?;
-        let items = all["items"].as_array().cloned().unwrap_or_default();
+        let namespace = plinth_core::meta::namespace(service)
+            .unwrap_or("")
+            .to_owned();
+        let is_self = |s: &Value| {
+            plinth_core::meta::name(s) == Some(name.as_str())
+                && plinth_core::meta::namespace(s) == Some(namespace.as_str())
+        };
+        let stored = all["items"]
+            .as_array()
+            .and_then(|items| items.iter().find(|s| is_self(s)))
+            .cloned();
+        let items: Vec<Value> = all["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| !is_self(s))
+            .cloned()
+            .collect();
+        let own_ip = stored
+            .as_ref()
+            .and_then(|s| s.pointer("/spec/clusterIP"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let own_ports: BTreeSet<i64> = stored
+            .as_ref()
+            .and_then(|s| s.pointer("/spec/ports"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .collect();
         let ips: BTreeSet<String> = items
             .iter()
             .filter_map(|s| s.pointer("/spec/clusterIP").and_then(Value::as_str))
@@ -427,7 +529,7 @@ fn allocate<'a>(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
-        if requested != "None" {
+        if requested != "None" && own_ip.as_deref() != Some(requested.as_str()) {
             let ip = if requested.is_empty() {
                 // .0 is the network, .1 the kubernetes Service's and .10 the cluster DNS's
                 // (both asked for by address), the last the broadcast.
@@ -480,6 +582,9 @@ fn allocate<'a>(
                 .flatten()
             {
                 match port["nodePort"].as_i64() {
+                    Some(asked) if own_ports.contains(&asked) => {
+                        taken.insert(asked.to_string());
+                    }
                     Some(asked) => {
                         if taken.contains(&asked.to_string()) {
                             return Err(invalid(Cause::invalid(

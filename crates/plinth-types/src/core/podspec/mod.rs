@@ -414,6 +414,35 @@ fn validate_container(
             ));
         }
     }
+    // A request above its limit (kube's ValidateResourceRequirements).
+    for (resource, request) in container
+        .pointer("/resources/requests")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let Some(limit) = container
+            .pointer("/resources/limits")
+            .and_then(|l| l.get(resource))
+        else {
+            continue;
+        };
+        if let (Some(asked), Some(most)) = (
+            plinth_core::quantity::of(request),
+            plinth_core::quantity::of(limit),
+        ) && asked > most
+        {
+            let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+            causes.push(Cause::invalid(
+                format!("{path}.resources.requests[{resource}]"),
+                &json!(text(request)),
+                &format!(
+                    "must be less than or equal to {resource} limit of {}",
+                    text(limit)
+                ),
+            ));
+        }
+    }
 }
 
 /// The fields of an ephemeral container besides those of kube's allow list, in the order
