@@ -285,6 +285,9 @@ pub struct ResourceDef {
     /// hold: a Service's ClusterIP and node ports, a claim's default StorageClass, a pod's
     /// LimitRange defaults.
     pub allocate: Option<Allocate>,
+    /// Whether [`ResourceDef::allocate`] also runs on updates of the main resource (a
+    /// Service changed to a type that needs an address).
+    pub allocate_on_update: bool,
     /// Subresources served by something other than storage — a node agent
     /// (`pods/<name>/log`): the handler gets the parent object and the request.
     pub connect_subresources: Vec<(&'static str, Connect)>,
@@ -455,6 +458,7 @@ impl ResourceDef {
             discovered_subresources: Vec::new(),
             cel_schema: None,
             allocate: None,
+            allocate_on_update: false,
             computed: None,
         }
     }

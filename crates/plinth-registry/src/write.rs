@@ -550,7 +550,9 @@ impl Registry {
                 }
                 // What a changed object needs allocated (a Service turned from ExternalName
                 // to ClusterIP: an address), as on create.
-                if let (Some(allocate), Part::Main) = (def.allocate, part) {
+                if let (Some(allocate), Part::Main, true) =
+                    (def.allocate, part, def.allocate_on_update)
+                {
                     allocate(&self.admitted(admit), &mut new).await?;
                 }
                 if let Some(part) = tracking {

@@ -1358,3 +1358,62 @@ spec:
     allowed(&["delete", "pod", "p1", "--wait=false"]);
     plinth.kubectl(&["delete", "pod", "p2", "--wait=false"]);
 }
+
+/// kube's ServiceAccount admission: an account with `automountServiceAccountToken: false` gets
+/// no token mounted into its pods, unless a pod asks for one itself.
+#[test]
+fn an_account_that_opts_out_of_automount_gets_no_token_volume() {
+    let plinth = Plinth::start(Backend::Embedded);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: quiet}
+automountServiceAccountToken: false
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: quiet}
+spec:
+  serviceAccountName: quiet
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: asks}
+spec:
+  serviceAccountName: quiet
+  automountServiceAccountToken: true
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: default-account}
+spec:
+  containers: [{name: c, image: busybox}]
+",
+    );
+    let volumes = |pod: &str| -> Vec<String> {
+        plinth.json(&["get", "pod", pod])["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(volumes("quiet").is_empty(), "{:?}", volumes("quiet"));
+    let quiet = plinth.json(&["get", "pod", "quiet"]);
+    assert!(
+        quiet["spec"]["containers"][0]["volumeMounts"].is_null(),
+        "{quiet}"
+    );
+    for pod in ["asks", "default-account"] {
+        assert!(
+            volumes(pod)
+                .iter()
+                .any(|v| v.starts_with("kube-api-access-")),
+            "{pod}: {:?}",
+            volumes(pod)
+        );
+    }
+}

@@ -45,6 +45,7 @@ pub fn resource() -> ResourceDef {
         .schema(schema())
         .strategy(Services);
     def.allocate = Some(allocate);
+    def.allocate_on_update = true;
     def
 }
 

@@ -464,11 +464,80 @@ pub fn bindings() -> ResourceDef {
 
 /// The admission plugins of a new pod that read other objects, in kube-apiserver's order:
 /// LimitRanger, Priority, RuntimeClass.
+/// kube's ServiceAccount admission reads the account: one with
+/// `automountServiceAccountToken: false` has no token mounted into a pod that does not ask
+/// for one itself (the mount [`service_account`] added goes again).
+async fn service_account_opt_out(
+    objects: &dyn plinth_registry::resources::Objects,
+    pod: &mut Value,
+) -> Result<(), plinth_core::ApiError> {
+    let spec = &pod["spec"];
+    if !spec["automountServiceAccountToken"].is_null() {
+        return Ok(());
+    }
+    let account = spec["serviceAccountName"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let Some(def) = objects.resource("", "v1", "serviceaccounts") else {
+        return Ok(());
+    };
+    let namespace = plinth_core::meta::namespace(pod)
+        .unwrap_or("default")
+        .to_owned();
+    let Ok(found) = objects.get(&def, Some(&namespace), &account).await else {
+        return Ok(());
+    };
+    if found["automountServiceAccountToken"] != json!(false) {
+        return Ok(());
+    }
+    let added = |name: &Value| {
+        name.as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access-"))
+    };
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        volumes.retain(|v| !added(&v["name"]));
+    }
+    if spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        spec.remove("volumes");
+    }
+    for list in ["containers", "initContainers"] {
+        for container in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let Some(container) = container.as_object_mut() else {
+                continue;
+            };
+            if let Some(mounts) = container
+                .get_mut("volumeMounts")
+                .and_then(Value::as_array_mut)
+            {
+                mounts.retain(|m| !(added(&m["name"]) && m["mountPath"] == TOKEN_MOUNT));
+                if mounts.is_empty() {
+                    container.remove("volumeMounts");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn admit_new_pod<'a>(
     objects: &'a dyn plinth_registry::resources::Objects,
     pod: &'a mut Value,
 ) -> futures::future::BoxFuture<'a, Result<(), plinth_core::ApiError>> {
     Box::pin(async move {
+        service_account_opt_out(objects, pod).await?;
         super::limitrange::admit(objects, pod).await?;
         crate::scheduling::priorityclass::admit_pod(objects, pod).await?;
         crate::node::runtimeclass::admit_pod(objects, pod).await
