@@ -655,6 +655,21 @@ pub(super) fn merge_for_update(
             }
             at = &mut at[key];
         }
+        // The request's own metadata stays too (kube's approval and finalize strategies
+        // reset the other parts of the object only).
+        for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            let wanted = new.pointer(&format!("/metadata/{key}")).cloned();
+            if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+                match wanted {
+                    Some(value) if !value.is_null() => {
+                        meta.insert(key.to_owned(), value);
+                    }
+                    _ => {
+                        meta.remove(key);
+                    }
+                }
+            }
+        }
         return merged;
     }
     if part == Part::Status {

@@ -985,6 +985,19 @@ fn certificate_signing_requests_issue_client_certificates() {
     let refused =
         plinth.kubectl_fails(&["--token", token("carol"), "certificate", "approve", "frank"]);
     assert!(refused.contains("user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""), "{refused}");
+    // An approval write keeps the request's metadata (kube's approval strategy).
+    let noted = plinth.kubectl(&[
+        "patch",
+        "csr",
+        "frank",
+        "--subresource=approval",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"patchedapproval":"true"}}}"#,
+        "-o",
+        "jsonpath={.metadata.annotations.patchedapproval}",
+    ]);
+    assert_eq!(noted, "true");
     // The administrator approves; the signer issues a certificate for the requested subject.
     plinth.kubectl(&["certificate", "approve", "frank"]);
     let mut certificate = String::new();
