@@ -1260,6 +1260,7 @@ fn bad_services_are_refused_with_kubes_messages() {
         r#"{"spec":{"type":"ClusterIP","externalName":null}}"#,
     ]);
     let back = plinth.json(&["get", "service", "np"])["spec"].clone();
+    assert_eq!(back["ipFamilies"], serde_json::json!(["IPv4"]), "{back}");
     assert!(
         back["clusterIP"]
             .as_str()

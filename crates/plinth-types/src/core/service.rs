@@ -196,6 +196,24 @@ fn default_ports(ports: Option<&mut Value>) {
     }
 }
 
+/// The defaults a Service's type brings (on create, and on an update to another type).
+fn type_defaults(spec: &mut serde_json::Map<String, Value>) {
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    let kind = spec["type"].as_str().unwrap_or("ClusterIP").to_owned();
+    if kind != "ExternalName" {
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+    }
+    if kind == "NodePort" || kind == "LoadBalancer" {
+        set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "LoadBalancer" {
+        set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+}
+
 fn headless(spec: &Value) -> bool {
     spec["clusterIP"] == "None"
 }
@@ -213,20 +231,7 @@ impl Strategy for Services {
         let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
             return;
         };
-        set_default(spec, "type", json!("ClusterIP"));
-        set_default(spec, "sessionAffinity", json!("None"));
-        let kind = spec["type"].as_str().unwrap_or("ClusterIP").to_owned();
-        if kind != "ExternalName" {
-            set_default(spec, "internalTrafficPolicy", json!("Cluster"));
-            set_default(spec, "ipFamilies", json!(["IPv4"]));
-            set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
-        }
-        if kind == "NodePort" || kind == "LoadBalancer" {
-            set_default(spec, "externalTrafficPolicy", json!("Cluster"));
-        }
-        if kind == "LoadBalancer" {
-            set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
-        }
+        type_defaults(spec);
         if spec["sessionAffinity"] == "ClientIP" {
             set_default(
                 spec,
@@ -264,6 +269,9 @@ impl Strategy for Services {
         }
         default_ports(object.pointer_mut("/spec/ports"));
         drop_type_dependent_fields(object, old);
+        if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+            type_defaults(spec);
+        }
     }
 
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
