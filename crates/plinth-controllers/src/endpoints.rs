@@ -4,7 +4,8 @@
 //! its EndpointSlice (each endpoint with `ready`, `serving` and `terminating`), ports
 //! resolved from the pods' named container ports. Both are owned by the Service (so the
 //! garbage collector removes them with it; kube's endpoints controller deletes Endpoints
-//! itself).
+//! itself). A Service without a selector has its user's own Endpoints mirrored into an
+//! EndpointSlice (kube's `endpointslicemirroring`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,6 +18,12 @@ use tokio::sync::watch;
 use crate::informer::{Change, Informer, SharedInformers};
 
 const MANAGER: &str = "endpointslice-controller.k8s.io";
+
+/// The manager of mirrored slices (kube's `endpointslicemirroring` controller).
+const MIRRORING: &str = "endpointslicemirroring-controller.k8s.io";
+
+/// The label on Endpoints the endpoints controller writes, which mirroring leaves alone.
+const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 
 /// Starts the controllers on the shared pod and Service informers; they end when `stopping`
 /// becomes true.
@@ -35,19 +42,37 @@ pub fn spawn_endpoints(
         }
     };
     let pods = informers.start(("", "pods"), dirty(dirty_tx.clone()));
-    let services = informers.start(("", "services"), dirty(dirty_tx));
-    tokio::spawn(reconcile_loop(registry, pods, services, dirty_rx, stopping));
+    let services = informers.start(("", "services"), dirty(dirty_tx.clone()));
+    let endpoints = informers.start(("", "endpoints"), dirty(dirty_tx));
+    let informers = Watched {
+        pods,
+        services,
+        endpoints,
+    };
+    tokio::spawn(reconcile_loop(registry, informers, dirty_rx, stopping));
+}
+
+/// What the controllers read.
+struct Watched {
+    pods: Informer,
+    services: Informer,
+    endpoints: Informer,
 }
 
 async fn reconcile_loop(
     registry: Client,
-    pods: Informer,
-    services: Informer,
+    watched: Watched,
     mut dirty: tokio::sync::mpsc::UnboundedReceiver<String>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    let Watched {
+        pods,
+        services,
+        endpoints,
+    } = &watched;
     pods.synced().await;
     services.synced().await;
+    endpoints.synced().await;
     let mut resync = tokio::time::interval(Duration::from_secs(10));
     loop {
         let mut namespaces = BTreeSet::new();
@@ -73,7 +98,7 @@ async fn reconcile_loop(
             );
         }
         for ns in namespaces {
-            reconcile_namespace(&registry, &pods, &services, &ns).await;
+            reconcile_namespace(&registry, &watched, &ns).await;
         }
     }
 }
@@ -103,24 +128,31 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
     }
 }
 
-async fn reconcile_namespace(
-    registry: &Client,
-    pods: &Informer,
-    services: &Informer,
-    namespace: &str,
-) {
-    let pods = pods.in_namespace(namespace);
-    for service in services.in_namespace(namespace) {
+async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &str) {
+    let pods = watched.pods.in_namespace(namespace);
+    for service in watched.services.in_namespace(namespace) {
+        if service.pointer("/spec/type") == Some(&json!("ExternalName")) {
+            continue;
+        }
         let Some(selector) = service
             .pointer("/spec/selector")
             .and_then(Value::as_object)
             .filter(|s| !s.is_empty())
         else {
+            // No selector: Endpoints of the user's own are mirrored into a slice.
+            let name = plinth_core::meta::name(&service).unwrap_or("");
+            let custom = watched
+                .endpoints
+                .get(&format!("{namespace}/{name}"))
+                .filter(|e| {
+                    plinth_core::meta::labels(e)
+                        .get(SKIP_MIRROR)
+                        .map(String::as_str)
+                        != Some("true")
+                });
+            mirror(registry, &service, custom.as_deref()).await;
             continue;
         };
-        if service.pointer("/spec/type") == Some(&json!("ExternalName")) {
-            continue;
-        }
         let selected: Vec<&Value> = pods
             .iter()
             .map(|p| &**p)
@@ -221,8 +253,10 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
         .collect();
     let name = plinth_core::meta::name(service).unwrap_or("");
     let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
+    let mut labels = plinth_core::meta::labels(service);
+    labels.insert(SKIP_MIRROR.into(), "true".into());
     let mut wanted = json!({"apiVersion": "v1", "kind": "Endpoints",
-        "metadata": {"name": name, "namespace": namespace, "labels": plinth_core::meta::labels(service),
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
             "ownerReferences": owner(service)}});
     // `subsets` is omitempty: no endpoints, no field (as kube serves it).
     if !subsets.is_empty() {
@@ -284,14 +318,7 @@ async fn write_slice(registry: &Client, service: &Value, pods: &[&Value]) {
         .collect();
     let service_name = plinth_core::meta::name(service).unwrap_or("");
     let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
-    let uid = plinth_core::meta::meta_str(service, "uid").unwrap_or("");
-    let name = format!(
-        "{service_name}-{}",
-        &uid.chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(5)
-            .collect::<String>()
-    );
+    let name = slice_name(service);
     let mut labels = plinth_core::meta::labels(service);
     labels.insert("kubernetes.io/service-name".into(), service_name.to_owned());
     labels.insert(
@@ -301,6 +328,96 @@ async fn write_slice(registry: &Client, service: &Value, pods: &[&Value]) {
     let wanted = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": namespace, "labels": labels,
             "ownerReferences": owner(service)},
+        "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
+    upsert(
+        registry,
+        "discovery.k8s.io",
+        "endpointslices",
+        namespace,
+        &name,
+        wanted,
+        &["endpoints", "ports"],
+    )
+    .await;
+}
+
+/// The name of a Service's slice (one per Service here).
+fn slice_name(service: &Value) -> String {
+    let service_name = plinth_core::meta::name(service).unwrap_or("");
+    let uid = plinth_core::meta::meta_str(service, "uid").unwrap_or("");
+    format!(
+        "{service_name}-{}",
+        &uid.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(5)
+            .collect::<String>()
+    )
+}
+
+/// kube's EndpointSlice mirroring: a selector-less Service's own Endpoints (`custom`) as an
+/// EndpointSlice (its addresses ready, its not-ready addresses not), gone with them.
+async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
+    let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
+    let name = slice_name(service);
+    let Some(custom) = custom else {
+        if let Some(def) = registry
+            .resources
+            .get("discovery.k8s.io", "v1", "endpointslices")
+            && let Ok(existing) = registry.get(&def, Some(namespace), &name).await
+            && plinth_core::meta::labels(&existing)
+                .get("endpointslice.kubernetes.io/managed-by")
+                .map(String::as_str)
+                == Some(MIRRORING)
+        {
+            let _ = registry
+                .delete(
+                    &def,
+                    Some(namespace),
+                    &name,
+                    &plinth_registry::DeleteOptions::default(),
+                )
+                .await;
+        }
+        return;
+    };
+    let subsets = custom["subsets"].as_array().cloned().unwrap_or_default();
+    let mut endpoints = Vec::new();
+    let mut ports = Vec::new();
+    for subset in &subsets {
+        for port in subset["ports"].as_array().into_iter().flatten() {
+            let entry = json!({"name": port["name"].as_str().unwrap_or(""), "port": port["port"],
+                "protocol": port["protocol"].as_str().unwrap_or("TCP")});
+            if !ports.contains(&entry) {
+                ports.push(entry);
+            }
+        }
+        for (key, ready) in [("addresses", true), ("notReadyAddresses", false)] {
+            for address in subset[key].as_array().into_iter().flatten() {
+                let mut endpoint = json!({"addresses": [address["ip"]],
+                    "conditions": {"ready": ready}});
+                for field in ["nodeName", "targetRef", "hostname"] {
+                    if !address[field].is_null() {
+                        endpoint[field] = address[field].clone();
+                    }
+                }
+                endpoints.push(endpoint);
+            }
+        }
+    }
+    let service_name = plinth_core::meta::name(service).unwrap_or("");
+    let mut labels = plinth_core::meta::labels(custom);
+    labels.insert("kubernetes.io/service-name".into(), service_name.to_owned());
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        MIRRORING.into(),
+    );
+    let owner = json!([{"apiVersion": "v1", "kind": "Endpoints",
+        "name": plinth_core::meta::name(custom),
+        "uid": plinth_core::meta::meta_str(custom, "uid"),
+        "controller": true, "blockOwnerDeletion": true}]);
+    let wanted = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+            "ownerReferences": owner},
         "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
     upsert(
         registry,

@@ -1183,6 +1183,49 @@ fn a_service_reaches_its_ready_pods_and_drops_one_that_is_not() {
     plinth.kubectl(&["delete", "pod", "--all", "--timeout=60s"]);
 }
 
+/// kube's EndpointSlice mirroring: a Service without a selector and Endpoints of the user's
+/// own get a slice that follows them.
+#[test]
+fn custom_endpoints_are_mirrored_into_an_endpoint_slice() {
+    let plinth = Plinth::start(Backend::Embedded);
+    let endpoints = |ip: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: custom}}\nspec: {{ports: [{{name: example, port: 80}}]}}\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {{name: custom}}\nsubsets: [{{addresses: [{{ip: {ip}}}], ports: [{{name: example, port: 80}}]}}]\n"
+        )
+    };
+    let slices = || {
+        plinth.json(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=custom",
+        ])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &endpoints("10.1.2.3"));
+    plinth.eventually("the Endpoints are mirrored", || {
+        slices().first().is_some_and(|s| {
+            s["endpoints"][0]["addresses"][0] == "10.1.2.3" && s["ports"][0]["port"] == 80
+        })
+    });
+    let slice = slices()[0].clone();
+    assert_eq!(
+        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "endpointslicemirroring-controller.k8s.io"
+    );
+    plinth.kubectl_with(&["apply", "-f", "-"], &endpoints("10.2.3.4"));
+    plinth.eventually("an update is mirrored", || {
+        let now = slices();
+        now.len() == 1 && now[0]["endpoints"][0]["addresses"][0] == "10.2.3.4"
+    });
+    plinth.kubectl(&["delete", "endpoints", "custom"]);
+    plinth.eventually("the mirrored slice goes with the Endpoints", || {
+        slices().is_empty()
+    });
+}
+
 #[test]
 fn bad_services_are_refused_with_kubes_messages() {
     let plinth = Plinth::start(Backend::Embedded);
