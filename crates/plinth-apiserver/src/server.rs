@@ -226,9 +226,15 @@ pub async fn start(
     let url = pki::server_url(local_addr);
     let kubeconfig = pki::write_kubeconfig(&config.data_dir, &url, &credentials)?;
 
+    // The OIDC discovery document's keys are fetched where pods reach the server (kube's
+    // external address): the `kubernetes` Service, whose address the serving certificate names.
+    let in_cluster = format!(
+        "https://{}:443",
+        plinth_registry::service_range::kubernetes_ip()
+    );
     let service_accounts = Arc::new(plinth_auth::serviceaccount::Tokens::load_or_create(
         &config.data_dir,
-        &url,
+        &in_cluster,
     )?);
     let authenticator = plinth_auth::Authenticator::new(
         &credentials.token,

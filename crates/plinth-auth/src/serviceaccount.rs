@@ -30,7 +30,7 @@ fn b64(bytes: &[u8]) -> String {
 pub struct Tokens {
     key: EcdsaKeyPair,
     key_id: String,
-    /// The URL clients reach the server at (for the JWKS URL).
+    /// The URL pods reach the server at (for the JWKS URL: the `kubernetes` Service's).
     server: String,
 }
 

@@ -1099,7 +1099,19 @@ fn anonymous_requests_only_where_allowed() {
     ] {
         assert_eq!(anonymous(path).code, 200, "{path}");
     }
-    anonymous("/.well-known/openid-configuration").json();
+    // Its keys are where pods reach the server: the `kubernetes` Service.
+    let discovery = anonymous("/.well-known/openid-configuration").json();
+    let service = plinth.kubectl(&[
+        "get",
+        "svc",
+        "kubernetes",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    assert_eq!(
+        discovery["jwks_uri"],
+        format!("https://{service}:443/openid/v1/jwks")
+    );
     for path in ["/api", "/api/v1/namespaces/default/configmaps", "/metrics"] {
         let reply = anonymous(path);
         assert_eq!(reply.code, 401, "{path}: {}", reply.body);
