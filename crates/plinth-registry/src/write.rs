@@ -655,9 +655,14 @@ pub(super) fn merge_for_update(
             }
             at = &mut at[key];
         }
-        // The request's own metadata stays too (kube's approval and finalize strategies
-        // reset the other parts of the object only).
+        // A status field's subresource (a CSR's `/approval`) keeps the request's metadata
+        // too, as kube's approval strategy does; a namespace's `/finalize` changes only the
+        // finalizers.
+        let keeps_metadata = pointer.starts_with("/status/");
         for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            if !keeps_metadata {
+                break;
+            }
             let wanted = new.pointer(&format!("/metadata/{key}")).cloned();
             if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
                 match wanted {
