@@ -193,16 +193,25 @@ impl NodeDialer for NodeProxy {
     }
 }
 
-/// `https://<InternalIP>:<kubelet port>` of a Node object.
+/// `https://<InternalIP>:<kubelet port>` of a Node object: its loopback InternalIP when it
+/// has one (Plinth's agents serve there; the first may be the node's address on the pods'
+/// network), else its first.
 pub fn address_of(node: &Value) -> Option<String> {
     let addresses = node.pointer("/status/addresses")?.as_array()?;
-    let pick = |kind: &str| {
+    let pick = |kind: &str, loopback: bool| {
         addresses
             .iter()
-            .find(|a| a["type"] == kind)
-            .and_then(|a| a["address"].as_str())
+            .filter(|a| a["type"] == kind)
+            .filter_map(|a| a["address"].as_str())
+            .find(|a| {
+                !loopback
+                    || a.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            })
     };
-    let address = pick("InternalIP").or_else(|| pick("Hostname"))?;
+    let address = pick("InternalIP", true)
+        .or_else(|| pick("InternalIP", false))
+        .or_else(|| pick("Hostname", false))?;
     let port = node
         .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
         .and_then(Value::as_u64)

@@ -306,6 +306,11 @@ fn component(def: &ResourceDef) -> String {
 fn to_openapi(schema: &Schema) -> Value {
     match schema {
         Schema::Any => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        // kube's `io.k8s.apimachinery.pkg.util.intstr.IntOrString` (kubectl's client-side
+        // validation takes numbers for a string).
+        Schema::IntOrString => json!({"type": "string", "format": "int-or-string"}),
+        // kube's `io.k8s.apimachinery.pkg.api.resource.Quantity`.
+        Schema::Quantity => json!({"type": "string"}),
         Schema::String => json!({"type": "string"}),
         Schema::Int => json!({"type": "integer", "format": "int64"}),
         Schema::Bool => json!({"type": "boolean"}),

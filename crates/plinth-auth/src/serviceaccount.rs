@@ -53,6 +53,8 @@ pub struct Claims {
     pub uid: String,
     /// The object the token is bound to: kind, name, uid.
     pub bound: Option<(String, String, String)>,
+    /// The node (name, uid) of the pod it is bound to, or the node it is bound to.
+    pub node: Option<(String, String)>,
     /// The token's id.
     pub id: String,
 }
@@ -79,6 +81,16 @@ impl Claims {
             );
             user.extra.insert(
                 "authentication.kubernetes.io/pod-uid".into(),
+                vec![uid.clone()],
+            );
+        }
+        if let Some((name, uid)) = &self.node {
+            user.extra.insert(
+                "authentication.kubernetes.io/node-name".into(),
+                vec![name.clone()],
+            );
+            user.extra.insert(
+                "authentication.kubernetes.io/node-uid".into(),
                 vec![uid.clone()],
             );
         }
@@ -199,11 +211,15 @@ impl Tokens {
             };
             Some((kind.to_owned(), text(&object["name"]), text(&object["uid"])))
         });
+        let node = k
+            .get("node")
+            .map(|node| (text(&node["name"]), text(&node["uid"])));
         let claims = Claims {
             namespace: text(&k["namespace"]),
             name: text(&k["serviceaccount"]["name"]),
             uid: text(&k["serviceaccount"]["uid"]),
             bound,
+            node,
             id: text(&claims["jti"]),
         };
         Some((claims, matched))
@@ -236,14 +252,15 @@ impl Tokens {
 
 impl TokenIssuer for Tokens {
     /// A token for ServiceAccount `namespace/name` (uid `uid`), for `audiences` (the API server
-    /// when empty), valid `expiration` seconds, bound to `bound` (kind, name, uid) if given.
-    /// Returns the token and its expiry (Unix seconds).
+    /// when empty), valid `expiration` seconds, bound to `bound` (kind, name, uid) if given,
+    /// naming `node` (its pod's node) if given. Returns the token and its expiry (Unix seconds).
     fn issue(
         &self,
         (namespace, name, uid): (&str, &str, &str),
         audiences: &[String],
         expiration: i64,
         bound: Option<(&str, &str, &str)>,
+        node: Option<(&str, &str)>,
     ) -> Result<(String, i64), plinth_core::ApiError> {
         let issued = now();
         let expires = issued + expiration;
@@ -258,6 +275,9 @@ impl TokenIssuer for Tokens {
         });
         if let Some((kind, object, object_uid)) = bound {
             kubernetes[kind.to_ascii_lowercase()] = json!({"name": object, "uid": object_uid});
+        }
+        if let Some((node, node_uid)) = node {
+            kubernetes["node"] = json!({"name": node, "uid": node_uid});
         }
         let claims = json!({
             "aud": audiences,
@@ -300,6 +320,7 @@ mod tests {
                 &[],
                 600,
                 Some(("Secret", "s", "u2")),
+                None,
             )
             .unwrap();
         let claims = tokens.verify(&token).unwrap();
@@ -320,7 +341,7 @@ mod tests {
         // A changed payload breaks the signature.
         let mut parts: Vec<&str> = token.split('.').collect();
         let other = tokens
-            .issue(("team", "admin", "u3"), &[], 600, None)
+            .issue(("team", "admin", "u3"), &[], 600, None, None)
             .unwrap()
             .0;
         let other_payload = other.split('.').nth(1).unwrap().to_owned();
@@ -328,12 +349,12 @@ mod tests {
         assert!(tokens.verify(&parts.join(".")).is_none());
         // Another audience, expired, another key, not a JWT.
         let foreign = tokens
-            .issue(("team", "robot", "u1"), &["vault".into()], 600, None)
+            .issue(("team", "robot", "u1"), &["vault".into()], 600, None, None)
             .unwrap()
             .0;
         assert!(tokens.verify(&foreign).is_none());
         let expired = tokens
-            .issue(("team", "robot", "u1"), &[], -10, None)
+            .issue(("team", "robot", "u1"), &[], -10, None, None)
             .unwrap()
             .0;
         assert!(tokens.verify(&expired).is_none());
@@ -341,6 +362,21 @@ mod tests {
         let stranger = Tokens::load_or_create(elsewhere.path(), "x").unwrap();
         assert!(stranger.verify(&token).is_none());
         assert!(tokens.verify("not.a.jwt").is_none());
+        // A token bound to a pod names the pod's node; its user carries both.
+        let (on_node, _) = tokens
+            .issue(
+                ("team", "robot", "u1"),
+                &[],
+                600,
+                Some(("Pod", "p", "u4")),
+                Some(("n1", "u5")),
+            )
+            .unwrap();
+        let user = tokens.verify(&on_node).unwrap().user();
+        let extra = |key: &str| user.extra.get(key).cloned().unwrap_or_default();
+        assert_eq!(extra("authentication.kubernetes.io/pod-name"), ["p"]);
+        assert_eq!(extra("authentication.kubernetes.io/node-name"), ["n1"]);
+        assert_eq!(extra("authentication.kubernetes.io/node-uid"), ["u5"]);
         assert!(tokens.verify("plain").is_none());
         // The key survives a restart.
         let again = Tokens::load_or_create(dir.path(), "https://127.0.0.1:6443").unwrap();

@@ -1,8 +1,8 @@
 //! The endpoints and EndpointSlice controllers (kube-controller-manager's `endpoint` and
 //! `endpointslice`): for every Service with a selector, the pods it selects that have an
 //! address become its Endpoints (`addresses` when ready, `notReadyAddresses` otherwise) and
-//! its EndpointSlice (each endpoint with `ready`, `serving` and `terminating`), ports
-//! resolved from the pods' named container ports. Both are owned by the Service (so the
+//! its EndpointSlices (each endpoint with `ready`, `serving` and `terminating`; a slice per
+//! set of ports resolved from the pods' named container ports). Both are owned by the Service (so the
 //! garbage collector removes them with it; kube's endpoints controller deletes Endpoints
 //! itself). A Service without a selector has its user's own Endpoints mirrored into an
 //! EndpointSlice (kube's `endpointslicemirroring`).
@@ -44,10 +44,13 @@ pub fn spawn_endpoints(
     let pods = informers.start(("", "pods"), dirty(dirty_tx.clone()));
     let services = informers.start(("", "services"), dirty(dirty_tx.clone()));
     let endpoints = informers.start(("", "endpoints"), dirty(dirty_tx));
+    // Read to find slices no longer wanted; the controller's own writes need no pass.
+    let slices = informers.start(("discovery.k8s.io", "endpointslices"), |_| {});
     let informers = Watched {
         pods,
         services,
         endpoints,
+        slices,
     };
     tokio::spawn(reconcile_loop(registry, informers, dirty_rx, stopping));
 }
@@ -57,6 +60,7 @@ struct Watched {
     pods: Informer,
     services: Informer,
     endpoints: Informer,
+    slices: Informer,
 }
 
 async fn reconcile_loop(
@@ -69,10 +73,12 @@ async fn reconcile_loop(
         pods,
         services,
         endpoints,
+        slices,
     } = &watched;
     pods.synced().await;
     services.synced().await;
     endpoints.synced().await;
+    slices.synced().await;
     let mut resync = tokio::time::interval(Duration::from_secs(10));
     loop {
         let mut namespaces = BTreeSet::new();
@@ -175,7 +181,7 @@ async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &s
             })
             .collect();
         write_endpoints(registry, &service, &selected).await;
-        write_slice(registry, &service, &selected).await;
+        write_slices(registry, &watched.slices, &service, &selected).await;
     }
 }
 
@@ -285,60 +291,131 @@ fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
     .then_some(hostname)
 }
 
-async fn write_slice(registry: &Client, service: &Value, pods: &[&Value]) {
-    let endpoints: Vec<Value> = pods
-        .iter()
-        .map(|pod| {
-            let terminating = pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
-            let ready = pod_ready(pod);
-            let mut endpoint = json!({
-                "addresses": [pod.pointer("/status/podIP")],
-                "conditions": {"ready": ready && !terminating, "serving": ready, "terminating": terminating},
-                "nodeName": pod.pointer("/spec/nodeName"),
-                "targetRef": target_ref(pod),
-            });
-            if let Some(hostname) = hostname(service, pod) {
-                endpoint["hostname"] = json!(hostname);
-            }
-            endpoint
-        })
-        .collect();
-    let ports: Vec<Value> = service_ports(service)
-        .iter()
-        .filter_map(|p| {
-            let port = pods
-                .iter()
-                .find_map(|pod| resolve(&p["targetPort"], pod))
-                .or_else(|| p["targetPort"].as_i64())?;
-            Some(
-                json!({"name": p["name"].as_str().unwrap_or(""), "port": port,
-                "protocol": p["protocol"].as_str().unwrap_or("TCP")}),
-            )
-        })
-        .collect();
+/// The Service's EndpointSlices, kube's way: one slice per set of resolved ports (pods whose
+/// named target ports resolve to other numbers are in other slices), a slice without
+/// endpoints or ports when no pod is selected; slices of this controller no longer wanted go.
+async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pods: &[&Value]) {
+    let mut groups: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
+    for pod in pods {
+        let ports: Vec<Value> = service_ports(service)
+            .iter()
+            .filter_map(|p| {
+                let port = resolve(&p["targetPort"], pod)?;
+                Some(
+                    json!({"name": p["name"].as_str().unwrap_or(""), "port": port,
+                    "protocol": p["protocol"].as_str().unwrap_or("TCP")}),
+                )
+            })
+            .collect();
+        let key = serde_json::to_string(&ports).unwrap_or_default();
+        groups
+            .entry(key)
+            .or_insert_with(|| (ports, Vec::new()))
+            .1
+            .push(slice_endpoint(service, pod));
+    }
+    let base = slice_name(service);
+    let mut wanted = Vec::new();
+    if groups.is_empty() {
+        wanted.push((base.clone(), Vec::new(), Vec::new()));
+    }
+    for (i, (key, (ports, endpoints))) in groups.into_iter().enumerate() {
+        // The first port set keeps the Service's usual slice name; others are named by theirs.
+        let name = if i == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{}", short_hash(&key))
+        };
+        wanted.push((name, ports, endpoints));
+    }
     let service_name = plinth_core::meta::name(service).unwrap_or("");
     let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
-    let name = slice_name(service);
     let mut labels = plinth_core::meta::labels(service);
     labels.insert("kubernetes.io/service-name".into(), service_name.to_owned());
     labels.insert(
         "endpointslice.kubernetes.io/managed-by".into(),
         MANAGER.into(),
     );
-    let wanted = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels,
-            "ownerReferences": owner(service)},
-        "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
-    upsert(
-        registry,
-        "discovery.k8s.io",
-        "endpointslices",
-        namespace,
-        &name,
-        wanted,
-        &["endpoints", "ports"],
-    )
-    .await;
+    for (name, ports, endpoints) in &wanted {
+        let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                "ownerReferences": owner(service)},
+            "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
+        upsert(
+            registry,
+            "discovery.k8s.io",
+            "endpointslices",
+            namespace,
+            name,
+            slice,
+            &["endpoints", "ports"],
+        )
+        .await;
+    }
+    let Some(def) = registry
+        .resources
+        .get("discovery.k8s.io", "v1", "endpointslices")
+    else {
+        return;
+    };
+    let uid = plinth_core::meta::meta_str(service, "uid");
+    for stale in slices.in_namespace(namespace) {
+        let labels = plinth_core::meta::labels(&stale);
+        let name = plinth_core::meta::name(&stale).unwrap_or("");
+        let ours = labels
+            .get("endpointslice.kubernetes.io/managed-by")
+            .map(String::as_str)
+            == Some(MANAGER)
+            && labels.get("kubernetes.io/service-name").map(String::as_str) == Some(service_name)
+            && stale
+                .pointer("/metadata/ownerReferences/0/uid")
+                .and_then(Value::as_str)
+                == uid;
+        if ours && !wanted.iter().any(|(n, _, _)| n == name) {
+            let _ = registry
+                .delete(
+                    &def,
+                    Some(namespace),
+                    name,
+                    &plinth_registry::DeleteOptions::default(),
+                )
+                .await;
+        }
+    }
+}
+
+/// A pod as an EndpointSlice endpoint.
+fn slice_endpoint(service: &Value, pod: &Value) -> Value {
+    let terminating = pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    let ready = pod_ready(pod);
+    let mut endpoint = json!({
+        "addresses": [pod.pointer("/status/podIP")],
+        "conditions": {"ready": ready && !terminating, "serving": ready, "terminating": terminating},
+        "nodeName": pod.pointer("/spec/nodeName"),
+        "targetRef": target_ref(pod),
+    });
+    if let Some(hostname) = hostname(service, pod) {
+        endpoint["hostname"] = json!(hostname);
+    }
+    endpoint
+}
+
+/// Five lowercase letters and digits naming `key` (FNV-1a).
+fn short_hash(key: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|i| {
+            let n = (hash >> (i * 8)) as usize % ALPHABET.len();
+            char::from(ALPHABET[n])
+        })
+        .collect()
 }
 
 /// The name of a Service's slice (one per Service here).

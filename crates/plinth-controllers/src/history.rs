@@ -12,6 +12,52 @@ use serde_json::{Value, json};
 use crate::informer::{Informer, key_of};
 use crate::workload::{EXPECTATION_TIMEOUT, controller_of, template_hash, uid};
 
+/// A revision's `data` as kube's controllers write it (and as `kubectl rollout undo` and the
+/// DaemonSet controller's `Match` read it, the latter byte for byte):
+/// `{"spec":{"template":T}}`, T the template as Go's typed encoding has it — the metadata's
+/// `creationTimestamp` and every container's `resources` present even when empty — marked
+/// `"$patch":"replace"`.
+pub(crate) fn revision_data(template: &Value) -> Value {
+    let mut template = template.clone();
+    if let Some(object) = template.as_object_mut() {
+        let metadata = object.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.entry("creationTimestamp").or_insert(Value::Null);
+        }
+        for list in ["initContainers", "containers", "ephemeralContainers"] {
+            for container in template
+                .pointer_mut(&format!("/spec/{list}"))
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(container) = container.as_object_mut() {
+                    container.entry("resources").or_insert_with(|| json!({}));
+                }
+            }
+        }
+        template["$patch"] = json!("replace");
+    }
+    json!({"spec": {"template": template}})
+}
+
+/// The pod template a revision records (its `data` without the patch directive).
+pub(crate) fn template_of(revision: &Value) -> Value {
+    let mut template = revision
+        .pointer("/data/spec/template")
+        .cloned()
+        .unwrap_or(json!({}));
+    if let Some(object) = template.as_object_mut() {
+        object.remove("$patch");
+    }
+    if let Some(metadata) = template["metadata"].as_object_mut()
+        && metadata.get("creationTimestamp") == Some(&Value::Null)
+    {
+        metadata.remove("creationTimestamp");
+    }
+    template
+}
+
 /// One workload's revisions.
 pub(crate) struct History<'a> {
     /// The registry written to.
@@ -56,9 +102,16 @@ impl History<'_> {
             .pointer("/spec/template")
             .cloned()
             .unwrap_or(json!({}));
-        let data = json!({"spec": {"template": template}});
+        let data = revision_data(&template);
         let latest = owned.last().map_or(0, |r| int(r, "/revision"));
-        let update = match owned.iter().find(|r| r.get("data") == Some(&data)) {
+        // Revisions recorded before `data` took kube's form (the bare template) still match.
+        let legacy = json!({"spec": {"template": template}});
+        // Of several equal revisions (a user may copy one), the latest counts (kube's
+        // FindEqualRevisions, last first).
+        let update = match owned
+            .iter()
+            .rfind(|r| r.get("data") == Some(&data) || r.get("data") == Some(&legacy))
+        {
             Some(found) if int(found, "/revision") == latest => (**found).clone(),
             Some(found) => self.renumber(found, latest + 1).await?,
             None => self.record(&template, data, latest + 1).await?,

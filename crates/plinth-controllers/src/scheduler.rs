@@ -144,6 +144,42 @@ fn requests(pod: &Value) -> (i64, i64) {
     (main.0.max(init.0), main.1.max(init.1))
 }
 
+/// What `pod` asks for of every resource other than cpu and memory (extended resources,
+/// `ephemeral-storage`, huge pages), in thousandths: its containers' sum or its largest init
+/// container's, whichever is more (kube's NodeResourcesFit).
+fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
+    let of = |c: &Value| -> BTreeMap<String, i64> {
+        c.pointer("/resources/requests")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| !matches!(name.as_str(), "cpu" | "memory"))
+            .filter_map(|(name, v)| Some((name.clone(), plinth_core::quantity::millis(v)?)))
+            .collect()
+    };
+    let list = |key: &str| -> Vec<BTreeMap<String, i64>> {
+        pod.pointer(&format!("/spec/{key}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(of)
+            .collect()
+    };
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    for container in list("containers") {
+        for (name, n) in container {
+            *total.entry(name).or_default() += n;
+        }
+    }
+    for init in list("initContainers") {
+        for (name, n) in init {
+            let entry = total.entry(name).or_default();
+            *entry = (*entry).max(n);
+        }
+    }
+    total
+}
+
 pub(crate) fn ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -399,6 +435,22 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     {
         return Some("Insufficient memory".into());
     }
+    for (resource, wanted) in other_requests(pod) {
+        if wanted <= 0 {
+            continue;
+        }
+        let cap = node["status"]["allocatable"]
+            .get(&resource)
+            .and_then(plinth_core::quantity::millis)
+            .unwrap_or(0);
+        let used: i64 = on_node
+            .iter()
+            .filter_map(|p| other_requests(p).get(&resource).copied())
+            .sum();
+        if used + wanted > cap {
+            return Some(format!("Insufficient {resource}"));
+        }
+    }
     if anti_affinity_conflict(pod, on_node) {
         return Some("node(s) didn't match pod anti-affinity rules".into());
     }
@@ -435,10 +487,7 @@ fn occupants<'a>(pods: &'a [std::sync::Arc<Value>], pod: &Value, name: &str) -> 
 
 /// The reasons a node may stop being unfit for a pod when pods leave it.
 fn room_reason(reason: &str) -> bool {
-    matches!(
-        reason,
-        "Too many pods" | "Insufficient cpu" | "Insufficient memory" | PORTS_TAKEN
-    )
+    reason == "Too many pods" || reason.starts_with("Insufficient ") || reason == PORTS_TAKEN
 }
 
 /// Where `pod` could go by preempting: the node, and the pods to evict there — the fewest

@@ -283,10 +283,7 @@ impl Pass<'_> {
             return;
         };
         let name = format!("{}-{ordinal}", name_of(self.set));
-        let mut template = revision
-            .pointer("/data/spec/template")
-            .cloned()
-            .unwrap_or(json!({}));
+        let mut template = crate::history::template_of(revision);
         let labels = &mut template["metadata"]["labels"];
         if !labels.is_object() {
             *labels = json!({});

@@ -1,6 +1,6 @@
 //! `hostPort`, as kube's portmap CNI plugin serves it: a container port with a host port is
-//! reached at the node's address (`127.0.0.1`; a loopback `hostIP` when the port names one)
-//! and that port — here a listener of the agent's that passes each connection on to the
+//! reached at the node's address (`127.0.0.1`; a loopback `hostIP`, or the node's address on
+//! the pods' network, when the port names one) and that port — here a listener of the agent's that passes each connection on to the
 //! pod's address and container port, open while the pod runs. TCP: each connection passed on;
 //! UDP: each client's datagrams sent on from a socket of its own (a session, forgotten after
 //! [`UDP_IDLE`] without traffic), the pod's answers sent back to the client.
@@ -18,6 +18,8 @@ pub(crate) struct HostPorts {
     open: Mutex<HashMap<String, Vec<tokio::task::JoinHandle<()>>>>,
     /// The host ports each admitted pod (by uid) claims: protocol, address.
     claims: Mutex<HashMap<String, Vec<(Protocol, SocketAddr)>>>,
+    /// The node's address on the pods' network (its bridge's), where pods have their own.
+    node_address: std::sync::OnceLock<Ipv4Addr>,
 }
 
 /// How long a UDP client's session lasts without a datagram either way (kube-proxy's
@@ -31,8 +33,9 @@ enum Protocol {
     Udp,
 }
 
-/// The host ports of a pod spec: where to listen, and the container port behind it.
-fn wanted(spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
+/// The host ports of a pod spec: where to listen (a `hostIP` the node has: a loopback one,
+/// or `node_address`), and the container port behind it.
+fn wanted(spec: &Value, node_address: Option<Ipv4Addr>) -> Vec<(Protocol, SocketAddr, u16)> {
     spec["containers"]
         .as_array()
         .into_iter()
@@ -48,7 +51,9 @@ fn wanted(spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
             let container_port = u16::try_from(p["containerPort"].as_u64()?).ok()?;
             let ip = match p["hostIP"].as_str() {
                 None | Some("" | "0.0.0.0") => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                Some(ip) => ip.parse().ok().filter(IpAddr::is_loopback)?,
+                Some(ip) => ip.parse().ok().filter(|ip: &IpAddr| {
+                    ip.is_loopback() || Some(*ip) == node_address.map(IpAddr::V4)
+                })?,
             };
             (host_port > 0).then_some((protocol, SocketAddr::new(ip, host_port), container_port))
         })
@@ -56,6 +61,15 @@ fn wanted(spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
 }
 
 impl HostPorts {
+    /// Serves host ports that name `address` (the node's on the pods' network) there too.
+    pub(crate) fn set_node_address(&self, address: Ipv4Addr) {
+        let _ = self.node_address.set(address);
+    }
+
+    fn wanted(&self, spec: &Value) -> Vec<(Protocol, SocketAddr, u16)> {
+        wanted(spec, self.node_address.get().copied())
+    }
+
     /// Whether pod `uid`'s `spec` wants a host port another pod of this node holds (the
     /// kubelet's `NodePorts` admission): the same protocol and port, on the same address or
     /// with either on all of them.
@@ -63,7 +77,7 @@ impl HostPorts {
         let Ok(claims) = self.claims.lock() else {
             return false;
         };
-        wanted(spec).iter().any(|(protocol, address, _)| {
+        self.wanted(spec).iter().any(|(protocol, address, _)| {
             claims
                 .iter()
                 .filter(|(owner, _)| owner.as_str() != uid)
@@ -78,7 +92,11 @@ impl HostPorts {
 
     /// Records pod `uid`'s host ports as its own (admitted) until [`HostPorts::close`].
     pub(crate) fn claim(&self, uid: &str, spec: &Value) {
-        let held = wanted(spec).into_iter().map(|(p, a, _)| (p, a)).collect();
+        let held = self
+            .wanted(spec)
+            .into_iter()
+            .map(|(p, a, _)| (p, a))
+            .collect();
         if let Ok(mut claims) = self.claims.lock() {
             claims.insert(uid.to_owned(), held);
         }
@@ -89,7 +107,7 @@ impl HostPorts {
     pub(crate) fn open(&self, uid: &str, pod_ip: IpAddr, spec: &Value) -> Vec<String> {
         let mut problems = Vec::new();
         let mut tasks = Vec::new();
-        for (protocol, address, container_port) in wanted(spec) {
+        for (protocol, address, container_port) in self.wanted(spec) {
             let target = SocketAddr::new(pod_ip, container_port);
             let task = match protocol {
                 Protocol::Tcp => std::net::TcpListener::bind(address)
@@ -199,7 +217,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_ports_listen_on_loopback_only() {
+    fn host_ports_listen_on_loopback_and_the_nodes_own_address_only() {
         let spec = serde_json::json!({"containers": [{"ports": [
             {"containerPort": 80, "hostPort": 8080},
             {"containerPort": 81, "hostPort": 8081, "hostIP": "127.0.0.5"},
@@ -209,7 +227,7 @@ mod tests {
             {"containerPort": 132, "hostPort": 9132, "protocol": "SCTP"},
         ]}]});
         assert_eq!(
-            wanted(&spec),
+            wanted(&spec, None),
             [
                 (
                     Protocol::Tcp,
@@ -228,5 +246,13 @@ mod tests {
                 ),
             ]
         );
+        // The node's own address on the pods' network is served too.
+        let on_node = wanted(&spec, Some(Ipv4Addr::new(192, 0, 2, 2)));
+        assert!(on_node.contains(&(
+            Protocol::Tcp,
+            "192.0.2.2:8082".parse().unwrap_or_else(|_| unreachable!()),
+            82
+        )));
+        assert_eq!(on_node.len(), 4);
     }
 }

@@ -127,6 +127,7 @@ pub async fn run(
     let dns_at = match &private {
         Some(private) => {
             agent.proxy.set_gateway(private.gateway);
+            agent.host_ports.set_node_address(private.gateway);
             reverse_ranges = vec![private.ranges.pods, private.ranges.services];
             Some(std::net::IpAddr::V4(private.gateway))
         }

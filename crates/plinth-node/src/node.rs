@@ -109,14 +109,19 @@ fn status(agent: &Agent, port: u16) -> Value {
             condition("NetworkUnavailable", "False", reason, &message),
         );
     }
+    // Its address on the pods' network first, where pods have networks of their own (pods
+    // reach NodePorts and host ports there); the loopback one, where the agent serves.
+    let mut addresses = Vec::new();
+    if let Some(crate::network::Mode::Private(private)) = agent.network.get() {
+        addresses.push(json!({"type": "InternalIP", "address": private.gateway.to_string()}));
+    }
+    addresses.push(json!({"type": "InternalIP", "address": "127.0.0.1"}));
+    addresses.push(json!({"type": "Hostname", "address": agent.config.name}));
     json!({
         "capacity": resources,
         "allocatable": resources,
         "conditions": conditions,
-        "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
-            {"type": "Hostname", "address": agent.config.name},
-        ],
+        "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "nodeInfo": {
             "machineID": read_trimmed("/etc/machine-id"),

@@ -143,19 +143,14 @@ impl Proxy {
                     continue;
                 };
                 let port_name = port["name"].as_str().unwrap_or("").to_owned();
-                let endpoints = if dns {
-                    if number == 53 {
-                        vec![(gateway, 53)]
-                    } else {
-                        Vec::new()
-                    }
-                } else {
+                let protocol = port["protocol"].as_str().unwrap_or("TCP").to_owned();
+                let endpoints_of = |policy: &str| {
                     let target = Target {
                         namespace: namespace.clone(),
                         service: name.clone(),
                         port_name: port_name.clone(),
                         affinity: None,
-                        local: local_policy(service, "internalTrafficPolicy"),
+                        local: local_policy(service, policy),
                     };
                     let mut endpoints: Vec<(std::net::Ipv4Addr, u16)> = Vec::new();
                     for endpoint in self.endpoints(&target) {
@@ -173,14 +168,39 @@ impl Proxy {
                     }
                     endpoints
                 };
+                let endpoints = if dns {
+                    if number == 53 {
+                        vec![(gateway, 53)]
+                    } else {
+                        Vec::new()
+                    }
+                } else {
+                    endpoints_of("internalTrafficPolicy")
+                };
                 ports.push(ServicePort {
                     name: format!("{namespace}/{name}:{port_name}"),
                     address: ip,
-                    protocol: port["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                    protocol: protocol.clone(),
                     port: number,
                     endpoints,
                     affinity,
                 });
+                // A NodePort at the node's own address on the pods' network, as kube-proxy
+                // serves it on the node's addresses (the loopback one is the agent's own
+                // listener): its endpoints as `externalTrafficPolicy` says.
+                let node_port = port["nodePort"]
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok());
+                if let Some(node_port) = node_port.filter(|p| *p > 0 && !dns) {
+                    ports.push(ServicePort {
+                        name: format!("{namespace}/{name}:{port_name} (node port)"),
+                        address: gateway,
+                        protocol,
+                        port: node_port,
+                        endpoints: endpoints_of("externalTrafficPolicy"),
+                        affinity,
+                    });
+                }
             }
         }
         ports

@@ -359,8 +359,9 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
 /// The ServiceAccount token issuer, as TokenRequest sees it.
 pub trait TokenIssuer: Send + Sync {
     /// A token for ServiceAccount `namespace/name` (uid `uid`), for `audiences` (the API server
-    /// when empty), valid `expiration` seconds, bound to `bound` (kind, name, uid) if given.
-    /// Returns the token and its expiry (Unix seconds).
+    /// when empty), valid `expiration` seconds, bound to `bound` (kind, name, uid) if given;
+    /// `node` (name, uid): the node of the pod it is bound to, which the token names too (kube's
+    /// `ServiceAccountTokenPodNodeInfo`). Returns the token and its expiry (Unix seconds).
     ///
     /// # Errors
     /// An internal error if signing fails.
@@ -370,6 +371,7 @@ pub trait TokenIssuer: Send + Sync {
         audiences: &[String],
         expiration: i64,
         bound: Option<(&str, &str, &str)>,
+        node: Option<(&str, &str)>,
     ) -> Result<(String, i64), ApiError>;
 }
 

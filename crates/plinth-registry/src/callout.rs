@@ -511,20 +511,51 @@ pub fn client_tls(
     Ok(config)
 }
 
-/// Sends `request` over plain HTTP/1 to `address` (`ip:port`: a pod, as the API server's
-/// pod and Service proxies reach one) and returns the answer as it comes.
+/// Sends `request` over HTTP/1 to `address` (`ip:port`: a pod, as the API server's pod and
+/// Service proxies reach one), over TLS without verifying the pod's certificate when `tls`
+/// (an `https:` proxy: kube-apiserver's proxy does not verify pods either), and returns the
+/// answer as it comes.
 ///
 /// # Errors
 /// kube's wording of a failed dial or exchange (`dial tcp …: connection refused`).
 pub async fn forward(
     address: &str,
+    tls: bool,
     request: HttpRequest<Body>,
 ) -> Result<axum::http::Response<hyper::body::Incoming>, String> {
     let tcp = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| format!("dial tcp {address}: {e}"))?;
     let _ = tcp.set_nodelay(true);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    if !tls {
+        return exchange(TokioIo::new(tcp), request).await;
+    }
+    let mut config = trusting("", true)?.with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let server_name = rustls::pki_types::ServerName::try_from(host)
+        .map_err(|e| format!("invalid server name {address}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    exchange(TokioIo::new(stream), request).await
+}
+
+/// One request over `io`, an HTTP/1 connection.
+async fn exchange<T>(
+    io: TokioIo<T>,
+    request: HttpRequest<Body>,
+) -> Result<axum::http::Response<hyper::body::Incoming>, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {

@@ -10,6 +10,10 @@ use serde_json::{Map, Value};
 pub enum Schema {
     /// Anything, kept as is.
     Any,
+    /// A number or a string (Go's `intstr.IntOrString`: ports, `maxUnavailable`), kept as is.
+    IntOrString,
+    /// A quantity (`500m`, `1Gi`, or a number), kept as is.
+    Quantity,
     /// A string (Go `string`).
     String,
     /// An integer (Go `int32`/`int64`).
@@ -49,6 +53,8 @@ fn json_type(value: &Value) -> &'static str {
 fn go_type(schema: &Schema) -> String {
     match schema {
         Schema::Any => "interface {}".into(),
+        Schema::IntOrString => "intstr.IntOrString".into(),
+        Schema::Quantity => "resource.Quantity".into(),
         Schema::String => "string".into(),
         Schema::Int => "int64".into(),
         Schema::Bool => "bool".into(),
@@ -93,7 +99,7 @@ fn walk(value: &Value, schema: &Schema, path: &str, kind: &str, findings: &mut F
         return; // null is the zero value of every Go type
     }
     match schema {
-        Schema::Any => {}
+        Schema::Any | Schema::IntOrString | Schema::Quantity => {}
         Schema::String if value.is_string() => {}
         Schema::Int if value.as_i64().is_some() => {}
         Schema::Bool if value.is_boolean() => {}

@@ -1020,3 +1020,74 @@ fn the_postgres_image_runs_as_it_is() {
     );
     assert_eq!(local.trim(), "/var/lib/postgresql/data");
 }
+
+/// `pods/https:<name>:<port>/proxy/<path>`: the API server reaches a pod's TLS server over
+/// TLS, the pod's certificate unverified (as kube's proxy); a scheme other than `http` or
+/// `https` is refused.
+#[test]
+fn the_api_servers_proxy_reaches_a_pods_tls_server_over_https() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-h", "--pod-network=namespaces"],
+    );
+    let issued = plinth_runtime::webhook::issue(&["tls"]).unwrap();
+    let encode =
+        |text: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, text);
+    let objects = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": "tls"},
+         "data": {"tls.crt": encode(&issued.cert), "tls.key": encode(&issued.key)}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tls"},
+         "data": {"server.py": TLS_SERVER}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tls-1"},
+         "spec": {"containers": [{"name": "web", "image": "python:3.12",
+            "command": ["python3", "/app/server.py"],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "ports": [{"name": "https", "containerPort": 8443}],
+            // A port by name and a quantity as a number: kubectl's client-side validation
+            // of a List's items reads the published schema (int-or-string, quantity).
+            "readinessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 1},
+            "resources": {"requests": {"cpu": 0.1}},
+            "volumeMounts": [{"name": "certs", "mountPath": "/certs"},
+                             {"name": "app", "mountPath": "/app"}]}],
+          "volumes": [{"name": "certs", "secret": {"secretName": "tls"}},
+                      {"name": "app", "configMap": {"name": "tls"}}]}}]});
+    plinth.kubectl_with(&["apply", "-f", "-"], &objects.to_string());
+    plinth.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/tls-1",
+        "--timeout=120s",
+    ]);
+    assert_eq!(
+        plinth.kubectl(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods/https:tls-1:8443/proxy/hello"
+        ]),
+        "tls-1 /hello"
+    );
+    let unknown = plinth.kubectl_fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/ftp:tls-1:8443/proxy/",
+    ]);
+    assert!(unknown.contains("unsupported scheme"), "{unknown}");
+    plinth.kubectl(&["delete", "pod", "tls-1", "--wait=false"]);
+}
+
+/// A TLS server answering `<pod> <path>`, on the pod's address, port 8443.
+const TLS_SERVER: &str = r#"import http.server, os, ssl
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("tls-1 " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = http.server.HTTPServer((os.environ["POD_IP"], 8443), Answer)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/certs/tls.crt", "/certs/tls.key")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;

@@ -1433,6 +1433,14 @@ fn pods_get_their_service_account_token_and_reach_the_api_through_the_kubernetes
         whoami["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"][0],
         "sa"
     );
+    // It names the pod's node too (kube's ServiceAccountTokenPodNodeInfo).
+    let node = plinth.json(&["get", "node", "node-t"]);
+    let extra = &whoami["status"]["userInfo"]["extra"];
+    assert_eq!(extra["authentication.kubernetes.io/node-name"][0], "node-t");
+    assert_eq!(
+        extra["authentication.kubernetes.io/node-uid"][0],
+        node["metadata"]["uid"]
+    );
     // The in-cluster address: the kubernetes Service's ClusterIP, port 443, with the CA.
     let env = plinth.kubectl(&["exec", "sa", "--", "env"]);
     let host = env
@@ -2272,6 +2280,70 @@ fn a_higher_priority_pod_preempts_the_lowest_priority_pod_of_a_full_node() {
     delete_all_pods(&plinth);
 }
 
+/// Extended resources a node advertises (patched into its status, as device plugins and the
+/// e2e suite do) are scheduled as cpu is: a pod asking for more than is left waits, with
+/// kube's "Insufficient <resource>", and runs once room is made; the agent's own status
+/// reports keep the resource.
+#[test]
+fn extended_resources_a_node_advertises_are_counted_by_the_scheduler() {
+    let plinth = with_node("node-x");
+    let heartbeat = || {
+        plinth.kubectl(&[
+            "get",
+            "node",
+            "node-x",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].lastHeartbeatTime}",
+        ])
+    };
+    let before = heartbeat();
+    plinth.kubectl(&[
+        "patch",
+        "node",
+        "node-x",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"capacity":{"example.com/widget":"3"},"allocatable":{"example.com/widget":"3"}}}"#,
+    ]);
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox:1.36\n    command: [sleep, '3600']\n    resources: {{requests: {{example.com/widget: '2'}}, limits: {{example.com/widget: '2'}}}}\n"
+        )
+    };
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("first"));
+    plinth.eventually("the first pod runs", || {
+        pod(&plinth, "first")["status"]["phase"] == "Running"
+    });
+    plinth.kubectl_with(&["apply", "-f", "-"], &manifest("second"));
+    plinth.eventually("the second pod's FailedScheduling", || {
+        let events = plinth.json(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=second,reason=FailedScheduling",
+        ]);
+        events["items"].as_array().is_some_and(|items| {
+            items.iter().any(|e| {
+                e["message"] == "0/1 nodes are available: 1 Insufficient example.com/widget. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+            })
+        })
+    });
+    assert_eq!(pod(&plinth, "second")["spec"]["nodeName"], Value::Null);
+    // The agent reports its status again: the resource stays.
+    plinth.eventually("a status report after the patch", || heartbeat() != before);
+    let node = plinth.json(&["get", "node", "node-x"]);
+    assert_eq!(
+        node["status"]["allocatable"]["example.com/widget"], "3",
+        "{node}"
+    );
+    plinth.kubectl(&["delete", "pod", "first", "--grace-period=1"]);
+    plinth.eventually("the second pod runs", || {
+        pod(&plinth, "second")["status"]["phase"] == "Running"
+    });
+    delete_all_pods(&plinth);
+}
+
 /// The kubelet's read-only paths through `nodes/<name>/proxy`, as clients and the upstream
 /// e2e suite read them: the node's pods, health, configuration, metrics, usage and logs.
 #[test]
@@ -2348,7 +2420,8 @@ fn the_node_agent_answers_the_kubelets_paths_through_the_node_proxy() {
 /// `pods/<name>[:port]/proxy/<path>` and `services/<[scheme:]name[:port]>/proxy/<path>`
 /// through kubectl: the API server forwards to the pod (at the port named, else its first
 /// container port), or to a ready endpoint of the Service's port; a Service without one is
-/// kube's 503, as is a pod port nothing listens on.
+/// kube's 503, as is a pod port nothing listens on. The proxy's root without its slash
+/// redirects to it with one, and an HTML page's absolute links lead back through the proxy.
 #[test]
 fn pods_and_services_are_reached_through_the_api_servers_proxy() {
     let plinth = with_node("node-p");
@@ -2371,6 +2444,36 @@ fn pods_and_services_are_reached_through_the_api_servers_proxy() {
             "{path}"
         );
     }
+    // The proxy's root without its slash: kube's 301 to it with the slash (kubectl follows).
+    assert_eq!(
+        plinth
+            .kubectl(&[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web-1/proxy"
+            ])
+            .trim(),
+        "web-1"
+    );
+    // An HTML page's absolute links lead back through the proxy.
+    plinth.kubectl(&[
+        "exec",
+        "web-1",
+        "--",
+        "sh",
+        "-c",
+        r#"echo '<a href="/rewriteme">x</a><a href="relative">y</a>' > /www/links.html"#,
+    ]);
+    assert_eq!(
+        plinth
+            .kubectl(&[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/http:web-1:8080/proxy/links.html"
+            ])
+            .trim(),
+        r#"<a href="/api/v1/namespaces/default/pods/http:web-1:8080/proxy/rewriteme">x</a><a href="relative">y</a>"#
+    );
     plinth.eventually("the Service to have its endpoint", || {
         plinth
             .kubectl_output(&[

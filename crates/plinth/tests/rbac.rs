@@ -1016,6 +1016,25 @@ fn certificate_signing_requests_issue_client_certificates() {
             .kubectl(&["get", "csr", "frank"])
             .contains("Approved,Issued")
     );
+    // A `/status` write keeps the decision where the request places it (kube's
+    // preserveConditionInstances): a condition appended after it stays last.
+    let mut stored = plinth.json(&["get", "csr", "frank"]);
+    stored["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "StatusUpdate", "status": "True", "reason": "E2E"}));
+    let updated: Value = serde_json::from_str(&plinth.kubectl_with(
+        &["replace", "--subresource=status", "-o", "json", "-f", "-"],
+        &stored.to_string(),
+    ))
+    .unwrap();
+    let kinds: Vec<&str> = updated["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Approved", "StatusUpdate"], "{updated}");
     let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
     let admin = std::fs::read_to_string(&plinth.kubeconfig).unwrap();
     let server = admin

@@ -1043,6 +1043,20 @@ fn a_daemon_set_runs_one_pod_per_fitting_node_and_rolls_node_by_node() {
                 .unwrap()
                 .ends_with(hash)
         );
+        // Its data is kube's patch: the template as Go encodes it, replacing the whole.
+        let template = &revision["data"]["spec"]["template"];
+        assert_eq!(template["$patch"], "replace", "{revision}");
+        assert!(template["metadata"]["creationTimestamp"].is_null());
+        assert!(
+            template["metadata"]
+                .as_object()
+                .unwrap()
+                .contains_key("creationTimestamp")
+        );
+        assert_eq!(
+            template["spec"]["containers"][0]["resources"],
+            serde_json::json!({})
+        );
     }
     // A rollout to an image that never starts stops after one node (the other keeps its
     // pod: nodes without an available pod count against maxUnavailable), and rolls back.

@@ -38,6 +38,52 @@ pub(super) struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// kube's proxy answer to a GET or HEAD of the proxy's root without its slash
+    /// (`…/pods/web/proxy?x=1`): 301 to the same path with it (`…/proxy/?x=1`), so that the
+    /// page's relative links resolve under the proxy.
+    fn proxy_root_redirect(&self, method: &Method) -> Option<Response> {
+        let plain = self
+            .upgrade
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none();
+        if self.subresource.as_deref() != Some("proxy")
+            || self.tail.is_some()
+            || !matches!(*method, Method::GET | Method::HEAD)
+            || !plain
+        {
+            return None;
+        }
+        let gv = &self.def.group_version;
+        let mut location = if gv.group.is_empty() {
+            format!("/api/{}", gv.version)
+        } else {
+            format!("/apis/{}/{}", gv.group, gv.version)
+        };
+        if let Some(namespace) = &self.namespace {
+            location.push_str(&format!("/namespaces/{namespace}"));
+        }
+        location.push_str(&format!(
+            "/{}/{}/proxy/",
+            self.def.plural,
+            self.name.as_deref().unwrap_or("")
+        ));
+        let pairs = self.query.pairs();
+        if !pairs.is_empty() {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in &pairs {
+                query.append_pair(k, v);
+            }
+            location.push('?');
+            location.push_str(&query.finish());
+        }
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::MOVED_PERMANENTLY;
+        let location = HeaderValue::from_str(&location).ok()?;
+        response.headers_mut().insert(header::LOCATION, location);
+        Some(response)
+    }
+
     /// The request's write options; the field manager defaults to the client's User-Agent up
     /// to its first `/`, as kube-apiserver does.
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
@@ -251,6 +297,9 @@ impl Call<'_> {
                 .get(&self.def, self.namespace()?, name)
                 .await?;
             self.admit_connect(name).await?;
+            if let Some(redirect) = self.proxy_root_redirect(method) {
+                return Ok(redirect);
+            }
             let objects = self.objects();
             let request = plinth_registry::resources::ConnectRequest {
                 object,

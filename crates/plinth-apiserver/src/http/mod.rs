@@ -188,11 +188,20 @@ fn parse_target(path: &str) -> Target {
     match rest {
         [res] => resource(res, None, None),
         [res, name] => resource(res, Some(name), None),
+        // A proxy's tail keeps a trailing slash; `proxy/` has an empty one, `proxy` none.
+        [res, name, "proxy"] if path.ends_with('/') => {
+            let mut target = resource(res, Some(name), Some("proxy"));
+            if let Target::Resource { tail: t, .. } = &mut target {
+                *t = Some(String::new());
+            }
+            target
+        }
         [res, name, sub] => resource(res, Some(name), Some(sub)),
         [res, name, "proxy", tail @ ..] => {
             let mut target = resource(res, Some(name), Some("proxy"));
             if let Target::Resource { tail: t, .. } = &mut target {
-                *t = Some(tail.join("/"));
+                let slash = if path.ends_with('/') { "/" } else { "" };
+                *t = Some(format!("{}{slash}", tail.join("/")));
             }
             target
         }

@@ -30,6 +30,24 @@ fn targets_follow_kube_apiserver_paths() {
         matches!(proxied, Target::Resource { ref resource, ref subresource, ref tail, .. }
         if resource == "nodes" && subresource.as_deref() == Some("proxy") && tail.as_deref() == Some("stats/summary"))
     );
+    // A proxy's root with and without its slash, and a tail's trailing slash.
+    let tail = |path: &str| match parse_target(path) {
+        Target::Resource { tail, .. } => tail,
+        _ => panic!("{path}"),
+    };
+    assert_eq!(tail("/api/v1/namespaces/a/pods/p/proxy"), None);
+    assert_eq!(
+        tail("/api/v1/namespaces/a/pods/p/proxy/"),
+        Some(String::new())
+    );
+    assert_eq!(
+        tail("/api/v1/namespaces/a/pods/p/proxy/x/"),
+        Some("x/".into())
+    );
+    assert_eq!(
+        tail("/api/v1/namespaces/a/pods/p/proxy/x/y"),
+        Some("x/y".into())
+    );
     let ns = parse_target("/api/v1/namespaces/default");
     assert!(
         matches!(ns, Target::Resource { ref resource, namespace: None, .. } if resource == "namespaces")

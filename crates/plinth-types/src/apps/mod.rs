@@ -63,8 +63,8 @@ pub(crate) fn surge_strategy() -> Schema {
         (
             "rollingUpdate",
             obj(vec![
-                ("maxUnavailable", Schema::Any),
-                ("maxSurge", Schema::Any),
+                ("maxUnavailable", Schema::IntOrString),
+                ("maxSurge", Schema::IntOrString),
             ]),
         ),
     ])

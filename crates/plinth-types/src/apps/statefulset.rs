@@ -48,7 +48,7 @@ fn schema() -> Schema {
                             "rollingUpdate",
                             obj(vec![
                                 ("partition", Schema::Int),
-                                ("maxUnavailable", Schema::Any),
+                                ("maxUnavailable", Schema::IntOrString),
                             ]),
                         ),
                     ]),

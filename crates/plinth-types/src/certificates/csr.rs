@@ -164,12 +164,25 @@ impl Strategy for CertificateSigningRequests {
     /// stored `Approved`/`Denied` conditions (only `/approval` changes those).
     fn merge_status(&self, current: &Value, new: &Value) -> Option<Value> {
         let mut merged = plinth_registry::strategy::with_stored_spec(current, new);
-        let decision = |c: &Value| c["type"] == "Approved" || c["type"] == "Denied";
-        let mut kept: Vec<Value> = conditions(&merged)
-            .into_iter()
-            .filter(|c| !decision(c))
-            .collect();
-        kept.extend(conditions(current).into_iter().filter(decision));
+        // kube's preserveConditionInstances: the stored Approved and Denied conditions stay,
+        // each in the place the request gives its kind (where it names as many); otherwise
+        // they stay as stored, after the request's other conditions.
+        let mut kept = conditions(&merged);
+        let stored = conditions(current);
+        for kind in ["Approved", "Denied"] {
+            let old: Vec<&Value> = stored.iter().filter(|c| c["type"] == kind).collect();
+            let places: Vec<usize> = (0..kept.len())
+                .filter(|i| kept[*i]["type"] == kind)
+                .collect();
+            if old.len() == places.len() {
+                for (place, condition) in places.into_iter().zip(old) {
+                    kept[place] = condition.clone();
+                }
+            } else {
+                kept.retain(|c| c["type"] != kind);
+                kept.extend(old.into_iter().cloned());
+            }
+        }
         if !merged["status"].is_object() {
             merged["status"] = json!({});
         }

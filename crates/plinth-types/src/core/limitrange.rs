@@ -15,7 +15,7 @@ const TYPES: &[&str] = &["Container", "Pod", "PersistentVolumeClaim"];
 
 /// The `limitranges` resource.
 pub fn resource() -> ResourceDef {
-    let quantities = || Schema::Map(Box::new(Schema::Any));
+    let quantities = || Schema::Map(Box::new(Schema::Quantity));
     ResourceDef::new("", "v1", "LimitRange", "limitranges")
         .short_names(&["limits"])
         .schema(top(vec![(
@@ -217,7 +217,19 @@ pub fn admit<'a>(
                                 text(value.unwrap_or(&Value::Null))
                             )),
                             None => problems.push(format!("maximum {resource} usage per Container is {}.  No limit is specified", text(max))),
-                            _ => {}
+                            _ => {
+                                // A request above the maximum too (kube's maxConstraint).
+                                let request = container.pointer(&format!("/resources/requests/{resource}"));
+                                if let Some(r) = request.and_then(plinth_core::quantity::of)
+                                    && plinth_core::quantity::of(max).is_some_and(|m| r > m)
+                                {
+                                    problems.push(format!(
+                                        "maximum {resource} usage per Container is {}, but request is {}",
+                                        text(max),
+                                        text(request.unwrap_or(&Value::Null))
+                                    ));
+                                }
+                            }
                         }
                     }
                     for (resource, min) in limit["min"].as_object().into_iter().flatten() {
@@ -229,7 +241,19 @@ pub fn admit<'a>(
                                 text(value.unwrap_or(&Value::Null))
                             )),
                             None => problems.push(format!("minimum {resource} usage per Container is {}.  No request is specified", text(min))),
-                            _ => {}
+                            _ => {
+                                // A limit below the minimum too (kube's minConstraint).
+                                let limit = container.pointer(&format!("/resources/limits/{resource}"));
+                                if let Some(l) = limit.and_then(plinth_core::quantity::of)
+                                    && plinth_core::quantity::of(min).is_some_and(|m| l < m)
+                                {
+                                    problems.push(format!(
+                                        "minimum {resource} usage per Container is {}, but limit is {}",
+                                        text(min),
+                                        text(limit.unwrap_or(&Value::Null))
+                                    ));
+                                }
+                            }
                         }
                     }
                 }

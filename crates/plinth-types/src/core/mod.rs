@@ -12,6 +12,7 @@ pub mod pod;
 pub mod podspec;
 pub mod podtemplate;
 mod proxy;
+mod proxy_rewrite;
 pub mod quota_usage;
 pub mod replicationcontroller;
 pub mod resourcequota;

@@ -135,8 +135,8 @@ pub fn schema() -> Schema {
         (
             "status",
             obj(vec![
-                ("capacity", Schema::Map(Box::new(Schema::Any))),
-                ("allocatable", Schema::Map(Box::new(Schema::Any))),
+                ("capacity", Schema::Map(Box::new(Schema::Quantity))),
+                ("allocatable", Schema::Map(Box::new(Schema::Quantity))),
                 ("phase", Schema::String),
                 ("conditions", array(condition())),
                 (

@@ -81,7 +81,7 @@ pub fn volumes() -> ResourceDef {
             (
                 "spec",
                 obj(vec![
-                    ("capacity", Schema::Map(Box::new(Schema::Any))),
+                    ("capacity", Schema::Map(Box::new(Schema::Quantity))),
                     ("accessModes", array(Schema::String)),
                     ("claimRef", object_reference()),
                     ("persistentVolumeReclaimPolicy", Schema::String),
@@ -135,8 +135,8 @@ pub fn claims() -> ResourceDef {
                     (
                         "resources",
                         obj(vec![
-                            ("limits", Schema::Map(Box::new(Schema::Any))),
-                            ("requests", Schema::Map(Box::new(Schema::Any))),
+                            ("limits", Schema::Map(Box::new(Schema::Quantity))),
+                            ("requests", Schema::Map(Box::new(Schema::Quantity))),
                         ]),
                     ),
                     ("volumeName", Schema::String),
@@ -152,9 +152,9 @@ pub fn claims() -> ResourceDef {
                 obj(vec![
                     ("phase", Schema::String),
                     ("accessModes", array(Schema::String)),
-                    ("capacity", Schema::Map(Box::new(Schema::Any))),
+                    ("capacity", Schema::Map(Box::new(Schema::Quantity))),
                     ("conditions", array(Schema::Any)),
-                    ("allocatedResources", Schema::Map(Box::new(Schema::Any))),
+                    ("allocatedResources", Schema::Map(Box::new(Schema::Quantity))),
                     ("allocatedResourceStatuses", strings()),
                     ("currentVolumeAttributesClassName", Schema::String),
                     ("modifyVolumeStatus", Schema::Any),

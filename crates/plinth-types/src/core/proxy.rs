@@ -1,6 +1,6 @@
 //! `pods/<name>[:port]/proxy/<path>` and `services/<name>[:port]/proxy/<path>`: the API
 //! server forwards the request to the pod's address (for a Service, to one of its ready
-//! endpoints) over HTTP and streams the answer back, as kube-apiserver's proxies do.
+//! endpoints) over HTTP (HTTPS for an `https:` scheme) and streams the answer back, as kube-apiserver's proxies do.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Request as HttpRequest, header};
@@ -23,17 +23,42 @@ const DROPPED: [&str; 9] = [
     "authorization",
 ];
 
-/// Forwards `request` to `address` (`ip:port`), its path the proxy's tail and its query.
+/// The largest HTML page whose links the proxy rewrites (larger ones pass as they are).
+const MAX_REWRITTEN: usize = 16 << 20;
+
+/// The path of the proxy `request` came through, `/api/v1/namespaces/<ns>/<plural>/<name>/proxy`
+/// (the name as given: `[scheme:]name[:port]`).
+fn proxy_prefix(request: &ConnectRequest<'_>, plural: &str) -> String {
+    let object = &request.object;
+    let mut name = plinth_core::meta::name(object).unwrap_or("").to_owned();
+    if !request.scheme.is_empty() {
+        name = format!("{}:{name}", request.scheme);
+    }
+    if !request.port.is_empty() {
+        name = format!("{name}:{}", request.port);
+    }
+    format!(
+        "/api/v1/namespaces/{}/{plural}/{name}/proxy",
+        plinth_core::meta::namespace(object).unwrap_or("default")
+    )
+}
+
+/// Forwards `request` to `address` (`ip:port`), its path the proxy's tail and its query;
+/// links of an HTML answer and a redirect lead back through the proxy at `prefix`.
 async fn forward(
     request: &ConnectRequest<'_>,
     address: &str,
+    prefix: &str,
 ) -> Result<axum::response::Response, ApiError> {
-    if !request.scheme.is_empty() && request.scheme != "http" {
-        return Err(ApiError::bad_request(format!(
-            "unsupported scheme {:?}: the proxy reaches pods over http",
-            request.scheme
-        )));
-    }
+    let tls = match request.scheme.as_str() {
+        "" | "http" => false,
+        "https" => true,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported scheme {other:?}: the proxy reaches pods over http or https"
+            )));
+        }
+    };
     let path = super::proxied_path(request);
     let mut outgoing = HttpRequest::builder()
         .method(request.method.clone())
@@ -49,11 +74,50 @@ async fn forward(
     if let Ok(host) = HeaderValue::from_str(address) {
         outgoing.headers_mut().insert(header::HOST, host);
     }
-    let answer = plinth_registry::callout::forward(address, outgoing)
+    let answer = plinth_registry::callout::forward(address, tls, outgoing)
         .await
         .map_err(|e| ApiError::unavailable(format!("error trying to reach service: {e}")))?;
-    let (parts, body) = answer.into_parts();
-    Ok(axum::response::Response::from_parts(parts, Body::new(body)))
+    let (mut parts, body) = answer.into_parts();
+    if let Some(location) = parts
+        .headers
+        .get(header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .map(|l| super::proxy_rewrite::url(l, prefix))
+        && let Ok(location) = HeaderValue::from_str(&location)
+    {
+        parts.headers.insert(header::LOCATION, location);
+    }
+    let html = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/html"));
+    let encoded = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|e| e.as_bytes() != b"identity");
+    let small = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|l| l.to_str().ok()?.parse::<usize>().ok())
+        .is_none_or(|l| l <= MAX_REWRITTEN);
+    if !html || encoded || !small {
+        return Ok(axum::response::Response::from_parts(parts, Body::new(body)));
+    }
+    let page = axum::body::to_bytes(Body::new(body), MAX_REWRITTEN)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("error trying to reach service: {e}")))?;
+    let page = match std::str::from_utf8(&page) {
+        Ok(text) => axum::body::Bytes::from(super::proxy_rewrite::html(text, prefix)),
+        Err(_) => page,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    Ok(axum::response::Response::from_parts(
+        parts,
+        Body::from(page),
+    ))
 }
 
 /// `pods/<name>[:port]/proxy/<path>`: to the pod's IP, at the port given, else its first
@@ -78,7 +142,8 @@ pub(crate) fn pod(
         } else {
             request.port.clone()
         };
-        forward(&request, &format!("{ip}:{port}")).await
+        let prefix = proxy_prefix(&request, "pods");
+        forward(&request, &format!("{ip}:{port}"), &prefix).await
     })
 }
 
@@ -154,6 +219,11 @@ pub(crate) fn service(
         // Round robin over the ready endpoints.
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let pick = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % addresses.len();
-        forward(&request, &addresses[pick]).await
+        forward(
+            &request,
+            &addresses[pick],
+            &proxy_prefix(&request, "services"),
+        )
+        .await
     })
 }

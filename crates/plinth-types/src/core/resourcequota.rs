@@ -42,7 +42,7 @@ pub fn resource() -> ResourceDef {
             (
                 "spec",
                 obj(vec![
-                    ("hard", Schema::Map(Box::new(Schema::Any))),
+                    ("hard", Schema::Map(Box::new(Schema::Quantity))),
                     ("scopes", array(Schema::String)),
                     ("scopeSelector", Schema::Any),
                 ]),
@@ -50,8 +50,8 @@ pub fn resource() -> ResourceDef {
             (
                 "status",
                 obj(vec![
-                    ("hard", Schema::Map(Box::new(Schema::Any))),
-                    ("used", Schema::Map(Box::new(Schema::Any))),
+                    ("hard", Schema::Map(Box::new(Schema::Quantity))),
+                    ("used", Schema::Map(Box::new(Schema::Quantity))),
                 ]),
             ),
         ]))

@@ -140,7 +140,7 @@ pub fn schema() -> Schema {
                         ("protocol", Schema::String),
                         ("appProtocol", Schema::String),
                         ("port", Schema::Int),
-                        ("targetPort", Schema::Any),
+                        ("targetPort", Schema::IntOrString),
                         ("nodePort", Schema::Int),
                     ])),
                 ),

@@ -83,6 +83,7 @@ fn token<'a>(
                     .collect()
             })
             .unwrap_or_default();
+        let mut node = None;
         let bound = match spec.get("boundObjectRef").filter(|b| b.is_object()) {
             None => None,
             Some(reference) => {
@@ -114,6 +115,18 @@ fn token<'a>(
                         ),
                     ));
                 }
+                // A pod's token names its node too (kube's ServiceAccountTokenPodNodeInfo).
+                let node_name = object
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .filter(|n| plural == "pods" && !n.is_empty());
+                if let Some(node_name) = node_name
+                    && let Some(nodes) = asker.objects.resource("", "v1", "nodes")
+                    && let Ok(found) = asker.objects.get(&nodes, None, node_name).await
+                {
+                    let node_uid = plinth_core::meta::meta_str(&found, "uid").unwrap_or("");
+                    node = Some((node_name.to_owned(), node_uid.to_owned()));
+                }
                 Some((
                     text("kind").to_owned(),
                     text("name").to_owned(),
@@ -128,6 +141,7 @@ fn token<'a>(
             bound
                 .as_ref()
                 .map(|(k, n, u)| (k.as_str(), n.as_str(), u.as_str())),
+            node.as_ref().map(|(n, u)| (n.as_str(), u.as_str())),
         )?;
         let mut spec = spec;
         spec["expirationSeconds"] = json!(expiration);

@@ -29,7 +29,7 @@ pub fn resource() -> ResourceDef {
     let port = || {
         obj(vec![
             ("protocol", Schema::String),
-            ("port", Schema::Any),
+            ("port", Schema::IntOrString),
             ("endPort", Schema::Int),
         ])
     };

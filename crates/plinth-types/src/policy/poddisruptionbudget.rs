@@ -60,9 +60,9 @@ pub fn resource() -> ResourceDef {
         (
             "spec",
             obj(vec![
-                ("minAvailable", Schema::Any),
+                ("minAvailable", Schema::IntOrString),
                 ("selector", label_selector()),
-                ("maxUnavailable", Schema::Any),
+                ("maxUnavailable", Schema::IntOrString),
                 ("unhealthyPodEvictionPolicy", Schema::String),
             ]),
         ),

@@ -3,7 +3,7 @@
 use plinth_registry::schema::{Schema, array, obj, object_meta, strings};
 
 fn quantities() -> Schema {
-    Schema::Map(Box::new(Schema::Any))
+    Schema::Map(Box::new(Schema::Quantity))
 }
 
 fn key_selector() -> Schema {
@@ -25,7 +25,7 @@ fn resource_field_ref() -> Schema {
     obj(vec![
         ("containerName", Schema::String),
         ("resource", Schema::String),
-        ("divisor", Schema::Any),
+        ("divisor", Schema::Quantity),
     ])
 }
 
@@ -61,7 +61,7 @@ fn handler(with_sleep: bool) -> Schema {
             "httpGet",
             obj(vec![
                 ("path", Schema::String),
-                ("port", Schema::Any),
+                ("port", Schema::IntOrString),
                 ("host", Schema::String),
                 ("scheme", Schema::String),
                 (
@@ -75,7 +75,10 @@ fn handler(with_sleep: bool) -> Schema {
         ),
         (
             "tcpSocket",
-            obj(vec![("port", Schema::Any), ("host", Schema::String)]),
+            obj(vec![
+                ("port", Schema::IntOrString),
+                ("host", Schema::String),
+            ]),
         ),
     ];
     if with_sleep {
@@ -210,7 +213,10 @@ fn volume() -> Schema {
         ),
         (
             "emptyDir",
-            obj(vec![("medium", Schema::String), ("sizeLimit", Schema::Any)]),
+            obj(vec![
+                ("medium", Schema::String),
+                ("sizeLimit", Schema::Quantity),
+            ]),
         ),
         (
             "secret",
