@@ -915,6 +915,50 @@ spec:
     plinth.eventually("the Service answers", || {
         curl(&by_cluster_ip) == "hp" && curl(&by_node_port) == "hp"
     });
+    // The node's first address is its own on the pods' network (the agent serves on the
+    // loopback one): node ports answer there, from the machine and from pods.
+    let addresses = plinth.kubectl(&[
+        "get",
+        "node",
+        "netns-h",
+        "-o",
+        "jsonpath={.status.addresses[*].address}",
+    ]);
+    let node_ip = addresses.split(' ').next().unwrap_or("").to_owned();
+    assert!(
+        node_ip
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| !ip.is_loopback())
+            && addresses.contains("127.0.0.1"),
+        "{addresses}"
+    );
+    let at_node_ip = format!("http://{node_ip}:{node_port}/");
+    plinth.eventually("the node port answers at the node's address", || {
+        curl(&at_node_ip) == "hp"
+    });
+    let from_pod = plinth.kubectl(&[
+        "exec",
+        "udp",
+        "--",
+        "python3",
+        "-c",
+        &format!("import urllib.request; print(urllib.request.urlopen('{at_node_ip}', timeout=10).read().decode())"),
+    ]);
+    assert_eq!(from_pod.trim(), "hp");
+    // A host port may name that address.
+    let node_host_port = plinth_testenv::free_port();
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        &pod(
+            "hpn",
+            &format!("[{{containerPort: 8080, hostPort: {node_host_port}, hostIP: {node_ip}}}]"),
+        ),
+    );
+    ready(&plinth, "pod/hpn");
+    plinth.eventually("the host port answers at the node's address", || {
+        curl(&format!("http://{node_ip}:{node_host_port}/")) == "hpn"
+    });
+    plinth.kubectl(&["delete", "pod", "hpn", "--wait=false"]);
     plinth.kubectl(&[
         "patch",
         "svc",
