@@ -113,6 +113,14 @@ fn deleting(pod: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
+/// The containers of `pod`'s spec under `key` (`containers`, `initContainers`).
+fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    pod.pointer(&format!("/spec/{key}"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
 /// CPU (millicores) and memory (bytes) a pod asks for: its containers' requests summed, or
 /// its largest init container's if more.
 fn requests(pod: &Value) -> (i64, i64) {
@@ -127,19 +135,11 @@ fn requests(pod: &Value) -> (i64, i64) {
             .unwrap_or(0);
         (cpu, memory)
     };
-    let list = |key: &str| -> Vec<(i64, i64)> {
-        pod.pointer(&format!("/spec/{key}"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(of)
-            .collect()
-    };
-    let main = list("containers")
-        .into_iter()
+    let main = containers(pod, "containers")
+        .map(of)
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    let init = list("initContainers")
-        .into_iter()
+    let init = containers(pod, "initContainers")
+        .map(of)
         .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
     (main.0.max(init.0), main.1.max(init.1))
 }
@@ -157,21 +157,13 @@ fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
             .filter_map(|(name, v)| Some((name.clone(), plinth_core::quantity::millis(v)?)))
             .collect()
     };
-    let list = |key: &str| -> Vec<BTreeMap<String, i64>> {
-        pod.pointer(&format!("/spec/{key}"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(of)
-            .collect()
-    };
     let mut total: BTreeMap<String, i64> = BTreeMap::new();
-    for container in list("containers") {
+    for container in containers(pod, "containers").map(of) {
         for (name, n) in container {
             *total.entry(name).or_default() += n;
         }
     }
-    for init in list("initContainers") {
+    for init in containers(pod, "initContainers").map(of) {
         for (name, n) in init {
             let entry = total.entry(name).or_default();
             *entry = (*entry).max(n);
