@@ -122,6 +122,7 @@ impl Proxy {
     /// own DNS server there.
     pub(crate) fn service_ports(&self, gateway: std::net::Ipv4Addr) -> Vec<ServicePort> {
         let services = self.services.lock().map(|s| s.clone()).unwrap_or_default();
+        let slices = self.slices_by_service();
         let mut ports = Vec::new();
         for ((namespace, name), service) in &services {
             let Some(ip) = service
@@ -153,7 +154,10 @@ impl Proxy {
                         local: local_policy(service, policy),
                     };
                     let mut endpoints: Vec<(std::net::Ipv4Addr, u16)> = Vec::new();
-                    for endpoint in self.endpoints(&target) {
+                    let own = slices
+                        .get(&(namespace.clone(), name.clone()))
+                        .map_or(&[][..], Vec::as_slice);
+                    for endpoint in self.endpoints_in(own, &target) {
                         let IpAddr::V4(address) = endpoint.ip() else {
                             continue;
                         };
@@ -259,18 +263,53 @@ impl Proxy {
         env
     }
 
+    /// The EndpointSlices as they are now, by namespace and Service: read once for a pass
+    /// over every Service (not once for each of their ports).
+    fn slices_by_service(&self) -> HashMap<(String, String), Vec<Value>> {
+        let mut by_service: HashMap<(String, String), Vec<Value>> = HashMap::new();
+        if let Ok(slices) = self.slices.lock() {
+            for ((namespace, _), slice) in slices.iter() {
+                if let Some(service) = slice
+                    .pointer("/metadata/labels/kubernetes.io~1service-name")
+                    .and_then(Value::as_str)
+                {
+                    by_service
+                        .entry((namespace.clone(), service.to_owned()))
+                        .or_default()
+                        .push(slice.clone());
+                }
+            }
+        }
+        by_service
+    }
+
     /// The ready endpoints (address and port) of a Service's port.
     fn endpoints(&self, target: &Target) -> Vec<SocketAddr> {
-        let slices = self.slices.lock().map(|s| s.clone()).unwrap_or_default();
+        let slices: Vec<Value> = self
+            .slices
+            .lock()
+            .map(|slices| {
+                slices
+                    .iter()
+                    .filter(|((ns, _), slice)| {
+                        *ns == target.namespace
+                            && slice
+                                .pointer("/metadata/labels/kubernetes.io~1service-name")
+                                .and_then(Value::as_str)
+                                == Some(target.service.as_str())
+                    })
+                    .map(|(_, slice)| slice.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.endpoints_in(&slices, target)
+    }
+
+    /// The ready endpoints of a Service's port in `slices`, that Service's EndpointSlices.
+    fn endpoints_in(&self, slices: &[Value], target: &Target) -> Vec<SocketAddr> {
         let mut found = Vec::new();
         let mut terminating = Vec::new();
-        for ((ns, _), slice) in &slices {
-            let owner = slice
-                .pointer("/metadata/labels/kubernetes.io~1service-name")
-                .and_then(Value::as_str);
-            if *ns != target.namespace || owner != Some(target.service.as_str()) {
-                continue;
-            }
+        for slice in slices {
             let Some(port) = slice["ports"]
                 .as_array()
                 .into_iter()
@@ -341,6 +380,7 @@ impl Proxy {
     /// The listeners the Services call for now.
     fn wanted(&self) -> HashMap<SocketAddr, Target> {
         let services = self.services.lock().map(|s| s.clone()).unwrap_or_default();
+        let slices = self.slices_by_service();
         let mut wanted = HashMap::new();
         for ((namespace, name), service) in services {
             let ip = service
@@ -379,7 +419,14 @@ impl Proxy {
                         }
                         // Pods reach endpoints on the machine's loopback through a relay.
                         Some(gateway) => {
-                            if self.endpoints(&target).iter().any(|e| e.ip().is_loopback()) {
+                            let own = slices
+                                .get(&(namespace.clone(), name.clone()))
+                                .map_or(&[][..], Vec::as_slice);
+                            if self
+                                .endpoints_in(own, &target)
+                                .iter()
+                                .any(|e| e.ip().is_loopback())
+                            {
                                 wanted.insert(
                                     SocketAddr::new(gateway.into(), number),
                                     target.clone(),
