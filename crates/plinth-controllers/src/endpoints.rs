@@ -2,8 +2,8 @@
 //! `endpointslice`): for every Service with a selector, the pods it selects that have an
 //! address become its Endpoints (`addresses` when ready, `notReadyAddresses` otherwise) and
 //! its EndpointSlices (each endpoint with `ready`, `serving` and `terminating`; a slice per
-//! set of ports resolved from the pods' named container ports). Both are owned by the Service (so the
-//! garbage collector removes them with it; kube's endpoints controller deletes Endpoints
+//! set of ports resolved from the pods' named container ports). Both are owned by the
+//! Service (so the garbage collector removes them with it; kube's endpoints controller deletes Endpoints
 //! itself). A Service without a selector has its user's own Endpoints mirrored into an
 //! EndpointSlice (kube's `endpointslicemirroring`).
 
@@ -197,12 +197,22 @@ fn target_ref(pod: &Value) -> Value {
         "name": plinth_core::meta::name(pod), "uid": plinth_core::meta::meta_str(pod, "uid")})
 }
 
-fn service_ports(service: &Value) -> Vec<Value> {
-    service
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+/// The Service's ports `pod` serves: name, the container port its target resolves to,
+/// protocol (kube's FindPort: a port whose target the pod does not name is left out).
+fn pod_ports<'a>(service: &'a Value, pod: &Value) -> Vec<(&'a str, i64, &'a str)> {
+    service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let port = resolve(&p["targetPort"], pod)?;
+            Some((
+                p["name"].as_str().unwrap_or(""),
+                port,
+                p["protocol"].as_str().unwrap_or("TCP"),
+            ))
+        })
+        .collect()
 }
 
 /// A subset in the making: its ports, ready and not-ready addresses.
@@ -213,16 +223,14 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
     // One subset per distinct set of resolved ports.
     let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
     for pod in pods {
-        let ports: Vec<Value> = service_ports(service)
-            .iter()
-            .filter_map(|p| {
-                let port = resolve(&p["targetPort"], pod)?;
-                let mut entry =
-                    json!({"port": port, "protocol": p["protocol"].as_str().unwrap_or("TCP")});
-                if let Some(name) = p["name"].as_str().filter(|n| !n.is_empty()) {
+        let ports: Vec<Value> = pod_ports(service, pod)
+            .into_iter()
+            .map(|(name, port, protocol)| {
+                let mut entry = json!({"port": port, "protocol": protocol});
+                if !name.is_empty() {
                     entry["name"] = json!(name);
                 }
-                Some(entry)
+                entry
             })
             .collect();
         let key = serde_json::to_string(&ports).unwrap_or_default();
@@ -297,15 +305,9 @@ fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
 async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pods: &[&Value]) {
     let mut groups: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
     for pod in pods {
-        let ports: Vec<Value> = service_ports(service)
-            .iter()
-            .filter_map(|p| {
-                let port = resolve(&p["targetPort"], pod)?;
-                Some(
-                    json!({"name": p["name"].as_str().unwrap_or(""), "port": port,
-                    "protocol": p["protocol"].as_str().unwrap_or("TCP")}),
-                )
-            })
+        let ports: Vec<Value> = pod_ports(service, pod)
+            .into_iter()
+            .map(|(name, port, protocol)| json!({"name": name, "port": port, "protocol": protocol}))
             .collect();
         let key = serde_json::to_string(&ports).unwrap_or_default();
         groups
@@ -324,7 +326,7 @@ async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pod
         let name = if i == 0 {
             base.clone()
         } else {
-            format!("{base}-{}", short_hash(&key))
+            format!("{base}-{}", crate::workload::safe_hash(&key))
         };
         wanted.push((name, ports, endpoints));
     }
@@ -337,27 +339,10 @@ async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pod
         MANAGER.into(),
     );
     for (name, ports, endpoints) in &wanted {
-        let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels,
-                "ownerReferences": owner(service)},
-            "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
-        upsert(
-            registry,
-            "discovery.k8s.io",
-            "endpointslices",
-            namespace,
-            name,
-            slice,
-            &["endpoints", "ports"],
-        )
-        .await;
+        let slice = json!({"name": name, "namespace": namespace, "labels": labels,
+            "ownerReferences": owner(service)});
+        upsert_slice(registry, slice, json!(endpoints), json!(ports)).await;
     }
-    let Some(def) = registry
-        .resources
-        .get("discovery.k8s.io", "v1", "endpointslices")
-    else {
-        return;
-    };
     let uid = plinth_core::meta::meta_str(service, "uid");
     for stale in slices.in_namespace(namespace) {
         let labels = plinth_core::meta::labels(&stale);
@@ -372,15 +357,46 @@ async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pod
                 .and_then(Value::as_str)
                 == uid;
         if ours && !wanted.iter().any(|(n, _, _)| n == name) {
-            let _ = registry
-                .delete(
-                    &def,
-                    Some(namespace),
-                    name,
-                    &plinth_registry::DeleteOptions::default(),
-                )
-                .await;
+            delete_slice(registry, namespace, name).await;
         }
+    }
+}
+
+/// Creates the EndpointSlice of `metadata` with `endpoints` and `ports`, or makes the stored
+/// one agree.
+async fn upsert_slice(registry: &Client, metadata: Value, endpoints: Value, ports: Value) {
+    let namespace = metadata["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let name = metadata["name"].as_str().unwrap_or("").to_owned();
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": metadata, "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
+    upsert(
+        registry,
+        "discovery.k8s.io",
+        "endpointslices",
+        &namespace,
+        &name,
+        slice,
+        &["endpoints", "ports"],
+    )
+    .await;
+}
+
+async fn delete_slice(registry: &Client, namespace: &str, name: &str) {
+    if let Some(def) = registry
+        .resources
+        .get("discovery.k8s.io", "v1", "endpointslices")
+    {
+        let _ = registry
+            .delete(
+                &def,
+                Some(namespace),
+                name,
+                &plinth_registry::DeleteOptions::default(),
+            )
+            .await;
     }
 }
 
@@ -402,23 +418,7 @@ fn slice_endpoint(service: &Value, pod: &Value) -> Value {
     endpoint
 }
 
-/// Five lowercase letters and digits naming `key` (FNV-1a).
-fn short_hash(key: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    (0..5)
-        .map(|i| {
-            let n = (hash >> (i * 8)) as usize % ALPHABET.len();
-            char::from(ALPHABET[n])
-        })
-        .collect()
-}
-
-/// The name of a Service's slice (one per Service here).
+/// The name of a Service's first slice (the one of its first set of ports, or its only one).
 fn slice_name(service: &Value) -> String {
     let service_name = plinth_core::meta::name(service).unwrap_or("");
     let uid = plinth_core::meta::meta_str(service, "uid").unwrap_or("");
@@ -446,14 +446,7 @@ async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
                 .map(String::as_str)
                 == Some(MIRRORING)
         {
-            let _ = registry
-                .delete(
-                    &def,
-                    Some(namespace),
-                    &name,
-                    &plinth_registry::DeleteOptions::default(),
-                )
-                .await;
+            delete_slice(registry, namespace, &name).await;
         }
         return;
     };
@@ -492,20 +485,9 @@ async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
         "name": plinth_core::meta::name(custom),
         "uid": plinth_core::meta::meta_str(custom, "uid"),
         "controller": true, "blockOwnerDeletion": true}]);
-    let wanted = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels,
-            "ownerReferences": owner},
-        "addressType": "IPv4", "endpoints": endpoints, "ports": ports});
-    upsert(
-        registry,
-        "discovery.k8s.io",
-        "endpointslices",
-        namespace,
-        &name,
-        wanted,
-        &["endpoints", "ports"],
-    )
-    .await;
+    let metadata = json!({"name": name, "namespace": namespace, "labels": labels,
+        "ownerReferences": owner});
+    upsert_slice(registry, metadata, json!(endpoints), json!(ports)).await;
 }
 
 /// Creates `wanted`, or makes the stored object agree with it in `fields`.

@@ -391,6 +391,12 @@ pub(crate) fn template_hash(template: &Value, collisions: Option<i64>) -> String
     if let Some(n) = collisions {
         text.push_str(&n.to_string());
     }
+    safe_hash(&text)
+}
+
+/// FNV-1a (32 bits) of `text`, its decimal digits mapped onto the "safe" alphabet (kube's
+/// way of making a hash a name's part).
+pub(crate) fn safe_hash(text: &str) -> String {
     let mut hash: u32 = 0x811c_9dc5;
     for byte in text.bytes() {
         hash ^= u32::from(byte);
