@@ -141,9 +141,33 @@ fn a_public_charts_whole_life_through_helm() {
     let deployment = plinth.json(&["-n", "pi", "get", "deployment", "pi-podinfo"]);
     assert_eq!(deployment["status"]["readyReplicas"], 1, "{deployment}");
 
+    // The Service's endpoints name the ready pod on the gRPC port before the tests dial it
+    // (helm's wait counts a ClusterIP Service ready at once; the chart's gRPC test gives
+    // itself one second to connect).
+    plinth.eventually("the Service's slice with the ready pod's gRPC port", || {
+        let slices = plinth.json(&[
+            "-n",
+            "pi",
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=pi-podinfo",
+        ]);
+        slices["items"].as_array().is_some_and(|items| {
+            items.iter().any(|s| {
+                s["ports"].as_array().is_some_and(|ports| {
+                    ports
+                        .iter()
+                        .any(|p| p["name"] == "grpc" && p["port"] == 9999)
+                }) && s["endpoints"]
+                    .as_array()
+                    .is_some_and(|e| e.iter().any(|e| e["conditions"]["ready"] == true))
+            })
+        })
+    });
     // test: the chart's test pods (curl, jq, grpc_health_probe) reach podinfo by its
     // Service's DNS name; hook-succeeded deletes them.
-    let tested = helm.run(&["test", "pi", "-n", "pi"]);
+    let tested = helm.run(&["test", "pi", "-n", "pi", "--logs"]);
     let suites: Vec<&str> = tested.split("TEST SUITE:").skip(1).collect();
     for test in ["service-test", "jwt-test", "grpc-test"] {
         let suite = suites.iter().find(|s| s.contains(test));

@@ -156,11 +156,29 @@ async fn watcher_with_streaming_lists(plinth: &Plinth) {
     .await
     .unwrap();
     // kube-rs starts a streaming list at resourceVersion 0 ("any state": the watch cache's,
-    // which may not have the create yet — as kube-apiserver's); a consistent list first
-    // brings the cache up to the create.
-    cms.list(&ListParams::default().labels("watch=me"))
-        .await
-        .unwrap();
+    // which may not have the create yet — as kube-apiserver's). A consistent list brings the
+    // cache up to the create only where the store's progress reports are trusted (not
+    // Debian's etcd 3.4.23, where it is read from etcd): wait until a list at
+    // resourceVersion 0 — the same cache — shows it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let any = cms
+            .list(&ListParams::default().labels("watch=me").match_any())
+            .await
+            .unwrap();
+        if any
+            .items
+            .iter()
+            .any(|cm| cm.metadata.name.as_deref() == Some("seen-first"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch cache never showed the create"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let config = watcher::Config::default()
         .labels("watch=me")
         .streaming_lists();
