@@ -198,8 +198,7 @@ async fn operator_caches(client: &Client, keep: bool) -> Result<Stop, Error> {
         "operator-cache-bench",
         "bench-operator",
     );
-    let mut manager =
-        plinth_runtime::Manager::new().leader_election("operator-cache-bench", elector);
+    let mut manager = plinth_runtime::Manager::new().leader_election(elector);
     let address = manager
         .bind_metrics(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
         .await?;

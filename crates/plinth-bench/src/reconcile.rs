@@ -149,7 +149,8 @@ pub(crate) async fn run(client: Client, runtime: &str, objects: usize) -> Result
                             let _ = stop_rx.wait_for(|s| *s).await;
                         },
                     )
-                    .await;
+                    .await
+                    .expect("the controller's cache synced");
             })
         }
         _ => {

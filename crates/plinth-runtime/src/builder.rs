@@ -34,10 +34,22 @@ use std::time::Duration;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::controller::{Action, Controller, Predicate, ReconcileError};
-use crate::informer::{Informer, InformerOptions, ObjectKey};
+use crate::controller::{Action, Controller, Predicate, ReconcileError, Stopping};
+use crate::informer::{Change, Informer, InformerOptions, ObjectKey};
+use crate::manager::InformerConflict;
 use crate::manager::Manager;
 use crate::metrics::DuplicateController;
+
+/// Why a controller could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Another controller of that name is registered.
+    #[error(transparent)]
+    Duplicate(#[from] DuplicateController),
+    /// An informer's options conflict with the shared informer's.
+    #[error(transparent)]
+    Informer(#[from] InformerConflict),
+}
 
 /// Builds a controller on a [`Manager`]; see the module docs.
 pub struct ControllerBuilder<'m, K> {
@@ -45,7 +57,9 @@ pub struct ControllerBuilder<'m, K> {
     primary: Arc<Informer<K>>,
     controller: Controller<K>,
     name: Option<String>,
-    leader_only: bool,
+    runs: crate::manager::Runs,
+    /// The first informer conflict, reported by `run`.
+    conflict: Option<InformerConflict>,
 }
 
 impl<K> Debug for ControllerBuilder<'_, K> {
@@ -82,14 +96,15 @@ impl Manager {
         K: Cached,
         K::DynamicType: Default,
     {
-        let primary = self.informer_with(|| api, options);
+        let (primary, conflict) = self.shared_informer(|| api, options);
         let controller = Controller::new(&primary);
         ControllerBuilder {
             manager: self,
             primary,
             controller,
             name: None,
-            leader_only: true,
+            runs: crate::manager::Runs::LeaderOnly,
+            conflict,
         }
     }
 }
@@ -115,7 +130,8 @@ where
     where
         C: Cached,
     {
-        let owned = self.manager.informer_with(|| api, options);
+        let (owned, conflict) = self.manager.shared_informer(|| api, options);
+        self.conflict = self.conflict.or(conflict);
         self.controller = self.controller.owns(&owned);
         self
     }
@@ -145,7 +161,8 @@ where
     where
         C: Cached,
     {
-        let other = self.manager.informer_with(|| api, options);
+        let (other, conflict) = self.manager.shared_informer(|| api, options);
+        self.conflict = self.conflict.or(conflict);
         self.controller = self.controller.watches(&other, map);
         self
     }
@@ -155,6 +172,39 @@ where
     pub fn with_predicate(mut self, predicate: Predicate) -> Self {
         self.controller = self.controller.with_predicate(&self.primary, predicate);
         self
+    }
+
+    /// Reconciles a primary object only for changes `predicate` accepts (a predicate of the
+    /// user's own: old and new object in the [`Change`]).
+    #[must_use]
+    pub fn with_predicate_fn(
+        mut self,
+        predicate: impl Fn(&Change<K>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.controller = self.controller.with_predicate_fn(&self.primary, predicate);
+        self
+    }
+
+    /// How long the controller waits for its caches to sync (see
+    /// [`Controller::cache_sync_timeout`]); the manager's own wait comes first
+    /// ([`Manager::cache_sync_timeout`]).
+    #[must_use]
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.controller = self.controller.cache_sync_timeout(timeout);
+        self
+    }
+
+    /// How long a stop waits for reconciles in flight (see
+    /// [`Controller::shutdown_timeout`]).
+    #[must_use]
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.controller = self.controller.shutdown_timeout(timeout);
+        self
+    }
+
+    /// A token telling reconcilers that the controller is stopping (put it in the context).
+    pub fn stopping(&self) -> Stopping {
+        self.controller.stopping()
     }
 
     /// Names the controller (its metrics label; by default the kind in lower case).
@@ -191,7 +241,7 @@ where
     /// Runs on every replica, not only while leading (for controllers whose work is local).
     #[must_use]
     pub fn without_leader_election(mut self) -> Self {
-        self.leader_only = false;
+        self.runs = crate::manager::Runs::Everywhere;
         self
     }
 
@@ -201,17 +251,17 @@ where
     /// ([`crate::helpers::finalizer`]); owned objects go with their owner.
     ///
     /// # Errors
-    /// If a controller of the same name is registered on the manager already.
-    pub fn run<Ctx, F, Fut>(
-        self,
-        reconcile: F,
-        context: Arc<Ctx>,
-    ) -> Result<(), DuplicateController>
+    /// If a controller of the same name is registered on the manager already, or the options
+    /// of one of its informers conflict with those of an informer shared already.
+    pub fn run<Ctx, F, Fut>(self, reconcile: F, context: Arc<Ctx>) -> Result<(), BuildError>
     where
         Ctx: Send + Sync + 'static,
         F: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, ReconcileError>> + Send + 'static,
     {
+        if let Some(conflict) = self.conflict {
+            return Err(conflict.into());
+        }
         let name = self
             .name
             .unwrap_or_else(|| K::kind(&K::DynamicType::default()).to_lowercase());
@@ -228,8 +278,11 @@ where
                 }
             })
         };
-        self.manager.push(self.leader_only, move |shutdown| {
-            controller.run(by_key, shutdown.wait())
+        self.manager.push(self.runs, move |shutdown| async move {
+            controller
+                .run(by_key, shutdown.wait())
+                .await
+                .map_err(crate::manager::RunError::from)
         });
         Ok(())
     }

@@ -96,6 +96,22 @@ impl Predicate {
     }
 }
 
+/// Why a controller stopped without being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// Its caches did not sync within the cache-sync timeout (a missing CRD, a refused list).
+    #[error("controller {controller}: caches did not sync within {timeout:?}")]
+    CacheSyncTimeout {
+        /// The controller's name.
+        controller: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+}
+
+/// A user's predicate: whether a change of the primary resource is worth a reconcile.
+pub type PredicateFn<K> = Arc<dyn Fn(&Change<K>) -> bool + Send + Sync>;
+
 /// The future a reconciler returns.
 pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
 
@@ -330,7 +346,18 @@ where
     /// Reconciles a primary object only for changes that pass `predicate` (replacing the
     /// default: every change).
     #[must_use]
-    pub fn with_predicate(mut self, primary: &Informer<K>, predicate: Predicate) -> Self {
+    pub fn with_predicate(self, primary: &Informer<K>, predicate: Predicate) -> Self {
+        self.with_predicate_fn(primary, move |change: &Change<K>| predicate.passes(change))
+    }
+
+    /// Reconciles a primary object only for changes `predicate` accepts (a user's predicate;
+    /// replacing the default: every change). Creations and deletions reach it too.
+    #[must_use]
+    pub fn with_predicate_fn(
+        mut self,
+        primary: &Informer<K>,
+        predicate: impl Fn(&Change<K>) -> bool + Send + Sync + 'static,
+    ) -> Self {
         if let Some(first) = self.feeds.first() {
             first.abort();
         }
@@ -338,7 +365,7 @@ where
             primary.subscribe(),
             self.queue.clone(),
             self.primary.clone(),
-            move |change: &Change<K>| predicate.passes(change),
+            predicate,
             |o: &K| vec![ObjectKey::of(o)],
         );
         if self.feeds.is_empty() {
@@ -496,7 +523,15 @@ where
     /// A reconcile that panics is caught: its key is released and retried with backoff, the
     /// panic counted (`controller_runtime_reconcile_panics_total`) and logged; the worker goes
     /// on. Errors are logged with the controller and the object's key.
-    pub async fn run<F>(mut self, reconcile: F, stop: impl Future<Output = ()>)
+    ///
+    /// # Errors
+    /// [`ControllerError::CacheSyncTimeout`] if the caches did not sync in time (a stop
+    /// meanwhile is not an error).
+    pub async fn run<F>(
+        mut self,
+        reconcile: F,
+        stop: impl Future<Output = ()>,
+    ) -> Result<(), ControllerError>
     where
         F: Fn(ObjectKey) -> ReconcileFuture + Send + Sync + 'static,
     {
@@ -504,20 +539,26 @@ where
         let (name, metrics) = (self.name.clone(), self.metrics.clone());
         let mut stop = std::pin::pin!(stop);
         let synced = futures::future::join_all(std::mem::take(&mut self.synced));
+        // Some(true): synced; Some(false): timed out; None: stopped first.
         let outcome = tokio::select! {
-            timed = tokio::time::timeout(self.sync_timeout, synced) => timed.is_ok(),
-            () = &mut stop => false,
+            timed = tokio::time::timeout(self.sync_timeout, synced) => Some(timed.is_ok()),
+            () = &mut stop => None,
         };
-        if !outcome {
-            if !*self.stopping.borrow() && !self.queue.is_shutting_down() {
-                tracing::error!(controller = %name, timeout = ?self.sync_timeout, "Could not wait for caches to sync");
-            }
+        if outcome != Some(true) {
+            let stopped = outcome.is_none();
             self.stopping.send_replace(true);
             for feed in &self.feeds {
                 feed.abort();
             }
             self.queue.shut_down();
-            return;
+            if stopped {
+                return Ok(());
+            }
+            tracing::error!(controller = %name, timeout = ?self.sync_timeout, "Could not wait for caches to sync");
+            return Err(ControllerError::CacheSyncTimeout {
+                controller: name,
+                timeout: self.sync_timeout,
+            });
         }
         for object in self.primary.list() {
             self.queue.add(ObjectKey::of(&*object));
@@ -576,5 +617,6 @@ where
         for worker in workers {
             let _ = worker.await;
         }
+        Ok(())
     }
 }

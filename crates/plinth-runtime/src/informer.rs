@@ -187,6 +187,24 @@ impl<K> Cache<K> {
         self.len() == 0
     }
 
+    /// Adds the index `name` over the objects cached now and those to come; `false` (nothing
+    /// changed) if the cache has an index of that name already.
+    pub(crate) fn add_indexer(&self, name: &str, index: IndexFn<K>) -> bool {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        if state.indexers.iter().any(|(n, _)| n == name) {
+            return false;
+        }
+        let mut built: HashMap<String, HashSet<ObjectKey>> = HashMap::new();
+        for (key, object) in &state.objects {
+            for value in index(object) {
+                built.entry(value).or_default().insert(key.clone());
+            }
+        }
+        state.indexes.insert(name.to_owned(), built);
+        state.indexers.push((name.to_owned(), index));
+        true
+    }
+
     /// Whether the first full list has been read (client-go's `HasSynced`).
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()

@@ -110,6 +110,18 @@ impl LeaderElector {
         self
     }
 
+    /// The Lease's name.
+    pub fn lease_name(&self) -> &str {
+        &self.name
+    }
+
+    /// `client` with its writes fenced by this candidate's leadership: while it does not lead,
+    /// every write fails at once, unsent (see [`crate::fence`]). Reconcilers of leader-only
+    /// controllers write through it, so that none begins a write after leadership is lost.
+    pub fn fence(&self, client: kube::Client) -> kube::Client {
+        crate::fence::fenced(client, self.leading.subscribe(), &self.name)
+    }
+
     /// Whether this candidate leads now.
     pub fn is_leader(&self) -> bool {
         *self.leading.borrow()

@@ -14,6 +14,7 @@
 //! - [`client`]: the split client — reads from the cache, writes to the server — and
 //!   [`ObjectClient`], whose writes take the namespace from the object.
 //! - [`leader`]: Lease leader election with client-go's timings.
+//! - [`fence`]: a client whose writes are refused while this process does not lead.
 //! - [`manager`]: runs controllers (some only while leading), serves `/metrics` with
 //!   controller-runtime's metric names and the health probes, stops gracefully.
 //!
@@ -33,6 +34,7 @@ pub mod builder;
 pub mod client;
 pub mod controller;
 pub mod failover;
+pub mod fence;
 pub mod health;
 pub mod helpers;
 pub mod informer;
@@ -45,11 +47,16 @@ pub mod workqueue {
     pub use plinth_workqueue::*;
 }
 
-pub use builder::ControllerBuilder;
+pub use builder::{BuildError, ControllerBuilder};
 pub use client::{ObjectClient, SplitClient};
-pub use controller::{Action, Controller, Predicate, ReconcileError, ReconcileFuture, Stopping};
+pub use controller::{
+    Action, Controller, ControllerError, Predicate, PredicateFn, ReconcileError, ReconcileFuture,
+    Stopping,
+};
 pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
 pub use leader::{LeaderElector, Leadership, Timings};
-pub use manager::{Manager, ManagerError, Shutdown, shutdown_signal};
+pub use manager::{
+    InformerConflict, Manager, ManagerError, RunError, Runs, Shutdown, shutdown_signal,
+};
 pub use metrics::Metrics;
 pub use workqueue::{RateLimiter, WorkQueue};

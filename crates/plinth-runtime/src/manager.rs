@@ -6,7 +6,7 @@
 //! # async fn example(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use plinth_runtime::{LeaderElector, Manager};
 //! let elector = LeaderElector::new(client.clone(), "default", "my-operator", "pod-a");
-//! let mut manager = Manager::new().leader_election("my-operator", elector);
+//! let mut manager = Manager::new().leader_election(elector);
 //! manager.bind_metrics(([127, 0, 0, 1], 8080).into()).await?;
 //! manager.bind_health_probes(([127, 0, 0, 1], 8081).into()).await?;
 //! manager.add_ready_check("upstream", || Ok(()));
@@ -36,7 +36,20 @@ impl Shutdown {
     }
 }
 
-type Runnable = Box<dyn FnOnce(Shutdown) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// Why a runnable stopped without being asked to.
+pub type RunError = Box<dyn std::error::Error + Send + Sync>;
+
+type Runnable =
+    Box<dyn FnOnce(Shutdown) -> Pin<Box<dyn Future<Output = Result<(), RunError>> + Send>> + Send>;
+
+/// Where a runnable runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// Only while this process holds the leader lease (controllers, by default).
+    LeaderOnly,
+    /// On every replica (work that is local to the process).
+    Everywhere,
+}
 
 /// Why a manager stopped other than by being asked to.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +57,12 @@ pub enum ManagerError {
     /// Another process took the lease: this one must stop (controller-runtime exits).
     #[error("leader election lost")]
     LostLeadership,
+    /// A runnable (a controller) stopped with an error: the manager stopped the others.
+    #[error("a runnable failed: {0}")]
+    Runnable(#[source] RunError),
+    /// The informers the manager handed out did not sync in time.
+    #[error("caches did not sync within {0:?}")]
+    CacheSyncTimeout(std::time::Duration),
     /// An address could not be bound.
     #[error("bind {what} on {addr}: {source}")]
     Bind {
@@ -57,9 +76,19 @@ pub enum ManagerError {
     },
 }
 
+/// Options for an informer that exists already which cannot be merged into it.
+#[derive(Debug, thiserror::Error)]
+#[error("the informer of {resource} cannot take these options: {reason}")]
+pub struct InformerConflict {
+    /// The resource's URL and selectors.
+    pub resource: String,
+    /// What conflicts.
+    pub reason: String,
+}
+
 /// Runs controllers; see the module docs.
-#[derive(Default)]
 pub struct Manager {
+    cache_sync_timeout: std::time::Duration,
     metrics: Metrics,
     checks: crate::health::Checks,
     elector: Option<(String, LeaderElector)>,
@@ -70,8 +99,25 @@ pub struct Manager {
     /// One informer per Rust type and resource URL (group, version, resource, namespace),
     /// shared by every controller.
     informers: std::collections::HashMap<(std::any::TypeId, String), Box<dyn std::any::Any + Send>>,
-    /// Each informer's sync, awaited before `/readyz` says ready.
+    /// Each informer's sync, awaited before any runnable starts and `/readyz` says ready.
     synced: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl Default for Manager {
+    fn default() -> Self {
+        Self {
+            cache_sync_timeout: std::time::Duration::from_secs(120),
+            metrics: Metrics::default(),
+            checks: crate::health::Checks::default(),
+            elector: None,
+            leaders: Vec::new(),
+            everywhere: Vec::new(),
+            metrics_listener: None,
+            health_listener: None,
+            informers: std::collections::HashMap::new(),
+            synced: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Manager {
@@ -96,43 +142,88 @@ impl Manager {
     where
         K: crate::builder::Cached,
     {
-        self.informer_with(api, crate::informer::InformerOptions::default())
+        // Without options there is nothing to conflict with.
+        self.shared_informer(api, crate::informer::InformerOptions::default())
+            .0
     }
 
-    /// As [`Manager::informer`], with `options` for a new informer (selectors, indexes, a
-    /// transform). Informers are shared by resource and selectors: the options of the first
-    /// request win for indexes and transform.
+    /// As [`Manager::informer`], with `options` for the informer (selectors, indexes, a
+    /// transform). Informers are shared by resource and selectors: asking again adds the
+    /// indexes the informer lacks (over the objects it holds already).
+    ///
+    /// # Errors
+    /// [`InformerConflict`] when the informer exists and the options cannot be merged into
+    /// it: an index of a name it has already, or a transform (objects cached already were not
+    /// transformed).
     pub fn informer_with<K>(
         &mut self,
         api: impl FnOnce() -> kube::Api<K>,
         options: crate::informer::InformerOptions<K>,
-    ) -> std::sync::Arc<crate::informer::Informer<K>>
+    ) -> Result<std::sync::Arc<crate::informer::Informer<K>>, InformerConflict>
+    where
+        K: crate::builder::Cached,
+    {
+        match self.shared_informer(api, options) {
+            (_, Some(conflict)) => Err(conflict),
+            (informer, None) => Ok(informer),
+        }
+    }
+
+    /// The shared informer, and the conflict if `options` could not be merged into an
+    /// existing one (which is returned as it is).
+    pub(crate) fn shared_informer<K>(
+        &mut self,
+        api: impl FnOnce() -> kube::Api<K>,
+        options: crate::informer::InformerOptions<K>,
+    ) -> (
+        std::sync::Arc<crate::informer::Informer<K>>,
+        Option<InformerConflict>,
+    )
     where
         K: crate::builder::Cached,
     {
         let api = api();
-        let key = (
-            std::any::TypeId::of::<K>(),
-            format!(
-                "{}?labelSelector={}&fieldSelector={}",
-                api.resource_url(),
-                options.label_selector.as_deref().unwrap_or(""),
-                options.field_selector.as_deref().unwrap_or("")
-            ),
+        let resource = format!(
+            "{}?labelSelector={}&fieldSelector={}",
+            api.resource_url(),
+            options.label_selector.as_deref().unwrap_or(""),
+            options.field_selector.as_deref().unwrap_or("")
         );
+        let key = (std::any::TypeId::of::<K>(), resource.clone());
         if let Some(existing) = self
             .informers
             .get(&key)
             .and_then(|b| b.downcast_ref::<std::sync::Arc<crate::informer::Informer<K>>>())
         {
-            return existing.clone();
+            let conflict = |reason: String| InformerConflict {
+                resource: resource.clone(),
+                reason,
+            };
+            if options.transform.is_some() {
+                return (
+                    existing.clone(),
+                    Some(conflict(
+                        "a transform was asked for after the informer was made".into(),
+                    )),
+                );
+            }
+            let cache = existing.cache();
+            for (name, index) in options.indexers {
+                if !cache.add_indexer(&name, index) {
+                    return (
+                        existing.clone(),
+                        Some(conflict(format!("it has an index named {name} already"))),
+                    );
+                }
+            }
+            return (existing.clone(), None);
         }
         let informer = std::sync::Arc::new(crate::informer::Informer::spawn_with(api, options));
         let cache = informer.cache();
         self.synced
             .push(Box::pin(async move { cache.wait_synced().await }));
         self.informers.insert(key, Box::new(informer.clone()));
-        informer
+        (informer, None)
     }
 
     /// The metrics its controllers report to.
@@ -158,10 +249,18 @@ impl Manager {
         self.checks.add_ready(name, check);
     }
 
-    /// Runs the leader-only runnables only while `elector` holds the lease `lease`.
+    /// Runs the leader-only runnables only while `elector` holds its lease.
     #[must_use]
-    pub fn leader_election(mut self, lease: &str, elector: LeaderElector) -> Self {
-        self.elector = Some((lease.to_owned(), elector));
+    pub fn leader_election(mut self, elector: LeaderElector) -> Self {
+        self.elector = Some((elector.lease_name().to_owned(), elector));
+        self
+    }
+
+    /// How long `run` waits for the informers it handed out to sync before it starts any
+    /// runnable (default 2 minutes); then it fails with [`ManagerError::CacheSyncTimeout`].
+    #[must_use]
+    pub fn cache_sync_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.cache_sync_timeout = timeout;
         self
     }
 
@@ -190,39 +289,47 @@ impl Manager {
         Ok(local)
     }
 
-    /// Adds a runnable (a controller's `run`) that needs leadership when `leader_only`.
+    /// Adds a runnable (a controller's `run`): it returns when the shutdown signal is given;
+    /// an error from it stops the manager ([`ManagerError::Runnable`]).
     #[must_use]
-    pub fn add<F, Fut>(mut self, leader_only: bool, run: F) -> Self
+    pub fn add<F, Fut>(mut self, runs: Runs, run: F) -> Self
     where
         F: FnOnce(Shutdown) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = Result<(), RunError>> + Send + 'static,
     {
-        self.push(leader_only, run);
+        self.push(runs, run);
         self
     }
 
     /// [`Manager::add`] through a borrow (for builders).
-    pub(crate) fn push<F, Fut>(&mut self, leader_only: bool, run: F)
+    pub(crate) fn push<F, Fut>(&mut self, runs: Runs, run: F)
     where
         F: FnOnce(Shutdown) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = Result<(), RunError>> + Send + 'static,
     {
         let runnable: Runnable = Box::new(move |shutdown| Box::pin(run(shutdown)));
-        if leader_only {
-            self.leaders.push(runnable);
-        } else {
-            self.everywhere.push(runnable);
+        match runs {
+            Runs::LeaderOnly => self.leaders.push(runnable),
+            Runs::Everywhere => self.everywhere.push(runnable),
         }
     }
 
-    /// Runs until `stop` completes; then every runnable finishes and the lease is released.
+    /// Waits for the informers it handed out to sync, then runs its runnables until `stop`
+    /// completes or one of them fails; then every runnable finishes and the lease is released.
+    /// When leadership is lost, leader-only work is stopped at once (not given a grace
+    /// period: another process leads already).
     ///
     /// # Errors
-    /// [`ManagerError::LostLeadership`] if another process took the lease.
+    /// [`ManagerError::LostLeadership`] if another process took the lease;
+    /// [`ManagerError::Runnable`] if a runnable failed (a controller's caches never synced);
+    /// [`ManagerError::CacheSyncTimeout`] if the informers did not sync in time.
     pub async fn run(self, stop: impl Future<Output = ()>) -> Result<(), ManagerError> {
         let (ready_tx, ready) = watch::channel(false);
         let mut servers = Vec::new();
-        if let Some(listener) = self.metrics_listener {
+        for listener in [self.metrics_listener, self.health_listener]
+            .into_iter()
+            .flatten()
+        {
             servers.push(tokio::spawn(crate::metrics::serve(
                 listener,
                 self.metrics.clone(),
@@ -230,26 +337,60 @@ impl Manager {
                 ready.clone(),
             )));
         }
-        if let Some(listener) = self.health_listener {
-            servers.push(tokio::spawn(crate::metrics::serve(
-                listener,
-                self.metrics.clone(),
-                self.checks.clone(),
-                ready.clone(),
-            )));
+        let abort_servers = |servers: Vec<tokio::task::JoinHandle<()>>| {
+            for server in servers {
+                server.abort();
+            }
+        };
+        tokio::pin!(stop);
+        // Every informer handed out syncs before any runnable starts (controller-runtime starts
+        // its cache and waits for it before the controllers).
+        let synced = futures::future::join_all(self.synced);
+        let timeout = self.cache_sync_timeout;
+        tokio::select! {
+            timed = tokio::time::timeout(timeout, synced) => if timed.is_err() {
+                tracing::error!(?timeout, "Could not wait for the manager's caches to sync");
+                abort_servers(servers);
+                return Err(ManagerError::CacheSyncTimeout(timeout));
+            },
+            () = &mut stop => {
+                abort_servers(servers);
+                return Ok(());
+            }
         }
+        ready_tx.send_replace(true);
+        let (failed_tx, mut failed_rx) = tokio::sync::mpsc::unbounded_channel::<RunError>();
+        let start = move |run: Runnable, shutdown: Shutdown| {
+            let failed = failed_tx.clone();
+            tokio::spawn(async move {
+                if let Err(error) = run(shutdown).await {
+                    let _ = failed.send(error);
+                }
+            })
+        };
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let shutdown = Shutdown(shutdown_rx);
         let everywhere: Vec<_> = self
             .everywhere
             .into_iter()
-            .map(|run| tokio::spawn(run(shutdown.clone())))
+            .map(|run| start(run, shutdown.clone()))
             .collect();
-        // Ready once every informer the manager handed out has synced.
-        let syncing = tokio::spawn(async move {
-            futures::future::join_all(self.synced).await;
-            ready_tx.send_replace(true);
-        });
+        // Stopped, or a runnable failed (then the manager stops, not ready any more).
+        let failure: std::sync::Arc<std::sync::Mutex<Option<RunError>>> = std::sync::Arc::default();
+        let ended = {
+            let failure = failure.clone();
+            async move {
+                tokio::select! {
+                    () = &mut stop => {}
+                    Some(error) = failed_rx.recv() => {
+                        tracing::error!(%error, "A runnable failed; stopping the manager");
+                        ready_tx.send_replace(false);
+                        *failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            Some(error);
+                    }
+                }
+            }
+        };
         let leaders = self.leaders;
         // Abort handles of the leader tasks stay reachable outside the leading part: when
         // leadership is lost, the tasks are stopped before `run` returns.
@@ -260,7 +401,7 @@ impl Manager {
             async move {
                 let tasks: Vec<_> = leaders
                     .into_iter()
-                    .map(|run| tokio::spawn(run(shutdown.clone())))
+                    .map(|run| start(run, shutdown.clone()))
                     .collect();
                 handles
                     .lock()
@@ -274,7 +415,7 @@ impl Manager {
         let outcome = match self.elector {
             None => {
                 let running = tokio::spawn(leader_part);
-                stop.await;
+                ended.await;
                 shutdown_tx.send_replace(true);
                 let _ = running.await;
                 Ok(())
@@ -300,10 +441,10 @@ impl Manager {
                     }
                 });
                 tokio::pin!(elected);
-                tokio::pin!(stop);
+                tokio::pin!(ended);
                 let result = tokio::select! {
                     result = &mut elected => result,
-                    () = &mut stop => {
+                    () = &mut ended => {
                         shutdown_tx.send_replace(true);
                         elected.await
                     }
@@ -311,15 +452,20 @@ impl Manager {
                 reporter.abort();
                 match result {
                     Leadership::Lost => {
-                        // Another process leads now: the leader-only work stops (asked to,
-                        // then cut off after the grace period) before this returns.
+                        // Another process leads now: leader-only work is cut off at once
+                        // (controller-runtime exits without waiting) before this returns.
                         shutdown_tx.send_replace(true);
                         let tasks = std::mem::take(
                             &mut *leader_tasks
                                 .lock()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner),
                         );
-                        stop_tasks(&tasks, LOST_LEADERSHIP_GRACE).await;
+                        for task in &tasks {
+                            task.abort();
+                        }
+                        while !tasks.iter().all(tokio::task::AbortHandle::is_finished) {
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        }
                         Err(ManagerError::LostLeadership)
                     }
                     Leadership::NeverLed | Leadership::Released => Ok(()),
@@ -330,31 +476,17 @@ impl Manager {
         for task in everywhere {
             let _ = task.await;
         }
-        syncing.abort();
-        for server in servers {
-            server.abort();
+        abort_servers(servers);
+        let failed = failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match failed {
+            Some(error) => Err(ManagerError::Runnable(error)),
+            None => outcome,
         }
-        outcome
     }
 }
-
-/// Waits up to `grace` for `tasks` to finish, then aborts the rest and waits for them.
-async fn stop_tasks(tasks: &[tokio::task::AbortHandle], grace: std::time::Duration) {
-    let finished = || tasks.iter().all(tokio::task::AbortHandle::is_finished);
-    let deadline = tokio::time::Instant::now() + grace;
-    while !finished() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    for task in tasks {
-        task.abort();
-    }
-    while !finished() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
-/// How long leader-only work may take to stop after leadership is lost.
-const LOST_LEADERSHIP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, ManagerError> {
     crate::metrics::bind(addr)

@@ -243,8 +243,8 @@ async fn predicates_resync_and_conflict_retries() {
     );
 
     stop.send(true).unwrap();
-    a.await.unwrap();
-    b.await.unwrap();
+    a.await.unwrap().unwrap();
+    b.await.unwrap().unwrap();
     env.stop().await;
 }
 
@@ -255,7 +255,7 @@ fn started<K, F>(
     reconcile: F,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<Result<(), plinth_runtime::ControllerError>>,
 )
 where
     K: kube::Resource
@@ -275,12 +275,16 @@ where
 }
 
 /// Stops what [`started`] started and waits for it (a hang guard, not a measurement).
-async fn stopped(stop: tokio::sync::oneshot::Sender<()>, running: tokio::task::JoinHandle<()>) {
+async fn stopped(
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), plinth_runtime::ControllerError>>,
+) {
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
         .expect("the controller stops")
-        .unwrap();
+        .unwrap()
+        .expect("the controller ran without error");
 }
 
 fn recorder() -> (
@@ -376,7 +380,8 @@ async fn a_controller_whose_cache_cannot_sync_still_stops() {
     tokio::time::timeout(Duration::from_secs(30), running)
         .await
         .expect("the controller stops without a synced cache")
-        .unwrap();
+        .unwrap()
+        .expect("a stop before the sync is not an error");
     env.stop().await;
 }
 
@@ -480,12 +485,19 @@ async fn owned_caches_are_awaited_and_the_wait_times_out() {
             Ok(Action::Done)
         })
     };
-    tokio::time::timeout(
+    let gave_up = tokio::time::timeout(
         Duration::from_secs(60),
         controller.run(reconcile, std::future::pending()),
     )
     .await
     .expect("run gives up when a cache does not sync");
+    assert!(
+        matches!(
+            gave_up,
+            Err(plinth_runtime::ControllerError::CacheSyncTimeout { .. })
+        ),
+        "{gave_up:?}"
+    );
     assert_eq!(
         count("present"),
         0,
@@ -535,7 +547,8 @@ async fn stopping_is_visible_to_reconcilers_and_shutdown_is_bounded() {
     tokio::time::timeout(Duration::from_secs(60), running)
         .await
         .expect("run returns at the shutdown timeout")
-        .unwrap();
+        .unwrap()
+        .expect("a stop is not an error");
     // (Once, or twice when an event re-queued it while it ran: a key queued before the stop
     // is still handed out, as client-go's queue does, and sees the stop at once.)
     assert!(

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use plinth_runtime::{LeaderElector, Leadership, Manager, Timings};
+use plinth_runtime::{LeaderElector, Leadership, Manager, Runs, Timings};
 use plinth_testenv::TestEnv;
 
 mod common;
@@ -107,7 +107,7 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
     let elector =
         LeaderElector::new(env.client(), "default", "manager-test", "m1").with_timings(timings());
-    let mut manager = Manager::new().leader_election("manager-test", elector.clone());
+    let mut manager = Manager::new().leader_election(elector.clone());
     // One informer per resource, however many controllers ask; two resources of one Rust
     // type (DynamicObject) are two informers.
     let informer = manager.informer(|| api.clone());
@@ -147,11 +147,14 @@ async fn the_manager_serves_metrics_and_probes_and_releases_on_stop() {
         duplicate.unwrap_err().to_string(),
         "controller with name configmap already exists; controller names must be unique"
     );
-    let manager = manager.add(true, move |shutdown| {
-        controller.run(
-            |_key| Box::pin(async { Ok(Action::Done) }) as plinth_runtime::ReconcileFuture,
-            shutdown.wait(),
-        )
+    let manager = manager.add(Runs::LeaderOnly, move |shutdown| async move {
+        controller
+            .run(
+                |_key| Box::pin(async { Ok(Action::Done) }) as plinth_runtime::ReconcileFuture,
+                shutdown.wait(),
+            )
+            .await
+            .map_err(plinth_runtime::RunError::from)
     });
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(manager.run(async {
@@ -285,14 +288,15 @@ async fn lost_leadership_stops_leader_work_before_run_returns() {
         LeaderElector::new(env.client(), "default", "stolen", "victim").with_timings(timings());
     let stopped = Arc::new(AtomicBool::new(false));
     let manager = Manager::new()
-        .leader_election("stolen", elector.clone())
-        .add(true, {
+        .leader_election(elector.clone())
+        .add(Runs::LeaderOnly, {
             let stopped = stopped.clone();
             move |shutdown| async move {
+                // Work that is cut off when leadership is lost (it never gets to finish).
+                let _finished = Finished(stopped);
                 shutdown.wait().await;
-                // Some work to finish before stopping.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                stopped.store(true, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+                Ok(())
             }
         });
     let running = tokio::spawn(manager.run(std::future::pending()));
@@ -320,9 +324,18 @@ async fn lost_leadership_stops_leader_work_before_run_returns() {
     );
     assert!(
         stopped.load(Ordering::SeqCst),
-        "the leader-only work had stopped when run returned"
+        "the leader-only work had been stopped (dropped) when run returned"
     );
     env.stop().await;
+}
+
+/// Sets its flag when dropped (a task's future is dropped when the task is aborted).
+struct Finished(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// `/readyz` says ready only once the caches the manager handed out have synced.

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod faults;
 mod served;
 
 use std::path::{Path, PathBuf};
@@ -150,6 +151,38 @@ impl TestEnv {
     /// A client for the server (clones share one connection pool).
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// Takes the Lease `namespace/name` for `identity`, as another replica that judged it
+    /// expired would: the holder, acquire and renew times and the transition count change, so
+    /// the elector holding it loses leadership at its next renewal.
+    ///
+    /// # Errors
+    /// If the Lease cannot be read or written (a conflict with the holder's renewal is tried
+    /// again, up to ten times).
+    pub async fn take_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::coordination::v1::Lease;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let leases: Api<Lease> = Api::namespaced(self.client(), namespace);
+        let mut attempts = 0;
+        loop {
+            let mut lease = leases.get(name).await?;
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            spec.holder_identity = Some(identity.to_owned());
+            spec.acquire_time = Some(now.clone());
+            spec.renew_time = Some(now);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            match leases.replace(name, &PostParams::default(), &lease).await {
+                Err(kube::Error::Api(e)) if e.code == 409 && attempts < 10 => attempts += 1,
+                other => return other.map(|_| ()),
+            }
+        }
     }
 
     /// The kubeconfig file the server wrote (for processes under test).

@@ -124,3 +124,97 @@ async fn a_node_agent_runs_a_deployments_pods_as_processes() {
     }
     env.stop().await;
 }
+
+/// The faulty client: refusals with the status asked for (and only as many times as asked),
+/// held-back requests that go once their rule is removed, unreachable servers, watches that
+/// end when dropped — and a record of what was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_refuse_hold_back_and_drop_watches() {
+    use futures::StreamExt;
+    use kube::api::WatchParams;
+    use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    let env = TestEnv::start().await.unwrap();
+    let faults = Faults::new();
+    let api: Api<ConfigMap> = Api::namespaced(faults.client(env.client()), "default");
+    let cm = |name: &str| {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm
+    };
+
+    // A refusal with kube's Status, spent after one request.
+    faults.inject(
+        Rule::new(Fault::status(429, "TooManyRequests", "injected"))
+            .writes()
+            .resource("configmaps")
+            .times(1),
+    );
+    let refused = api
+        .create(&PostParams::default(), &cm("a"))
+        .await
+        .unwrap_err();
+    match refused {
+        kube::Error::Api(status) => {
+            assert_eq!(
+                (status.code, status.reason.as_str()),
+                (429, "TooManyRequests")
+            );
+        }
+        other => panic!("expected a Status, got {other:?}"),
+    }
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+
+    // A held-back request goes once its rule is removed.
+    let held = faults.inject(Rule::new(Fault::Hang).verbs(&[Verb::Get]).name("a"));
+    let get = tokio::spawn({
+        let api = api.clone();
+        async move { api.get("a").await }
+    });
+    plinth_testenv::eventually("the get to be held", || async {
+        faults.requests().iter().any(|r| r.verb == Verb::Get)
+    })
+    .await;
+    assert!(!get.is_finished(), "held back while the rule stands");
+    faults.remove(held);
+    assert_eq!(
+        get.await.unwrap().unwrap().metadata.name.as_deref(),
+        Some("a")
+    );
+
+    // An unreachable server: a transport error, nothing stored.
+    let unreachable = faults.inject(Rule::new(Fault::Unreachable).verbs(&[Verb::Create]));
+    assert!(matches!(
+        api.create(&PostParams::default(), &cm("b")).await,
+        Err(kube::Error::Service(_))
+    ));
+    faults.remove(unreachable);
+    let direct: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    assert!(direct.get_opt("b").await.unwrap().is_none());
+
+    // A dropped watch ends as a closed one does.
+    let mut events = api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert!(events.next().await.is_some(), "the watch delivers");
+    faults.drop_watches(Some("configmaps"));
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while events.next().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the dropped watch ended");
+
+    let verbs: Vec<Verb> = faults.requests().iter().map(|r| r.verb).collect();
+    assert_eq!(
+        verbs,
+        [
+            Verb::Create,
+            Verb::Create,
+            Verb::Get,
+            Verb::Create,
+            Verb::Watch
+        ]
+    );
+    env.stop().await;
+}

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch};
 use kube::{CustomResource, ResourceExt};
+use plinth_runtime::BuildError;
 use plinth_runtime::helpers::{FinalizerEvent, finalizer};
-use plinth_runtime::metrics::DuplicateController;
 use plinth_runtime::{Action, Cache, Manager, ObjectClient, ObjectKey, ReconcileError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -59,7 +59,7 @@ pub struct Context {
 ///
 /// # Errors
 /// If a `configmirror` controller is registered on `manager` already.
-pub fn register(manager: &mut Manager, client: &kube::Client) -> Result<(), DuplicateController> {
+pub fn register(manager: &mut Manager, client: &kube::Client) -> Result<(), BuildError> {
     let mirrors = manager
         .informer(|| Api::<ConfigMirror>::all(client.clone()))
         .cache();

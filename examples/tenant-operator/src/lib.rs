@@ -17,10 +17,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
+use plinth_runtime::BuildError;
 use plinth_runtime::helpers::{
     Condition, EventRecorder, FinalizerEvent, controller_reference, finalizer, set_condition,
 };
-use plinth_runtime::metrics::DuplicateController;
 use plinth_runtime::{Action, InformerOptions, Manager, ReconcileError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -307,7 +307,7 @@ fn lean<K: kube::Resource + 'static>() -> InformerOptions<K> {
 ///
 /// # Errors
 /// If a `tenant` controller is registered on `manager` already.
-pub fn register(manager: &mut Manager, context: Context) -> Result<(), DuplicateController> {
+pub fn register(manager: &mut Manager, context: Context) -> Result<(), BuildError> {
     let client = context.client.clone();
     manager
         .controller_with(Api::<Tenant>::all(client.clone()), lean())

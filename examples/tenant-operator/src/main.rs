@@ -266,7 +266,7 @@ async fn run(options: RunOptions) -> Result<(), Box<dyn std::error::Error>> {
             "tenant-operator",
             &identity,
         );
-        manager = manager.leader_election("tenant-operator", elector);
+        manager = manager.leader_election(elector);
     }
     manager.bind_metrics(options.metrics_bind_address).await?;
     manager

@@ -31,10 +31,11 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
+use plinth_runtime::BuildError;
 use plinth_runtime::helpers::{
     EventRecorder, FinalizerEvent, controller_reference, finalizer, set_condition,
 };
-use plinth_runtime::metrics::{DuplicateController, Metrics};
+use plinth_runtime::metrics::Metrics;
 use plinth_runtime::{Action, InformerOptions, Manager, ObjectKey, ReconcileError};
 use serde_json::{Value, json};
 
@@ -908,7 +909,7 @@ fn lean<K: Resource + 'static>(keep: bool) -> InformerOptions<K> {
 ///
 /// # Errors
 /// If a `rediscluster` controller is registered on `manager` already.
-pub fn register(manager: &mut Manager, context: Context) -> Result<(), DuplicateController> {
+pub fn register(manager: &mut Manager, context: Context) -> Result<(), BuildError> {
     let client = context.client.clone();
     let keep = context.cache_managed_fields;
     manager

@@ -197,6 +197,9 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     // may get its PID back, yet must not take over the dead one's Lease as if it held it).
     let identity = format!("{host}_{}", uuid::Uuid::new_v4());
     let mut manager = Manager::new();
+    // The reconcilers' client: with leader election, fenced by it (a write after the lease is
+    // lost is refused unsent, so the old leader never writes beside the new one).
+    let mut reconciling = client.clone();
     if options.leader_elect {
         let elector = LeaderElector::new(
             client.clone(),
@@ -204,7 +207,8 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
             "redis-operator",
             &identity,
         );
-        manager = manager.leader_election("redis-operator", elector);
+        reconciling = elector.fence(client.clone());
+        manager = manager.leader_election(elector);
     }
     let metrics = manager.bind_metrics(options.metrics_bind_address).await?;
     let probes = manager
@@ -215,7 +219,7 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         Some((address, dir)) => Some(serve_webhooks(&client, address, &dir).await?),
         None => None,
     };
-    let mut context = redis_operator::Context::new(client, &identity, manager.metrics());
+    let mut context = redis_operator::Context::new(reconciling, &identity, manager.metrics());
     context.failover_after = options.failover_after;
     context.cluster_domain = options.cluster_domain;
     redis_operator::register(&mut manager, context)?;
