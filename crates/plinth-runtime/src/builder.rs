@@ -57,6 +57,8 @@ pub struct ControllerBuilder<'m, K> {
     primary: Arc<Informer<K>>,
     controller: Controller<K>,
     name: Option<String>,
+    /// The primary kind in lower case (the default name).
+    kind: String,
     runs: crate::manager::Runs,
     /// The first informer conflict, reported by `run`.
     conflict: Option<InformerConflict>,
@@ -96,13 +98,30 @@ impl Manager {
         K: Cached,
         K::DynamicType: Default,
     {
+        let resource = K::DynamicType::default();
+        self.controller_for(api, &resource, options)
+    }
+
+    /// A controller of a primary resource known only at run time: `DynamicObject`s of the
+    /// [`kube::core::ApiResource`] `resource` (`api` is `Api::all_with(client, &resource)` or
+    /// `namespaced_with`), with the primary informer's `options`.
+    pub fn controller_for<K>(
+        &mut self,
+        api: Api<K>,
+        resource: &K::DynamicType,
+        options: InformerOptions<K>,
+    ) -> ControllerBuilder<'_, K>
+    where
+        K: Cached,
+    {
         let (primary, conflict) = self.shared_informer(|| api, options);
-        let controller = Controller::new(&primary);
+        let controller = Controller::for_type(&primary, resource);
         ControllerBuilder {
             manager: self,
             primary,
             controller,
             name: None,
+            kind: K::kind(resource).to_lowercase(),
             runs: crate::manager::Runs::LeaderOnly,
             conflict,
         }
@@ -112,7 +131,6 @@ impl Manager {
 impl<K> ControllerBuilder<'_, K>
 where
     K: Cached,
-    K::DynamicType: Default,
 {
     /// Also reconciles the controller owner of any object `api` reads that changes.
     #[must_use]
@@ -262,9 +280,7 @@ where
         if let Some(conflict) = self.conflict {
             return Err(conflict.into());
         }
-        let name = self
-            .name
-            .unwrap_or_else(|| K::kind(&K::DynamicType::default()).to_lowercase());
+        let name = self.name.unwrap_or_else(|| self.kind.clone());
         let metrics = self.manager.metrics();
         let controller = self.controller.metrics(&name, &metrics)?;
         let cache = self.primary.cache();
@@ -280,6 +296,7 @@ where
         };
         self.manager.push(self.runs, move |shutdown| async move {
             controller
+                .gated_by(shutdown.leadership())
                 .run(by_key, shutdown.wait())
                 .await
                 .map_err(crate::manager::RunError::from)

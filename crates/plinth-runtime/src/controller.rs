@@ -138,6 +138,9 @@ impl Stopping {
 /// A controller for primary resource `K`.
 pub struct Controller<K> {
     name: String,
+    /// The primary's kind and group (an owner reference names them).
+    kind: String,
+    group: String,
     metrics: Option<crate::metrics::Metrics>,
     primary: Cache<K>,
     queue: WorkQueue<ObjectKey>,
@@ -150,6 +153,8 @@ pub struct Controller<K> {
     shutdown_timeout: Duration,
     stopping: tokio::sync::watch::Sender<bool>,
     error_policy: Option<ErrorPolicy>,
+    /// Leadership, for a leader-only controller: no reconcile starts while it is false.
+    leading: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// A future completing when `cache` has synced.
@@ -319,6 +324,12 @@ where
     where
         K::DynamicType: Default,
     {
+        Self::for_type(primary, &K::DynamicType::default())
+    }
+
+    /// A controller of a primary resource known only at run time (a `DynamicObject` of the
+    /// [`kube::core::ApiResource`] `resource`).
+    pub fn for_type(primary: &Informer<K>, resource: &K::DynamicType) -> Self {
         let queue = WorkQueue::new();
         let cache = primary.cache();
         let feeds = vec![feed(
@@ -328,7 +339,9 @@ where
             |o: &K| vec![ObjectKey::of(o)],
         )];
         Self {
-            name: K::kind(&K::DynamicType::default()).to_lowercase(),
+            name: K::kind(resource).to_lowercase(),
+            kind: K::kind(resource).into_owned(),
+            group: K::group(resource).into_owned(),
             metrics: None,
             synced: vec![synced(cache.clone())],
             primary: cache,
@@ -340,7 +353,17 @@ where
             shutdown_timeout: Duration::from_secs(30),
             stopping: tokio::sync::watch::Sender::new(false),
             error_policy: None,
+            leading: None,
         }
+    }
+
+    /// Starts no reconcile unless `leading` is true (a leader-only controller under a
+    /// manager: work stops being started the moment leadership is lost; the manager then
+    /// stops the controller).
+    #[must_use]
+    pub fn gated_by(mut self, leading: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
+        self.leading = leading;
+        self
     }
 
     /// Reconciles a primary object only for changes that pass `predicate` (replacing the
@@ -405,10 +428,8 @@ where
     pub fn owns<C>(mut self, owned: &Informer<C>) -> Self
     where
         C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        K::DynamicType: Default,
     {
-        let kind = K::kind(&K::DynamicType::default()).into_owned();
-        let group = K::group(&K::DynamicType::default()).into_owned();
+        let (kind, group) = (self.kind.clone(), self.group.clone());
         let primary = self.primary.clone();
         // The owner is `K` by kind and group (`apps/v1`'s group is `apps`; `v1`'s the core's).
         let of_group =
@@ -568,8 +589,14 @@ where
             let (queue, reconcile) = (self.queue.clone(), reconcile.clone());
             let (name, metrics) = (name.clone(), metrics.clone());
             let policy = self.error_policy.clone();
+            let leading = self.leading.clone();
             workers.push(tokio::spawn(async move {
                 while let Some(key) = queue.get().await {
+                    if leading.as_ref().is_some_and(|l| !*l.borrow()) {
+                        // Leadership is lost: the key stays for the next leader's list.
+                        queue.done(&key);
+                        break;
+                    }
                     let started = tokio::time::Instant::now();
                     let worker = Worker {
                         name: &name,

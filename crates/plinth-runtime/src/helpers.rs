@@ -125,22 +125,53 @@ where
     F: FnOnce(FinalizerEvent<K>) -> Fut,
     Fut: std::future::Future<Output = Result<crate::controller::Action, ReconcileError>>,
 {
+    finalizer_when(api, name, true, object, reconcile).await
+}
+
+/// [`finalizer`] for objects that may not want clean-up (a `deletionPolicy: Retain`, say):
+/// while `wanted`, as [`finalizer`]; when not, a live object that still carries `name` has it
+/// removed (no clean-up runs, now or at deletion) and is applied without it, and a deleted
+/// one is let go at once.
+///
+/// # Errors
+/// The reconcile's own error, or a retryable one if a finalizer write fails.
+pub async fn finalizer_when<K, F, Fut>(
+    api: &Api<K>,
+    name: &str,
+    wanted: bool,
+    object: std::sync::Arc<K>,
+    reconcile: F,
+) -> Result<crate::controller::Action, ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    F: FnOnce(FinalizerEvent<K>) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::controller::Action, ReconcileError>>,
+{
     let deleting = object.meta().deletion_timestamp.is_some();
     let has = object.finalizers().iter().any(|f| f == name);
-    match (deleting, has) {
-        (false, false) => {
+    match (deleting, has, wanted) {
+        (false, false, true) => {
             ensure_finalizer(api, &object, name).await?;
             Ok(crate::controller::Action::Done)
         }
-        (false, true) => reconcile(FinalizerEvent::Apply(object)).await,
-        (true, true) => {
+        (false, true, false) => {
+            // No longer wanted: removed; the write comes back as a change to apply.
+            remove_finalizer(api, &object, name).await?;
+            Ok(crate::controller::Action::Done)
+        }
+        (false, _, _) => reconcile(FinalizerEvent::Apply(object)).await,
+        (true, true, true) => {
             let action = reconcile(FinalizerEvent::Cleanup(object.clone())).await?;
             if action == crate::controller::Action::Done {
                 remove_finalizer(api, &object, name).await?;
             }
             Ok(action)
         }
-        (true, false) => Ok(crate::controller::Action::Done),
+        (true, true, false) => {
+            remove_finalizer(api, &object, name).await?;
+            Ok(crate::controller::Action::Done)
+        }
+        (true, false, _) => Ok(crate::controller::Action::Done),
     }
 }
 

@@ -27,9 +27,15 @@ use crate::metrics::Metrics;
 
 /// A signal that the manager is stopping; runnables finish their work and return.
 #[derive(Clone, Debug)]
-pub struct Shutdown(watch::Receiver<bool>);
+pub struct Shutdown(watch::Receiver<bool>, Option<watch::Receiver<bool>>);
 
 impl Shutdown {
+    /// For a leader-only runnable: follows this process's leadership, so that work stops
+    /// being started the moment it is lost (before the shutdown signal is given).
+    pub fn leadership(&self) -> Option<watch::Receiver<bool>> {
+        self.1.clone()
+    }
+
     /// Completes when the manager stops.
     pub async fn wait(mut self) {
         let _ = self.0.wait_for(|s| *s).await;
@@ -369,7 +375,7 @@ impl Manager {
             })
         };
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let shutdown = Shutdown(shutdown_rx);
+        let shutdown = Shutdown(shutdown_rx, None);
         let everywhere: Vec<_> = self
             .everywhere
             .into_iter()
@@ -397,7 +403,11 @@ impl Manager {
         let leader_tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
             std::sync::Arc::default();
         let leader_part = {
-            let (shutdown, handles) = (shutdown.clone(), leader_tasks.clone());
+            let shutdown = Shutdown(
+                shutdown.0.clone(),
+                self.elector.as_ref().map(|(_, e)| e.watch_leadership()),
+            );
+            let handles = leader_tasks.clone();
             async move {
                 let tasks: Vec<_> = leaders
                     .into_iter()

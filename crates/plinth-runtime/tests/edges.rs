@@ -372,3 +372,134 @@ async fn informer_options_merge_or_are_refused() {
     assert!(matches!(built, Err(BuildError::Informer(_))), "{built:?}");
     env.stop().await;
 }
+
+/// The finalizer helper for an object that no longer wants clean-up: a live object loses the
+/// finalizer (no clean-up), is then applied without one, and a deleted one is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_object_that_no_longer_wants_the_finalizer_loses_it() {
+    use kube::api::DeleteParams;
+    use plinth_runtime::helpers::{FinalizerEvent, finalizer_when};
+    const FINALIZER: &str = "example.com/cleanup";
+    let env = TestEnv::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("retained".into());
+    cm.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    let events: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let step = |object: ConfigMap, wanted: bool| {
+        let (api, events) = (api.clone(), events.clone());
+        async move {
+            finalizer_when(
+                &api,
+                FINALIZER,
+                wanted,
+                Arc::new(object),
+                |event| async move {
+                    events.lock().unwrap().push(match event {
+                        FinalizerEvent::Apply(_) => "apply",
+                        FinalizerEvent::Cleanup(_) => "cleanup",
+                    });
+                    Ok(Action::Done)
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let finalizers = |cm: &ConfigMap| cm.metadata.finalizers.clone().unwrap_or_default();
+    step(api.get("retained").await.unwrap(), false).await;
+    let live = api.get("retained").await.unwrap();
+    assert!(finalizers(&live).is_empty(), "removed while live");
+    step(live, false).await;
+    assert!(
+        finalizers(&api.get("retained").await.unwrap()).is_empty(),
+        "not added back"
+    );
+    assert_eq!(*events.lock().unwrap(), ["apply"]);
+
+    // Deleted while it still carries the finalizer (it was wanted then): let go unclean.
+    let mut again = api.get("retained").await.unwrap();
+    again.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    api.replace("retained", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    api.delete("retained", &DeleteParams::default())
+        .await
+        .unwrap();
+    step(api.get("retained").await.unwrap(), false).await;
+    assert!(api.get_opt("retained").await.unwrap().is_none(), "gone");
+    assert_eq!(*events.lock().unwrap(), ["apply"], "no clean-up ran");
+    env.stop().await;
+}
+
+/// A `DynamicObject` primary (its resource known only at run time) through the builder: its
+/// objects are reconciled, and so is the owner of a typed object it owns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamic_primary_is_reconciled_with_what_it_owns() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::core::{ApiResource, DynamicObject};
+    use plinth_runtime::InformerOptions;
+    let env = TestEnv::start().await.unwrap();
+    config_maps(&env, 1).await;
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut manager = Manager::new();
+    manager
+        .controller_for(
+            Api::<DynamicObject>::namespaced_with(env.client(), "default", &resource),
+            &resource,
+            InformerOptions::default(),
+        )
+        .owns(Api::<Secret>::namespaced(env.client(), "default"))
+        .run(
+            |cm: Arc<DynamicObject>, seen: Arc<Mutex<Vec<String>>>| async move {
+                seen.lock()
+                    .unwrap()
+                    .push(cm.metadata.name.clone().unwrap_or_default());
+                Ok(Action::Done)
+            },
+            seen.clone(),
+        )
+        .unwrap();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(manager.run(async {
+        let _ = stop_rx.await;
+    }));
+    until("the dynamic primary reconciled", || {
+        seen.lock().unwrap().contains(&"cm-0".to_owned())
+    })
+    .await;
+    let count =
+        |seen: &Mutex<Vec<String>>| seen.lock().unwrap().iter().filter(|n| *n == "cm-0").count();
+    let before = count(&seen);
+    let owner = Api::<ConfigMap>::namespaced(env.client(), "default")
+        .get("cm-0")
+        .await
+        .unwrap();
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("owned".into());
+    secret.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "cm-0".into(),
+        uid: owner.metadata.uid.unwrap(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    Api::<Secret>::namespaced(env.client(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    until("the owner reconciled for its Secret", || {
+        count(&seen) > before
+    })
+    .await;
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("run returns")
+        .unwrap()
+        .unwrap();
+    env.stop().await;
+}
