@@ -154,7 +154,7 @@ pub struct Controller<K> {
     stopping: tokio::sync::watch::Sender<bool>,
     error_policy: Option<ErrorPolicy>,
     /// Leadership, for a leader-only controller: no reconcile starts while it is false.
-    leading: Option<tokio::sync::watch::Receiver<bool>>,
+    leading: Option<crate::leader::LeaseGate>,
 }
 
 /// A future completing when `cache` has synced.
@@ -357,11 +357,11 @@ where
         }
     }
 
-    /// Starts no reconcile unless `leading` is true (a leader-only controller under a
-    /// manager: work stops being started the moment leadership is lost; the manager then
-    /// stops the controller).
+    /// Starts no reconcile unless `leading` says yes (a leader-only controller under a
+    /// manager: work stops being started the moment the lease is no longer surely held; the
+    /// manager then stops the controller).
     #[must_use]
-    pub fn gated_by(mut self, leading: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
+    pub fn gated_by(mut self, leading: Option<crate::leader::LeaseGate>) -> Self {
         self.leading = leading;
         self
     }
@@ -592,7 +592,7 @@ where
             let leading = self.leading.clone();
             workers.push(tokio::spawn(async move {
                 while let Some(key) = queue.get().await {
-                    if leading.as_ref().is_some_and(|l| !*l.borrow()) {
+                    if leading.as_ref().is_some_and(|l| !l()) {
                         // Leadership is lost: the key stays for the next leader's list.
                         queue.done(&key);
                         break;

@@ -1,6 +1,7 @@
-//! A client fenced by leadership: its writes are refused unless this process leads, so work
-//! that was in flight when the lease was lost cannot begin a new write (the old leader and the
-//! new one never write at the same time from this side).
+//! A client fenced by leadership: its writes are refused unless this process leads and renewed
+//! its lease less than the renew deadline ago ([`crate::LeaderElector::holds_lease`]), so work
+//! that was in flight when the lease was lost — or that wakes after the process was paused
+//! past its lease — cannot begin a new write.
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client) {
@@ -16,13 +17,14 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
 use kube::client::Body;
-use tokio::sync::watch;
+
+use crate::leader::LeaseGate;
 
 /// The tower service under a fenced client.
 #[derive(Clone)]
 struct Fenced {
     client: kube::Client,
-    leading: watch::Receiver<bool>,
+    leading: LeaseGate,
     lease: String,
 }
 
@@ -40,7 +42,7 @@ impl tower::Service<Request<Body>> for Fenced {
             *request.method(),
             Method::GET | Method::HEAD | Method::OPTIONS
         );
-        if writes && !*self.leading.borrow() {
+        if writes && !(self.leading)() {
             let lease = self.lease.clone();
             return Box::pin(async move {
                 Err(kube::Error::Service(
@@ -54,12 +56,8 @@ impl tower::Service<Request<Body>> for Fenced {
 }
 
 /// `client` whose writes (every method but `GET`, `HEAD` and `OPTIONS`) fail at once while
-/// `leading` is false.
-pub(crate) fn fenced(
-    client: kube::Client,
-    leading: watch::Receiver<bool>,
-    lease: &str,
-) -> kube::Client {
+/// `leading` says no.
+pub(crate) fn fenced(client: kube::Client, leading: LeaseGate, lease: &str) -> kube::Client {
     let namespace = client.default_namespace().to_owned();
     kube::Client::new(
         Fenced {

@@ -57,6 +57,8 @@ pub struct LeaderElector {
     identity: String,
     timings: Timings,
     leading: watch::Sender<bool>,
+    /// When the last acquisition or renewal that succeeded was sent (this process's clock).
+    renewed: std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
     /// The lease record last seen, and when (on this process's clock): another holder's lease
     /// has expired when that record has not changed for a lease duration — client-go's rule,
     /// which never compares the holder's clock with ours.
@@ -99,6 +101,7 @@ impl LeaderElector {
             identity: identity.to_owned(),
             timings: Timings::default(),
             leading: watch::Sender::new(false),
+            renewed: std::sync::Arc::default(),
             observed: std::sync::Arc::default(),
         }
     }
@@ -119,7 +122,33 @@ impl LeaderElector {
     /// every write fails at once, unsent (see [`crate::fence`]). Reconcilers of leader-only
     /// controllers write through it, so that none begins a write after leadership is lost.
     pub fn fence(&self, client: kube::Client) -> kube::Client {
-        crate::fence::fenced(client, self.leading.subscribe(), &self.name)
+        crate::fence::fenced(client, self.gate(), &self.name)
+    }
+
+    /// Whether this candidate leads and its lease is surely still its own: its last renewal
+    /// was sent less than the renew deadline ago. Unlike [`LeaderElector::is_leader`] this
+    /// turns false by itself when the process could not renew — paused (SIGSTOP, a stalled
+    /// machine) or cut off — before the campaign loop runs again to notice.
+    pub fn holds_lease(&self) -> bool {
+        self.is_leader()
+            && self
+                .renewed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some_and(|at| at.elapsed() < self.timings.renew_deadline)
+    }
+
+    /// [`LeaderElector::holds_lease`] as a shareable check (for fences and gates).
+    pub fn gate(&self) -> LeaseGate {
+        let elector = self.clone();
+        std::sync::Arc::new(move || elector.holds_lease())
+    }
+
+    fn renewed_at(&self, at: tokio::time::Instant) {
+        *self
+            .renewed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(at);
     }
 
     /// Whether this candidate leads now.
@@ -243,7 +272,9 @@ impl LeaderElector {
         tokio::pin!(stop);
         // Campaign.
         loop {
+            let sent = tokio::time::Instant::now();
             if let Attempt::Acquired = self.try_within_deadline().await {
+                self.renewed_at(sent);
                 break;
             }
             tokio::select! {
@@ -253,17 +284,17 @@ impl LeaderElector {
         }
         self.leading.send_replace(true);
         tokio::pin!(lead);
-        let mut last_renewal = tokio::time::Instant::now();
         let outcome = loop {
             tokio::select! {
                 () = &mut stop => break Leadership::Released,
                 () = &mut lead => break Leadership::Released,
                 () = tokio::time::sleep(self.timings.retry_period) => {
+                    let sent = tokio::time::Instant::now();
                     match self.try_within_deadline().await {
-                        Attempt::Acquired => last_renewal = tokio::time::Instant::now(),
+                        Attempt::Acquired => self.renewed_at(sent),
                         Attempt::HeldByOther => break Leadership::Lost,
                         Attempt::Failed => {
-                            if last_renewal.elapsed() > self.timings.renew_deadline {
+                            if !self.holds_lease() {
                                 break Leadership::Lost;
                             }
                         }
@@ -285,6 +316,9 @@ impl LeaderElector {
         outcome
     }
 }
+
+/// Whether this process may act as the leader now ([`LeaderElector::gate`]).
+pub type LeaseGate = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// How a [`LeaderElector::run`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

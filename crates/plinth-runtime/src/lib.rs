@@ -54,7 +54,7 @@ pub use controller::{
     Stopping,
 };
 pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
-pub use leader::{LeaderElector, Leadership, Timings};
+pub use leader::{LeaderElector, Leadership, LeaseGate, Timings};
 pub use manager::{
     InformerConflict, Manager, ManagerError, RunError, Runs, Shutdown, shutdown_signal,
 };

@@ -26,13 +26,20 @@ use crate::leader::{LeaderElector, Leadership};
 use crate::metrics::Metrics;
 
 /// A signal that the manager is stopping; runnables finish their work and return.
-#[derive(Clone, Debug)]
-pub struct Shutdown(watch::Receiver<bool>, Option<watch::Receiver<bool>>);
+#[derive(Clone)]
+pub struct Shutdown(watch::Receiver<bool>, Option<crate::leader::LeaseGate>);
+
+impl std::fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown").finish_non_exhaustive()
+    }
+}
 
 impl Shutdown {
-    /// For a leader-only runnable: follows this process's leadership, so that work stops
-    /// being started the moment it is lost (before the shutdown signal is given).
-    pub fn leadership(&self) -> Option<watch::Receiver<bool>> {
+    /// For a leader-only runnable under leader election: whether this process holds the lease
+    /// now ([`LeaderElector::holds_lease`]), so that work stops being started the moment it
+    /// is lost (before the shutdown signal is given).
+    pub fn leadership(&self) -> Option<crate::leader::LeaseGate> {
         self.1.clone()
     }
 
@@ -405,7 +412,7 @@ impl Manager {
         let leader_part = {
             let shutdown = Shutdown(
                 shutdown.0.clone(),
-                self.elector.as_ref().map(|(_, e)| e.watch_leadership()),
+                self.elector.as_ref().map(|(_, e)| e.gate()),
             );
             let handles = leader_tasks.clone();
             async move {

@@ -503,3 +503,109 @@ async fn a_dynamic_primary_is_reconciled_with_what_it_owns() {
         .unwrap();
     env.stop().await;
 }
+
+/// A leader paused past its lease (SIGSTOP, a stalled machine) while a standby takes over:
+/// when it wakes, its overdue reconciles begin no write — its lease is not surely its own any
+/// more — even before its elector, whose renewals now hang, learns of the takeover. (The old
+/// leader runs on a runtime of its own thread; blocking that thread pauses it whole.)
+#[test]
+fn a_leader_paused_past_its_lease_writes_nothing_when_it_wakes() {
+    let outer = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let env = outer.block_on(TestEnv::start()).unwrap();
+    outer.block_on(config_maps(&env, 5));
+    let faults = Faults::new();
+    let old = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = old.handle().clone();
+    let (elector_tx, elector_rx) = std::sync::mpsc::channel();
+    let running = std::thread::spawn({
+        let (faults, client) = (faults.clone(), env.client());
+        move || {
+            old.block_on(async move {
+                let client = faults.client(client);
+                let elector = LeaderElector::new(client.clone(), "default", "paused", "old")
+                    .with_timings(timings());
+                let writes = Api::<ConfigMap>::namespaced(elector.fence(client.clone()), "default");
+                let mut manager = Manager::new().leader_election(elector.clone());
+                manager
+                    .controller(Api::<ConfigMap>::namespaced(client, "default"))
+                    .run(
+                        |cm: Arc<ConfigMap>, writes: Arc<Api<ConfigMap>>| async move {
+                            let name = cm.metadata.name.clone().unwrap_or_default();
+                            let patch = serde_json::json!({"metadata": {"annotations": {
+                                "edges/written": format!("{:?}", std::time::SystemTime::now()),
+                            }}});
+                            writes
+                                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await?;
+                            Ok(Action::RequeueAfter(Duration::from_millis(1)))
+                        },
+                        Arc::new(writes),
+                    )
+                    .unwrap();
+                elector_tx.send(elector).unwrap();
+                manager.run(std::future::pending()).await
+            })
+        }
+    });
+    let old_elector = elector_rx.recv().unwrap();
+    let patches_after = |at: Option<tokio::time::Instant>| {
+        faults
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "configmaps" && r.verb == Verb::Patch)
+            .filter(|r| at.is_none_or(|at| r.at > at))
+            .count()
+    };
+    outer.block_on(until("the old leader's writes", || {
+        old_elector.is_leader() && patches_after(None) > 10
+    }));
+
+    // Pause the old leader; its renewals hang from now on.
+    faults.inject(Rule::new(Fault::Hang).resource("leases"));
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel();
+    handle.spawn(async move {
+        paused_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(6));
+    });
+    paused_rx.recv().unwrap();
+
+    // The standby takes over once it has seen the lease unrenewed for its duration.
+    let standby =
+        LeaderElector::new(env.client(), "default", "paused", "new").with_timings(timings());
+    let (stop_standby, standby_stopped) = tokio::sync::oneshot::channel::<()>();
+    let standby_run = outer.spawn({
+        let standby = standby.clone();
+        async move {
+            standby
+                .run(std::future::pending(), async {
+                    let _ = standby_stopped.await;
+                })
+                .await
+        }
+    });
+    outer.block_on(until("the standby's takeover", || standby.is_leader()));
+    let taken = tokio::time::Instant::now();
+
+    // The old leader wakes, and ends when its renewal gives up.
+    let result = running.join().unwrap();
+    assert!(
+        matches!(result, Err(ManagerError::LostLeadership)),
+        "{result:?}"
+    );
+    let late = patches_after(Some(taken));
+    assert!(
+        late <= 1,
+        "the old leader sent {late} writes after the takeover (one may have been under way)"
+    );
+    faults.clear();
+    stop_standby.send(()).unwrap();
+    let _ = outer.block_on(standby_run).unwrap();
+    outer.block_on(env.stop());
+}
