@@ -42,6 +42,13 @@ impl Served {
             .collect();
         let images = dir.join("images.yaml");
         std::fs::write(&images, map).unwrap_or_else(|e| panic!("{}: {e}", images.display()));
+        // Every request's metadata in an audit log (who did what, from which client).
+        let policy = dir.join("audit-policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", policy.display()));
         let slot = crate::Slot::take();
         let ranges = if private {
             let mut args = slot.private_args();
@@ -57,6 +64,10 @@ impl Served {
             .arg("--images")
             .arg(&images)
             .args(ranges)
+            .arg("--audit-policy-file")
+            .arg(&policy)
+            .arg("--audit-log-path")
+            .arg(dir.join("audit.log"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -137,6 +148,16 @@ impl Served {
         let mut full = args.to_vec();
         full.extend(["-o", "json"]);
         serde_json::from_str(&self.ok(&full)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The audit events logged so far (`audit.k8s.io/v1` Events at `Metadata` level: verb,
+    /// user, `userAgent`, object reference, `requestReceivedTimestamp`, response code).
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
     }
 }
 

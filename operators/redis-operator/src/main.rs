@@ -188,7 +188,6 @@ struct Options {
 }
 
 async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let client = kube::Client::try_default().await?;
     // The pod's name in a cluster (or the host's), and this process.
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
@@ -196,6 +195,13 @@ async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     // Unique per process, as client-go's (a restarted container keeps its host name and
     // may get its PID back, yet must not take over the dead one's Lease as if it held it).
     let identity = format!("{host}_{}", uuid::Uuid::new_v4());
+    // Every request names this process (the audit log's userAgent): which replica did what.
+    let mut config = kube::Config::infer().await?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&format!("redis-operator/{identity}"))?,
+    ));
+    let client = kube::Client::try_from(config)?;
     let mut manager = Manager::new();
     // The reconcilers' client: with leader election, fenced by it (a write after the lease is
     // lost is refused unsent, so the old leader never writes beside the new one).

@@ -169,17 +169,18 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
         1,
         "the leader's process: {leader_pids:?}"
     );
+    // Paused (SIGSTOP: a stalled process, alive, that will wake) rather than killed.
     assert!(
         Command::new("kill")
-            .args(["-KILL", &leader_pids[0].to_string()])
+            .args(["-STOP", &leader_pids[0].to_string()])
             .status()
             .unwrap()
             .success()
     );
+    let paused = Resume(leader_pids[0]);
 
-    // The successor (the other replica, or the leader's restarted container — a new
-    // identity either way) takes the Lease once it expires and finishes the failover on the
-    // same clock: one promotion, one FailedOver event.
+    // The successor (the other replica) takes the Lease once it expires and finishes the
+    // failover on the same clock: one promotion, one FailedOver event.
     plinth_testenv::eventually_blocking("a replica is promoted", || {
         let status = cluster_status(&server);
         let clock = &status["masterUnreachableSince"];
@@ -193,6 +194,41 @@ fn the_shipped_manifests_run_the_operator_in_two_pods_that_hand_over() {
     });
     let successor = lease_holder(&server);
     assert_ne!(successor.as_ref(), Some(&holder), "a successor leads");
+    // From here on (the successor is seen leading, so it took over before) the old leader
+    // must write nothing: it wakes with overdue work, its lease long unrenewed; it exits on
+    // learning that it lost leadership (its container restarts with a new identity).
+    let taken_over = utc_now();
+    drop(paused);
+    plinth_testenv::eventually_blocking("the woken leader exits", || {
+        !Path::new(&format!("/proc/{}", leader_pids[0])).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", leader_pids[0]))
+                .is_ok_and(|stat| stat.contains(") Z "))
+    });
+    let agent = format!("redis-operator/{holder}");
+    let events = server.audit_events();
+    assert!(
+        events.iter().any(|e| e["userAgent"] == agent.as_str()),
+        "the old leader's requests are in the audit log under its identity"
+    );
+    let late_writes: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["userAgent"] == agent.as_str())
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete" | "deletecollection")
+            )
+        })
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .is_some_and(|t| t > taken_over.as_str())
+        })
+        .collect();
+    assert!(
+        late_writes.is_empty(),
+        "the old leader wrote after the takeover: {late_writes:#?}"
+    );
     eprintln!(
         "{holder} killed with {primary} unreachable since {since}; {successor:?} promoted {:?}",
         cluster_status(&server)["currentMaster"]
@@ -278,6 +314,16 @@ fn failovers(server: &Served) -> u64 {
 }
 
 /// Resumes a stopped process when dropped (a failing test leaves nothing stopped).
+/// Now as RFC 3339 with microseconds in UTC, as audit timestamps are written (comparable as
+/// strings).
+fn utc_now() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.%6NZ"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 struct Resume(u32);
 
 impl Drop for Resume {
