@@ -35,6 +35,18 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+type Running = tokio::task::JoinHandle<Result<(), ManagerError>>;
+
+/// Stops a manager started with a oneshot stop signal and checks that it ran cleanly.
+async fn stopped(stop: tokio::sync::oneshot::Sender<()>, running: Running) {
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("run returns")
+        .unwrap()
+        .unwrap();
+}
+
 async fn config_maps(env: &TestEnv, count: usize) {
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     for i in 0..count {
@@ -324,12 +336,7 @@ async fn informers_handed_out_sync_before_controllers_start() {
         "a reconcile ran against the handed-out cache before it synced: {:?}",
         seen.lock().unwrap()
     );
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(60), running)
-        .await
-        .expect("run returns")
-        .unwrap()
-        .unwrap();
+    stopped(stop, running).await;
     env.stop().await;
 }
 
@@ -495,12 +502,7 @@ async fn a_dynamic_primary_is_reconciled_with_what_it_owns() {
         count(&seen) > before
     })
     .await;
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(60), running)
-        .await
-        .expect("run returns")
-        .unwrap()
-        .unwrap();
+    stopped(stop, running).await;
     env.stop().await;
 }
 
