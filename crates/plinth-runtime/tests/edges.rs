@@ -611,3 +611,31 @@ fn a_leader_paused_past_its_lease_writes_nothing_when_it_wakes() {
     let _ = outer.block_on(standby_run).unwrap();
     outer.block_on(env.stop());
 }
+
+/// A stop while the API server no longer answers (every Lease request held back): the
+/// release is bounded by the renew deadline, so `run` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_returns_when_the_release_hangs() {
+    let env = TestEnv::start().await.unwrap();
+    let faults = Faults::new();
+    let elector = LeaderElector::new(faults.client(env.client()), "default", "held", "me")
+        .with_timings(timings());
+    // Leader work that lasts until the stop (leadership ends when it does).
+    let manager = Manager::new().leader_election(elector.clone()).add(
+        Runs::LeaderOnly,
+        |shutdown| async move {
+            shutdown.wait().await;
+            Ok(())
+        },
+    );
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(manager.run(async {
+        let _ = stop_rx.await;
+    }));
+    until("leadership", || elector.is_leader()).await;
+    let held = faults.inject(Rule::new(Fault::Hang).resource("leases"));
+    stopped(stop, running).await;
+    assert!(!elector.is_leader());
+    faults.remove(held);
+    env.stop().await;
+}
