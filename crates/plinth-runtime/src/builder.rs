@@ -57,8 +57,6 @@ pub struct ControllerBuilder<'m, K> {
     primary: Arc<Informer<K>>,
     controller: Controller<K>,
     name: Option<String>,
-    /// The primary kind in lower case (the default name).
-    kind: String,
     runs: crate::manager::Runs,
     /// The first informer conflict, reported by `run`.
     conflict: Option<InformerConflict>,
@@ -121,7 +119,6 @@ impl Manager {
             primary,
             controller,
             name: None,
-            kind: K::kind(resource).to_lowercase(),
             runs: crate::manager::Runs::LeaderOnly,
             conflict,
         }
@@ -280,7 +277,9 @@ where
         if let Some(conflict) = self.conflict {
             return Err(conflict.into());
         }
-        let name = self.name.unwrap_or_else(|| self.kind.clone());
+        let name = self
+            .name
+            .unwrap_or_else(|| self.controller.name().to_owned());
         let metrics = self.manager.metrics();
         let controller = self.controller.metrics(&name, &metrics)?;
         let cache = self.primary.cache();

@@ -109,9 +109,6 @@ pub enum ControllerError {
     },
 }
 
-/// A user's predicate: whether a change of the primary resource is worth a reconcile.
-pub type PredicateFn<K> = Arc<dyn Fn(&Change<K>) -> bool + Send + Sync>;
-
 /// The future a reconciler returns.
 pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
 
@@ -355,6 +352,11 @@ where
             error_policy: None,
             leading: None,
         }
+    }
+
+    /// Its name (the `controller` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Starts no reconcile unless `leading` says yes (a leader-only controller under a

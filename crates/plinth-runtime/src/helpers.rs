@@ -154,8 +154,9 @@ where
             ensure_finalizer(api, &object, name).await?;
             Ok(crate::controller::Action::Done)
         }
-        (false, true, false) => {
-            // No longer wanted: removed; the write comes back as a change to apply.
+        (_, true, false) => {
+            // No longer wanted: removed without clean-up; a live object's write comes back as
+            // a change to apply, a deleted one goes.
             remove_finalizer(api, &object, name).await?;
             Ok(crate::controller::Action::Done)
         }
@@ -166,10 +167,6 @@ where
                 remove_finalizer(api, &object, name).await?;
             }
             Ok(action)
-        }
-        (true, true, false) => {
-            remove_finalizer(api, &object, name).await?;
-            Ok(crate::controller::Action::Done)
         }
         (true, false, _) => Ok(crate::controller::Action::Done),
     }

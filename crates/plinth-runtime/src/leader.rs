@@ -118,8 +118,9 @@ impl LeaderElector {
         &self.name
     }
 
-    /// `client` with its writes fenced by this candidate's leadership: while it does not lead,
-    /// every write fails at once, unsent (see [`crate::fence`]). Reconcilers of leader-only
+    /// `client` with its writes fenced by this candidate's leadership: unless it holds the
+    /// lease ([`LeaderElector::holds_lease`]), every write fails at once, unsent (see
+    /// [`crate::fence`]). Reconcilers of leader-only
     /// controllers write through it, so that none begins a write after leadership is lost.
     pub fn fence(&self, client: kube::Client) -> kube::Client {
         crate::fence::fenced(client, self.gate(), &self.name)

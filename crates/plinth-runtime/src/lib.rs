@@ -50,8 +50,7 @@ pub mod workqueue {
 pub use builder::{BuildError, ControllerBuilder};
 pub use client::{ObjectClient, SplitClient};
 pub use controller::{
-    Action, Controller, ControllerError, Predicate, PredicateFn, ReconcileError, ReconcileFuture,
-    Stopping,
+    Action, Controller, ControllerError, Predicate, ReconcileError, ReconcileFuture, Stopping,
 };
 pub use informer::{Cache, Change, Informer, InformerOptions, ObjectKey};
 pub use leader::{LeaderElector, Leadership, LeaseGate, Timings};

@@ -104,7 +104,7 @@ pub struct Manager {
     cache_sync_timeout: std::time::Duration,
     metrics: Metrics,
     checks: crate::health::Checks,
-    elector: Option<(String, LeaderElector)>,
+    elector: Option<LeaderElector>,
     leaders: Vec<Runnable>,
     everywhere: Vec<Runnable>,
     metrics_listener: Option<TcpListener>,
@@ -265,7 +265,7 @@ impl Manager {
     /// Runs the leader-only runnables only while `elector` holds its lease.
     #[must_use]
     pub fn leader_election(mut self, elector: LeaderElector) -> Self {
-        self.elector = Some((elector.lease_name().to_owned(), elector));
+        self.elector = Some(elector);
         self
     }
 
@@ -388,22 +388,18 @@ impl Manager {
             .into_iter()
             .map(|run| start(run, shutdown.clone()))
             .collect();
-        // Stopped, or a runnable failed (then the manager stops, not ready any more).
-        let failure: std::sync::Arc<std::sync::Mutex<Option<RunError>>> = std::sync::Arc::default();
-        let ended = {
-            let failure = failure.clone();
-            async move {
-                tokio::select! {
-                    () = &mut stop => {}
-                    Some(error) = failed_rx.recv() => {
-                        tracing::error!(%error, "A runnable failed; stopping the manager");
-                        ready_tx.send_replace(false);
-                        *failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                            Some(error);
-                    }
+        // Stopped (`None`), or a runnable failed (then the manager stops, not ready any more).
+        let ended = async move {
+            tokio::select! {
+                () = &mut stop => None,
+                Some(error) = failed_rx.recv() => {
+                    tracing::error!(%error, "A runnable failed; stopping the manager");
+                    ready_tx.send_replace(false);
+                    Some(error)
                 }
             }
         };
+        let mut failure = None;
         let leaders = self.leaders;
         // Abort handles of the leader tasks stay reachable outside the leading part: when
         // leadership is lost, the tasks are stopped before `run` returns.
@@ -412,7 +408,7 @@ impl Manager {
         let leader_part = {
             let shutdown = Shutdown(
                 shutdown.0.clone(),
-                self.elector.as_ref().map(|(_, e)| e.gate()),
+                self.elector.as_ref().map(LeaderElector::gate),
             );
             let handles = leader_tasks.clone();
             async move {
@@ -432,12 +428,13 @@ impl Manager {
         let outcome = match self.elector {
             None => {
                 let running = tokio::spawn(leader_part);
-                ended.await;
+                failure = ended.await;
                 shutdown_tx.send_replace(true);
                 let _ = running.await;
                 Ok(())
             }
-            Some((lease, elector)) => {
+            Some(elector) => {
+                let lease = elector.lease_name().to_owned();
                 let metrics = self.metrics.clone();
                 metrics.set_leader(&lease, false);
                 let mut leading = elector.watch_leadership();
@@ -461,7 +458,8 @@ impl Manager {
                 tokio::pin!(ended);
                 let result = tokio::select! {
                     result = &mut elected => result,
-                    () = &mut ended => {
+                    failed = &mut ended => {
+                        failure = failed;
                         shutdown_tx.send_replace(true);
                         elected.await
                     }
@@ -494,11 +492,7 @@ impl Manager {
             let _ = task.await;
         }
         abort_servers(servers);
-        let failed = failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        match failed {
+        match failure {
             Some(error) => Err(ManagerError::Runnable(error)),
             None => outcome,
         }

@@ -23,16 +23,9 @@ fn timings() -> Timings {
     }
 }
 
-/// Waits for `check` (a hang guard of a minute, not a measurement).
+/// Waits for `check` (plinth-testenv's wait: a hang guard, not a measurement).
 async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    plinth_testenv::eventually(what, || std::future::ready(check())).await;
 }
 
 type Running = tokio::task::JoinHandle<Result<(), ManagerError>>;

@@ -20,7 +20,6 @@
 //! ```
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -289,13 +288,11 @@ impl Faults {
     /// `client` with these faults between it and its server.
     pub fn client(&self, client: kube::Client) -> kube::Client {
         let namespace = client.default_namespace().to_owned();
-        kube::Client::new(
-            Faulty {
-                faults: self.clone(),
-                client,
-            },
-            namespace,
-        )
+        let faults = self.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            faults.clone().send(client.clone(), request)
+        });
+        kube::Client::new(service, namespace)
     }
 
     /// Adds a rule (the first rule that matches a request decides).
@@ -351,83 +348,70 @@ impl Faults {
     }
 }
 
-/// The tower service under a faulty client.
-#[derive(Clone)]
-struct Faulty {
-    faults: Faults,
-    client: kube::Client,
-}
-
 type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, kube::Error>;
 
-impl tower::Service<Request<Body>> for Faulty {
-    type Response = Response<Boxed>;
-    type Error = kube::Error;
-    type Future = BoxFuture<'static, Result<Response<Boxed>, kube::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let Self { faults, client } = self.clone();
-        Box::pin(async move {
-            let seen = Seen::of(&request);
-            match faults.decide(&seen) {
-                None => {}
-                Some((_, Fault::Delay(delay))) => tokio::time::sleep(delay).await,
-                Some((id, Fault::Hang)) => {
-                    let mut changed = faults.changed.subscribe();
-                    while faults.has(id) {
-                        if changed.changed().await.is_err() {
-                            break;
-                        }
+impl Faults {
+    /// Sends `request` through `client` as the rules decide.
+    async fn send(
+        self,
+        client: kube::Client,
+        request: Request<Body>,
+    ) -> Result<Response<Boxed>, kube::Error> {
+        let seen = Seen::of(&request);
+        match self.decide(&seen) {
+            None => {}
+            Some((_, Fault::Delay(delay))) => tokio::time::sleep(delay).await,
+            Some((id, Fault::Hang)) => {
+                let mut changed = self.changed.subscribe();
+                while self.has(id) {
+                    if changed.changed().await.is_err() {
+                        break;
                     }
                 }
-                Some((
-                    _,
-                    Fault::Status {
-                        code,
-                        reason,
-                        message,
-                    },
-                )) => {
-                    let status = serde_json::json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Failure", "message": message, "reason": reason, "code": code,
-                    });
-                    let body = Body::from(status.to_string().into_bytes());
-                    return Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(body.boxed_unsync())
-                        .map_err(kube::Error::HttpError);
-                }
-                Some((_, Fault::Unreachable)) => {
-                    return Err(kube::Error::Service(Box::new(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionRefused,
-                        "connection refused (injected)",
-                    ))));
+            }
+            Some((
+                _,
+                Fault::Status {
+                    code,
+                    reason,
+                    message,
+                },
+            )) => {
+                let status = serde_json::json!({
+                    "kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "message": message, "reason": reason, "code": code,
+                });
+                let body = Body::from(status.to_string().into_bytes());
+                return Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(body.boxed_unsync())
+                    .map_err(kube::Error::HttpError);
+            }
+            Some((_, Fault::Unreachable)) => {
+                return Err(kube::Error::Service(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "connection refused (injected)",
+                ))));
+            }
+        }
+        let response = client.send(request).await?;
+        if seen.verb != Verb::Watch {
+            return Ok(response.map(BodyExt::boxed_unsync));
+        }
+        let resource = seen.resource.clone();
+        let mut drops = self.drops.subscribe();
+        drops.mark_unchanged();
+        let dropped = Box::pin(async move {
+            while drops.changed().await.is_ok() {
+                let named = drops.borrow().1.clone();
+                if named.is_none_or(|r| r == resource) {
+                    return;
                 }
             }
-            let response = client.send(request).await?;
-            if seen.verb != Verb::Watch {
-                return Ok(response.map(BodyExt::boxed_unsync));
-            }
-            let resource = seen.resource.clone();
-            let mut drops = faults.drops.subscribe();
-            drops.mark_unchanged();
-            let dropped = Box::pin(async move {
-                while drops.changed().await.is_ok() {
-                    let named = drops.borrow().1.clone();
-                    if named.is_none_or(|r| r == resource) {
-                        return;
-                    }
-                }
-                std::future::pending::<()>().await;
-            });
-            Ok(response.map(|body| cut_when(body, dropped)))
-        })
+            std::future::pending::<()>().await;
+        });
+        Ok(response.map(|body| cut_when(body, dropped)))
     }
 }
 
