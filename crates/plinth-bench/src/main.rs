@@ -11,6 +11,8 @@
 //! `plinth-bench gc` measures reads while the garbage collector deletes 50,000 dependents.
 //! `plinth-bench reads` measures the server time of lists (JSON, protobuf, selected,
 //! paginated) of 10,000 1-KiB ConfigMaps and the memory they take.
+//! `plinth-bench robustness` drives mixed traffic under faults and checks the recorded history
+//! with `plinth-check`.
 
 #![forbid(unsafe_code)]
 
@@ -34,6 +36,7 @@ mod operator_cache;
 mod pods;
 mod reads;
 mod reconcile;
+mod robustness;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -188,6 +191,48 @@ enum Command {
         /// Kept-open connections of the load generator.
         #[arg(long, default_value_t = 32)]
         connections: usize,
+    },
+    /// Mixed traffic under faults (SIGKILL and SIGSTOP of servers and etcd members), every
+    /// call and watch event recorded and checked: linearizable writes, consistent reads,
+    /// watch guarantees, acknowledged writes durable. Fails on any violation.
+    Robustness {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// Servers on a new three-member etcd instead of one on the embedded store.
+        #[arg(long)]
+        etcd: bool,
+        /// Servers (with --etcd).
+        #[arg(long, default_value_t = 3)]
+        servers: usize,
+        /// Seconds of traffic.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Concurrent clients, spread over the servers.
+        #[arg(long, default_value_t = 8)]
+        clients: u32,
+        /// Keys (ConfigMaps) the clients share; half the calls go to three of them.
+        #[arg(long, default_value_t = 10)]
+        keys: u64,
+        /// Faults, taken in turn: kill-server, pause-server, kill-member, pause-member
+        /// (the last two with --etcd), or none.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "kill-server,pause-server"
+        )]
+        faults: Vec<String>,
+        /// Seconds between faults.
+        #[arg(long, default_value_t = 5)]
+        fault_interval: u64,
+        /// Where to write the recorded history (JSON), for `check-history`.
+        #[arg(long)]
+        history: Option<PathBuf>,
+    },
+    /// Checks a history `robustness --history` recorded.
+    CheckHistory {
+        /// The history file.
+        path: PathBuf,
     },
     /// (In a pod, for `services`.) Answers HTTP requests with `ok`.
     HttpServe {
@@ -463,6 +508,31 @@ async fn main() -> std::process::ExitCode {
             Ok(client) => operator_cache::run(client, &namespace, clusters, &runtime).await,
             Err(e) => Err(e),
         },
+        Command::Robustness {
+            binary,
+            etcd,
+            servers,
+            seconds,
+            clients,
+            keys,
+            faults,
+            fault_interval,
+            history,
+        } => {
+            robustness::run(robustness::Options {
+                binary,
+                etcd,
+                servers,
+                seconds,
+                clients,
+                keys,
+                faults,
+                fault_interval: std::time::Duration::from_secs(fault_interval),
+                history,
+            })
+            .await
+        }
+        Command::CheckHistory { path } => robustness::recheck(&path),
         Command::Reconcile {
             kubeconfig,
             runtime,
