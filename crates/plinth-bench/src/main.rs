@@ -214,8 +214,9 @@ enum Command {
         /// Keys (ConfigMaps) the clients share; half the calls go to three of them.
         #[arg(long, default_value_t = 10)]
         keys: u64,
-        /// Faults, taken in turn: kill-server, pause-server, kill-member, pause-member
-        /// (the last two with --etcd), or none.
+        /// Faults, taken in turn: kill-server, pause-server, partition-server, kill-member,
+        /// pause-member, partition-member (all but the first two with --etcd; partitions put
+        /// every server and member in a network namespace, as root), or none.
         #[arg(
             long,
             value_delimiter = ',',

@@ -6,6 +6,7 @@
 //! checker found a violation.
 
 mod cluster;
+mod net;
 mod traffic;
 
 use std::collections::BTreeMap;
@@ -54,14 +55,12 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
         .filter(|f| !f.is_empty() && *f != "none")
         .map(|f| FaultKind::parse(f).ok_or_else(|| format!("no fault called {f:?}")))
         .collect::<Result<_, _>>()?;
-    if !options.etcd
-        && kinds
-            .iter()
-            .any(|k| matches!(k, FaultKind::KillMember | FaultKind::PauseMember))
-    {
-        return Err("etcd member faults need --etcd".into());
+    if !options.etcd && kinds.iter().any(|k| !k.to_server() || k.partitions()) {
+        return Err("etcd member faults and partitions need --etcd".into());
     }
-    let mut cluster = Cluster::start(&options.binary, options.servers, options.etcd).await?;
+    let namespaced = kinds.iter().any(|k| k.partitions());
+    let mut cluster =
+        Cluster::start(&options.binary, options.servers, options.etcd, namespaced).await?;
     let (servers, members) = cluster.size();
     let admin = ready_client(&cluster, 0).await?;
     ensure_namespace(&admin, NAMESPACE).await?;
@@ -135,8 +134,7 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
         let pause = Duration::from_millis(500 + dice.roll(2500));
         let begun = target.now();
         cluster.inject(kind, victim, pause).await?;
-        let server = matches!(kind, FaultKind::KillServer | FaultKind::PauseServer)
-            .then_some(victim % servers);
+        let server = kind.to_server().then_some(victim % servers);
         faults.push(Fault {
             kind,
             server,
