@@ -138,11 +138,20 @@ fn commit_writes(
         Ok(results) => results,
         Err(failure) => {
             tracing::error!(error = %failure, "write transaction failed; {} writes rejected", group.len());
-            let message = failure.to_string();
+            let full = out_of_space(&failure);
+            let message = match &failure {
+                StoreError::Backend { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
             for request in group {
-                let _ = request
-                    .reply
-                    .send(Err(StoreError::backend("commit", message.clone())));
+                let error = if full {
+                    StoreError::NoSpace {
+                        detail: message.clone(),
+                    }
+                } else {
+                    StoreError::backend("commit", message.clone())
+                };
+                let _ = request.reply.send(Err(error));
             }
             return;
         }
@@ -308,4 +317,18 @@ fn compact(
     counters.compacted = revision;
     tracing::debug!(revision, removed = dropped.len(), "compacted");
     Ok(())
+}
+
+/// Whether a failed write transaction failed for want of space (SQLite's `SQLITE_FULL`, or
+/// the file system's `ENOSPC` underneath).
+fn out_of_space(failure: &StoreError) -> bool {
+    let StoreError::Backend { source, .. } = failure else {
+        return false;
+    };
+    if let Some(e) = source.downcast_ref::<rusqlite::Error>() {
+        return e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
+    }
+    source
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::StorageFull)
 }

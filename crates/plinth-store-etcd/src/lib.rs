@@ -72,6 +72,9 @@ fn grpc(step: &'static str) -> impl FnOnce(etcd_client::Error) -> StoreError {
                 limit: None,
             };
         }
+        if message.contains("database space exceeded") {
+            return StoreError::NoSpace { detail: message };
+        }
         StoreError::backend(step, e)
     }
 }

@@ -20,7 +20,12 @@ pub struct EtcdProcess {
     /// The member's name and the whole cluster's `name=peer-url` list.
     name: String,
     initial_cluster: String,
+    /// `--quota-backend-bytes`.
+    quota: u64,
 }
+
+/// The space quota members run with unless told otherwise (8 GiB, etcd's largest suggested).
+const DEFAULT_QUOTA: u64 = 8 << 30;
 
 fn free_port() -> StoreResult<u16> {
     let listener =
@@ -55,6 +60,15 @@ impl EtcdProcess {
     /// # Errors
     /// A backend error if the binary is missing or etcd does not become ready within 20 s.
     pub async fn start() -> StoreResult<Self> {
+        Self::start_with_quota(DEFAULT_QUOTA).await
+    }
+
+    /// Starts etcd with a space quota of `quota` bytes (`--quota-backend-bytes`): past it,
+    /// etcd raises its `NOSPACE` alarm and refuses writes until the alarm is disarmed.
+    ///
+    /// # Errors
+    /// As [`EtcdProcess::start`].
+    pub async fn start_with_quota(quota: u64) -> StoreResult<Self> {
         // A port picked free can be taken by another test before etcd binds it: then try
         // again on fresh ports, in a fresh directory.
         let mut attempt = 0;
@@ -69,6 +83,7 @@ impl EtcdProcess {
                 peer_port,
                 name: "plinth-test".to_owned(),
                 initial_cluster: format!("plinth-test=http://127.0.0.1:{peer_port}"),
+                quota,
             };
             match process.launch().await {
                 Ok(()) => return Ok(process),
@@ -96,6 +111,7 @@ impl EtcdProcess {
             peer_port,
             name: "plinth-test".to_owned(),
             initial_cluster: format!("plinth-test={peer}"),
+            quota: DEFAULT_QUOTA,
         };
         let out = Command::new(etcdctl_binary())
             .env("ETCDCTL_API", "3")
@@ -203,7 +219,7 @@ impl EtcdProcess {
             .arg(format!("--initial-cluster={}", self.initial_cluster))
             // Room for 1.5 MiB objects plus their envelope, as kube-apiserver deployments configure.
             .arg("--max-request-bytes=10485760")
-            .arg("--quota-backend-bytes=8589934592")
+            .arg(format!("--quota-backend-bytes={}", self.quota))
             .arg("--log-level=error")
             .stdin(Stdio::null())
             .stdout(log)
@@ -290,6 +306,7 @@ impl EtcdCluster {
                 peer_port,
                 name: format!("member-{i}"),
                 initial_cluster: initial_cluster.clone(),
+                quota: DEFAULT_QUOTA,
             });
         }
         // Every member first: none answers before a quorum has formed.

@@ -81,6 +81,15 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The store has no room for the write: the disk is full, or etcd's space quota is
+    /// exceeded (its `NOSPACE` alarm). Reads and watches go on; writes succeed again once
+    /// space is freed (or the alarm disarmed).
+    #[error("{detail}: the store is out of space, writes are refused until space is freed")]
+    NoSpace {
+        /// The backend's own words (`database or disk is full`, `etcdserver: mvcc: database
+        /// space exceeded`).
+        detail: String,
+    },
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
