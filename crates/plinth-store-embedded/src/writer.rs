@@ -156,20 +156,25 @@ fn commit_writes(
             return;
         }
     };
-    {
-        let mut index = shared.index.write().unwrap_or_else(PoisonError::into_inner);
-        for (_, event, entry) in results.iter().flatten() {
-            index.record(&event.kv.key, *entry);
-        }
-    }
-    counters.revision = revision;
-    shared.revision.store(revision, Ordering::Release);
     let events: Vec<WatchEvent> = results
         .iter()
         .flatten()
         .map(|(_, event, _)| event.clone())
         .collect();
-    shared.hub.publish(&events, revision);
+    {
+        let mut index = shared.index.write().unwrap_or_else(PoisonError::into_inner);
+        for (_, event, entry) in results.iter().flatten() {
+            index.record(&event.kv.key, *entry);
+        }
+        // Published before the index lock is let go: a read that finds one of these writes in
+        // the index (a get) must not be followed by a current revision older than it (a
+        // consistent list, served from the watch cache once it reaches the current revision,
+        // would miss the write). Found by `plinth-bench robustness`: a get saw rev N, the same
+        // client's next list came at rev N-1.
+        counters.revision = revision;
+        shared.revision.store(revision, Ordering::Release);
+        shared.hub.publish(&events, revision);
+    }
     for (request, result) in group.into_iter().zip(results) {
         let _ = request.reply.send(result.map(|(outcome, _, _)| outcome));
     }
