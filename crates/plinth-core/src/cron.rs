@@ -141,6 +141,11 @@ fn go_duration(text: &str) -> Option<i64> {
         total += value * scale;
         rest = &rest[unit_len..];
     }
+    // Go's durations are nanoseconds in an int64: about 2,562,047 hours at most; past that
+    // time.ParseDuration refuses ("invalid duration").
+    if !total.is_finite() || total * 1e9 > i64::MAX as f64 {
+        return None;
+    }
     Some(total as i64)
 }
 
@@ -200,7 +205,9 @@ impl Schedule {
     /// none within five years (a date that never comes, as February 30th).
     pub fn next_after<Z: TimeZone>(&self, after: DateTime<Utc>, zone: &Z) -> Option<DateTime<Utc>> {
         let (minutes, hours, days, months, weekdays, any_day) = match *self {
-            Self::Every(seconds) => return Some(after + Duration::seconds(seconds)),
+            Self::Every(seconds) => {
+                return after.checked_add_signed(Duration::try_seconds(seconds)?);
+            }
             Self::Fields {
                 minutes,
                 hours,
@@ -324,6 +331,30 @@ mod tests {
                 .unwrap()
                 .next_after(at("2026-01-01T00:00:00Z"), &Utc),
             Some(at("2026-01-01T00:01:30Z"))
+        );
+    }
+
+    /// Found by `scripts/fuzz` (target `cron`): an `@every` longer than Go's durations reach
+    /// overflowed the next-run arithmetic and panicked. Go refuses such a duration; so does
+    /// this, and a long one that parses never overflows.
+    #[test]
+    fn an_every_beyond_gos_durations_is_refused_not_a_panic() {
+        let huge = "@every 1999999999999999999999999999h3m";
+        assert_eq!(
+            Schedule::parse(huge).unwrap_err().0,
+            "failed to parse duration @every 1999999999999999999999999999h3m: time: invalid duration \"1999999999999999999999999999h3m\""
+        );
+        // The longest Go takes (2,562,047 h) parses, and the next run is computed or none.
+        let longest = Schedule::parse("@every 2562047h").unwrap();
+        assert!(
+            longest
+                .next_after(at("2026-01-01T00:00:00Z"), &Utc)
+                .is_some()
+        );
+        assert!(
+            Schedule::Every(i64::MAX)
+                .next_after(at("2026-01-01T00:00:00Z"), &Utc)
+                .is_none()
         );
     }
 

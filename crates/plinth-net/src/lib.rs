@@ -13,5 +13,6 @@ mod netlink;
 pub mod podfiles;
 pub mod policy;
 pub mod rules;
+pub mod spdy;
 
 pub use cidr::Cidr;
