@@ -154,20 +154,11 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
             key: format!("last-{attempt}"),
             value: format!("last-{attempt}"),
         };
-        let start = target.now();
-        let outcome = target.call(&admin, &op).await;
-        let end = target.now();
+        let outcome = target.recorded(&admin, options.clients, op, &record).await;
         let written = match outcome {
             Outcome::Written { rev } => Some(rev),
             _ => None,
         };
-        record.calls.lock().map_err(|_| "poisoned")?.push(Call {
-            client: options.clients,
-            op,
-            start,
-            end,
-            outcome,
-        });
         if written.is_some() {
             last = written;
             break;
@@ -188,16 +179,9 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
         let _ = watcher.await;
     }
     // A last consistent list: what is durable.
-    let start = target.now();
-    let outcome = target.call(&admin, &Op::List).await;
-    let end = target.now();
-    record.calls.lock().map_err(|_| "poisoned")?.push(Call {
-        client: options.clients,
-        op: Op::List,
-        start,
-        end,
-        outcome,
-    });
+    target
+        .recorded(&admin, options.clients, Op::List, &record)
+        .await;
     drop(cluster);
 
     let history = History {

@@ -36,7 +36,7 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    fn call(&self, call: Call) {
+    pub(crate) fn call(&self, call: Call) {
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(call);
         }
@@ -179,6 +179,29 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Makes `op`'s call as client `id`, writes it into `record` with its start and end, and
+    /// returns how it ended.
+    pub(crate) async fn recorded(
+        &self,
+        client: &Client,
+        id: u32,
+        op: Op,
+        record: &Record,
+    ) -> Outcome {
+        let start = self.now();
+        let outcome = self.call(client, &op).await;
+        record.call(Call {
+            client: id,
+            op,
+            start,
+            end: self.now(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+}
+
 fn rev_of(object: &Value) -> Option<Rev> {
     object["metadata"]["resourceVersion"].as_str()?.parse().ok()
 }
@@ -249,20 +272,19 @@ pub(crate) async fn client(
             (60..85, Some(&expect)) => Op::Update { key, value, expect },
             (_, Some(&expect)) => Op::Delete { key, expect },
         };
-        let start = target.now();
-        let outcome = target.call(&client, &op).await;
-        let end = target.now();
-        match (&op, &outcome) {
-            (_, Outcome::Written { rev }) => {
-                seen.insert(op.key().unwrap_or_default().to_owned(), *rev);
+        let key = op.key().unwrap_or_default().to_owned();
+        let outcome = target.recorded(&client, id, op, &record).await;
+        match &outcome {
+            Outcome::Written { rev } => {
+                seen.insert(key, *rev);
             }
-            (_, Outcome::Found(version)) => {
-                seen.insert(op.key().unwrap_or_default().to_owned(), version.rev);
+            Outcome::Found(version) => {
+                seen.insert(key, version.rev);
             }
-            (_, Outcome::Missing | Outcome::Deleted) => {
-                seen.remove(op.key().unwrap_or_default());
+            Outcome::Missing | Outcome::Deleted => {
+                seen.remove(&key);
             }
-            (_, Outcome::Listed { items, .. }) => {
+            Outcome::Listed { items, .. } => {
                 for (key, version) in items {
                     seen.insert(key.clone(), version.rev);
                 }
@@ -270,13 +292,6 @@ pub(crate) async fn client(
             _ => {}
         }
         let failed = matches!(outcome, Outcome::Unknown { .. });
-        record.call(Call {
-            client: id,
-            op,
-            start,
-            end,
-            outcome,
-        });
         if failed {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
