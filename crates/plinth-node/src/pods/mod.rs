@@ -34,9 +34,9 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", agent.config.name));
     let mut events = watcher(pods, config).boxed();
     let mut workers = Vec::new();
-    // The pods of the first list: once it is complete, what a dead agent left of others goes.
+    // The pods of the latest list (the first, or one after the watch broke off): once it is
+    // complete, pods that went meanwhile stop, and what is left of others goes.
     let mut listed = std::collections::HashSet::new();
-    let mut swept = false;
     loop {
         let event = tokio::select! {
             event = events.next() => event,
@@ -44,27 +44,19 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
         };
         let Some(event) = event else { break };
         match event {
-            Ok(watcher::Event::InitDone) if !swept => {
-                swept = true;
-                sweep(&agent, &listed);
-            }
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitDone) => relisted(&agent, &listed),
             Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                if !swept {
-                    listed.insert(pod.metadata.uid.clone().unwrap_or_default());
-                }
+                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
                 if let Some(worker) = deliver(&agent, pod) {
                     workers.push(worker);
                 }
             }
             Ok(watcher::Event::Delete(pod)) => {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
-                if let Ok(map) = agent.pods.workers.lock()
-                    && let Some(sender) = map.get(&uid)
-                {
-                    let _ = sender.send(None);
-                }
+                listed.remove(&uid);
+                gone(&agent, &uid);
             }
-            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "pod watch failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -82,18 +74,57 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     }
 }
 
-/// Removes the directories of pods this node no longer has (`known`: those it has), which a
-/// killed agent left: their memory-backed volumes unmounted, their files removed.
-fn sweep(agent: &Agent, known: &std::collections::HashSet<String>) {
+/// Pod `uid` is no longer bound here (deleted): its worker, if it has one, stops its
+/// containers and then removes its files; without one (it had finished), they go now — the
+/// kubelet's housekeeping of orphaned pod directories.
+fn gone(agent: &Arc<Agent>, uid: &str) {
+    let Ok(map) = agent.pods.workers.lock() else {
+        return;
+    };
+    match map.get(uid) {
+        Some(sender) => {
+            // Marked under the workers' lock, which the worker's end takes too.
+            if let Ok(mut gone) = agent.pods.gone.lock() {
+                gone.insert(uid.to_owned());
+            }
+            let _ = sender.send(None);
+        }
+        None => remove_files(agent, uid),
+    }
+}
+
+/// After a complete list (`listed`: the pods bound here): the workers of pods missing from
+/// it stop (their deletion fell into a gap of the watch), and the directories of pods that
+/// are neither listed nor being stopped go — among them what a killed agent left.
+fn relisted(agent: &Arc<Agent>, listed: &std::collections::HashSet<String>) {
+    let workers: Vec<String> = match agent.pods.workers.lock() {
+        Ok(map) => map.keys().cloned().collect(),
+        Err(_) => return,
+    };
+    for uid in workers.iter().filter(|uid| !listed.contains(*uid)) {
+        gone(agent, uid);
+    }
     let pods = agent.config.data_dir.join("pods");
     for entry in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
         let uid = entry.file_name().to_string_lossy().into_owned();
-        if known.contains(&uid) || !entry.path().is_dir() {
+        if listed.contains(&uid) || workers.contains(&uid) || !entry.path().is_dir() {
             continue;
         }
-        tracing::info!(pod = %uid, "removing what a stopped agent left of a pod");
-        crate::volumes::unmount_all(&entry.path());
-        let _ = std::fs::remove_dir_all(entry.path());
+        tracing::info!(pod = %uid, "removing what is left of a pod no longer here");
+        remove_files(agent, &uid);
+    }
+}
+
+/// Removes pod `uid`'s directory: its memory-backed volumes unmounted, its files (logs among
+/// them) deleted.
+fn remove_files(agent: &Agent, uid: &str) {
+    if uid.is_empty() || uid.contains('/') || uid.starts_with('.') {
+        return;
+    }
+    let dir = agent.config.data_dir.join("pods").join(uid);
+    if dir.is_dir() {
+        crate::volumes::unmount_all(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -122,6 +153,15 @@ fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> 
         }
         if let Ok(mut map) = agent.pods.workers.lock() {
             map.remove(&uid);
+            // Deleted while it stopped: nothing of it is wanted any more.
+            if agent
+                .pods
+                .gone
+                .lock()
+                .is_ok_and(|mut gone| gone.remove(&uid))
+            {
+                remove_files(&agent, &uid);
+            }
         }
     }))
 }

@@ -47,6 +47,9 @@ pub(super) type Reachable = (String, Option<std::path::PathBuf>);
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     pub(super) workers: Mutex<HashMap<String, watch::Sender<Option<Pod>>>>,
+    /// Pods deleted while their workers still stop them: their files go when they end
+    /// (taken under `workers`' lock).
+    pub(super) gone: Mutex<std::collections::HashSet<String>>,
     /// (namespace, pod) → its address and network namespace, while it runs here.
     pub(super) addresses: Mutex<HashMap<(String, String), Reachable>>,
     logs: Mutex<LogIndex>,
