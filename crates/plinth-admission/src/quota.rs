@@ -119,11 +119,22 @@ async fn charge(
     let Some(delta) = delta(request, object, old) else {
         return Ok(());
     };
-    let list = objects
-        .list(&quotas, Some(namespace), &ListOptions::any_state())
-        .await?;
+    // A lister's read (kube's quota admission reads its informer): most namespaces have no
+    // quota, and finding none costs no list.
+    let items = match objects.cached_list(&quotas, Some(namespace)) {
+        Some(items) => items,
+        None => {
+            let mut list = objects
+                .list(&quotas, Some(namespace), &ListOptions::any_state())
+                .await?;
+            match list["items"].take() {
+                Value::Array(items) => items,
+                _ => Vec::new(),
+            }
+        }
+    };
     let (group, plural) = (def.group_version.group.as_str(), def.plural.as_str());
-    for quota in list["items"].as_array().into_iter().flatten() {
+    for quota in &items {
         let Some(hard) = quota.pointer("/spec/hard").and_then(Value::as_object) else {
             continue;
         };

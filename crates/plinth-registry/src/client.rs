@@ -116,6 +116,15 @@ impl Objects for Admitted<'_> {
             .map(|stored| stored.and_then(|s| s.decode()))
     }
 
+    fn cached_list(&self, def: &ResourceDef, namespace: Option<&str>) -> Option<Vec<Value>> {
+        let (objects, revision) = self
+            .registry
+            .caches
+            .get(&def.key_prefix(), &def.selector_fields())
+            .snapshot(&def.list_prefix(namespace));
+        (revision > 0).then(|| objects.iter().filter_map(|s| s.decode()).collect())
+    }
+
     async fn get(
         &self,
         def: &ResourceDef,
@@ -355,6 +364,10 @@ impl Objects for Client {
         name: &str,
     ) -> Option<Option<Value>> {
         self.objects().cached(def, namespace, name)
+    }
+
+    fn cached_list(&self, def: &ResourceDef, namespace: Option<&str>) -> Option<Vec<Value>> {
+        self.objects().cached_list(def, namespace)
     }
 
     async fn get(

@@ -33,6 +33,13 @@ pub trait Objects: crate::services::ServiceResolver + Send + Sync {
         name: &str,
     ) -> Option<Option<Value>>;
 
+    /// The objects of one namespace (or all, `None`) as the watch cache holds them (a
+    /// lister's list, no storage round trip, no list built): `None` while the cache has not
+    /// listed yet, or where objects are not cached.
+    fn cached_list(&self, _def: &ResourceDef, _namespace: Option<&str>) -> Option<Vec<Value>> {
+        None
+    }
+
     /// The Namespace `name`: from the cache, else (not there yet) from storage; `None` when
     /// it does not exist or namespaces are not served.
     async fn namespace(&self, name: &str) -> Option<Value> {
