@@ -568,61 +568,198 @@ impl EncodedList {
     /// [`EncodedList::to_value`]: a built-in list as Go writes it (`kind`, `apiVersion`,
     /// `metadata`, `items`), a custom resource's with its keys sorted.
     pub fn to_json(&self) -> bytes::Bytes {
-        let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
         let size: usize = self.items.iter().map(|i| i.json().len() + 1).sum();
         let mut out = Vec::with_capacity(size + 128);
-        let item_kind = self.kind.strip_suffix("List").unwrap_or_default();
-        if plinth_protobuf::has_message(&self.api_version, item_kind) {
-            out.extend_from_slice(b"{\"kind\":");
-            out.extend_from_slice(quoted(&self.kind).as_bytes());
-            out.extend_from_slice(b",\"apiVersion\":");
-            out.extend_from_slice(quoted(&self.api_version).as_bytes());
-            out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
-            out.extend_from_slice(self.revision.to_string().as_bytes());
-            out.push(b'"');
-            if let Some(token) = &self.continue_token {
-                out.extend_from_slice(b",\"continue\":");
-                out.extend_from_slice(quoted(token).as_bytes());
-            }
-            if let Some(remaining) = self.remaining {
-                out.extend_from_slice(b",\"remainingItemCount\":");
-                out.extend_from_slice(remaining.to_string().as_bytes());
-            }
-            out.extend_from_slice(b"},\"items\":[");
-            for (i, item) in self.items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(item.json());
-            }
-            out.extend_from_slice(b"]}");
-            return out.into();
+        for chunk in JsonChunks::new(self, usize::MAX) {
+            out.extend_from_slice(&chunk);
         }
-        out.extend_from_slice(b"{\"apiVersion\":");
-        out.extend_from_slice(quoted(&self.api_version).as_bytes());
-        out.extend_from_slice(b",\"items\":[");
-        for (i, item) in self.items.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(item.json());
-        }
-        out.extend_from_slice(b"],\"kind\":");
-        out.extend_from_slice(quoted(&self.kind).as_bytes());
-        out.extend_from_slice(b",\"metadata\":{");
-        if let Some(token) = &self.continue_token {
-            out.extend_from_slice(b"\"continue\":");
-            out.extend_from_slice(quoted(token).as_bytes());
-            out.push(b',');
-        }
-        if let Some(remaining) = self.remaining {
-            out.extend_from_slice(b"\"remainingItemCount\":");
-            out.extend_from_slice(remaining.to_string().as_bytes());
-            out.push(b',');
-        }
-        out.extend_from_slice(b"\"resourceVersion\":\"");
-        out.extend_from_slice(self.revision.to_string().as_bytes());
-        out.extend_from_slice(b"\"}}");
         out.into()
+    }
+
+    /// The list's JSON ([`EncodedList::to_json`]) in pieces of about `chunk` bytes, each made
+    /// when asked for: the envelope's head at once, then the items, then the tail — what a
+    /// streamed response writes, holding no more than one piece beside the cached items.
+    pub fn json_chunks(
+        self: std::sync::Arc<Self>,
+        chunk: usize,
+    ) -> impl Iterator<Item = bytes::Bytes> {
+        let mut at = 0usize;
+        let mut part = Part::Head;
+        std::iter::from_fn(move || JsonChunks::step(&self, &mut part, &mut at, chunk))
+    }
+}
+
+/// Where [`JsonChunks`] is in a list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Head,
+    Items,
+    Tail,
+    Done,
+}
+
+/// An [`EncodedList`]'s JSON, piece by piece.
+struct JsonChunks<'a> {
+    list: &'a EncodedList,
+    part: Part,
+    at: usize,
+    chunk: usize,
+}
+
+impl<'a> JsonChunks<'a> {
+    fn new(list: &'a EncodedList, chunk: usize) -> Self {
+        Self {
+            list,
+            part: Part::Head,
+            at: 0,
+            chunk,
+        }
+    }
+
+    /// The next piece: the head, up to `chunk` bytes of items (at least one item), the tail.
+    fn step(
+        list: &EncodedList,
+        part: &mut Part,
+        at: &mut usize,
+        chunk: usize,
+    ) -> Option<bytes::Bytes> {
+        let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
+        let item_kind = list.kind.strip_suffix("List").unwrap_or_default();
+        // Built-in lists as Go writes them; custom resources' with their keys sorted.
+        let go = plinth_protobuf::has_message(&list.api_version, item_kind);
+        let mut out = Vec::new();
+        match *part {
+            Part::Head => {
+                if go {
+                    out.extend_from_slice(b"{\"kind\":");
+                    out.extend_from_slice(quoted(&list.kind).as_bytes());
+                    out.extend_from_slice(b",\"apiVersion\":");
+                    out.extend_from_slice(quoted(&list.api_version).as_bytes());
+                    out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+                    out.extend_from_slice(list.revision.to_string().as_bytes());
+                    out.push(b'"');
+                    if let Some(token) = &list.continue_token {
+                        out.extend_from_slice(b",\"continue\":");
+                        out.extend_from_slice(quoted(token).as_bytes());
+                    }
+                    if let Some(remaining) = list.remaining {
+                        out.extend_from_slice(b",\"remainingItemCount\":");
+                        out.extend_from_slice(remaining.to_string().as_bytes());
+                    }
+                    out.extend_from_slice(b"},\"items\":[");
+                } else {
+                    out.extend_from_slice(b"{\"apiVersion\":");
+                    out.extend_from_slice(quoted(&list.api_version).as_bytes());
+                    out.extend_from_slice(b",\"items\":[");
+                }
+                *part = if list.items.is_empty() {
+                    Part::Tail
+                } else {
+                    Part::Items
+                };
+            }
+            Part::Items => {
+                while *at < list.items.len() && (out.is_empty() || out.len() < chunk) {
+                    if *at > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(list.items[*at].json());
+                    *at += 1;
+                }
+                if *at == list.items.len() {
+                    *part = Part::Tail;
+                }
+            }
+            Part::Tail => {
+                if go {
+                    out.extend_from_slice(b"]}");
+                } else {
+                    out.extend_from_slice(b"],\"kind\":");
+                    out.extend_from_slice(quoted(&list.kind).as_bytes());
+                    out.extend_from_slice(b",\"metadata\":{");
+                    if let Some(token) = &list.continue_token {
+                        out.extend_from_slice(b"\"continue\":");
+                        out.extend_from_slice(quoted(token).as_bytes());
+                        out.push(b',');
+                    }
+                    if let Some(remaining) = list.remaining {
+                        out.extend_from_slice(b"\"remainingItemCount\":");
+                        out.extend_from_slice(remaining.to_string().as_bytes());
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(b"\"resourceVersion\":\"");
+                    out.extend_from_slice(list.revision.to_string().as_bytes());
+                    out.extend_from_slice(b"\"}}");
+                }
+                *part = Part::Done;
+            }
+            Part::Done => return None,
+        }
+        Some(out.into())
+    }
+}
+
+impl Iterator for JsonChunks<'_> {
+    type Item = bytes::Bytes;
+
+    fn next(&mut self) -> Option<bytes::Bytes> {
+        Self::step(self.list, &mut self.part, &mut self.at, self.chunk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::sync::Arc;
+
+    fn list(api_version: &str, kind: &str, n: usize, token: bool) -> EncodedList {
+        let items = (0..n)
+            .map(|i| {
+                let object = json!({
+                    "apiVersion": api_version,
+                    "kind": kind.strip_suffix("List").unwrap(),
+                    "metadata": {"name": format!("item-{i}"), "namespace": "default"},
+                    "data": {"key": "x".repeat(i % 300)},
+                });
+                ListItem::Encoded(bytes::Bytes::from(plinth_protobuf::to_json(&object)))
+            })
+            .collect();
+        EncodedList {
+            kind: kind.into(),
+            api_version: api_version.into(),
+            revision: 42,
+            continue_token: token.then(|| "next\"page".into()),
+            remaining: token.then_some(7),
+            items,
+        }
+    }
+
+    #[test]
+    fn a_streamed_list_is_the_buffered_one_byte_for_byte() {
+        for (api_version, kind) in [("v1", "ConfigMapList"), ("example.com/v1", "WidgetList")] {
+            for n in [0, 1, 2, 57] {
+                for token in [false, true] {
+                    let list = Arc::new(list(api_version, kind, n, token));
+                    let buffered = list.to_json();
+                    assert_eq!(
+                        buffered,
+                        bytes::Bytes::from(plinth_protobuf::to_json(&list.to_value())),
+                        "{kind}, {n} items"
+                    );
+                    for chunk in [1, 100, 4096, usize::MAX] {
+                        let pieces: Vec<bytes::Bytes> = list.clone().json_chunks(chunk).collect();
+                        // The head alone first (it leaves at once), then pieces of items
+                        // of about `chunk` bytes, then the tail.
+                        assert!(pieces.len() >= 2, "{kind}, {n} items, chunk {chunk}");
+                        if n > 0 && chunk == 1 {
+                            assert_eq!(pieces.len(), n + 2);
+                        }
+                        assert_eq!(pieces.concat(), buffered.to_vec(), "{kind}, {n}, {chunk}");
+                    }
+                }
+            }
+        }
     }
 }

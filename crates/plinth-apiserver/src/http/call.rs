@@ -765,6 +765,9 @@ impl Call<'_> {
     }
 }
 
+/// The size of the pieces a streamed list is written in.
+const LIST_CHUNK: usize = 64 * 1024;
+
 /// A list in the negotiated format (protobuf is [`Call::protobuf_list`]); JSON from the
 /// watch cache is its items' cached bytes concatenated.
 fn list_response(
@@ -775,7 +778,16 @@ fn list_response(
 ) -> Response {
     let list = match list {
         Listed::Encoded(encoded) if format == Format::Json => {
-            return respond_bytes(StatusCode::OK, encoded.to_json(), "application/json");
+            // Streamed: the envelope leaves at once, the items in pieces as the connection
+            // takes them (one piece in memory beside the cached items).
+            let chunks = std::sync::Arc::new(encoded).json_chunks(LIST_CHUNK);
+            let stream = futures::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>));
+            return with_body(
+                StatusCode::OK,
+                "application/json",
+                axum::body::Body::from_stream(stream),
+                &[],
+            );
         }
         other => other.into_value(),
     };
