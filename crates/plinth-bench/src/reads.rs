@@ -28,6 +28,30 @@ async fn read(client: &Client, path: &str, accept: &str) -> Result<(Duration, Ve
     Ok((started.elapsed(), body))
 }
 
+/// The median time of `runs` reads of `path` to their first byte (each read to its end).
+async fn first_byte(
+    client: &Client,
+    path: &str,
+    accept: &str,
+    runs: usize,
+) -> Result<Duration, Error> {
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        let request = http::Request::get(path)
+            .header(http::header::ACCEPT, accept)
+            .body(Vec::new())?;
+        let started = Instant::now();
+        let mut stream = client.request_stream(request).await?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await?;
+        times.push(started.elapsed());
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).await?;
+    }
+    times.sort();
+    Ok(percentile(&times, 0.5))
+}
+
 /// The median of `runs` reads of `path`, and the size of the answer.
 async fn median(
     client: &Client,
@@ -131,6 +155,11 @@ pub(crate) async fn run(
     rows.push((
         format!("list of {objects} ConfigMaps, JSON (median of 7)"),
         format!("{:.1} ms ({:.1} MiB)", ms(took), mib(size)),
+    ));
+    let first = first_byte(&client, &path, json, 7).await?;
+    rows.push((
+        format!("list of {objects} ConfigMaps, JSON: first byte (median of 7)"),
+        format!("{:.2} ms", ms(first)),
     ));
     let json_only = cache_bytes(&client).await?;
     // Before protobuf encodings are cached and Tables are built (their transient memory the
