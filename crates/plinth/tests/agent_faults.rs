@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use common::{Backend, Plinth};
+use common::{Backend, Plinth, bridge_tag, leftovers};
 use serde_json::Value;
 
 /// The node the agent under test registers.
@@ -272,9 +272,9 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
         let out = plinth.kubectl_output(&["get", "node", NODE, "--no-headers"]);
         String::from_utf8_lossy(&out.stdout).contains(" Ready ")
     });
-    let tag = bridge_tag(&plinth);
+    let tag = bridge_tag(&plinth, NODE);
     assert!(
-        !network_of(&tag).is_empty(),
+        !leftovers(&tag).is_empty(),
         "the agent's bridge is found by {tag}"
     );
     plinth.kubectl_with(&["apply", "-f", "-"], STEADY);
@@ -387,44 +387,6 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
     let status = agent.stop();
     assert!(status.success(), "the agent stopped cleanly: {status}");
     assert!(members(&agent.cgroup).is_empty());
-    let left = network_of(&tag);
+    let left = leftovers(&tag);
     assert!(left.is_empty(), "left behind: {left:?}");
-}
-
-/// The tag in the names of what the agent makes on the machine (its bridge, its pods'
-/// namespaces and devices, its rule table), read off the node's network condition.
-fn bridge_tag(plinth: &Plinth) -> String {
-    let read = || {
-        plinth.kubectl(&[
-            "get",
-            "node",
-            NODE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
-        ])
-    };
-    plinth.eventually("the node's network condition", || read().contains("plbr-"));
-    let message = read();
-    let bridge = message
-        .split_whitespace()
-        .find(|w| w.starts_with("plbr-"))
-        .unwrap_or_else(|| panic!("no bridge named in {message:?}"));
-    bridge.trim_start_matches("plbr-").to_owned()
-}
-
-/// The machine's devices, network namespaces and rule tables whose names carry `tag`.
-fn network_of(tag: &str) -> Vec<String> {
-    let run = |program: &str, args: &[&str]| {
-        let out = Command::new(program).args(args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    [
-        run("ip", &["-o", "link", "show"]),
-        run("ip", &["netns", "list"]),
-        run("nft", &["list", "tables"]),
-    ]
-    .iter()
-    .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
-    .filter(|l| l.contains(tag))
-    .collect()
 }

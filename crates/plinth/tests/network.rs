@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Backend, Plinth};
+use common::{Backend, Plinth, bridge_tag, leftovers, machine_network};
 
 const WEB: &str = r#"
 apiVersion: apps/v1
@@ -66,54 +66,6 @@ spec:
         command: [sh, -c, "mkdir -p /tmp/w && hostname > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w"]
         readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
 "#;
-
-/// What the machine has of network devices, namespaces and rule tables now.
-fn machine_network() -> (String, String, String) {
-    let run = |program: &str, args: &[&str]| {
-        let out = std::process::Command::new(program)
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    (
-        run("ip", &["-o", "link", "show"]),
-        run("ip", &["netns", "list"]),
-        run("nft", &["list", "tables"]),
-    )
-}
-
-/// The lines of `now` naming anything of the agent whose names carry `tag`.
-fn leftovers(tag: &str) -> Vec<String> {
-    let (links, namespaces, tables) = machine_network();
-    links
-        .lines()
-        .chain(namespaces.lines())
-        .chain(tables.lines())
-        .filter(|l| l.contains(tag))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The tag in the agent's bridge name, read off the node's condition.
-fn bridge_tag(plinth: &Plinth, node: &str) -> String {
-    let read = || {
-        plinth.kubectl(&[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
-        ])
-    };
-    plinth.eventually("the node's network condition", || read().contains("plbr-"));
-    let message = read();
-    let bridge = message
-        .split_whitespace()
-        .find(|w| w.starts_with("plbr-"))
-        .unwrap_or_else(|| panic!("no bridge named in {message:?}"));
-    bridge.trim_start_matches("plbr-").to_owned()
-}
 
 fn exec(plinth: &Plinth, pod: &str, command: &[&str]) -> String {
     let mut args = vec!["exec", pod, "--"];

@@ -639,3 +639,53 @@ impl Drop for Forwarded {
         }
     }
 }
+
+/// What the machine has of network devices, namespaces and rule tables now.
+pub fn machine_network() -> (String, String, String) {
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    (
+        run("ip", &["-o", "link", "show"]),
+        run("ip", &["netns", "list"]),
+        run("nft", &["list", "tables"]),
+    )
+}
+
+/// The machine's devices, network namespaces and rule tables whose names carry `tag` (a
+/// node agent's: see [`bridge_tag`]).
+pub fn leftovers(tag: &str) -> Vec<String> {
+    let (links, namespaces, tables) = machine_network();
+    links
+        .lines()
+        .chain(namespaces.lines())
+        .chain(tables.lines())
+        .filter(|l| l.contains(tag))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The tag in the names of what node `node`'s agent makes on the machine (its bridge, its
+/// pods' namespaces and devices, its rule table), read off the node's network condition.
+pub fn bridge_tag(plinth: &Plinth, node: &str) -> String {
+    let read = || {
+        plinth.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"NetworkUnavailable\")].message}",
+        ])
+    };
+    plinth.eventually("the node's network condition", || read().contains("plbr-"));
+    let message = read();
+    let bridge = message
+        .split_whitespace()
+        .find(|w| w.starts_with("plbr-"))
+        .unwrap_or_else(|| panic!("no bridge named in {message:?}"));
+    bridge.trim_start_matches("plbr-").to_owned()
+}
