@@ -570,8 +570,9 @@ impl EncodedList {
     pub fn to_json(&self) -> bytes::Bytes {
         let size: usize = self.items.iter().map(|i| i.json().len() + 1).sum();
         let mut out = Vec::with_capacity(size + 128);
-        for chunk in JsonChunks::new(self, usize::MAX) {
-            out.extend_from_slice(&chunk);
+        let (mut part, mut at) = (Part::Head, 0);
+        while let Some(piece) = json_piece(self, &mut part, &mut at, usize::MAX) {
+            out.extend_from_slice(&piece);
         }
         out.into()
     }
@@ -585,11 +586,11 @@ impl EncodedList {
     ) -> impl Iterator<Item = bytes::Bytes> {
         let mut at = 0usize;
         let mut part = Part::Head;
-        std::iter::from_fn(move || JsonChunks::step(&self, &mut part, &mut at, chunk))
+        std::iter::from_fn(move || json_piece(&self, &mut part, &mut at, chunk))
     }
 }
 
-/// Where [`JsonChunks`] is in a list.
+/// Where [`json_piece`] is in a list.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Part {
     Head,
@@ -598,113 +599,87 @@ enum Part {
     Done,
 }
 
-/// An [`EncodedList`]'s JSON, piece by piece.
-struct JsonChunks<'a> {
-    list: &'a EncodedList,
-    part: Part,
-    at: usize,
+/// The next piece of `list`'s JSON: the head, up to `chunk` bytes of items (at least one
+/// item), the tail; `None` after the tail. `part` and `at` (the next item) say where it is.
+fn json_piece(
+    list: &EncodedList,
+    part: &mut Part,
+    at: &mut usize,
     chunk: usize,
-}
-
-impl<'a> JsonChunks<'a> {
-    fn new(list: &'a EncodedList, chunk: usize) -> Self {
-        Self {
-            list,
-            part: Part::Head,
-            at: 0,
-            chunk,
+) -> Option<bytes::Bytes> {
+    let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
+    let item_kind = list.kind.strip_suffix("List").unwrap_or_default();
+    // Built-in lists as Go writes them; custom resources' with their keys sorted.
+    let go = plinth_protobuf::has_message(&list.api_version, item_kind);
+    let mut out = Vec::new();
+    match *part {
+        Part::Head => {
+            if go {
+                out.extend_from_slice(b"{\"kind\":");
+                out.extend_from_slice(quoted(&list.kind).as_bytes());
+                out.extend_from_slice(b",\"apiVersion\":");
+                out.extend_from_slice(quoted(&list.api_version).as_bytes());
+                out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
+                out.extend_from_slice(list.revision.to_string().as_bytes());
+                out.push(b'"');
+                if let Some(token) = &list.continue_token {
+                    out.extend_from_slice(b",\"continue\":");
+                    out.extend_from_slice(quoted(token).as_bytes());
+                }
+                if let Some(remaining) = list.remaining {
+                    out.extend_from_slice(b",\"remainingItemCount\":");
+                    out.extend_from_slice(remaining.to_string().as_bytes());
+                }
+                out.extend_from_slice(b"},\"items\":[");
+            } else {
+                out.extend_from_slice(b"{\"apiVersion\":");
+                out.extend_from_slice(quoted(&list.api_version).as_bytes());
+                out.extend_from_slice(b",\"items\":[");
+            }
+            *part = if list.items.is_empty() {
+                Part::Tail
+            } else {
+                Part::Items
+            };
         }
-    }
-
-    /// The next piece: the head, up to `chunk` bytes of items (at least one item), the tail.
-    fn step(
-        list: &EncodedList,
-        part: &mut Part,
-        at: &mut usize,
-        chunk: usize,
-    ) -> Option<bytes::Bytes> {
-        let quoted = |text: &str| serde_json::to_string(text).unwrap_or_default();
-        let item_kind = list.kind.strip_suffix("List").unwrap_or_default();
-        // Built-in lists as Go writes them; custom resources' with their keys sorted.
-        let go = plinth_protobuf::has_message(&list.api_version, item_kind);
-        let mut out = Vec::new();
-        match *part {
-            Part::Head => {
-                if go {
-                    out.extend_from_slice(b"{\"kind\":");
-                    out.extend_from_slice(quoted(&list.kind).as_bytes());
-                    out.extend_from_slice(b",\"apiVersion\":");
-                    out.extend_from_slice(quoted(&list.api_version).as_bytes());
-                    out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
-                    out.extend_from_slice(list.revision.to_string().as_bytes());
-                    out.push(b'"');
-                    if let Some(token) = &list.continue_token {
-                        out.extend_from_slice(b",\"continue\":");
-                        out.extend_from_slice(quoted(token).as_bytes());
-                    }
-                    if let Some(remaining) = list.remaining {
-                        out.extend_from_slice(b",\"remainingItemCount\":");
-                        out.extend_from_slice(remaining.to_string().as_bytes());
-                    }
-                    out.extend_from_slice(b"},\"items\":[");
-                } else {
-                    out.extend_from_slice(b"{\"apiVersion\":");
-                    out.extend_from_slice(quoted(&list.api_version).as_bytes());
-                    out.extend_from_slice(b",\"items\":[");
+        Part::Items => {
+            while *at < list.items.len() && (out.is_empty() || out.len() < chunk) {
+                if *at > 0 {
+                    out.push(b',');
                 }
-                *part = if list.items.is_empty() {
-                    Part::Tail
-                } else {
-                    Part::Items
-                };
+                out.extend_from_slice(list.items[*at].json());
+                *at += 1;
             }
-            Part::Items => {
-                while *at < list.items.len() && (out.is_empty() || out.len() < chunk) {
-                    if *at > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(list.items[*at].json());
-                    *at += 1;
-                }
-                if *at == list.items.len() {
-                    *part = Part::Tail;
-                }
+            if *at == list.items.len() {
+                *part = Part::Tail;
             }
-            Part::Tail => {
-                if go {
-                    out.extend_from_slice(b"]}");
-                } else {
-                    out.extend_from_slice(b"],\"kind\":");
-                    out.extend_from_slice(quoted(&list.kind).as_bytes());
-                    out.extend_from_slice(b",\"metadata\":{");
-                    if let Some(token) = &list.continue_token {
-                        out.extend_from_slice(b"\"continue\":");
-                        out.extend_from_slice(quoted(token).as_bytes());
-                        out.push(b',');
-                    }
-                    if let Some(remaining) = list.remaining {
-                        out.extend_from_slice(b"\"remainingItemCount\":");
-                        out.extend_from_slice(remaining.to_string().as_bytes());
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(b"\"resourceVersion\":\"");
-                    out.extend_from_slice(list.revision.to_string().as_bytes());
-                    out.extend_from_slice(b"\"}}");
-                }
-                *part = Part::Done;
-            }
-            Part::Done => return None,
         }
-        Some(out.into())
+        Part::Tail => {
+            if go {
+                out.extend_from_slice(b"]}");
+            } else {
+                out.extend_from_slice(b"],\"kind\":");
+                out.extend_from_slice(quoted(&list.kind).as_bytes());
+                out.extend_from_slice(b",\"metadata\":{");
+                if let Some(token) = &list.continue_token {
+                    out.extend_from_slice(b"\"continue\":");
+                    out.extend_from_slice(quoted(token).as_bytes());
+                    out.push(b',');
+                }
+                if let Some(remaining) = list.remaining {
+                    out.extend_from_slice(b"\"remainingItemCount\":");
+                    out.extend_from_slice(remaining.to_string().as_bytes());
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"\"resourceVersion\":\"");
+                out.extend_from_slice(list.revision.to_string().as_bytes());
+                out.extend_from_slice(b"\"}}");
+            }
+            *part = Part::Done;
+        }
+        Part::Done => return None,
     }
-}
-
-impl Iterator for JsonChunks<'_> {
-    type Item = bytes::Bytes;
-
-    fn next(&mut self) -> Option<bytes::Bytes> {
-        Self::step(self.list, &mut self.part, &mut self.at, self.chunk)
-    }
+    Some(out.into())
 }
 
 #[cfg(test)]

@@ -99,10 +99,7 @@ impl Agent {
     /// SIGTERM: it stops its pods and removes what it made.
     fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
+        common::sigterm(&child);
         child.wait().unwrap()
     }
 }
@@ -112,15 +109,7 @@ impl Drop for Agent {
         // A failed test's agent: SIGTERM first, so that it removes its network; SIGKILL
         // if it does not end (the next agent on the machine sweeps what a dead one left).
         if let Some(child) = &mut self.child {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            for _ in 0..300 {
-                if child.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            common::terminated_within(child, 300);
         }
         self.kill();
         // Whatever a failed test left in the cgroup, by PID, then the cgroup itself.

@@ -337,10 +337,7 @@ impl Plinth {
     /// Sends SIGTERM and returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
+        sigterm(&child);
         child.wait().unwrap()
     }
 
@@ -455,16 +452,8 @@ impl Drop for Plinth {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // A node agent stops its pods' processes when the server stops: SIGTERM first.
-            if self.runs_node() {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &child.id().to_string()])
-                    .status();
-                for _ in 0..300 {
-                    if child.try_wait().ok().flatten().is_some() {
-                        return;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
+            if self.runs_node() && terminated_within(&mut child, 300) {
+                return;
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -688,4 +677,23 @@ pub fn bridge_tag(plinth: &Plinth, node: &str) -> String {
         .find(|w| w.starts_with("plbr-"))
         .unwrap_or_else(|| panic!("no bridge named in {message:?}"));
     bridge.trim_start_matches("plbr-").to_owned()
+}
+
+/// Sends SIGTERM to `child` (by its PID).
+pub fn sigterm(child: &Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
+
+/// SIGTERM, then up to `tenths` tenths of a second for `child` to end; whether it did.
+pub fn terminated_within(child: &mut Child, tenths: u32) -> bool {
+    sigterm(child);
+    for _ in 0..tenths {
+        if child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
 }
