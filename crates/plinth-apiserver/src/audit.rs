@@ -352,6 +352,8 @@ pub struct Received<'a> {
     pub source: Option<std::net::IpAddr>,
     /// `User-Agent`.
     pub user_agent: &'a str,
+    /// The request's audit ID (its `Audit-Id` header).
+    pub audit_id: &'a str,
     /// The request's object, decoded when the level wants it (`Request` and above).
     pub body: &'a (dyn Fn() -> Option<Value> + Sync),
 }
@@ -421,7 +423,7 @@ impl Audit {
             "kind": "Event",
             "apiVersion": "audit.k8s.io/v1",
             "level": level.name(),
-            "auditID": uuid::Uuid::new_v4().to_string(),
+            "auditID": request.audit_id,
             "requestURI": request.uri,
             "verb": a.verb,
             "user": user_json(request.user),

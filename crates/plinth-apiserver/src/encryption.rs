@@ -20,7 +20,8 @@ use base64::Engine;
 use bytes::Bytes;
 use futures::StreamExt;
 use plinth_store::{
-    KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult, WatchStream,
+    KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult, Version,
+    WatchStream,
 };
 use ring::aead::{AES_128_GCM, AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -446,6 +447,17 @@ impl EncryptedStore {
         }
     }
 
+    /// Past versions as they were written: decrypted like the live value.
+    fn open_all(&self, versions: Vec<Version>) -> StoreResult<Vec<Version>> {
+        versions
+            .into_iter()
+            .map(|mut version| {
+                version.kv = self.encryption.open(version.kv)?;
+                Ok(version)
+            })
+            .collect()
+    }
+
     fn error(&self, error: StoreError) -> StoreError {
         match error {
             StoreError::Conflict {
@@ -529,6 +541,23 @@ impl Store for EncryptedStore {
 
     async fn compact(&self, revision: Revision) -> StoreResult<()> {
         self.inner.compact(revision).await
+    }
+
+    async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
+        self.open_all(self.inner.versions(key, from).await?)
+    }
+
+    async fn journal(
+        &self,
+        prefix: &str,
+        from: Revision,
+        limit: usize,
+    ) -> StoreResult<Vec<Version>> {
+        self.open_all(self.inner.journal(prefix, from, limit).await?)
+    }
+
+    fn keeps_notes(&self) -> bool {
+        self.inner.keeps_notes()
     }
 
     async fn request_progress(&self) -> StoreResult<()> {

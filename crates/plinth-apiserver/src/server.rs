@@ -30,6 +30,9 @@ pub struct ServerConfig {
     /// How often history is compacted: each time, everything older than the revision seen at
     /// the previous tick goes (kube-apiserver's `--etcd-compaction-interval`, default 5 min).
     pub compaction_interval: Duration,
+    /// How long past revisions of every object are kept for the history API, whatever the
+    /// compaction interval (`--history-retention`; zero: as long as compaction keeps them).
+    pub history_retention: Duration,
     /// How often watchers that allow bookmarks get one (kube-apiserver: about a minute).
     pub bookmark_interval: Duration,
     /// kube's static token file (`--token-auth-file`), if any.
@@ -310,6 +313,7 @@ pub async fn start(
     tokio::spawn(compactor(
         client.registry().clone(),
         config.compaction_interval,
+        config.history_retention,
         stopping.clone(),
     ));
     let client_handle = client.clone();
@@ -346,14 +350,25 @@ pub async fn start(
     })
 }
 
-/// Compacts history every `interval` up to the revision seen one interval earlier, so that
-/// watches and lists may resume from anything younger than one interval.
-async fn compactor(registry: Registry, interval: Duration, mut stopping: watch::Receiver<bool>) {
+/// Compacts history every `interval` up to the revision seen one interval earlier — or, with
+/// a `retention`, up to the newest revision seen at least that long ago — so that watches and
+/// lists may resume from anything younger than one interval and the history API reads back
+/// as far as the retention. After a restart nothing is compacted until a whole retention has
+/// passed (the revisions seen before it are not known): history is kept longer, never shorter.
+async fn compactor(
+    registry: Registry,
+    interval: Duration,
+    retention: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
     let store = registry.store.clone();
     if interval.is_zero() {
         return;
     }
-    let mut previous: Option<i64> = None;
+    // The revisions seen at each tick, oldest first.
+    let mut seen: std::collections::VecDeque<(tokio::time::Instant, i64)> =
+        std::collections::VecDeque::new();
+    let keep = retention.max(interval);
     loop {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
@@ -366,7 +381,17 @@ async fn compactor(registry: Registry, interval: Duration, mut stopping: watch::
                 continue;
             }
         };
-        if let Some(revision) = previous.filter(|r| *r > 1) {
+        let now = tokio::time::Instant::now();
+        // The newest revision seen `keep` ago or earlier; older ones are no longer needed.
+        let mut target = None;
+        while let Some((at, revision)) = seen.front().copied() {
+            if now.duration_since(at) + Duration::from_millis(1) < keep {
+                break;
+            }
+            target = Some(revision);
+            seen.pop_front();
+        }
+        if let Some(revision) = target.filter(|r| *r > 1) {
             match store.compact(revision).await {
                 Ok(()) => {
                     registry.caches.compacted(revision);
@@ -376,7 +401,7 @@ async fn compactor(registry: Registry, interval: Duration, mut stopping: watch::
                 Err(e) => tracing::warn!(error = %e, revision, "compaction failed"),
             }
         }
-        previous = Some(current);
+        seen.push_back((now, current));
     }
 }
 

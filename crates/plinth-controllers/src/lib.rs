@@ -123,43 +123,103 @@ fn spawn_controllers(
             metrics.remove(METRICS_SOURCE);
         });
     }
-    csrsigning::spawn_csr_signer(registry.clone(), ca.signer.clone(), stopping.clone());
-    spawn_namespace_controller(registry.clone(), &informers, stopping.clone());
+    csrsigning::spawn_csr_signer(
+        registry.acting_as("certificate-controller"),
+        ca.signer.clone(),
+        stopping.clone(),
+    );
+    spawn_namespace_controller(
+        registry.acting_as("namespace-controller"),
+        &informers,
+        stopping.clone(),
+    );
     spawn_quota_controller(
-        registry.clone(),
+        registry.acting_as("resourcequota-controller"),
         &informers,
         settings.quota_ledger.clone(),
         stopping.clone(),
     );
-    nodeipam::spawn_node_ipam(registry.clone(), settings.cluster_cidr, stopping.clone());
-    endpoints::spawn_endpoints(registry.clone(), &informers, stopping.clone());
+    nodeipam::spawn_node_ipam(
+        registry.acting_as("node-controller"),
+        settings.cluster_cidr,
+        stopping.clone(),
+    );
+    endpoints::spawn_endpoints(
+        registry.acting_as("endpoint-controller"),
+        &informers,
+        stopping.clone(),
+    );
     volumes::spawn_volume_controller(
-        registry.clone(),
+        registry.acting_as("persistent-volume-binder"),
         &informers,
         settings.volumes_dir.clone(),
         stopping.clone(),
     );
     nodelifecycle::spawn_node_lifecycle(
-        registry.clone(),
+        registry.acting_as("node-controller"),
         &informers,
         settings.node_lifecycle,
         stopping.clone(),
     );
-    scheduler::spawn_scheduler(registry.clone(), &informers, stopping.clone());
-    replicaset::spawn_replicaset_controller(registry.clone(), &informers, stopping.clone());
-    replicaset::spawn_replication_manager(registry.clone(), &informers, stopping.clone());
-    deployment::spawn_deployment_controller(registry.clone(), &informers, stopping.clone());
-    statefulset::spawn_statefulset_controller(registry.clone(), &informers, stopping.clone());
-    job::spawn_job_controller(registry.clone(), &informers, stopping.clone());
-    cronjob::spawn_cronjob_controller(registry.clone(), &informers, stopping.clone());
-    daemonset::spawn_daemonset_controller(registry.clone(), &informers, stopping.clone());
-    disruption::spawn_disruption_controller(registry.clone(), &informers, stopping.clone());
+    scheduler::spawn_scheduler(
+        registry.acting_as("system:kube-scheduler"),
+        &informers,
+        stopping.clone(),
+    );
+    replicaset::spawn_replicaset_controller(
+        registry.acting_as("replicaset-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    replicaset::spawn_replication_manager(
+        registry.acting_as("replication-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    deployment::spawn_deployment_controller(
+        registry.acting_as("deployment-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    statefulset::spawn_statefulset_controller(
+        registry.acting_as("statefulset-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    job::spawn_job_controller(
+        registry.acting_as("job-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    cronjob::spawn_cronjob_controller(
+        registry.acting_as("cronjob-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    daemonset::spawn_daemonset_controller(
+        registry.acting_as("daemon-set-controller"),
+        &informers,
+        stopping.clone(),
+    );
+    disruption::spawn_disruption_controller(
+        registry.acting_as("disruption-controller"),
+        &informers,
+        stopping.clone(),
+    );
     podautoscaler::spawn_hpa_controller(
-        registry.clone(),
+        registry.acting_as("horizontal-pod-autoscaler"),
         &informers,
         settings.node_proxy.clone(),
         stopping.clone(),
     );
-    spawn_root_ca_publisher(registry.clone(), ca_pem.to_owned(), stopping.clone());
-    spawn_garbage_collector(registry, &informers, stopping);
+    spawn_root_ca_publisher(
+        registry.acting_as("root-ca-cert-publisher"),
+        ca_pem.to_owned(),
+        stopping.clone(),
+    );
+    spawn_garbage_collector(
+        registry.acting_as("generic-garbage-collector"),
+        &informers,
+        stopping,
+    );
 }

@@ -115,40 +115,6 @@ fn field(
     Ok((bits, star))
 }
 
-/// Go's `time.ParseDuration` for what `@every` takes (`1h30m`, `90s`): whole seconds.
-fn go_duration(text: &str) -> Option<i64> {
-    let mut total = 0f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = &rest[unit_len..];
-    }
-    // Go's durations are nanoseconds in an int64: about 2,562,047 hours at most; past that
-    // time.ParseDuration refuses ("invalid duration").
-    if !total.is_finite() || total * 1e9 > i64::MAX as f64 {
-        return None;
-    }
-    Some(total as i64)
-}
-
 impl Schedule {
     /// Parses a schedule.
     ///
@@ -164,12 +130,13 @@ impl Schedule {
             "@hourly" => "0 * * * *",
             other => {
                 if let Some(every) = other.strip_prefix("@every ") {
-                    let seconds = go_duration(every.trim()).ok_or_else(|| {
-                        CronError(format!(
-                            "failed to parse duration {other}: time: invalid duration {:?}",
-                            every.trim()
-                        ))
-                    })?;
+                    let seconds =
+                        crate::meta::go_duration_seconds(every.trim()).ok_or_else(|| {
+                            CronError(format!(
+                                "failed to parse duration {other}: time: invalid duration {:?}",
+                                every.trim()
+                            ))
+                        })?;
                     return Ok(Self::Every(seconds.max(1)));
                 }
                 if other.starts_with('@') {

@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cron;
+pub mod diff;
 pub mod duplicates;
 pub mod gvk;
 pub mod jsonpath;

@@ -110,6 +110,41 @@ pub fn format_time(unix_seconds: i64) -> String {
     )
 }
 
+/// Go's `time.ParseDuration` (`1h30m`, `90s`, `1.5h`), in whole seconds; `None` if it is not
+/// one, or longer than Go's durations reach.
+pub fn go_duration_seconds(text: &str) -> Option<i64> {
+    let mut total = 0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    // Go's durations are nanoseconds in an int64: about 2,562,047 hours at most; past that
+    // time.ParseDuration refuses ("invalid duration").
+    if !total.is_finite() || total * 1e9 > i64::MAX as f64 {
+        return None;
+    }
+    Some(total as i64)
+}
+
 /// `2006-01-02T15:04:05.000000Z` (`metav1.MicroTime`) for a Unix time in microseconds.
 pub fn format_micro_time(unix_micros: i64) -> String {
     let seconds = unix_micros.div_euclid(1_000_000);

@@ -16,6 +16,7 @@ use super::{
     DeleteOptions, Deleted, ListOptions, Part, Patch, Registry, ScaleWrite, WriteOptions, Written,
 };
 use crate::admit::Admit;
+use crate::provenance::Provenance;
 use crate::resources::{Objects, ResourceDef};
 
 /// The registry with an admission, for the length of one call.
@@ -187,6 +188,9 @@ impl Objects for Admitted<'_> {
 pub struct Client {
     registry: Registry,
     admission: Arc<dyn Admit>,
+    /// The built-in controller writing through it, whose service account its writes'
+    /// provenance names (`None`: the server itself).
+    controller: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -209,7 +213,38 @@ impl Client {
         Self {
             registry,
             admission,
+            controller: None,
         }
+    }
+
+    /// This client for the built-in controller `name` (`deployment-controller`): its writes'
+    /// provenance names that controller's service account, as kube-controller-manager's do.
+    #[must_use]
+    pub fn acting_as(&self, name: &str) -> Self {
+        Self {
+            controller: Some(name.into()),
+            ..self.clone()
+        }
+    }
+
+    /// Runs `work` under this client's provenance, unless a request's is already around it
+    /// (a write made while serving one).
+    async fn as_writer<F: std::future::Future>(
+        &self,
+        operation: &str,
+        options: Option<&WriteOptions>,
+        part: Part,
+        work: F,
+    ) -> F::Output {
+        if plinth_store::note::current_note().is_some() {
+            return work.await;
+        }
+        let manager = options.map_or("", |o| {
+            o.field_manager.as_deref().unwrap_or(&o.default_manager)
+        });
+        let mut provenance = Provenance::internal(self.controller.as_deref(), operation, manager);
+        part.subresource().clone_into(&mut provenance.subresource);
+        provenance.scope(work).await
     }
 
     /// The registry below (reads need no client).
@@ -238,8 +273,10 @@ impl Client {
         object: Value,
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        self.registry
-            .create(&*self.admission, def, namespace, object, options)
+        let work = self
+            .registry
+            .create(&*self.admission, def, namespace, object, options);
+        self.as_writer("create", Some(options), Part::Main, work)
             .await
     }
 
@@ -256,17 +293,16 @@ impl Client {
         part: Part,
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        self.registry
-            .update(
-                &*self.admission,
-                def,
-                namespace,
-                name,
-                object,
-                part,
-                options,
-            )
-            .await
+        let work = self.registry.update(
+            &*self.admission,
+            def,
+            namespace,
+            name,
+            object,
+            part,
+            options,
+        );
+        self.as_writer("update", Some(options), part, work).await
     }
 
     /// [`Registry::modify`], admitted.
@@ -282,17 +318,16 @@ impl Client {
         options: &WriteOptions,
         change: impl Fn(&mut Value) -> Result<bool, ApiError> + Sync,
     ) -> Result<Option<Written>, ApiError> {
-        self.registry
-            .modify(
-                &*self.admission,
-                def,
-                namespace,
-                name,
-                part,
-                options,
-                change,
-            )
-            .await
+        let work = self.registry.modify(
+            &*self.admission,
+            def,
+            namespace,
+            name,
+            part,
+            options,
+            change,
+        );
+        self.as_writer("update", Some(options), part, work).await
     }
 
     /// [`Registry::patch`], admitted.
@@ -308,9 +343,15 @@ impl Client {
         part: Part,
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
-        self.registry
-            .patch(&*self.admission, def, namespace, name, patch, part, options)
-            .await
+        let operation = if matches!(patch, Patch::Apply(_)) {
+            "apply"
+        } else {
+            "patch"
+        };
+        let work =
+            self.registry
+                .patch(&*self.admission, def, namespace, name, patch, part, options);
+        self.as_writer(operation, Some(options), part, work).await
     }
 
     /// [`Registry::delete`], admitted.
@@ -324,9 +365,10 @@ impl Client {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
-        self.registry
-            .delete(&*self.admission, def, namespace, name, options)
-            .await
+        let work = self
+            .registry
+            .delete(&*self.admission, def, namespace, name, options);
+        self.as_writer("delete", None, Part::Main, work).await
     }
 
     /// [`Registry::write_scale`], admitted.
@@ -341,8 +383,10 @@ impl Client {
         change: ScaleWrite,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        self.registry
-            .write_scale(&*self.admission, def, namespace, name, change, options)
+        let work =
+            self.registry
+                .write_scale(&*self.admission, def, namespace, name, change, options);
+        self.as_writer("update", Some(options), Part::Scale, work)
             .await
     }
 }
@@ -397,7 +441,9 @@ impl Objects for Client {
         options: &WriteOptions,
         change: &(dyn for<'v> Fn(&'v mut Value) -> Result<bool, ApiError> + Sync),
     ) -> Result<Option<Value>, ApiError> {
-        Objects::modify(&self.objects(), def, namespace, name, part, options, change).await
+        let objects = self.objects();
+        let work = Objects::modify(&objects, def, namespace, name, part, options, change);
+        self.as_writer("update", Some(options), part, work).await
     }
 
     async fn delete(
@@ -407,6 +453,8 @@ impl Objects for Client {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<(), ApiError> {
-        Objects::delete(&self.objects(), def, namespace, name, options).await
+        let objects = self.objects();
+        let work = Objects::delete(&objects, def, namespace, name, options);
+        self.as_writer("delete", None, Part::Main, work).await
     }
 }

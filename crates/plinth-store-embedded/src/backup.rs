@@ -178,6 +178,7 @@ fn write_import(temp: &Path, kvs: &[KeyValue], revision: Revision) -> rusqlite::
             &kv.key,
             kv.create_revision,
             &kv.value,
+            None,
         )?;
     }
     // At `revision` even if no key changed there.

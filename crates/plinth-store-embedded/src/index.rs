@@ -60,6 +60,11 @@ impl Index {
             .copied()
     }
 
+    /// Every change of `key` still indexed, oldest first.
+    pub(crate) fn changes(&self, key: &str) -> Vec<Entry> {
+        self.keys.get(key).cloned().unwrap_or_default()
+    }
+
     /// Keys from `start` on that begin with `prefix` and are live at `at`, in key order; at most
     /// `limit`, plus how many more follow. `start` must not sort before `prefix`.
     pub(crate) fn range(

@@ -5,7 +5,8 @@
 //! the business of the in-memory [`Index`](crate::index::Index), rebuilt from these rows at start.
 //!
 //! ```sql
-//! plinth_records(revision INTEGER PRIMARY KEY, key TEXT, create_revision INTEGER, value BLOB)
+//! plinth_records(revision INTEGER PRIMARY KEY, key TEXT, create_revision INTEGER, value BLOB,
+//!                note BLOB)                         -- the write's note, NULL if none (format 3)
 //! plinth_meta(name TEXT PRIMARY KEY, value INTEGER)   -- format, compacted, floor
 //! ```
 //!
@@ -32,7 +33,7 @@ pub(crate) const META_COMPACTED: &str = "compacted";
 /// The revision the store is at least at, whatever its last record.
 pub(crate) const META_FLOOR: &str = "floor";
 /// The on-disk format this code reads and writes.
-pub(crate) const FORMAT_VERSION: i64 = 2;
+pub(crate) const FORMAT_VERSION: i64 = 3;
 /// The oldest format this code upgrades in place.
 pub(crate) const OLDEST_FORMAT: i64 = 1;
 
@@ -42,7 +43,8 @@ const SCHEMA: &str = "
         revision INTEGER PRIMARY KEY,
         key TEXT NOT NULL,
         create_revision INTEGER NOT NULL,
-        value BLOB NOT NULL
+        value BLOB NOT NULL,
+        note BLOB
     );
 ";
 
@@ -117,6 +119,11 @@ pub(crate) fn upgrade(conn: &mut Connection, from: i64) -> rusqlite::Result<()> 
     if from < 2 {
         write_meta(&txn, META_FORMAT, 2)?;
     }
+    // 2 → 3: records gain their write's note, NULL for the records written before.
+    if from < 3 {
+        txn.execute_batch("ALTER TABLE plinth_records ADD COLUMN note BLOB")?;
+        write_meta(&txn, META_FORMAT, 3)?;
+    }
     txn.commit()
 }
 
@@ -128,6 +135,8 @@ pub(crate) struct Record {
     /// 0 for a delete.
     pub(crate) create_revision: Revision,
     pub(crate) value: Bytes,
+    /// The write's note.
+    pub(crate) note: Option<Bytes>,
 }
 
 impl Record {
@@ -153,9 +162,12 @@ pub(crate) fn insert(
     key: &str,
     create_revision: Revision,
     value: &[u8],
+    note: Option<&[u8]>,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT INTO plinth_records VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![revision, key, create_revision, value])?;
+    conn.prepare_cached(
+        "INSERT INTO plinth_records (revision, key, create_revision, value, note) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![revision, key, create_revision, value, note])?;
     Ok(())
 }
 
@@ -186,6 +198,21 @@ pub(crate) fn read_version(
     }))
 }
 
+/// The value and note of the record at `revision`; `None` if compacted away.
+pub(crate) fn read_record(
+    conn: &Connection,
+    revision: Revision,
+) -> StoreResult<Option<(Bytes, Option<Bytes>)>> {
+    let row: Option<(Vec<u8>, Option<Vec<u8>>)> = conn
+        .prepare_cached("SELECT value, note FROM plinth_records WHERE revision = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([revision], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(sql("read a record"))?;
+    Ok(row.map(|(value, note)| (Bytes::from(value), note.map(Bytes::from))))
+}
+
 /// The records from revision `from` to `to` (inclusive) whose key starts with `prefix`, in order,
 /// at most `max`; values only if `with_values`.
 pub(crate) fn records(
@@ -197,9 +224,9 @@ pub(crate) fn records(
     with_values: bool,
 ) -> StoreResult<Vec<Record>> {
     let query = if with_values {
-        "SELECT revision, key, create_revision, value FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
+        "SELECT revision, key, create_revision, value, note FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
     } else {
-        "SELECT revision, key, create_revision, x'' FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
+        "SELECT revision, key, create_revision, x'', note FROM plinth_records WHERE revision BETWEEN ?1 AND ?2 ORDER BY revision"
     };
     let mut stmt = conn.prepare_cached(query).map_err(sql("scan records"))?;
     let mut rows = stmt.query(params![from, to]).map_err(sql("scan records"))?;
@@ -210,11 +237,13 @@ pub(crate) fn records(
             continue;
         }
         let value: Vec<u8> = row.get(3).map_err(sql("scan records"))?;
+        let note: Option<Vec<u8>> = row.get(4).map_err(sql("scan records"))?;
         out.push(Record {
             revision: row.get(0).map_err(sql("scan records"))?,
             key,
             create_revision: row.get(2).map_err(sql("scan records"))?,
             value: Bytes::from(value),
+            note: note.map(Bytes::from),
         });
         if out.len() >= max {
             break;
@@ -256,9 +285,9 @@ mod tests {
         create(&path).unwrap();
         let conn = connect(&path, false).unwrap();
         assert_eq!(read_meta(&conn, META_FORMAT).unwrap(), Some(FORMAT_VERSION));
-        insert(&conn, 2, "/a", 2, b"x").unwrap();
-        insert(&conn, 3, "/b", 3, b"y").unwrap();
-        insert(&conn, 4, "/a", 0, b"").unwrap();
+        insert(&conn, 2, "/a", 2, b"x", Some(b"by alice")).unwrap();
+        insert(&conn, 3, "/b", 3, b"y", None).unwrap();
+        insert(&conn, 4, "/a", 0, b"", Some(b"by bob")).unwrap();
         let all = records(&conn, 0, 10, "/a", usize::MAX, true).unwrap();
         assert_eq!(
             all.iter()
@@ -267,6 +296,15 @@ mod tests {
             [(2, false), (4, true)]
         );
         assert_eq!(all[0].value, &b"x"[..]);
+        assert_eq!(all[1].note.as_deref(), Some(&b"by bob"[..]));
+        assert_eq!(
+            read_record(&conn, 2).unwrap(),
+            Some((
+                Bytes::from_static(b"x"),
+                Some(Bytes::from_static(b"by alice"))
+            ))
+        );
+        assert_eq!(read_record(&conn, 3).unwrap().map(|r| r.1), Some(None));
         assert!(
             records(&conn, 3, 3, "", 1, false).unwrap()[0]
                 .value

@@ -47,9 +47,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use plinth_store::note::current_note;
 use plinth_store::{
-    KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult, WatchStream,
-    validate_key,
+    EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult,
+    Version, WatchStream, validate_key,
 };
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -380,6 +381,89 @@ fn load(conn: &mut Connection, path: &Path) -> StoreResult<(Index, Revision, Rev
     Ok((index, revision.max(floor), compacted))
 }
 
+/// The oldest revision kept, and a check that `from` (0: the oldest) is not older.
+fn history_start(conn: &Connection, from: Revision) -> StoreResult<Revision> {
+    let compacted = read_meta(conn, META_COMPACTED)
+        .map_err(sql("read meta"))?
+        .unwrap_or(0);
+    if from != 0 && from < compacted {
+        return Err(StoreError::Compacted {
+            requested: from,
+            compacted: Some(compacted),
+        });
+    }
+    Ok(from)
+}
+
+/// [`Store::versions`]: the key's changes from the index, their values and notes from disk.
+/// With `from = 0` that includes the version older than the compaction still kept (the state
+/// at the compaction revision).
+fn read_versions(shared: &Shared, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
+    let changes = shared
+        .index
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .changes(key);
+    shared.readers.with(|conn| {
+        let txn = conn.transaction().map_err(sql("begin a read"))?;
+        let from = history_start(&txn, from)?;
+        let mut versions = Vec::new();
+        for entry in changes.into_iter().filter(|e| e.revision >= from) {
+            // Compacted since the index was read: older than anything asked for.
+            let Some((value, note)) = layout::read_record(&txn, entry.revision)? else {
+                continue;
+            };
+            let kind = if entry.is_tombstone() {
+                EventKind::Delete
+            } else {
+                EventKind::Put
+            };
+            versions.push(Version {
+                kind,
+                kv: KeyValue {
+                    key: key.to_owned(),
+                    value,
+                    create_revision: entry.create_revision,
+                    mod_revision: entry.revision,
+                },
+                note,
+            });
+        }
+        Ok(versions)
+    })
+}
+
+/// [`Store::journal`]: the records under `prefix`, in revision order.
+fn read_journal(
+    shared: &Shared,
+    prefix: &str,
+    from: Revision,
+    limit: usize,
+) -> StoreResult<Vec<Version>> {
+    let current = shared.revision.load(Ordering::Acquire);
+    shared.readers.with(|conn| {
+        let txn = conn.transaction().map_err(sql("begin a read"))?;
+        let from = history_start(&txn, from)?;
+        let records = layout::records(&txn, from, current, prefix, limit, true)?;
+        Ok(records
+            .into_iter()
+            .map(|mut record| {
+                let kind = if record.is_delete() {
+                    EventKind::Delete
+                } else {
+                    EventKind::Put
+                };
+                let note = record.note.take();
+                Version {
+                    kind,
+                    kv: record.into_kv(),
+                    note,
+                }
+            })
+            .collect())
+    })
+}
+
 /// A consistent read of `request` at one revision.
 fn read_range(shared: &Shared, request: &RangeRequest) -> StoreResult<RangeResponse> {
     // Every revision up to `current` is in any snapshot begun after this load.
@@ -475,6 +559,7 @@ impl Store for EmbeddedStore {
             .write(Op::Create {
                 key: key.to_owned(),
                 value,
+                note: current_note(),
             })
             .await?
         {
@@ -493,6 +578,7 @@ impl Store for EmbeddedStore {
                 key: key.to_owned(),
                 value,
                 expected,
+                note: current_note(),
             })
             .await?
         {
@@ -514,6 +600,7 @@ impl Store for EmbeddedStore {
             .write(Op::Delete {
                 key: key.to_owned(),
                 expected,
+                note: current_note(),
             })
             .await?
         {
@@ -541,6 +628,32 @@ impl Store for EmbeddedStore {
     }
 
     fn progress_is_local(&self) -> bool {
+        true
+    }
+
+    async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
+        validate_key(key)?;
+        let shared = self.shared.clone();
+        let key = key.to_owned();
+        tokio::task::spawn_blocking(move || read_versions(&shared, &key, from))
+            .await
+            .map_err(|e| StoreError::backend("read a key's history", e.to_string()))?
+    }
+
+    async fn journal(
+        &self,
+        prefix: &str,
+        from: Revision,
+        limit: usize,
+    ) -> StoreResult<Vec<Version>> {
+        let shared = self.shared.clone();
+        let prefix = prefix.to_owned();
+        tokio::task::spawn_blocking(move || read_journal(&shared, &prefix, from, limit))
+            .await
+            .map_err(|e| StoreError::backend("read the journal", e.to_string()))?
+    }
+
+    fn keeps_notes(&self) -> bool {
         true
     }
 

@@ -25,15 +25,18 @@ pub(crate) enum Op {
     Create {
         key: String,
         value: Bytes,
+        note: Option<Bytes>,
     },
     Update {
         key: String,
         value: Bytes,
         expected: Revision,
+        note: Option<Bytes>,
     },
     Delete {
         key: String,
         expected: Option<Revision>,
+        note: Option<Bytes>,
     },
     Compact {
         revision: Revision,
@@ -187,10 +190,19 @@ fn apply(
     op: &Op,
     revision: Revision,
 ) -> StoreResult<StoreResult<Applied>> {
-    let (key, expected) = match op {
-        Op::Create { key, .. } => (key, None),
-        Op::Update { key, expected, .. } => (key, Some(*expected)),
-        Op::Delete { key, expected } => (key, *expected),
+    let (key, expected, note) = match op {
+        Op::Create { key, note, .. } => (key, None, note),
+        Op::Update {
+            key,
+            expected,
+            note,
+            ..
+        } => (key, Some(*expected), note),
+        Op::Delete {
+            key,
+            expected,
+            note,
+        } => (key, *expected, note),
         Op::Compact { .. } => {
             return Ok(Err(StoreError::backend(
                 "apply a write",
@@ -275,8 +287,15 @@ fn apply(
             )
         }
     };
-    insert(conn, revision, key, entry.create_revision, &event.kv.value)
-        .map_err(sql("write a record"))?;
+    insert(
+        conn,
+        revision,
+        key,
+        entry.create_revision,
+        &event.kv.value,
+        note.as_deref(),
+    )
+    .map_err(sql("write a record"))?;
     overlay.insert(key.clone(), entry);
     Ok(Ok((outcome, event, entry)))
 }

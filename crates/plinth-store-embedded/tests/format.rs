@@ -1,6 +1,6 @@
 //! The store records the format of its layout. A store written by the previous release
 //! (format 1, `tests/data/format-1.db`, written by that release's code) is upgraded in place
-//! and reads as it did; a store of a newer format than this build's is refused with a clear
+//! (through format 2, to format 3: records with their writes' notes) and reads as it did; a store of a newer format than this build's is refused with a clear
 //! message and left untouched, as is a file of no format.
 
 #![allow(clippy::unwrap_used)]
@@ -69,10 +69,27 @@ async fn a_store_of_the_previous_format_is_upgraded_in_place() {
         .unwrap();
     assert_eq!(next, 7);
     store.close().await;
-    assert_eq!(meta(&path.join(DB_FILE), "format"), Some(2), "upgraded");
+    assert_eq!(meta(&path.join(DB_FILE), "format"), Some(3), "upgraded");
+    // Records of the old release have no note; new writes keep theirs.
+    let store = EmbeddedStore::open(&path).unwrap();
+    let versions = store.versions("/configmaps/default/a", 0).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert!(versions.iter().all(|v| v.note.is_none()));
+    plinth_store::note::noted(
+        Bytes::from_static(b"by the new release"),
+        store.update("/configmaps/default/c", Bytes::from_static(b"{}"), 7),
+    )
+    .await
+    .unwrap();
+    let versions = store.versions("/configmaps/default/c", 0).await.unwrap();
+    assert_eq!(
+        versions.last().and_then(|v| v.note.as_deref()),
+        Some(&b"by the new release"[..])
+    );
+    store.close().await;
     // And it opens again as a store of this format.
     let store = EmbeddedStore::open(&path).unwrap();
-    assert_eq!(store.current_revision().await.unwrap(), 7);
+    assert_eq!(store.current_revision().await.unwrap(), 8);
     store.close().await;
 }
 
@@ -89,7 +106,7 @@ async fn a_store_of_a_newer_format_is_refused_and_untouched() {
     let before = std::fs::read(&file).unwrap();
     let err = EmbeddedStore::open(&path).unwrap_err().to_string();
     assert!(
-        err.contains("store format 9 is newer than this build's (format 2)"),
+        err.contains("store format 9 is newer than this build's (format 3)"),
         "{err}"
     );
     assert_eq!(std::fs::read(&file).unwrap(), before, "left as it was");

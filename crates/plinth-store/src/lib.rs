@@ -34,6 +34,8 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod error;
+pub mod note;
+mod replay;
 mod types;
 mod update;
 
@@ -42,7 +44,7 @@ pub mod conformance;
 
 pub use error::{StoreError, StoreResult};
 pub use types::{
-    EventKind, KeyValue, RangeRequest, RangeResponse, Revision, WatchEvent, WatchStream,
+    EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Version, WatchEvent, WatchStream,
 };
 pub use update::{Update, guaranteed_update};
 
@@ -161,6 +163,39 @@ pub trait Store: Send + Sync + 'static {
 
     /// The store's current revision (the revision of the last write, or 1 for a new store).
     async fn current_revision(&self) -> StoreResult<Revision>;
+
+    /// Every version of `key` kept in history from revision `from` on (0: from the oldest
+    /// kept), oldest first — each put and delete, with the note its write carried
+    /// ([`note`]). History is kept until [`Store::compact`] drops it.
+    ///
+    /// # Errors
+    /// [`StoreError::Compacted`] if `from` is below the oldest revision kept.
+    async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
+        validate_key(key)?;
+        let mut versions = replay::replay(self, key, from, usize::MAX).await?;
+        versions.retain(|v| v.kv.key == key);
+        Ok(versions)
+    }
+
+    /// The writes under `prefix` from revision `from` on (0: from the oldest kept), oldest
+    /// first, at most `limit` of them, with their values and notes: the store's journal.
+    ///
+    /// # Errors
+    /// [`StoreError::Compacted`] if `from` is below the oldest revision kept.
+    async fn journal(
+        &self,
+        prefix: &str,
+        from: Revision,
+        limit: usize,
+    ) -> StoreResult<Vec<Version>> {
+        replay::replay(self, prefix, from, limit).await
+    }
+
+    /// Whether this store keeps the notes of writes ([`note`]); without them
+    /// [`Store::versions`] and [`Store::journal`] give `note: None`.
+    fn keeps_notes(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `key` is a usable key: not empty, no NUL byte.

@@ -127,5 +127,18 @@ impl WatchEvent {
     }
 }
 
+/// One version of a key kept in history (see [`crate::Store::versions`]): what a write left, and
+/// the note it carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// [`EventKind::Put`] or [`EventKind::Delete`].
+    pub kind: EventKind,
+    /// The key after the write, as a watch event's (a delete: empty value, create revision 0,
+    /// the deletion's revision as mod revision).
+    pub kv: KeyValue,
+    /// The write's note (see [`crate::note`]), if it carried one and the backend keeps notes.
+    pub note: Option<Bytes>,
+}
+
 /// A stream of changes; see [`crate::Store::watch`]. Dropping it cancels the watch.
 pub type WatchStream = Pin<Box<dyn Stream<Item = StoreResult<WatchEvent>> + Send + 'static>>;

@@ -287,6 +287,7 @@ async fn boot(
         data_dir: dir.to_owned(),
         listen,
         compaction_interval: Duration::from_secs(300),
+        history_retention: Duration::ZERO,
         bookmark_interval: Duration::from_secs(60),
         token_auth_file: None,
         anonymous_auth: false,

@@ -39,6 +39,10 @@ enum Command {
         /// How often history is compacted (`300s`, `5m`, `1h`; `0s` never).
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         compaction_interval: std::time::Duration,
+        /// How long past revisions of every object are kept, with who made them, for
+        /// `plinth history` and the history API (`24h`; `0s`: as long as compaction keeps them).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        history_retention: std::time::Duration,
         /// How often watches that allow bookmarks get one.
         #[arg(long, default_value = "60s", value_parser = parse_duration, hide = true)]
         watch_bookmark_interval: std::time::Duration,
@@ -194,6 +198,39 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// An object's past revisions with who made each (user, operation, field manager), from
+    /// the history API; `--diff` shows each change. Uses the kubeconfig.
+    History {
+        /// `KIND/NAME` (`configmap/settings`, `deployments.apps/web`).
+        target: String,
+        /// The namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Only revisions since then: a duration before now (`10m`) or an RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// `yaml` or `json`: the whole `ObjectHistory` (objects and provenance).
+        #[arg(short, long)]
+        output: Option<String>,
+        /// Each revision's changes as a unified diff (coloured on a terminal).
+        #[arg(long)]
+        diff: bool,
+    },
+    /// An object, or a resource's objects, as they were at a past revision or time (from the
+    /// history the server retains). Uses the kubeconfig.
+    Get {
+        /// `KIND/NAME` or `KIND`.
+        target: String,
+        /// The namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// A revision (`1234`), a duration before now (`10m`) or an RFC 3339 time.
+        #[arg(long)]
+        as_of: String,
+        /// `yaml`, `json`, or for a list `name` (the default).
+        #[arg(short, long)]
+        output: Option<String>,
+    },
     /// Writes every object of the given resources back unchanged through the API, so that
     /// storage holds each under the current encryption key (after a key rotation or a new
     /// provider in the `EncryptionConfiguration`). Uses the kubeconfig (`KUBECONFIG` or
@@ -279,6 +316,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 mod envtest;
+mod history;
 mod migrate;
 mod network;
 mod node;
@@ -334,6 +372,7 @@ fn main() -> ExitCode {
             etcd_servers,
             etcd_prefix,
             compaction_interval,
+            history_retention,
             watch_bookmark_interval,
             log_format,
             token_auth_file,
@@ -414,6 +453,7 @@ fn main() -> ExitCode {
                 data_dir,
                 listen,
                 compaction_interval,
+                history_retention,
                 bookmark_interval: watch_bookmark_interval,
                 token_auth_file,
                 anonymous_auth,
@@ -639,6 +679,34 @@ fn main() -> ExitCode {
                 }
             }
         }),
+        Command::History {
+            target,
+            namespace,
+            since,
+            output,
+            diff,
+        } => {
+            let args = history::HistoryArgs {
+                target,
+                namespace,
+                since,
+                output,
+                diff,
+            };
+            run(tokio::runtime::Builder::new_current_thread(), async {
+                finish(history::history(&args).await)
+            })
+        }
+        Command::Get {
+            target,
+            namespace,
+            as_of,
+            output,
+        } => run(tokio::runtime::Builder::new_current_thread(), async {
+            finish(
+                history::get_as_of(&target, namespace.as_deref(), &as_of, output.as_deref()).await,
+            )
+        }),
         Command::Rewrite { resources } => {
             run(tokio::runtime::Builder::new_current_thread(), async {
                 match rewrite::run(&resources).await {
@@ -649,6 +717,17 @@ fn main() -> ExitCode {
                     }
                 }
             })
+        }
+    }
+}
+
+/// The exit of a command: its error printed.
+fn finish(outcome: Result<(), String>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plinth: {e}");
+            ExitCode::FAILURE
         }
     }
 }

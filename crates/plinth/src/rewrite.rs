@@ -39,8 +39,9 @@ pub(crate) async fn run(names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `secrets` (any group, the core group first) or `widgets.example.com` (plural and group).
-fn resolve(discovery: &Discovery, name: &str) -> Result<(ApiResource, bool), String> {
+/// `secrets` (any group, the core group first) or `widgets.example.com` (plural and group);
+/// the kind, in any case, names its resource too (`secret`, `Deployment`).
+pub(crate) fn resolve(discovery: &Discovery, name: &str) -> Result<(ApiResource, bool), String> {
     let (plural, group) = match name.split_once('.') {
         Some((plural, group)) => (plural, Some(group)),
         None => (name, None),
@@ -51,7 +52,7 @@ fn resolve(discovery: &Discovery, name: &str) -> Result<(ApiResource, bool), Str
             continue;
         }
         for (resource, capabilities) in api_group.recommended_resources() {
-            if resource.plural == plural {
+            if resource.plural == plural || resource.kind.eq_ignore_ascii_case(plural) {
                 found.push((resource, capabilities.scope == Scope::Namespaced));
             }
         }

@@ -19,6 +19,18 @@ use plinth_registry::resources::ResourceDef;
 use plinth_registry::table::{self, IncludeObject};
 use plinth_registry::{Listed, Part, Registry, ScaleWrite, WriteOptions, default_watch_timeout};
 
+/// The field manager of a write that names none: its User-Agent up to the first `/`, as
+/// kube-apiserver records it.
+pub(super) fn default_manager(user_agent: &str) -> String {
+    user_agent
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(128)
+        .collect()
+}
+
 /// One request on a resource.
 pub(super) struct Call<'a> {
     pub(super) state: &'a AppState,
@@ -97,13 +109,7 @@ impl Call<'_> {
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        options.default_manager = agent
-            .split('/')
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(128)
-            .collect();
+        options.default_manager = default_manager(agent);
         Ok(options)
     }
 

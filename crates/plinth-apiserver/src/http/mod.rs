@@ -11,6 +11,7 @@ pub(crate) mod inflight;
 
 pub(crate) use inflight::Inflight;
 mod health;
+mod history;
 mod negotiate;
 mod query;
 
@@ -125,6 +126,11 @@ enum Target {
         /// The path after a `proxy` subresource (`pods` of `nodes/<name>/proxy/pods`).
         tail: Option<String>,
     },
+    /// The history API ([`history`]): a view and the path of what it is about.
+    History {
+        view: String,
+        inner: Option<Box<Target>>,
+    },
     NotFound,
 }
 
@@ -151,6 +157,14 @@ fn parse_target(path: &str) -> Target {
         ["openapi", "v3", rest @ ..] => return Target::OpenApiV3(Some(rest.join("/"))),
         ["openapi", "v2"] => return Target::OpenApiV2,
         ["apis"] => return Target::Apis,
+        ["apis", history::GROUP, history::VERSION, view, rest @ ..]
+            if history::verb_of(view).is_some() =>
+        {
+            return Target::History {
+                view: (*view).to_owned(),
+                inner: (!rest.is_empty()).then(|| Box::new(parse_target(&rest.join("/")))),
+            };
+        }
         ["apis", group] => return Target::Group((*group).to_owned()),
         ["api", version] => {
             return Target::ResourceList {
@@ -220,6 +234,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
     // A connection upgrade (exec, attach: WebSocket) is handed on to the node agent.
     let upgrade = std::sync::Mutex::new(parts.extensions.remove::<hyper::upgrade::OnUpgrade>());
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
+    let audit_id = audit_id(&headers);
     let mut audited = None;
     let started = std::time::Instant::now();
     let target = parse_target(uri.path());
@@ -238,6 +253,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
                 peer: peer.as_ref(),
                 address,
                 upgrade: &upgrade,
+                audit_id: &audit_id,
             };
             let scoped = async {
                 let result = handle(&state, &request, bytes, target, &mut audited).await;
@@ -262,6 +278,9 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         Ok(response) => response,
         Err(error) => ErrorResponse(error).into_response(),
     };
+    if let Ok(value) = HeaderValue::from_str(&audit_id) {
+        response.headers_mut().insert(AUDIT_ID, value);
+    }
     if let (Some(audit), Some((record, long_running))) = (&state.audit, audited) {
         response = audited_response(&state, audit, record, long_running, response).await;
     }
@@ -270,6 +289,21 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         .record(labels, response.status().as_u16(), started.elapsed());
     tracing::debug!(method = %method, path = %uri.path(), code = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
     response
+}
+
+/// The header naming a request's audit ID, given by the client or made by the server, and
+/// returned on every response (kube-apiserver's `Audit-Id`).
+const AUDIT_ID: &str = "audit-id";
+
+/// The request's audit ID: the client's, when it gives a usable one (as kube-apiserver takes
+/// it), else a new UUID.
+fn audit_id(headers: &HeaderMap) -> String {
+    headers
+        .get(AUDIT_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
 }
 
 /// The client's address, which every request of a connection carries.
@@ -389,6 +423,8 @@ struct Request<'a> {
     address: Option<std::net::SocketAddr>,
     /// The connection's upgrade, taken by the one who serves it.
     upgrade: &'a std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
+    /// Its audit ID.
+    audit_id: &'a str,
 }
 
 fn received<'a>(
@@ -412,12 +448,24 @@ fn received<'a>(
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
+        audit_id: request.audit_id,
         body,
     }
 }
 
 /// The authorization attributes of a request for `target`.
 fn attributes(target: &Target, request: &Request<'_>) -> plinth_auth::Attributes {
+    // A history view is a read of what it is about.
+    if let Target::History {
+        inner: Some(inner), ..
+    } = target
+    {
+        let read = Request {
+            method: &Method::GET,
+            ..*request
+        };
+        return attributes(inner, &read);
+    }
     match target {
         Target::Resource {
             group,
@@ -534,7 +582,9 @@ async fn handle(
             ))
             .map(|r| (r, attributes.verb == "watch"));
     }
-    if let plinth_auth::Decision::Deny(reason) = state.rbac.authorize(&user, &attributes) {
+    // `revision` (the store's revision at a time) is for every authenticated user.
+    let open = matches!(&target, Target::History { inner: None, .. });
+    if !open && let plinth_auth::Decision::Deny(reason) = state.rbac.authorize(&user, &attributes) {
         return Err(attributes.forbidden(&user, &reason));
     }
     let long_running = attributes.verb == "watch";
@@ -553,6 +603,37 @@ async fn handle(
             text,
         )
             .into_response());
+    }
+    if let Target::History { view, inner } = &target {
+        let about = match inner.as_deref() {
+            None => None,
+            Some(Target::Resource {
+                group,
+                version,
+                namespace,
+                resource,
+                name,
+                subresource,
+                ..
+            }) => Some(history::About {
+                group: group.clone(),
+                version: version.clone(),
+                namespace: namespace.clone(),
+                resource: resource.clone(),
+                name: name.clone(),
+                subresource: subresource.clone(),
+            }),
+            Some(_) => return Err(not_found()),
+        };
+        return history::serve(
+            &state.registry,
+            method,
+            headers,
+            request.query,
+            view,
+            about.as_ref(),
+        )
+        .await;
     }
     // A group/version an APIService gives to an extension server goes there, as is.
     let aggregated = match &target {
@@ -631,7 +712,11 @@ async fn handle(
                 user: &user,
                 upgrade: request.upgrade,
             };
-            let mut response = call.run(method, body).await;
+            let provenance = provenance(request, &user, (sender != user).then_some(&sender));
+            let mut response = match provenance {
+                Some(provenance) => provenance.scope(call.run(method, body)).await,
+                None => call.run(method, body).await,
+            };
             // Every answer from a deprecated version carries its warning.
             if let (Some(warning), Ok(r)) = (deprecation, &mut response) {
                 let text = format!(
@@ -646,6 +731,51 @@ async fn handle(
         }
         other => document(state, method, format, other),
     }
+}
+
+/// The provenance of a write request's writes (`None` for a read): who, as whom, which
+/// operation on which subresource, through which client and request.
+fn provenance(
+    request: &Request<'_>,
+    user: &plinth_auth::User,
+    impersonator: Option<&plinth_auth::User>,
+) -> Option<plinth_registry::provenance::Provenance> {
+    let subresource = match parse_target(request.uri.path()) {
+        Target::Resource {
+            subresource, name, ..
+        } => (subresource.unwrap_or_default(), name.is_some()),
+        _ => return None,
+    };
+    let (subresource, named) = subresource;
+    let operation = match *request.method {
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH if body::content_type(request.headers) == "application/apply-patch+yaml" => {
+            "apply"
+        }
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => return None,
+    };
+    let user_agent = request
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mut provenance = plinth_registry::provenance::Provenance::of(user, operation);
+    provenance.impersonator = impersonator.map(|sender| sender.name.clone());
+    // A deletion manages no fields.
+    if !operation.starts_with("delete") {
+        provenance.field_manager = request
+            .query
+            .get("fieldManager")
+            .map_or_else(|| call::default_manager(user_agent), str::to_owned);
+    }
+    provenance.subresource = subresource;
+    provenance.user_agent = user_agent.chars().take(256).collect();
+    provenance.audit_id = request.audit_id.to_owned();
+    Some(provenance)
 }
 
 fn not_found() -> ApiError {
@@ -743,7 +873,7 @@ fn document(
                 "/openapi/v2 is served as application/json and application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
             )),
         },
-        Target::NotFound | Target::Resource { .. } => Err(not_found()),
+        Target::NotFound | Target::Resource { .. } | Target::History { .. } => Err(not_found()),
         Target::Health | Target::Version | Target::Metrics | Target::Oidc(_) => {
             Err(ApiError::method_not_allowed())
         }

@@ -26,7 +26,10 @@ use crate::{
     guaranteed_update,
 };
 
+mod history;
 mod watch;
+
+pub use history::history_keeps_versions_and_notes;
 
 pub use watch::{
     delete_events_carry_previous_value, progress_reports_quiet_and_busy_watches,
@@ -52,6 +55,7 @@ macro_rules! conformance_tests {
             oversized_value_is_refused,
             progress_reports_quiet_and_busy_watches,
             guaranteed_delete_sees_the_latest_value,
+            history_keeps_versions_and_notes,
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {
