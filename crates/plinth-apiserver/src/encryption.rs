@@ -447,15 +447,20 @@ impl EncryptedStore {
         }
     }
 
-    /// Past versions as they were written: decrypted like the live value.
+    /// Past versions as they were written: decrypted like the live value. A version whose
+    /// key the configuration no longer has stays unreadable: its value comes back empty.
     fn open_all(&self, versions: Vec<Version>) -> StoreResult<Vec<Version>> {
-        versions
+        Ok(versions
             .into_iter()
             .map(|mut version| {
-                version.kv = self.encryption.open(version.kv)?;
-                Ok(version)
+                let sealed = version.kv.clone();
+                version.kv = self.encryption.open(sealed).unwrap_or_else(|_| KeyValue {
+                    value: Bytes::new(),
+                    ..version.kv
+                });
+                version
             })
-            .collect()
+            .collect())
     }
 
     fn error(&self, error: StoreError) -> StoreError {

@@ -156,14 +156,16 @@ impl Registry {
             let (change, object) = if version.kind == EventKind::Delete {
                 (Change::Deleted, previous.take())
             } else {
-                let object = decode_view(def, &version.kv)?;
-                previous = Some(object.clone());
+                // A version no longer readable (sealed with a key the server no longer has)
+                // is shown without its object.
+                let object = decode_view(def, &version.kv).ok();
+                previous.clone_from(&object);
                 let change = if version.kv.create_revision == version.kv.mod_revision {
                     Change::Added
                 } else {
                     Change::Modified
                 };
-                (change, Some(object))
+                (change, object)
             };
             out.push(ObjectVersion {
                 revision: version.kv.mod_revision,

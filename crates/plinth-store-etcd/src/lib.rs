@@ -23,16 +23,28 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType,
-    GetOptions, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchOptions,
+    GetOptions, KvClient, LeaseClient, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    WatchClient, WatchOptions,
 };
 use futures::StreamExt;
+use plinth_store::note::current_note;
 use plinth_store::{
     EventKind, KeyValue, RangeRequest, RangeResponse, Revision, Store, StoreError, StoreResult,
-    WatchEvent, WatchStream, prefix_end, validate_key,
+    Version, WatchEvent, WatchStream, prefix_end, validate_key,
 };
 
 /// The key prefix used when none is configured, as in kube-apiserver.
 pub const DEFAULT_PREFIX: &str = "/registry/";
+
+/// Notes (see [`plinth_store::note`]) live under this byte followed by the object's full key:
+/// outside every store prefix, so no range or watch of objects meets them. A write puts its
+/// object and its note in one transaction, so both change at the write's revision; the note of
+/// revision R is read as the note key at R.
+const NOTES: &str = "\u{1}notes";
+
+/// How long the note of a deletion stays a live key: its value at the deletion's revision is
+/// history (read at that revision until compaction drops it), the live key would only leak.
+const DELETION_NOTE_TTL: i64 = 300;
 
 /// Largest gRPC message accepted from etcd (lists of many objects are large).
 const MAX_MESSAGE: usize = 1 << 30;
@@ -43,6 +55,10 @@ pub struct EtcdStore {
     kv: KvClient,
     watch: WatchClient,
     maintenance: etcd_client::MaintenanceClient,
+    lease: LeaseClient,
+    /// The lease the notes of deletions are put with, and when it was granted (one per
+    /// minute, outliving its last note by [`DELETION_NOTE_TTL`] at least).
+    deletion_lease: std::sync::Arc<tokio::sync::Mutex<Option<(i64, tokio::time::Instant)>>>,
     prefix: String,
     /// Each open watch's task listens here for progress requests to forward to etcd.
     progress: tokio::sync::broadcast::Sender<()>,
@@ -164,6 +180,8 @@ impl EtcdStore {
                 .max_encoding_message_size(MAX_MESSAGE),
             watch: client.watch_client().max_decoding_message_size(MAX_MESSAGE),
             maintenance: client.maintenance_client(),
+            lease: client.lease_client(),
+            deletion_lease: std::sync::Arc::default(),
             prefix: prefix.to_owned(),
             progress: tokio::sync::broadcast::Sender::new(16),
             // Any member answers (with retries: one may be down as this server starts).
@@ -287,6 +305,87 @@ impl EtcdStore {
         format!("{}{key}", self.prefix)
     }
 
+    fn note_key(&self, key: &str) -> String {
+        format!("{NOTES}{}", self.full(key))
+    }
+
+    /// The note write that goes with a put of `key`, if the task carries a note.
+    fn note_put(&self, key: &str) -> Option<TxnOp> {
+        current_note().map(|note| TxnOp::put(self.note_key(key), note.to_vec(), None))
+    }
+
+    /// The note write that goes with a deletion of `key`: always made (empty without a note)
+    /// so that the key's earlier note does not stay live, and leased to go soon after.
+    async fn deletion_note_put(&self, key: &str) -> TxnOp {
+        let note = current_note().unwrap_or_default().to_vec();
+        let options = self
+            .deletion_lease()
+            .await
+            .map(|id| PutOptions::new().with_lease(id));
+        TxnOp::put(self.note_key(key), note, options)
+    }
+
+    /// The current lease for deletions' notes, granted anew each minute; `None` if etcd will
+    /// not grant one (the note then stays live until the key is written again).
+    async fn deletion_lease(&self) -> Option<i64> {
+        let mut held = self.deletion_lease.lock().await;
+        if let Some((id, granted)) = *held
+            && granted.elapsed() < Duration::from_secs(60)
+        {
+            return Some(id);
+        }
+        let mut lease = self.lease.clone();
+        match lease.grant(DELETION_NOTE_TTL + 60, None).await {
+            Ok(granted) => {
+                *held = Some((granted.id(), tokio::time::Instant::now()));
+                Some(granted.id())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd granted no lease for deletion notes");
+                None
+            }
+        }
+    }
+
+    /// The note of `key`'s write at `revision`: the note key's value then, if it changed then.
+    async fn note_at(&self, key: &str, revision: Revision) -> StoreResult<Option<Bytes>> {
+        let (note_key, options) = (
+            self.note_key(key),
+            GetOptions::new().with_revision(revision),
+        );
+        let response = with_retries(false, || {
+            let (mut kv, note_key, options) = (self.kv.clone(), note_key.clone(), options.clone());
+            async move { kv.get(note_key, Some(options)).await }
+        })
+        .await
+        .map_err(|e| revision_error(revision, e))?;
+        Ok(response
+            .kvs()
+            .first()
+            .filter(|kv| kv.mod_revision() == revision && !kv.value().is_empty())
+            .map(|kv| Bytes::copy_from_slice(kv.value())))
+    }
+
+    /// `versions` with their notes, read a few at a time.
+    async fn with_notes(&self, mut versions: Vec<Version>) -> StoreResult<Vec<Version>> {
+        let wanted: Vec<(String, Revision)> = versions
+            .iter()
+            .map(|v| (v.kv.key.clone(), v.kv.mod_revision))
+            .collect();
+        let notes: Vec<StoreResult<Option<Bytes>>> = futures::stream::iter(wanted)
+            .map(|(key, revision)| {
+                let store = self.clone();
+                async move { store.note_at(&key, revision).await }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        for (version, note) in versions.iter_mut().zip(notes) {
+            version.note = note?;
+        }
+        Ok(versions)
+    }
+
     fn convert(&self, kv: &etcd_client::KeyValue) -> StoreResult<KeyValue> {
         let key = std::str::from_utf8(kv.key())
             .ok()
@@ -310,13 +409,13 @@ impl EtcdStore {
         &self,
         step: &'static str,
         compare: Compare,
-        write: TxnOp,
+        writes: Vec<TxnOp>,
         key: &str,
     ) -> StoreResult<Result<TxnResponse, Option<KeyValue>>> {
         let full = self.full(key);
         let txn = Txn::new()
             .when([compare])
-            .and_then([write])
+            .and_then(writes)
             .or_else([TxnOp::get(full, None)]);
         let response = with_retries(true, || {
             let (mut kv, txn) = (self.kv.clone(), txn.clone());
@@ -349,6 +448,27 @@ impl Store for EtcdStore {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn keeps_notes(&self) -> bool {
+        true
+    }
+
+    async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
+        validate_key(key)?;
+        let mut versions = plinth_store::replay::replay(self, key, from, usize::MAX).await?;
+        versions.retain(|v| v.kv.key == key);
+        self.with_notes(versions).await
+    }
+
+    async fn journal(
+        &self,
+        prefix: &str,
+        from: Revision,
+        limit: usize,
+    ) -> StoreResult<Vec<Version>> {
+        let versions = plinth_store::replay::replay(self, prefix, from, limit).await?;
+        self.with_notes(versions).await
     }
 
     async fn get(&self, key: &str) -> StoreResult<Option<KeyValue>> {
@@ -415,7 +535,10 @@ impl Store for EtcdStore {
             .cas(
                 "create",
                 compare,
-                TxnOp::put(full, value.to_vec(), None),
+                [TxnOp::put(full, value.to_vec(), None)]
+                    .into_iter()
+                    .chain(self.note_put(key))
+                    .collect(),
                 key,
             )
             .await
@@ -441,7 +564,10 @@ impl Store for EtcdStore {
             .cas(
                 "update",
                 compare,
-                TxnOp::put(full, value.to_vec(), None),
+                [TxnOp::put(full, value.to_vec(), None)]
+                    .into_iter()
+                    .chain(self.note_put(key))
+                    .collect(),
                 key,
             )
             .await
@@ -475,8 +601,11 @@ impl Store for EtcdStore {
             Some(expected) => Compare::mod_revision(full.clone(), CompareOp::Equal, expected),
             None => Compare::create_revision(full.clone(), CompareOp::Greater, 0),
         };
-        let write = TxnOp::delete(full, Some(DeleteOptions::new().with_prev_key()));
-        match self.cas("delete", compare, write, key).await? {
+        let writes = vec![
+            TxnOp::delete(full, Some(DeleteOptions::new().with_prev_key())),
+            self.deletion_note_put(key).await,
+        ];
+        match self.cas("delete", compare, writes, key).await? {
             Ok(response) => {
                 let prev = match response.op_responses().first() {
                     Some(TxnOpResponse::Delete(deleted)) => deleted

@@ -35,7 +35,7 @@
 
 mod error;
 pub mod note;
-mod replay;
+pub mod replay;
 mod types;
 mod update;
 

@@ -18,7 +18,11 @@ const SETTLE: Duration = Duration::from_millis(500);
 
 /// The changes under `prefix` from `from` (0: the oldest kept) up to the revision current when
 /// called, at most `limit`, without notes.
-pub(crate) async fn replay<S: Store + ?Sized>(
+///
+/// # Errors
+/// [`StoreError::Compacted`] if `from` is below the oldest revision kept; a backend error if
+/// the watch fails or does not catch up within a minute.
+pub async fn replay<S: Store + ?Sized>(
     store: &S,
     prefix: &str,
     from: Revision,

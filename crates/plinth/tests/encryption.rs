@@ -137,6 +137,25 @@ fn secrets_are_encrypted_and_keys_rotate(backend: Backend) {
         assert!(!contains(&raw, &encoded));
     }
     assert_eq!(read(&plinth), encoded);
+    // History is stored as written — sealed — and read back opened: the versions sealed with
+    // a key still configured read as the Secret was; the one sealed with k1, dropped from the
+    // configuration, is shown without its object.
+    let history: serde_json::Value = serde_json::from_str(&plinth.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/history.plinth.dev/v1alpha1/revisions/api/v1/namespaces/default/secrets/s1",
+    ]))
+    .unwrap();
+    let versions = history["revisions"].as_array().unwrap();
+    assert!(versions.len() >= 3, "{history}");
+    assert!(
+        versions[0]["object"].is_null(),
+        "sealed with k1: {}",
+        versions[0]
+    );
+    for version in &versions[1..] {
+        assert_eq!(version["object"]["data"]["password"], encoded.as_str());
+    }
 }
 
 #[test]

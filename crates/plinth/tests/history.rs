@@ -11,6 +11,8 @@ mod common;
 
 use serde_json::Value;
 
+use plinth_store_etcd::testing::EtcdProcess;
+
 use common::http::Http;
 use common::{Backend, Plinth};
 
@@ -46,9 +48,25 @@ fn plinth_cli(plinth: &Plinth, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+fn etcd() -> Backend {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let etcd = runtime.block_on(EtcdProcess::start()).expect("start etcd");
+    drop(runtime);
+    Backend::Etcd(etcd)
+}
+
 #[test]
 fn every_write_keeps_who_made_it_and_history_reads_back() {
-    let plinth = Plinth::start_with(Backend::Embedded, &["--history-retention", "1h"]);
+    writes_keep_who_made_them(Backend::Embedded);
+}
+
+#[test]
+fn every_write_keeps_who_made_it_in_etcd_too() {
+    writes_keep_who_made_them(etcd());
+}
+
+fn writes_keep_who_made_them(backend: Backend) {
+    let plinth = Plinth::start_with(backend, &["--history-retention", "1h"]);
     let path = "/api/v1/namespaces/default/configmaps/settings";
     plinth.kubectl(&["create", "configmap", "settings", "--from-literal=mode=one"]);
     plinth.kubectl(&[
@@ -476,7 +494,16 @@ fn malformed_history_requests_get_a_clear_4xx_and_change_nothing() {
 
 #[test]
 fn history_survives_a_restart() {
-    let mut plinth = Plinth::start_with(Backend::Embedded, &["--history-retention", "1h"]);
+    survives_a_restart(Backend::Embedded);
+}
+
+#[test]
+fn history_survives_a_restart_in_etcd_mode() {
+    survives_a_restart(etcd());
+}
+
+fn survives_a_restart(backend: Backend) {
+    let mut plinth = Plinth::start_with(backend, &["--history-retention", "1h"]);
     plinth.kubectl(&["create", "configmap", "kept", "--from-literal=k=1"]);
     plinth.kubectl(&["patch", "configmap", "kept", "-p", r#"{"data":{"k":"2"}}"#]);
     let before = revisions(&plinth, "/api/v1/namespaces/default/configmaps/kept");
@@ -484,4 +511,5 @@ fn history_survives_a_restart() {
     let after = revisions(&plinth, "/api/v1/namespaces/default/configmaps/kept");
     assert_eq!(after, before);
     assert_eq!(after.len(), 2);
+    assert_eq!(field(&after[1], "operation"), "patch");
 }
