@@ -41,6 +41,7 @@ pub mod service_range;
 pub mod services;
 pub mod strategy;
 pub mod table;
+pub mod timeline;
 pub mod user;
 mod watch;
 mod write;

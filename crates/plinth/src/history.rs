@@ -217,6 +217,64 @@ fn describe(version: &Value) -> String {
     )
 }
 
+/// Prints the timeline of an object: its writes, its descendants', their Events and container
+/// starts and exits, oldest first (a table, or the `Timeline` as YAML or JSON).
+pub(crate) async fn timeline(args: &HistoryArgs) -> Result<(), String> {
+    let located = locate(&args.target, args.namespace.as_deref()).await?;
+    if located.name.is_none() {
+        return Err(format!("{:?}: expected KIND/NAME", args.target));
+    }
+    let query = args
+        .since
+        .as_ref()
+        .map(|since| format!("?since={}", query_value(since)))
+        .unwrap_or_default();
+    let url = format!("{ROOT}/timeline{}{query}", located.path);
+    let text = get(&located.client, &url, "application/json").await?;
+    let timeline: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    match args.output.as_deref() {
+        Some("json") => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&timeline).unwrap_or_default()
+            );
+            return Ok(());
+        }
+        Some("yaml") => {
+            print!("{}", serde_norway::to_string(&timeline).unwrap_or_default());
+            return Ok(());
+        }
+        Some(other) => return Err(format!("unknown output format {other:?}: yaml or json")),
+        None => {}
+    }
+    let rows: Vec<[String; 6]> = timeline["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|step| {
+            let object = &step["object"];
+            let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
+            let mut who = text(&step["provenance"]["user"]);
+            if let Some(short) = who.strip_prefix("system:serviceaccount:kube-system:") {
+                who = short.to_owned();
+            }
+            [
+                text(&step["time"]),
+                text(&step["revision"]),
+                format!("{}/{}", text(&object["kind"]), text(&object["name"])),
+                text(&step["type"]),
+                who,
+                text(&step["summary"]),
+            ]
+        })
+        .collect();
+    print_table(&["TIME", "REVISION", "OBJECT", "TYPE", "BY", "WHAT"], &rows);
+    if timeline["truncated"] == true {
+        eprintln!("(the timeline was cut short: give a later --since)");
+    }
+    Ok(())
+}
+
 fn print_table(header: &[&str], rows: &[[String; 6]]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {

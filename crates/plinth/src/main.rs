@@ -216,6 +216,22 @@ enum Command {
         #[arg(long)]
         diff: bool,
     },
+    /// What happened to an object and everything it owns, in order: its writes and its
+    /// descendants' (by ownerReferences), the Events about them, container starts and exits,
+    /// with who did each. Uses the kubeconfig.
+    Timeline {
+        /// `KIND/NAME` (`deployment/web`).
+        target: String,
+        /// The namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Only what happened since then: a duration before now (`10m`) or an RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// `yaml` or `json`: the whole `Timeline`.
+        #[arg(short, long)]
+        output: Option<String>,
+    },
     /// An object, or a resource's objects, as they were at a past revision or time (from the
     /// history the server retains). Uses the kubeconfig.
     Get {
@@ -695,6 +711,23 @@ fn main() -> ExitCode {
             };
             run(tokio::runtime::Builder::new_current_thread(), async {
                 finish(history::history(&args).await)
+            })
+        }
+        Command::Timeline {
+            target,
+            namespace,
+            since,
+            output,
+        } => {
+            let args = history::HistoryArgs {
+                target,
+                namespace,
+                since,
+                output,
+                diff: false,
+            };
+            run(tokio::runtime::Builder::new_current_thread(), async {
+                finish(history::timeline(&args).await)
             })
         }
         Command::Get {

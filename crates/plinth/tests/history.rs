@@ -328,6 +328,84 @@ fn controllers_and_the_node_agent_write_under_their_own_names() {
         writers.contains(&("system:node:history-node", "status")),
         "the agent reports the pod's status: {writers:?}"
     );
+    // The Deployment's timeline: its writes, its ReplicaSet's and pods', their Events and the
+    // container's start, in revision order.
+    let timeline = raw(
+        &plinth,
+        &format!("{ROOT}/timeline/apis/apps/v1/namespaces/default/deployments/web"),
+    );
+    let steps = timeline["steps"].as_array().unwrap();
+    let order: Vec<i64> = steps
+        .iter()
+        .map(|s| s["revision"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
+    let has = |kind: &str, what: &str, by: &str| {
+        steps.iter().any(|s| {
+            s["object"]["kind"] == kind
+                && s["type"] == what
+                && s["provenance"]["user"].as_str().unwrap_or("") == by
+        })
+    };
+    assert!(has("Deployment", "ADDED", "plinth-admin"), "{timeline:#}");
+    assert!(
+        has(
+            "ReplicaSet",
+            "ADDED",
+            "system:serviceaccount:kube-system:deployment-controller"
+        ),
+        "{timeline:#}"
+    );
+    assert!(
+        has(
+            "Pod",
+            "ADDED",
+            "system:serviceaccount:kube-system:replicaset-controller"
+        ),
+        "{timeline:#}"
+    );
+    assert!(
+        has("Pod", "ContainerStarted", "system:node:history-node"),
+        "{timeline:#}"
+    );
+    assert!(
+        steps.iter().any(|s| s["type"] == "Event"
+            && s["summary"].as_str().unwrap().contains("ScalingReplicaSet")),
+        "{timeline:#}"
+    );
+    let printed = plinth_cli(&plinth, &["timeline", "deploy/web"]);
+    assert!(printed.starts_with("TIME"), "{printed}");
+    assert!(printed.contains("container busybox started"), "{printed}");
+    // A reader of Deployments who may not read pods sees none of theirs.
+    plinth.kubectl(&[
+        "create",
+        "role",
+        "deploy-reader",
+        "--verb=get",
+        "--resource=deployments,replicasets",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "rolebinding",
+        "carol-reads",
+        "--role=deploy-reader",
+        "--user=carol",
+    ]);
+    let as_carol = plinth.kubectl(&[
+        "get",
+        "--raw",
+        &format!("{ROOT}/timeline/apis/apps/v1/namespaces/default/deployments/web"),
+        "--as=carol",
+    ]);
+    let as_carol: Value = serde_json::from_str(&as_carol).unwrap();
+    let kinds: std::collections::BTreeSet<&str> = as_carol["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["object"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Deployment", "ReplicaSet"].into_iter().collect());
+
     plinth.kubectl(&["delete", "deployment", "web", "--cascade=foreground"]);
     plinth.eventually("the pods are gone", || {
         plinth.json(&["get", "pods", "-l", "app=web"])["items"]

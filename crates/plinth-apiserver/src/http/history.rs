@@ -8,15 +8,18 @@
 //! | `diff/…/configmaps/x[?from=R1&to=R2]`                          | `ObjectDiff`: a unified diff of two versions |
 //! | `deleted/api/v1/namespaces/ns/configmaps[?since=1h]`           | `DeletedObjectList`          |
 //! | `revision?time=10m` (or an RFC 3339 time)                      | `RevisionAtTime`: the store's revision then |
+//! | `timeline/apis/apps/v1/namespaces/ns/deployments/web[?since=10m]` | `Timeline`: its writes, its descendants', their Events, container starts and exits |
 //!
-//! `revisions`, `object` and `diff` are authorized as a `get` of the object, `deleted` as a
-//! `list` of its resource — a user who may not read a Secret reads none of its past.
+//! `revisions`, `object`, `diff` and `timeline` are authorized as a `get` of the object,
+//! `deleted` as a `list` of its resource — a user who may not read a Secret reads none of its
+//! past; a timeline shows only the descendants the user may `get`.
 
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use plinth_core::{ApiError, StatusReason};
 use plinth_registry::history::{Change, ObjectVersion};
 use plinth_registry::resources::ResourceDef;
+use plinth_registry::timeline::ObjectRef;
 use plinth_store::Revision;
 use serde_json::{Value, json};
 
@@ -51,7 +54,7 @@ const API_VERSION: &str = "history.plinth.dev/v1alpha1";
 /// The views, each with the verb that authorizes it.
 pub(super) fn verb_of(view: &str) -> Option<&'static str> {
     match view {
-        "revisions" | "object" | "diff" => Some("get"),
+        "revisions" | "object" | "diff" | "timeline" => Some("get"),
         "deleted" => Some("list"),
         "revision" => Some(""),
         _ => None,
@@ -66,6 +69,7 @@ pub(super) async fn serve(
     query: &Query,
     view: &str,
     about: Option<&About>,
+    visible: &(dyn Fn(&ObjectRef) -> bool + Sync),
 ) -> Result<Response, ApiError> {
     if *method != Method::GET {
         return Err(ApiError::method_not_allowed());
@@ -208,6 +212,20 @@ pub(super) async fn serve(
                 "from": from.map(|v| v.revision.to_string()),
                 "to": to.revision.to_string(),
                 "diff": diff,
+            });
+            Ok(respond(StatusCode::OK, &answer, format, &[]))
+        }
+        ("timeline", Some(name)) => {
+            let from = since(registry, query).await?;
+            let timeline = registry
+                .timeline(&def, namespace, name, from, visible)
+                .await?;
+            let answer = json!({
+                "kind": "Timeline",
+                "apiVersion": API_VERSION,
+                "target": target(&def, namespace, name),
+                "truncated": timeline.truncated,
+                "steps": timeline.steps.iter().map(|s| s.to_json()).collect::<Vec<_>>(),
             });
             Ok(respond(StatusCode::OK, &answer, format, &[]))
         }

@@ -625,6 +625,25 @@ async fn handle(
             }),
             Some(_) => return Err(not_found()),
         };
+        // A timeline shows only what the user may read.
+        let visible = |o: &plinth_registry::timeline::ObjectRef| {
+            let read = plinth_registry::authz::ResourceRequest {
+                method: "GET",
+                watch: false,
+                group: &o.group,
+                version: "",
+                namespace: Some(o.namespace.as_str()).filter(|n| !n.is_empty()),
+                resource: &o.resource,
+                name: Some(&o.name),
+                subresource: None,
+                field_selector: "",
+            };
+            let attributes = plinth_auth::Attributes::resource(&read);
+            matches!(
+                state.rbac.authorize(&user, &attributes),
+                plinth_auth::Decision::Allow(_)
+            )
+        };
         return history::serve(
             &state.registry,
             method,
@@ -632,6 +651,7 @@ async fn handle(
             request.query,
             view,
             about.as_ref(),
+            &visible,
         )
         .await;
     }
