@@ -105,20 +105,23 @@ impl Authenticator {
         if let Some(user) = peer.and_then(|cert| x509::user(&cert.0)) {
             return Ok(user);
         }
-        let Some(credentials) = headers.get(header::AUTHORIZATION) else {
-            return if self.anonymous && peer.is_none() {
-                Ok(User::anonymous())
-            } else {
-                Err(ApiError::unauthorized())
-            };
+        let token = match headers.get(header::AUTHORIZATION) {
+            Some(credentials) => credentials
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(ApiError::unauthorized)?,
+            // A browser's WebSocket cannot send headers: its token rides as a subprotocol.
+            None => match websocket_token(headers) {
+                Some(token) => token,
+                None if self.anonymous && peer.is_none() => return Ok(User::anonymous()),
+                None => return Err(ApiError::unauthorized()),
+            },
         };
-        let token = credentials
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(ApiError::unauthorized)?;
+        let token = token.as_str();
         self.token_user(token, objects, &[ISSUER])
             .await
             .map(|(user, _)| user)
@@ -280,6 +283,53 @@ pub fn impersonate(sender: User, headers: &HeaderMap, rbac: &rbac::Rbac) -> Resu
     Ok(user)
 }
 
+/// The subprotocol prefix that carries a bearer token on a WebSocket request (kube-apiserver's
+/// `base64url.bearer.authorization.k8s.io.<token, base64url without padding>`).
+pub const WEBSOCKET_TOKEN_PROTOCOL: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// The bearer token a WebSocket request offers as a subprotocol, if any.
+fn websocket_token(headers: &HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .find_map(|p| p.strip_prefix(WEBSOCKET_TOKEN_PROTOCOL))
+        .and_then(|encoded| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded.trim_end_matches('='))
+                .ok()
+        })
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .filter(|t| !t.is_empty())
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_websocket_offers_its_token_as_a_subprotocol() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(websocket_token(&headers), None);
+        // "my-token", base64url without padding, beside the channel protocol it wants.
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.bXktdG9rZW4"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(websocket_token(&headers).as_deref(), Some("my-token"));
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            "base64url.bearer.authorization.k8s.io.!!!".parse().unwrap(),
+        );
+        assert_eq!(websocket_token(&headers), None, "not base64url");
+    }
 }

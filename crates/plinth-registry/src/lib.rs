@@ -28,6 +28,7 @@ mod client;
 mod codec;
 pub mod conversion;
 mod delete;
+mod graph;
 pub mod history;
 pub mod metrics;
 pub mod options;

@@ -212,16 +212,7 @@ impl Registry {
             if !uid.is_empty() {
                 uids.insert(uid);
             }
-            let reference = ObjectRef {
-                api_version: def.group_version.api_version(),
-                kind: def.kind.clone(),
-                resource: def.plural.clone(),
-                group: def.group_version.group.clone(),
-                namespace: plinth_core::meta::namespace(&object)
-                    .unwrap_or("")
-                    .to_owned(),
-                name: plinth_core::meta::name(&object).unwrap_or("").to_owned(),
-            };
+            let reference = crate::graph::reference(def, &object);
             let previous = members.get(&key).map(|m| m.last.clone());
             let added = write.kv.create_revision == write.kv.mod_revision;
             let summary = match &previous {

@@ -373,6 +373,22 @@ fn controllers_and_the_node_agent_write_under_their_own_names() {
             && s["summary"].as_str().unwrap().contains("ScalingReplicaSet")),
         "{timeline:#}"
     );
+    // The owner graph, as the garbage collector sees it: ReplicaSet, then its pod.
+    let graph = raw(
+        &plinth,
+        &format!("{ROOT}/graph/apis/apps/v1/namespaces/default/deployments/web"),
+    );
+    let replica_set = &graph["dependents"][0];
+    assert_eq!(replica_set["kind"], "ReplicaSet", "{graph:#}");
+    assert_eq!(replica_set["controller"], true);
+    assert_eq!(replica_set["dependents"][0]["kind"], "Pod", "{graph:#}");
+    assert_eq!(replica_set["dependents"][0]["name"], pod.as_str());
+    let pod_graph = raw(
+        &plinth,
+        &format!("{ROOT}/graph/api/v1/namespaces/default/pods/{pod}"),
+    );
+    assert_eq!(pod_graph["owners"][0]["kind"], "ReplicaSet");
+    assert_eq!(pod_graph["owners"][0]["exists"], true);
     let printed = plinth_cli(&plinth, &["timeline", "deploy/web"]);
     assert!(printed.starts_with("TIME"), "{printed}");
     assert!(printed.contains("container busybox started"), "{printed}");

@@ -8,6 +8,7 @@
 //! | `diff/…/configmaps/x[?from=R1&to=R2]`                          | `ObjectDiff`: a unified diff of two versions |
 //! | `deleted/api/v1/namespaces/ns/configmaps[?since=1h]`           | `DeletedObjectList`          |
 //! | `revision?time=10m` (or an RFC 3339 time)                      | `RevisionAtTime`: the store's revision then |
+//! | `graph/apis/apps/v1/namespaces/ns/deployments/web`             | `OwnerGraph`: owners, dependents (recursively), finalizers, what blocks a deletion |
 //! | `timeline/apis/apps/v1/namespaces/ns/deployments/web[?since=10m]` | `Timeline`: its writes, its descendants', their Events, container starts and exits |
 //!
 //! `revisions`, `object`, `diff` and `timeline` are authorized as a `get` of the object,
@@ -54,7 +55,7 @@ const API_VERSION: &str = "history.plinth.dev/v1alpha1";
 /// The views, each with the verb that authorizes it.
 pub(super) fn verb_of(view: &str) -> Option<&'static str> {
     match view {
-        "revisions" | "object" | "diff" | "timeline" => Some("get"),
+        "revisions" | "object" | "diff" | "timeline" | "graph" => Some("get"),
         "deleted" => Some("list"),
         "revision" => Some(""),
         _ => None,
@@ -214,6 +215,11 @@ pub(super) async fn serve(
                 "diff": diff,
             });
             Ok(respond(StatusCode::OK, &answer, format, &[]))
+        }
+        ("graph", Some(name)) => {
+            let object = registry.get(&def, namespace, name).await?;
+            let graph = registry.owner_graph(&def, &object, visible).await?;
+            Ok(respond(StatusCode::OK, &graph, format, &[]))
         }
         ("timeline", Some(name)) => {
             let from = since(registry, query).await?;

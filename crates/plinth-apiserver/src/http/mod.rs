@@ -126,6 +126,8 @@ enum Target {
         /// The path after a `proxy` subresource (`pods` of `nodes/<name>/proxy/pods`).
         tail: Option<String>,
     },
+    /// The web console's page and assets (`/ui/…`, [`plinth_console`]); `None` for `/ui`.
+    Console(Option<String>),
     /// The history API ([`history`]): a view and the path of what it is about.
     History {
         view: String,
@@ -157,6 +159,8 @@ fn parse_target(path: &str) -> Target {
         ["openapi", "v3", rest @ ..] => return Target::OpenApiV3(Some(rest.join("/"))),
         ["openapi", "v2"] => return Target::OpenApiV2,
         ["apis"] => return Target::Apis,
+        ["ui"] if !path.ends_with('/') => return Target::Console(None),
+        ["ui", rest @ ..] => return Target::Console(Some(rest.join("/"))),
         ["apis", history::GROUP, history::VERSION, view, rest @ ..]
             if history::verb_of(view).is_some() =>
         {
@@ -528,6 +532,9 @@ async fn handle(
         )
             .into_response());
     }
+    if let Target::Console(asset) = &target {
+        return console(method, asset.as_deref());
+    }
     if target == Target::Version {
         return Ok(respond(
             StatusCode::OK,
@@ -679,7 +686,14 @@ async fn handle(
         )
         .await;
     }
-    let format = negotiate(headers)?;
+    let format = match negotiate(headers) {
+        // A pod's log is text whatever the client accepts (kube-apiserver produces
+        // `text/plain` for it).
+        Err(_) if matches!(&target, Target::Resource { subresource: Some(s), .. } if s == "log") => {
+            Format::Json
+        }
+        other => other?,
+    };
     if let Format::OpenApiV2Protobuf(media) = format
         && target != Target::OpenApiV2
     {
@@ -798,6 +812,32 @@ fn provenance(
     Some(provenance)
 }
 
+/// The console's assets: for anyone (they hold no data; what the page shows it reads with the
+/// user's credentials), under a policy that keeps the page to this server.
+fn console(method: &Method, asset: Option<&str>) -> Result<Response, ApiError> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return Err(ApiError::method_not_allowed());
+    }
+    let Some(path) = asset else {
+        return Ok((StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, "/ui/")]).into_response());
+    };
+    let asset = plinth_console::asset(path).ok_or_else(not_found)?;
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, asset.content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                plinth_console::CONTENT_SECURITY_POLICY,
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        asset.body,
+    )
+        .into_response())
+}
+
 fn not_found() -> ApiError {
     ApiError::new(
         StatusReason::NotFound,
@@ -893,7 +933,10 @@ fn document(
                 "/openapi/v2 is served as application/json and application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
             )),
         },
-        Target::NotFound | Target::Resource { .. } | Target::History { .. } => Err(not_found()),
+        Target::NotFound
+        | Target::Resource { .. }
+        | Target::History { .. }
+        | Target::Console(_) => Err(not_found()),
         Target::Health | Target::Version | Target::Metrics | Target::Oidc(_) => {
             Err(ApiError::method_not_allowed())
         }
