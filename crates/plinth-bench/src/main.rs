@@ -30,6 +30,7 @@ mod failover;
 mod fairness;
 mod gc;
 mod ha;
+mod history;
 mod load;
 mod network;
 mod operator_cache;
@@ -119,6 +120,22 @@ enum Command {
         /// The server's process id, to report its resident memory.
         #[arg(long)]
         pid: Option<u32>,
+    },
+    /// The history API's costs: an object's history with N revisions, a diff, a list as of a
+    /// past revision against a current one, the store's growth per retained revision.
+    History {
+        /// Kubeconfig of the server (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Revisions of the one object.
+        #[arg(long, default_value_t = 1_000)]
+        revisions: usize,
+        /// ConfigMaps for the past and present lists.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// The server's data directory (embedded store), to measure its growth.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// One user floods the server past its in-flight limit while another reads: the other's
     /// latency and refusals (fair queuing). Both users must be in the server's token file.
@@ -391,6 +408,15 @@ async fn main() -> std::process::ExitCode {
             namespace,
         } => match client(kubeconfig).await {
             Ok(client) => gc::run(client, &namespace, owners, dependents).await,
+            Err(e) => Err(e),
+        },
+        Command::History {
+            kubeconfig,
+            revisions,
+            objects,
+            data_dir,
+        } => match client(kubeconfig).await {
+            Ok(client) => history::run(client, revisions, objects, data_dir).await,
             Err(e) => Err(e),
         },
         Command::Reads {

@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 
 use crate::common::{Error, percentile, rss_mib};
 
-const NAMESPACE: &str = "plinth-bench-reads";
+pub(crate) const NAMESPACE: &str = "plinth-bench-reads";
 
 /// One GET read to its last byte: how long it took, the bytes, and the content type.
 async fn read(client: &Client, path: &str, accept: &str) -> Result<(Duration, Vec<u8>), Error> {
@@ -53,7 +53,7 @@ async fn first_byte(
 }
 
 /// The median of `runs` reads of `path`, and the size of the answer.
-async fn median(
+pub(crate) async fn median(
     client: &Client,
     path: &str,
     accept: &str,
@@ -70,7 +70,7 @@ async fn median(
     Ok((percentile(&times, 0.5), size))
 }
 
-async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
+pub(crate) async fn fill(client: &Client, objects: usize) -> Result<(), Error> {
     crate::common::ensure_namespace(client, NAMESPACE).await?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let payload = "r".repeat(1024);
@@ -324,7 +324,7 @@ async fn quiet_reads(client: &Client) -> Result<(Duration, Duration), Error> {
     Ok((percentile(&times, 0.5), percentile(&times, 0.99)))
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 

@@ -269,6 +269,8 @@ async function showList(view, r) {
       body.append(tr);
     }
     total += (page.rows || []).length;
+    // When the first rows showed, for the first-paint benchmark (scripts/console-first-paint).
+    if (window.plinthFirstRows === undefined) window.plinthFirstRows = performance.now();
     revision = revision || page.metadata.resourceVersion;
     continueToken = page.metadata.continue || '';
     const more = page.metadata.remainingItemCount;

@@ -263,8 +263,9 @@ impl Registry {
     /// Serves a list from the watch cache when kube-apiserver 1.32 would: `resourceVersion=0`
     /// (any state, which may be stale; the limit is ignored), and — without a limit or continue
     /// token — consistent reads (resourceVersion unset: the cache first catches up with the
-    /// store's current revision) and `NotOlderThan` reads. `None`: read storage instead (a
-    /// paginated or `Exact` list, or a cache that did not catch up in time).
+    /// store's current revision), `NotOlderThan` reads and `Exact` reads within the cache's
+    /// history. `None`: read storage instead (a paginated list, an older `Exact` one, or a
+    /// cache that did not catch up in time).
     async fn try_list_cached(
         &self,
         def: &ResourceDef,
@@ -281,6 +282,11 @@ impl Registry {
         let rv = options.resource_version.as_deref().unwrap_or("");
         let exact = options.resource_version_match == Some(ResourceVersionMatch::Exact);
         let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
+        if exact && options.limit == 0 {
+            return self
+                .try_list_cached_at(def, prefix, options, &cacher, rv)
+                .await;
+        }
         let reached = if rv == "0" {
             cacher.wait_for(1).await?;
             true
@@ -301,6 +307,41 @@ impl Registry {
             .await
             .map(Some)
             .map_err(|e| ApiError::internal(format!("list: {e}")))
+    }
+
+    /// An `Exact` list at a past revision from the watch cache, while the revision is within
+    /// the cache's history (its last changes, [`plinth_watchcache::Cacher::page`] puts the
+    /// keys changed since back as they were): the cached bytes, as a current list's, instead
+    /// of every object decoded from storage. `None`: older than that history, or the cache did
+    /// not reach the revision in time — storage answers.
+    async fn try_list_cached_at(
+        &self,
+        def: &ResourceDef,
+        prefix: &str,
+        options: &ListOptions,
+        cacher: &plinth_watchcache::Cacher,
+        rv: &str,
+    ) -> Result<Option<EncodedList>, ApiError> {
+        if rv.is_empty() || rv == "0" {
+            return Ok(None);
+        }
+        let at = parse_rv(rv)?;
+        if at <= 0 || !self.cache_caught_up(def, cacher, rv).await? {
+            return Ok(None);
+        }
+        let item = |stored: &plinth_watchcache::Stored| Self::list_item(def, stored, options);
+        let Some(page) = cacher.page(prefix, Some(at), None, 0, item) else {
+            return Ok(None);
+        };
+        self.caches.count_list(&def.key_prefix(), true);
+        Ok(Some(EncodedList {
+            kind: def.list_kind(),
+            api_version: def.group_version.api_version(),
+            revision: page.revision,
+            continue_token: None,
+            remaining: None,
+            items: page.items,
+        }))
     }
 
     /// Serves a page of a paginated list from the watch cache, at the revision of its first

@@ -607,3 +607,73 @@ fn survives_a_restart(backend: Backend) {
     assert_eq!(after.len(), 2);
     assert_eq!(field(&after[1], "operation"), "patch");
 }
+
+/// A list as of a past revision — from the watch cache while the revision is in its history,
+/// from storage when paginated — is exactly the state then, either way.
+#[test]
+fn a_list_as_of_a_past_revision_is_the_state_then() {
+    let plinth = Plinth::start(Backend::Embedded);
+    for i in 0..30 {
+        plinth.kubectl(&[
+            "create",
+            "configmap",
+            &format!("c{i:02}"),
+            &format!("--from-literal=v={i}"),
+        ]);
+    }
+    let then = raw(&plinth, "/api/v1/namespaces/default/configmaps");
+    let revision = then["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for i in (0..30).step_by(3) {
+        plinth.kubectl(&[
+            "patch",
+            "configmap",
+            &format!("c{i:02}"),
+            "-p",
+            r#"{"data":{"v":"changed"}}"#,
+        ]);
+    }
+    for i in (1..30).step_by(7) {
+        plinth.kubectl(&["delete", "configmap", &format!("c{i:02}")]);
+    }
+    plinth.kubectl(&["create", "configmap", "late"]);
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?resourceVersion={revision}&resourceVersionMatch=Exact"
+    );
+    let http = Http::new(&plinth);
+    let lists = |source: &str| -> u64 {
+        let metrics = http.get("/metrics").body;
+        let name = format!("apiserver_{source}_list_total{{resource_prefix=\"/configmaps\"}}");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let from_storage = lists("storage");
+    let cached = raw(&plinth, &path);
+    assert_eq!(
+        lists("storage"),
+        from_storage,
+        "served from the watch cache"
+    );
+    let paged = raw(&plinth, &format!("{path}&limit=1000"));
+    assert_eq!(
+        lists("storage"),
+        from_storage + 1,
+        "paginated: from storage"
+    );
+    assert_eq!(cached["metadata"]["resourceVersion"], revision.as_str());
+    assert_eq!(
+        cached["items"], then["items"],
+        "the state then, from the cache"
+    );
+    assert_eq!(
+        paged["items"], then["items"],
+        "the state then, from storage"
+    );
+    let now = raw(&plinth, "/api/v1/namespaces/default/configmaps");
+    assert_ne!(now["items"], then["items"]);
+}
