@@ -64,6 +64,17 @@ impl ObjectVersion {
     }
 }
 
+/// What a store version did to its object.
+fn change_of(version: &Version) -> Change {
+    if version.kind == EventKind::Delete {
+        Change::Deleted
+    } else if version.kv.create_revision == version.kv.mod_revision {
+        Change::Added
+    } else {
+        Change::Modified
+    }
+}
+
 /// The 410 of a history read that reaches before what is kept, naming the oldest revision
 /// kept (as kube's "too old resource version" names what it can serve).
 fn too_old(def: &ResourceDef, name: &str, error: StoreError) -> ApiError {
@@ -80,7 +91,8 @@ fn too_old(def: &ResourceDef, name: &str, error: StoreError) -> ApiError {
 
 impl Registry {
     /// The versions of one object from revision `from` on (0: all kept), oldest first,
-    /// each in `def`'s version.
+    /// each in `def`'s version — or, without `objects`, only what each write was and who made
+    /// it (nothing decoded).
     ///
     /// # Errors
     /// 410 when `from` is older than history keeps.
@@ -90,6 +102,7 @@ impl Registry {
         namespace: Option<&str>,
         name: &str,
         from: Revision,
+        objects: bool,
     ) -> Result<Vec<ObjectVersion>, ApiError> {
         let key = def.key(namespace, name);
         let versions = self
@@ -97,6 +110,17 @@ impl Registry {
             .versions(&key, from)
             .await
             .map_err(|e| too_old(def, name, e))?;
+        if !objects {
+            return Ok(versions
+                .into_iter()
+                .map(|v| ObjectVersion {
+                    revision: v.kv.mod_revision,
+                    change: change_of(&v),
+                    object: None,
+                    provenance: v.note.as_deref().and_then(Provenance::from_note),
+                })
+                .collect());
+        }
         self.object_versions(def, versions).await
     }
 
@@ -160,12 +184,7 @@ impl Registry {
                 // is shown without its object.
                 let object = decode_view(def, &version.kv).ok();
                 previous.clone_from(&object);
-                let change = if version.kv.create_revision == version.kv.mod_revision {
-                    Change::Added
-                } else {
-                    Change::Modified
-                };
-                (change, object)
+                (change_of(&version), object)
             };
             out.push(ObjectVersion {
                 revision: version.kv.mod_revision,

@@ -253,7 +253,7 @@ fn read_history(
             return Err(too_old());
         }
         let changes = if from <= current {
-            records(&txn, from, current, prefix, max, true)?
+            records(&txn, from, current, prefix, max, true, false)?
         } else {
             Vec::new()
         };

@@ -444,7 +444,7 @@ fn read_journal(
     shared.readers.with(|conn| {
         let txn = conn.transaction().map_err(sql("begin a read"))?;
         let from = history_start(&txn, from)?;
-        let records = layout::records(&txn, from, current, prefix, limit, true)?;
+        let records = layout::records(&txn, from, current, prefix, limit, true, true)?;
         Ok(records
             .into_iter()
             .map(|mut record| {

@@ -114,16 +114,18 @@ pub(super) async fn serve(
     match (view, name.as_deref()) {
         ("revisions", Some(name)) => {
             let from = since(registry, query).await?;
-            let versions = registry.history(&def, namespace, name, from).await?;
+            let with_objects = query.get("objects").is_none_or(|_| query.flag("objects"));
+            let versions = registry
+                .history(&def, namespace, name, from, with_objects)
+                .await?;
             if versions.is_empty() {
                 // Nothing since then is an answer; nothing ever is a 404.
                 existing(
-                    registry.history(&def, namespace, name, 0).await?,
+                    registry.history(&def, namespace, name, 0, false).await?,
                     &def,
                     name,
                 )?;
             }
-            let with_objects = query.get("objects").is_none_or(|_| query.flag("objects"));
             let answer = json!({
                 "kind": "ObjectHistory",
                 "apiVersion": API_VERSION,
@@ -148,7 +150,7 @@ pub(super) async fn serve(
                     return Err(ApiError::bad_request("revision or time: Required value"));
                 }
             };
-            let versions = registry.history(&def, namespace, name, 0).await?;
+            let versions = registry.history(&def, namespace, name, 0, true).await?;
             let version = as_of(&versions, at, &def, name)?;
             let object = version.object.clone().ok_or_else(|| {
                 ApiError::expired(format!("the version of {name} at {at} is no longer kept"))
@@ -157,7 +159,7 @@ pub(super) async fn serve(
         }
         ("diff", Some(name)) => {
             let versions = existing(
-                registry.history(&def, namespace, name, 0).await?,
+                registry.history(&def, namespace, name, 0, true).await?,
                 &def,
                 name,
             )?;

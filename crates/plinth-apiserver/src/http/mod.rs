@@ -307,7 +307,33 @@ fn audit_id(headers: &HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|id| !id.is_empty() && id.len() <= 128)
-        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned)
+        .map_or_else(new_audit_id, str::to_owned)
+}
+
+/// A new audit ID: a version-4 UUID from a counter mixed with a random seed drawn once —
+/// unique in this process and across processes, without a system call per request (drawing
+/// each from the kernel cost GETs a tenth of their rate).
+fn new_audit_id() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<(u64, u64)> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (a, b) = *SEED.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // splitmix64: a bijection of the counter, so no two requests share an ID.
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let high = mix(n ^ a);
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&high.to_be_bytes());
+    bytes[8..].copy_from_slice(&(b ^ n).to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 /// The client's address, which every request of a connection carries.
@@ -774,13 +800,18 @@ fn provenance(
     user: &plinth_auth::User,
     impersonator: Option<&plinth_auth::User>,
 ) -> Option<plinth_registry::provenance::Provenance> {
-    let subresource = match parse_target(request.uri.path()) {
+    if !matches!(
+        *request.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) {
+        return None;
+    }
+    let (subresource, named) = match parse_target(request.uri.path()) {
         Target::Resource {
             subresource, name, ..
         } => (subresource.unwrap_or_default(), name.is_some()),
         _ => return None,
     };
-    let (subresource, named) = subresource;
     let operation = match *request.method {
         Method::POST => "create",
         Method::PUT => "update",

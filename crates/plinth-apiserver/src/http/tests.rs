@@ -58,3 +58,14 @@ fn targets_follow_kube_apiserver_paths() {
     );
     assert_eq!(parse_target("/nothing/here"), Target::NotFound);
 }
+
+#[test]
+fn audit_ids_are_distinct_version_4_uuids() {
+    let ids: std::collections::HashSet<String> =
+        (0..10_000).map(|_| super::new_audit_id()).collect();
+    assert_eq!(ids.len(), 10_000);
+    for id in ids.iter().take(100) {
+        let parsed = uuid::Uuid::parse_str(id).unwrap();
+        assert_eq!(parsed.get_version_num(), 4, "{id}");
+    }
+}
