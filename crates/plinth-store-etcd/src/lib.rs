@@ -601,11 +601,18 @@ impl Store for EtcdStore {
             Some(expected) => Compare::mod_revision(full.clone(), CompareOp::Equal, expected),
             None => Compare::create_revision(full.clone(), CompareOp::Greater, 0),
         };
-        let writes = vec![
-            TxnOp::delete(full, Some(DeleteOptions::new().with_prev_key())),
-            self.deletion_note_put(key).await,
-        ];
-        match self.cas("delete", compare, writes, key).await? {
+        let delete = TxnOp::delete(full, Some(DeleteOptions::new().with_prev_key()));
+        let writes = vec![delete.clone(), self.deletion_note_put(key).await];
+        let outcome = match self.cas("delete", compare.clone(), writes, key).await {
+            // Past its space quota etcd refuses every put, a note's too, but still deletes —
+            // how space is freed: then the deletion goes without its note.
+            Err(StoreError::NoSpace { .. }) => {
+                tracing::warn!(key, "etcd is out of space: a deletion without its note");
+                self.cas("delete", compare, vec![delete], key).await?
+            }
+            other => other?,
+        };
+        match outcome {
             Ok(response) => {
                 let prev = match response.op_responses().first() {
                     Some(TxnOpResponse::Delete(deleted)) => deleted
