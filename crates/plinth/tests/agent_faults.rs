@@ -125,7 +125,13 @@ impl Drop for Agent {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = std::fs::remove_dir(&self.cgroup);
+        // A killed process leaves the cgroup a moment after it dies: the removal is retried.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
