@@ -334,14 +334,7 @@ impl Registry {
             return Ok(None);
         };
         self.caches.count_list(&def.key_prefix(), true);
-        Ok(Some(EncodedList {
-            kind: def.list_kind(),
-            api_version: def.group_version.api_version(),
-            revision: page.revision,
-            continue_token: None,
-            remaining: None,
-            items: page.items,
-        }))
+        Ok(Some(Self::encoded_page(def, prefix, options, page)))
     }
 
     /// Serves a page of a paginated list from the watch cache, at the revision of its first
@@ -381,7 +374,18 @@ impl Registry {
             return Ok(None);
         };
         self.caches.count_list(&def.key_prefix(), true);
-        Ok(Some(EncodedList {
+        Ok(Some(Self::encoded_page(def, prefix, options, page)))
+    }
+
+    /// A page from the watch cache as a list: a continue token and the count of what follows
+    /// when more does (the count only when every object is selected, as kube gives it).
+    fn encoded_page(
+        def: &ResourceDef,
+        prefix: &str,
+        options: &ListOptions,
+        page: plinth_watchcache::Page<crate::ListItem>,
+    ) -> EncodedList {
+        EncodedList {
             kind: def.list_kind(),
             api_version: def.group_version.api_version(),
             revision: page.revision,
@@ -394,7 +398,7 @@ impl Registry {
                 .next
                 .map(|last| encode_continue(page.revision, last.trim_start_matches(prefix))),
             items: page.items,
-        }))
+        }
     }
 
     /// Whether `cacher` has caught up with resourceVersion `rv` — the store's current revision

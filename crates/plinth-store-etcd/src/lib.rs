@@ -455,9 +455,7 @@ impl Store for EtcdStore {
     }
 
     async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
-        validate_key(key)?;
-        let mut versions = plinth_store::replay::replay(self, key, from, usize::MAX).await?;
-        versions.retain(|v| v.kv.key == key);
+        let versions = plinth_store::replay::key_versions(self, key, from).await?;
         self.with_notes(versions).await
     }
 

@@ -171,10 +171,7 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::Compacted`] if `from` is below the oldest revision kept.
     async fn versions(&self, key: &str, from: Revision) -> StoreResult<Vec<Version>> {
-        validate_key(key)?;
-        let mut versions = replay::replay(self, key, from, usize::MAX).await?;
-        versions.retain(|v| v.kv.key == key);
-        Ok(versions)
+        replay::key_versions(self, key, from).await
     }
 
     /// The writes under `prefix` from revision `from` on (0: from the oldest kept), oldest

@@ -16,6 +16,22 @@ const QUIET: Duration = Duration::from_millis(20);
 /// believes it (etcd hands a catching-up watcher its next events every 100 ms).
 const SETTLE: Duration = Duration::from_millis(500);
 
+/// The versions of `key` alone from `from` (0: the oldest kept), by [`replay`] of its prefix
+/// (which also holds the keys it begins), without notes.
+///
+/// # Errors
+/// As [`replay`]; an invalid key.
+pub async fn key_versions<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    from: Revision,
+) -> StoreResult<Vec<Version>> {
+    crate::validate_key(key)?;
+    let mut versions = replay(store, key, from, usize::MAX).await?;
+    versions.retain(|v| v.kv.key == key);
+    Ok(versions)
+}
+
 /// The changes under `prefix` from `from` (0: the oldest kept) up to the revision current when
 /// called, at most `limit`, without notes.
 ///

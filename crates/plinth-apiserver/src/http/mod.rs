@@ -759,6 +759,13 @@ async fn handle(
                 }
                 other => other,
             };
+            let provenance = provenance(
+                request,
+                &user,
+                (sender != user).then_some(&sender),
+                subresource.as_deref(),
+                name.is_some(),
+            );
             let call = Call {
                 state,
                 def,
@@ -772,7 +779,6 @@ async fn handle(
                 user: &user,
                 upgrade: request.upgrade,
             };
-            let provenance = provenance(request, &user, (sender != user).then_some(&sender));
             let mut response = match provenance {
                 Some(provenance) => provenance.scope(call.run(method, body)).await,
                 None => call.run(method, body).await,
@@ -799,19 +805,9 @@ fn provenance(
     request: &Request<'_>,
     user: &plinth_auth::User,
     impersonator: Option<&plinth_auth::User>,
+    subresource: Option<&str>,
+    named: bool,
 ) -> Option<plinth_registry::provenance::Provenance> {
-    if !matches!(
-        *request.method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    ) {
-        return None;
-    }
-    let (subresource, named) = match parse_target(request.uri.path()) {
-        Target::Resource {
-            subresource, name, ..
-        } => (subresource.unwrap_or_default(), name.is_some()),
-        _ => return None,
-    };
     let operation = match *request.method {
         Method::POST => "create",
         Method::PUT => "update",
@@ -837,7 +833,7 @@ fn provenance(
             .get("fieldManager")
             .map_or_else(|| call::default_manager(user_agent), str::to_owned);
     }
-    provenance.subresource = subresource;
+    provenance.subresource = subresource.unwrap_or_default().to_owned();
     provenance.user_agent = user_agent.chars().take(256).collect();
     provenance.audit_id = request.audit_id.to_owned();
     Some(provenance)
