@@ -38,6 +38,7 @@ mod pods;
 mod reads;
 mod reconcile;
 mod robustness;
+mod simulated;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -360,6 +361,24 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         failovers: usize,
     },
+    /// Starts `plinth serve --no-node` and `plinth node --simulate NODES`; times one Deployment of
+    /// `replicas` pods until all are Running and Ready (created, bound, scheduling rate),
+    /// with the API's latency during it against kube's SLOs and the server's memory per pod.
+    Simulated {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// Simulated nodes.
+        #[arg(long, default_value_t = 100)]
+        nodes: usize,
+        /// The Deployment's replicas.
+        #[arg(long, default_value_t = 5000)]
+        replicas: usize,
+        /// Pods of a second Deployment created while every node is cordoned, then scheduled
+        /// at once (the scheduler's own pace).
+        #[arg(long, default_value_t = 2000)]
+        queued: usize,
+    },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
         /// The plinth binary.
@@ -395,6 +414,12 @@ async fn main() -> std::process::ExitCode {
             .await
         }
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Simulated {
+            binary,
+            nodes,
+            replicas,
+            queued,
+        } => simulated::run(binary, nodes, replicas, queued).await,
         Command::Ha {
             binary,
             servers,

@@ -6,6 +6,7 @@
 //! `failedJobsHistoryLimit` deleted; `status.active`, `lastScheduleTime` and
 //! `lastSuccessfulTime` kept.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,7 +72,7 @@ fn name_of(object: &Value) -> &str {
 }
 
 fn finished(job: &Value) -> Option<(bool, i64)> {
-    job.pointer("/status/conditions")
+    job.at("/status/conditions")
         .and_then(Value::as_array)?
         .iter()
         .find(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
@@ -98,7 +99,7 @@ impl Pass<'_> {
     }
 
     fn spec(&self, pointer: &str) -> Option<&Value> {
-        self.cronjob.pointer(pointer)
+        self.cronjob.at(pointer)
     }
 
     async fn sync(&self) -> Option<Duration> {
@@ -254,8 +255,8 @@ impl Pass<'_> {
         let mut metadata = json!({
             "name": name,
             "namespace": self.namespace(),
-            "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
-            "annotations": template.pointer("/metadata/annotations").cloned().unwrap_or(json!({})),
+            "labels": template.at("/metadata/labels").cloned().unwrap_or(json!({})),
+            "annotations": template.at("/metadata/annotations").cloned().unwrap_or(json!({})),
             "ownerReferences": [controller_ref(self.cronjob, "batch/v1", "CronJob")],
         });
         let local = at.with_timezone(zone).fixed_offset();

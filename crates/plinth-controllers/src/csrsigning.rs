@@ -4,6 +4,7 @@
 //! (CN the user, O the groups), client authentication only, valid `spec.expirationSeconds`
 //! (a year by default) — or a `Failed` condition saying why it cannot.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -28,7 +29,7 @@ pub fn spawn_csr_signer(
 
 fn has(object: &Value, kind: &str) -> bool {
     object
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| {
             c.iter()
@@ -54,10 +55,10 @@ async fn run(registry: Client, signer: Arc<ClusterSigner>, stopping: watch::Rece
             }
             let csr = event.object();
             let signed = csr
-                .pointer("/status/certificate")
+                .at("/status/certificate")
                 .and_then(Value::as_str)
                 .is_some_and(|c| !c.is_empty());
-            if csr.pointer("/spec/signerName").and_then(Value::as_str) != Some(CLIENT_SIGNER)
+            if csr.at("/spec/signerName").and_then(Value::as_str) != Some(CLIENT_SIGNER)
                 || !has(&csr, "Approved")
                 || has(&csr, "Denied")
                 || has(&csr, "Failed")
@@ -78,7 +79,7 @@ async fn run(registry: Client, signer: Arc<ClusterSigner>, stopping: watch::Rece
                     &WriteOptions::internal("kube-controller-manager"),
                     |current| {
                         if current
-                            .pointer("/status/certificate")
+                            .at("/status/certificate")
                             .is_some_and(|c| !c.is_null())
                         {
                             return Ok(false);
@@ -118,7 +119,7 @@ async fn run(registry: Client, signer: Arc<ClusterSigner>, stopping: watch::Rece
 /// The certificate (base64 of its PEM) for `csr`, or why not.
 fn sign(signer: &ClusterSigner, csr: &Value) -> Result<String, String> {
     let usages: Vec<&str> = csr
-        .pointer("/spec/usages")
+        .at("/spec/usages")
         .and_then(Value::as_array)
         .map(|u| u.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
@@ -137,13 +138,13 @@ fn sign(signer: &ClusterSigner, csr: &Value) -> Result<String, String> {
         return Err(format!("usage {other:?} is not allowed for this signer"));
     }
     let request = csr
-        .pointer("/spec/request")
+        .at("/spec/request")
         .and_then(Value::as_str)
         .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or("spec.request is not a PEM certificate request")?;
     let seconds = csr
-        .pointer("/spec/expirationSeconds")
+        .at("/spec/expirationSeconds")
         .and_then(Value::as_i64)
         .unwrap_or(YEAR)
         .min(YEAR);

@@ -6,6 +6,7 @@
 //! pods node by node, at most `maxUnavailable` unready at a time; OnDelete only replaces
 //! deleted pods.
 
+use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,18 +83,18 @@ fn name_of(object: &Value) -> &str {
 }
 
 fn hash_of(pod: &Value) -> &str {
-    pod.pointer(&format!("/metadata/labels/{REVISION_LABEL}"))
+    pod.at(&format!("/metadata/labels/{REVISION_LABEL}"))
         .and_then(Value::as_str)
         .unwrap_or("")
 }
 
 /// The node a daemon pod is for (its name in the node affinity, or where it runs).
 fn node_of(pod: &Value) -> Option<&str> {
-    pod.pointer("/spec/nodeName")
+    pod.at("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .or_else(|| {
-            pod.pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+            pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
                 .and_then(Value::as_str)
         })
 }
@@ -152,7 +153,7 @@ impl Pass<'_> {
         if !crate::scheduler::affinity_met(&probe, node) {
             return false;
         }
-        node.pointer("/spec/taints")
+        node.at("/spec/taints")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -188,11 +189,7 @@ impl Pass<'_> {
             .strip_prefix(&format!("{}-", name_of(self.set)))
             .unwrap_or("")
             .to_owned();
-        let template = self
-            .set
-            .pointer("/spec/template")
-            .cloned()
-            .unwrap_or(json!({}));
+        let template = self.set.at("/spec/template").cloned().unwrap_or(json!({}));
         let mut by_node: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
         for pod in &pods {
             if let Some(node) = node_of(pod) {
@@ -216,13 +213,14 @@ impl Pass<'_> {
                         .filter(|p| !deleting(p))
                         .collect();
                     // A failed daemon pod is replaced.
-                    for failed in on_node.iter().filter(|p| {
-                        p.pointer("/status/phase").and_then(Value::as_str) == Some("Failed")
-                    }) {
+                    for failed in on_node
+                        .iter()
+                        .filter(|p| p.at("/status/phase").and_then(Value::as_str) == Some("Failed"))
+                    {
                         self.delete_pod(failed).await;
                     }
                     let failed = |p: &Arc<Value>| {
-                        p.pointer("/status/phase").and_then(Value::as_str) == Some("Failed")
+                        p.at("/status/phase").and_then(Value::as_str) == Some("Failed")
                     };
                     let alive = on_node.iter().filter(|p| !failed(p)).count();
                     // A replaced pod's successor waits until it has gone.
@@ -257,7 +255,7 @@ impl Pass<'_> {
     /// should run one lack an available daemon pod (kube counts nodes: one whose old pod went
     /// and whose new one is not ready yet, or not even seen yet, is unavailable).
     async fn rolling_update(&self, pods: &[Arc<Value>], hash: &str, wanted_nodes: &[String]) {
-        let strategy = self.set.pointer("/spec/updateStrategy");
+        let strategy = self.set.at("/spec/updateStrategy");
         if strategy
             .and_then(|s| s["type"].as_str())
             .unwrap_or("RollingUpdate")
@@ -267,7 +265,7 @@ impl Pass<'_> {
         }
         let nodes = i64::try_from(self.nodes.all_values().len()).unwrap_or(0);
         let max = strategy
-            .and_then(|s| s.pointer("/rollingUpdate/maxUnavailable"))
+            .and_then(|s| s.at("/rollingUpdate/maxUnavailable"))
             .and_then(|v| scaled(v, nodes, true))
             .unwrap_or(1)
             .max(1);
@@ -356,7 +354,7 @@ impl Pass<'_> {
             .collect();
         let min_ready = self
             .set
-            .pointer("/spec/minReadySeconds")
+            .at("/spec/minReadySeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let now = plinth_registry::now();
@@ -387,7 +385,7 @@ impl Pass<'_> {
             "numberMisscheduled": misscheduled,
             "desiredNumberScheduled": wanted.len(),
             "numberReady": ready_count,
-            "observedGeneration": self.set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": self.set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "updatedNumberScheduled": updated,
             "numberAvailable": available_count,
             "numberUnavailable": wanted.len() - available_count,

@@ -5,6 +5,7 @@
 //! pods an eviction took (`disruptedPods`) stop counting as healthy until they go, or for
 //! two minutes.
 
+use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,11 +94,7 @@ fn expected_scale(pods: &[Arc<Value>], sets: &(Informer, Informer, Informer)) ->
         };
         let name = owner["name"].as_str().unwrap_or("");
         let key = format!("{namespace}/{name}");
-        let replicas = |o: &Value| {
-            o.pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1)
-        };
+        let replicas = |o: &Value| o.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
         let found = match owner["kind"].as_str() {
             Some("ReplicaSet") => replica_sets.get(&key).map(|rs| {
                 match controller_of(&rs).filter(|o| o["kind"] == "Deployment") {
@@ -136,7 +133,7 @@ async fn sync(
         .filter(|p| selects(budget, &plinth_core::meta::labels(p)))
         .filter(|p| {
             !matches!(
-                p.pointer("/status/phase").and_then(Value::as_str),
+                p.at("/status/phase").and_then(Value::as_str),
                 Some("Succeeded" | "Failed")
             )
         })
@@ -165,7 +162,7 @@ async fn sync(
     let mut disrupted = serde_json::Map::new();
     let mut next_expiry: Option<i64> = None;
     for (name, at) in budget
-        .pointer("/status/disruptedPods")
+        .at("/status/disruptedPods")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
@@ -196,11 +193,11 @@ async fn sync(
         ("False", "InsufficientPods")
     };
     let generation = budget
-        .pointer("/metadata/generation")
+        .at("/metadata/generation")
         .cloned()
         .unwrap_or(json!(1));
     let previous = budget
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionAllowed"))
         .cloned();

@@ -7,6 +7,7 @@
 //! itself). A Service without a selector has its user's own Endpoints mirrored into an
 //! EndpointSlice (kube's `endpointslicemirroring`).
 
+use plinth_core::At as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -110,7 +111,7 @@ async fn reconcile_loop(
 }
 
 fn pod_ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
+    pod.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -122,7 +123,7 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
     match target {
         Value::Number(n) => n.as_i64(),
         Value::String(name) => name.parse().ok().or_else(|| {
-            pod.pointer("/spec/containers")
+            pod.at("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -137,11 +138,11 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
 async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &str) {
     let pods = watched.pods.in_namespace(namespace);
     for service in watched.services.in_namespace(namespace) {
-        if service.pointer("/spec/type") == Some(&json!("ExternalName")) {
+        if service.at("/spec/type") == Some(&json!("ExternalName")) {
             continue;
         }
         let Some(selector) = service
-            .pointer("/spec/selector")
+            .at("/spec/selector")
             .and_then(Value::as_object)
             .filter(|s| !s.is_empty())
         else {
@@ -169,13 +170,13 @@ async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &s
                     .all(|(k, v)| l.get(k).map(String::as_str) == v.as_str())
             })
             .filter(|p| {
-                p.pointer("/status/podIP")
+                p.at("/status/podIP")
                     .and_then(Value::as_str)
                     .is_some_and(|ip| !ip.is_empty())
             })
             .filter(|p| {
                 !matches!(
-                    p.pointer("/status/phase").and_then(Value::as_str),
+                    p.at("/status/phase").and_then(Value::as_str),
                     Some("Succeeded" | "Failed")
                 )
             })
@@ -219,7 +220,7 @@ fn pod_ports<'a>(service: &'a Value, pod: &Value) -> Vec<(&'a str, i64, &'a str)
 type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
 
 async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
-    let publish_all = service.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
+    let publish_all = service.at("/spec/publishNotReadyAddresses") == Some(&json!(true));
     // One subset per distinct set of resolved ports.
     let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
     for pod in pods {
@@ -234,13 +235,13 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
             })
             .collect();
         let key = serde_json::to_string(&ports).unwrap_or_default();
-        let mut address = json!({"ip": pod.pointer("/status/podIP"),
-            "nodeName": pod.pointer("/spec/nodeName"), "targetRef": target_ref(pod)});
+        let mut address = json!({"ip": pod.at("/status/podIP"),
+            "nodeName": pod.at("/spec/nodeName"), "targetRef": target_ref(pod)});
         if let Some(hostname) = hostname(service, pod) {
             address["hostname"] = json!(hostname);
         }
         let terminating = pod
-            .pointer("/metadata/deletionTimestamp")
+            .at("/metadata/deletionTimestamp")
             .is_some_and(|t| !t.is_null());
         let entry = subsets
             .entry(key)
@@ -291,8 +292,8 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
 /// The endpoint's hostname: the pod's `spec.hostname` when its `subdomain` is this Service
 /// (kube's endpoint controllers; cluster DNS then names the pod under the Service).
 fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
-    let hostname = pod.pointer("/spec/hostname").and_then(Value::as_str)?;
-    let subdomain = pod.pointer("/spec/subdomain").and_then(Value::as_str)?;
+    let hostname = pod.at("/spec/hostname").and_then(Value::as_str)?;
+    let subdomain = pod.at("/spec/subdomain").and_then(Value::as_str)?;
     (!hostname.is_empty()
         && Some(subdomain) == plinth_core::meta::name(service)
         && plinth_core::meta::namespace(pod) == plinth_core::meta::namespace(service))
@@ -353,7 +354,7 @@ async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pod
             == Some(MANAGER)
             && labels.get("kubernetes.io/service-name").map(String::as_str) == Some(service_name)
             && stale
-                .pointer("/metadata/ownerReferences/0/uid")
+                .at("/metadata/ownerReferences/0/uid")
                 .and_then(Value::as_str)
                 == uid;
         if ours && !wanted.iter().any(|(n, _, _)| n == name) {
@@ -403,13 +404,13 @@ async fn delete_slice(registry: &Client, namespace: &str, name: &str) {
 /// A pod as an EndpointSlice endpoint.
 fn slice_endpoint(service: &Value, pod: &Value) -> Value {
     let terminating = pod
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
     let ready = pod_ready(pod);
     let mut endpoint = json!({
-        "addresses": [pod.pointer("/status/podIP")],
+        "addresses": [pod.at("/status/podIP")],
         "conditions": {"ready": ready && !terminating, "serving": ready, "terminating": terminating},
-        "nodeName": pod.pointer("/spec/nodeName"),
+        "nodeName": pod.at("/spec/nodeName"),
         "targetRef": target_ref(pod),
     });
     if let Some(hostname) = hostname(service, pod) {

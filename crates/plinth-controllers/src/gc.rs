@@ -25,6 +25,7 @@
 //! Orphaning and foreground deletion act only once every resource's initial state has been read
 //! (the graph is complete), so no dependent is missed after a restart.
 
+use plinth_core::At as _;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -135,7 +136,7 @@ enum Work {
 
 fn owners_of(object: &Value) -> Vec<Owner> {
     object
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .map(|refs| {
             refs.iter()
@@ -155,7 +156,7 @@ fn owners_of(object: &Value) -> Vec<Owner> {
 
 fn is_deleting(object: &Value) -> bool {
     object
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
 }
 
@@ -324,7 +325,7 @@ impl Collector {
     fn observe(&self, def: &Arc<ResourceDef>, kind: &str, object: &Value) {
         if kind == "BOOKMARK" {
             if object
-                .pointer("/metadata/annotations/k8s.io~1initial-events-end")
+                .at("/metadata/annotations/k8s.io~1initial-events-end")
                 .is_some()
             {
                 self.initial_state_read(def);

@@ -4,6 +4,7 @@
 //! template renumbers its revision as the latest; revisions beyond `revisionHistoryLimit`
 //! that no pod uses are deleted.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 
 use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
@@ -44,7 +45,7 @@ pub(crate) fn revision_data(template: &Value) -> Value {
 /// The pod template a revision records (its `data` without the patch directive).
 pub(crate) fn template_of(revision: &Value) -> Value {
     let mut template = revision
-        .pointer("/data/spec/template")
+        .at("/data/spec/template")
         .cloned()
         .unwrap_or(json!({}));
     if let Some(object) = template.as_object_mut() {
@@ -73,7 +74,7 @@ pub(crate) struct History<'a> {
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
-    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn name_of(object: &Value) -> &str {
@@ -99,7 +100,7 @@ impl History<'_> {
         owned.sort_by_key(|r| int(r, "/revision"));
         let template = self
             .owner
-            .pointer("/spec/template")
+            .at("/spec/template")
             .cloned()
             .unwrap_or(json!({}));
         let data = revision_data(&template);
@@ -127,7 +128,7 @@ impl History<'_> {
     async fn record(&self, template: &Value, data: Value, number: i64) -> Option<Value> {
         let collisions = self
             .owner
-            .pointer("/status/collisionCount")
+            .at("/status/collisionCount")
             .and_then(Value::as_i64);
         let hash = template_hash(template, collisions);
         let name = format!("{}-{}", name_of(self.owner), hash);
@@ -135,8 +136,8 @@ impl History<'_> {
         // hash label).
         let mut labels = self
             .owner
-            .pointer("/spec/template/metadata/labels")
-            .or_else(|| self.owner.pointer("/spec/selector/matchLabels"))
+            .at("/spec/template/metadata/labels")
+            .or_else(|| self.owner.at("/spec/selector/matchLabels"))
             .cloned()
             .filter(Value::is_object)
             .unwrap_or(json!({}));
@@ -208,7 +209,7 @@ impl History<'_> {
     async fn trim(&self, owned: &[Arc<Value>], current: &Value, update: &Value, used: &[String]) {
         let limit = self
             .owner
-            .pointer("/spec/revisionHistoryLimit")
+            .at("/spec/revisionHistoryLimit")
             .and_then(Value::as_i64)
             .unwrap_or(10);
         let spare: Vec<&Arc<Value>> = owned

@@ -8,6 +8,7 @@
 //! deletes, it waits until its cache shows the change ([`Informer::wait_until`]), so a
 //! reconcile never acts on a cache that has not seen its own writes.
 
+use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -265,7 +266,7 @@ impl Informer {
             .await
             .map_err(|e| e.message)?;
         let revision = list
-            .pointer("/metadata/resourceVersion")
+            .at("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_owned);
         let fresh: BTreeMap<String, Arc<Value>> = list["items"]
@@ -525,6 +526,11 @@ impl Queue {
         let key = self.take(stopping).await?;
         self.inner.done(&key);
         Some(key)
+    }
+
+    /// Whether no key is ready to be taken.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inner.is_empty()
     }
 
     /// Retries `key` after its backoff (a failed pass of a loop using [`Queue::next`]).

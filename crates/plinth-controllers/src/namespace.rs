@@ -4,6 +4,7 @@
 //! kube-controller-manager's namespace controller reports it; then its `kubernetes` finalizer is
 //! removed and it goes.
 
+use plinth_core::At as _;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -69,7 +70,7 @@ async fn sync(
         return;
     };
     let deleting = namespace
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null());
     if !deleting {
         if accounts.get(&format!("{name}/default")).is_none() {
@@ -281,7 +282,7 @@ async fn finalize(registry: &Client, namespace: &str) {
         return;
     };
     let kept: Vec<Value> = ns
-        .pointer("/spec/finalizers")
+        .at("/spec/finalizers")
         .and_then(Value::as_array)
         .map(|f| f.iter().filter(|v| *v != "kubernetes").cloned().collect())
         .unwrap_or_default();
@@ -313,7 +314,7 @@ async fn report(
     let now = plinth_core::meta::format_time(plinth_registry::now());
     let conditions = |ns: &mut Value| {
         let old: Vec<Value> = ns
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
@@ -331,7 +332,7 @@ async fn report(
                        "reason": reason, "message": message})
             })
             .collect();
-        let changed = ns.pointer("/status/conditions") != Some(&json!(conditions));
+        let changed = ns.at("/status/conditions") != Some(&json!(conditions));
         ns["status"]["conditions"] = json!(conditions);
         Ok(changed)
     };

@@ -2,6 +2,7 @@
 //! `--allocate-node-cidrs`): every Node gets a `/24` of the pod range, from which its agent
 //! gives pods their addresses.
 
+use plinth_core::At as _;
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
@@ -72,7 +73,7 @@ async fn run(registry: Client, range: ClusterCidr, stopping: watch::Receiver<boo
             }
             let node = event.object();
             let assigned = node
-                .pointer("/spec/podCIDR")
+                .at("/spec/podCIDR")
                 .and_then(Value::as_str)
                 .is_some_and(|c| !c.is_empty());
             if assigned {
@@ -85,7 +86,7 @@ async fn run(registry: Client, range: ClusterCidr, stopping: watch::Receiver<boo
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(|n| n.pointer("/spec/podCIDR").and_then(Value::as_str))
+                .filter_map(|n| n.at("/spec/podCIDR").and_then(Value::as_str))
                 .map(str::to_owned)
                 .collect();
             let Some(cidr) = (0..range.subnets())
@@ -105,7 +106,7 @@ async fn run(registry: Client, range: ClusterCidr, stopping: watch::Receiver<boo
                     &WriteOptions::internal("kube-controller-manager"),
                     |current| {
                         if current
-                            .pointer("/spec/podCIDR")
+                            .at("/spec/podCIDR")
                             .and_then(Value::as_str)
                             .is_some_and(|c| !c.is_empty())
                         {

@@ -5,6 +5,7 @@
 //! `NoExecute` taint evicts the node's pods that do not tolerate it, at once or after their
 //! `tolerationSeconds`. A node that comes back loses the taints.
 
+use plinth_core::At as _;
 use std::time::Duration;
 
 use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
@@ -91,7 +92,7 @@ fn time_of(value: Option<&Value>) -> Option<i64> {
 async fn last_heard(registry: &Client, node: &Value) -> Option<i64> {
     let name = plinth_core::meta::name(node)?;
     let heartbeat = node
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -105,14 +106,14 @@ async fn last_heard(registry: &Client, node: &Value) -> Option<i64> {
             .get(&def, Some("kube-node-lease"), name)
             .await
             .ok()
-            .and_then(|l| time_of(l.pointer("/spec/renewTime"))),
+            .and_then(|l| time_of(l.at("/spec/renewTime"))),
         None => None,
     };
     heartbeat.max(lease)
 }
 
 fn ready_status(node: &Value) -> Option<String> {
-    node.pointer("/status/conditions")
+    node.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -131,8 +132,7 @@ async fn check(registry: &Client, node: &Value, settings: &NodeLifecycle) -> Opt
     let heard = last_heard(registry, node).await;
     let silent = heard.is_some_and(|t| now - t > grace)
         || (heard.is_none()
-            && time_of(node.pointer("/metadata/creationTimestamp"))
-                .is_some_and(|t| now - t > grace));
+            && time_of(node.at("/metadata/creationTimestamp")).is_some_and(|t| now - t > grace));
     if silent && ready_status(node).as_deref() != Some("Unknown") {
         let stamp = plinth_core::meta::format_time(now);
         let written = registry
@@ -234,7 +234,7 @@ async fn check(registry: &Client, node: &Value, settings: &NodeLifecycle) -> Opt
 
 /// How long `pod` tolerates `taint`: `None` not at all, `Some(None)` forever.
 fn tolerated_for(pod: &Value, taint: &Value) -> Option<Option<i64>> {
-    pod.pointer("/spec/tolerations")
+    pod.at("/spec/tolerations")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -262,7 +262,7 @@ async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Value>]) 
         return;
     };
     let taints: Vec<&Value> = node
-        .pointer("/spec/taints")
+        .at("/spec/taints")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -276,9 +276,9 @@ async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Value>]) 
     };
     let now = plinth_registry::now();
     for pod in pods {
-        let on_node = pod.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name);
+        let on_node = pod.at("/spec/nodeName").and_then(Value::as_str) == Some(name);
         let deleting = pod
-            .pointer("/metadata/deletionTimestamp")
+            .at("/metadata/deletionTimestamp")
             .is_some_and(|t| !t.is_null());
         if !on_node || deleting {
             continue;

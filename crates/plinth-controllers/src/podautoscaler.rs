@@ -9,6 +9,7 @@
 //! current metrics and kube's `AbleToScale`, `ScalingActive` and `ScalingLimited` conditions,
 //! with `SuccessfulRescale` events.
 
+use plinth_core::At as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,19 +78,19 @@ struct Proposal {
 }
 
 fn ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
+    pod.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
         && pod
-            .pointer("/metadata/deletionTimestamp")
+            .at("/metadata/deletionTimestamp")
             .is_none_or(Value::is_null)
 }
 
 impl Pass<'_> {
     fn spec(&self, pointer: &str) -> Option<&Value> {
-        self.hpa.pointer(pointer)
+        self.hpa.at(pointer)
     }
 
     fn namespace(&self) -> &str {
@@ -150,13 +151,10 @@ impl Pass<'_> {
             }
         };
         let current = scale
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        status["currentReplicas"] = scale
-            .pointer("/status/replicas")
-            .cloned()
-            .unwrap_or(json!(0));
+        status["currentReplicas"] = scale.at("/status/replicas").cloned().unwrap_or(json!(0));
         let min = self
             .spec("/spec/minReplicas")
             .and_then(Value::as_i64)
@@ -183,7 +181,7 @@ impl Pass<'_> {
             return;
         }
         let selector = scale
-            .pointer("/status/selector")
+            .at("/status/selector")
             .and_then(Value::as_str)
             .unwrap_or("");
         let Ok(selector) = LabelSelector::parse(selector)
@@ -245,7 +243,7 @@ impl Pass<'_> {
         let reason = best.reason.clone();
         let metric_name = best
             .current
-            .pointer("/resource/name")
+            .at("/resource/name")
             .and_then(Value::as_str)
             .unwrap_or("cpu")
             .to_owned();
@@ -388,7 +386,7 @@ impl Pass<'_> {
                 cpu += plinth_core::quantity::millis(&container["usage"]["cpu"]).unwrap_or(0);
                 memory += plinth_core::quantity::bytes(&container["usage"]["memory"]).unwrap_or(0);
             }
-            if let Some(name) = item.pointer("/metadata/name").and_then(Value::as_str) {
+            if let Some(name) = item.at("/metadata/name").and_then(Value::as_str) {
                 found.insert(name.to_owned(), (cpu, memory));
             }
         }
@@ -423,12 +421,12 @@ impl Pass<'_> {
             };
             let mut request = 0;
             for container in pod
-                .pointer("/spec/containers")
+                .at("/spec/containers")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
             {
-                let asked = container.pointer(&format!("/resources/requests/{resource}"));
+                let asked = container.at(&format!("/resources/requests/{resource}"));
                 let value = match resource {
                     "memory" => asked.and_then(plinth_core::quantity::bytes),
                     _ => asked.and_then(plinth_core::quantity::millis),
@@ -619,7 +617,7 @@ impl Pass<'_> {
     async fn write(&self, mut status: Value, conditions: Vec<Value>, now: &str) {
         let previous = self
             .hpa
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();

@@ -7,6 +7,7 @@
 //! counts, summed over the objects (kube's quota evaluators, in
 //! [`plinth_types::core::quota_usage`]).
 
+use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,13 +54,13 @@ pub fn spawn_quota_controller(
 async fn desired(registry: &Client, quota: &Value) -> Value {
     let namespace = plinth_core::meta::namespace(quota).unwrap_or("");
     let hard = quota
-        .pointer("/spec/hard")
+        .at("/spec/hard")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let scoped = quota.pointer("/spec/scopes").is_some_and(|s| !s.is_null())
+    let scoped = quota.at("/spec/scopes").is_some_and(|s| !s.is_null())
         || quota
-            .pointer("/spec/scopeSelector")
+            .at("/spec/scopeSelector")
             .is_some_and(|s| !s.is_null());
     let now = plinth_registry::now();
     let mut measured: BTreeMap<(String, String), Usage> = BTreeMap::new();
@@ -155,7 +156,7 @@ async fn recount(registry: &Client, ledger: &Ledger, quota: &Value) {
                 if recent {
                     for (resource, value) in status["used"].as_object_mut().into_iter().flatten() {
                         let shown = current
-                            .pointer("/status/used")
+                            .at("/status/used")
                             .and_then(|u| u.get(resource))
                             .and_then(quota_usage::milli);
                         let counted = quota_usage::milli(value);

@@ -6,6 +6,7 @@
 //! then pending, not ready, recently ready, most restarted, newest first) — and a status
 //! counting its replicas, the ready and the available ones.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,7 +102,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
             .filter(|p| active(p))
             .collect();
     let wanted = set
-        .pointer("/spec/replicas")
+        .at("/spec/replicas")
         .and_then(Value::as_i64)
         .unwrap_or(1);
     let wanted = usize::try_from(wanted).unwrap_or(0);
@@ -125,7 +126,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
         .filter(|p| active(p) && controller_of(p).is_some_and(|c| c["uid"] == set_uid))
         .collect();
     let min_ready = set
-        .pointer("/spec/minReadySeconds")
+        .at("/spec/minReadySeconds")
         .and_then(Value::as_i64)
         .unwrap_or(0);
     let now = plinth_registry::now();
@@ -139,7 +140,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
         }),
         "readyReplicas": count(&|p| ready(p)),
         "availableReplicas": count(&|p| available(p, min_ready, now)),
-        "observedGeneration": set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "observedGeneration": set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
     });
     let terminating = pods
         .in_namespace(namespace)
@@ -153,7 +154,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
     // A failure already reported stays as it was (kube sets the condition once, not each pass:
     // the message names a generated pod, and rewriting it would wake this controller forever).
     let reported = set
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|c| c.iter().find(|c| c["type"] == "ReplicaFailure"));
     if let (Some(_), Some(reported)) = (&failure, reported) {
@@ -192,52 +193,63 @@ async fn create_pods(
     let def = registry.resources.get("", "v1", "pods")?;
     let name = plinth_core::meta::name(set).unwrap_or("");
     let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
-    let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let template = set.at("/spec/template").cloned().unwrap_or(json!({}));
     let prefix = format!("{name}-");
     let mut created = Vec::new();
-    for _ in 0..missing.min(BURST) {
-        let pod = pod_from_template(&template, set, controller, PodName::Generated(&prefix));
-        match registry
-            .create(
-                &def,
-                Some(namespace),
-                pod,
-                &WriteOptions::internal(kind.manager),
-            )
-            .await
-        {
-            Ok(written) => {
-                let pod_name = plinth_core::meta::name(&written.object)
-                    .unwrap_or("")
-                    .to_owned();
-                crate::events::record(
-                    registry,
-                    set,
-                    "Normal",
-                    "SuccessfulCreate",
-                    &format!("Created pod: {pod_name}"),
-                    kind.manager,
-                )
-                .await;
-                created.push(format!("{namespace}/{pod_name}"));
+    // kube's slow start: batches of 1, 2, 4, … created at once, stopping at the first batch
+    // with a failure (a quota or admission refusal does not cost `missing` calls).
+    let mut left = missing.min(BURST);
+    let mut size = 1;
+    while left > 0 {
+        let batch = size.min(left);
+        left -= batch;
+        size *= 2;
+        let creates = (0..batch).map(|_| {
+            let pod = pod_from_template(&template, set, controller, PodName::Generated(&prefix));
+            let def = &def;
+            async move {
+                let written = registry
+                    .create(
+                        def,
+                        Some(namespace),
+                        pod,
+                        &WriteOptions::internal(kind.manager),
+                    )
+                    .await;
+                let (kind_of, reason, message) = match &written {
+                    Ok(written) => (
+                        "Normal",
+                        "SuccessfulCreate",
+                        format!(
+                            "Created pod: {}",
+                            plinth_core::meta::name(&written.object).unwrap_or("")
+                        ),
+                    ),
+                    Err(e) => (
+                        "Warning",
+                        "FailedCreate",
+                        format!("Error creating: {}", e.message),
+                    ),
+                };
+                crate::events::record(registry, set, kind_of, reason, &message, kind.manager).await;
+                written
+                    .map(|w| plinth_core::meta::name(&w.object).unwrap_or("").to_owned())
+                    .map_err(|e| e.message)
             }
-            Err(e) => {
-                let message = e.message;
-                crate::events::record(
-                    registry,
-                    set,
-                    "Warning",
-                    "FailedCreate",
-                    &format!("Error creating: {message}"),
-                    kind.manager,
-                )
-                .await;
-                pods.wait_until(EXPECTATION_TIMEOUT, |p| {
-                    created.iter().all(|k| p.get(k).is_some())
-                })
-                .await;
-                return Some(message);
+        });
+        let mut failure = None;
+        for outcome in futures::future::join_all(creates).await {
+            match outcome {
+                Ok(pod_name) => created.push(format!("{namespace}/{pod_name}")),
+                Err(message) => failure = failure.or(Some(message)),
             }
+        }
+        if let Some(message) = failure {
+            pods.wait_until(EXPECTATION_TIMEOUT, |p| {
+                created.iter().all(|k| p.get(k).is_some())
+            })
+            .await;
+            return Some(message);
         }
     }
     // Expectations: the next pass starts from a cache that holds these pods.
@@ -298,17 +310,17 @@ async fn delete_pods(
 /// recently before longer, more restarts before fewer, newer before older.
 fn deletion_rank(pod: &Value) -> (bool, u8, bool, i64, i64, i64) {
     let scheduled = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_some_and(|n| !n.is_empty());
-    let phase = match pod.pointer("/status/phase").and_then(Value::as_str) {
+    let phase = match pod.at("/status/phase").and_then(Value::as_str) {
         Some("Pending") => 0,
         Some("Running") => 2,
         _ => 1,
     };
     let ready_at = ready_since(pod);
     let restarts: i64 = pod
-        .pointer("/status/containerStatuses")
+        .at("/status/containerStatuses")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

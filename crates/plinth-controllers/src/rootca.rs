@@ -4,6 +4,7 @@
 //! put back if changed.
 
 use futures::StreamExt;
+use plinth_core::At as _;
 use plinth_core::StatusReason;
 use plinth_core::selector::FieldSelector;
 use plinth_registry::{Client, ListOptions, Part, WatchOptions, WriteOptions};
@@ -38,7 +39,7 @@ async fn namespaces(registry: Client, ca: String, stopping: watch::Receiver<bool
             }
             let object = event.object();
             let active = object
-                .pointer("/metadata/deletionTimestamp")
+                .at("/metadata/deletionTimestamp")
                 .is_none_or(Value::is_null);
             if let Some(name) = plinth_core::meta::name(&object).filter(|_| active) {
                 ensure(&registry, name, &ca).await;
@@ -85,7 +86,7 @@ async fn config_maps(registry: Client, ca: String, mut stopping: watch::Receiver
             let changed = match event.kind {
                 "DELETED" => true,
                 "ADDED" | "MODIFIED" => {
-                    object.pointer("/data/ca.crt").and_then(Value::as_str) != Some(&ca)
+                    object.at("/data/ca.crt").and_then(Value::as_str) != Some(&ca)
                 }
                 _ => false,
             };
@@ -107,7 +108,7 @@ async fn ensure(registry: &Client, namespace: &str, ca: &str) {
     match registry.get(&namespaces, None, namespace).await {
         Ok(ns)
             if ns
-                .pointer("/metadata/deletionTimestamp")
+                .at("/metadata/deletionTimestamp")
                 .is_none_or(Value::is_null) => {}
         _ => return,
     }
@@ -120,7 +121,7 @@ async fn ensure(registry: &Client, namespace: &str, ca: &str) {
             Part::Main,
             &options,
             |current| {
-                if current.pointer("/data/ca.crt").and_then(Value::as_str) == Some(ca) {
+                if current.at("/data/ca.crt").and_then(Value::as_str) == Some(ca) {
                     return Ok(false);
                 }
                 current["data"] = json!({"ca.crt": ca});

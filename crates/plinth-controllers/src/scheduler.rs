@@ -11,7 +11,9 @@
 //! the pod is nominated to the node (`status.nominatedNodeName`), which pods of lower
 //! priority then count as taken.
 
+use plinth_core::At as _;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plinth_core::selector::LabelSelector;
@@ -46,14 +48,35 @@ pub fn spawn_scheduler(
         let mut stopping = stopping;
         let mut reported: HashMap<String, String> = HashMap::new();
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        let binder = Binder {
+            assumed: Arc::default(),
+            permits: Arc::new(tokio::sync::Semaphore::new(BINDS_IN_FLIGHT)),
+            queue: queue.clone(),
+        };
         pods.synced().await;
         nodes.synced().await;
         loop {
             tokio::select! {
                 key = queue.next(&mut stopping) => {
                     let Some(key) = key else { return };
-                    if let Some(pod) = pods.get(&key).filter(|p| pending(p)) {
-                        schedule(&registry, &pods, &nodes, &pod, &mut reported).await;
+                    // The keys queued now are decided on one snapshot, kept up to date with
+                    // the batch's own bindings (reading the cache once, not once per pod).
+                    let mut batch = vec![key];
+                    while batch.len() < BATCH && !queue.is_empty() {
+                        match queue.next(&mut stopping).await {
+                            Some(key) => batch.push(key),
+                            None => return,
+                        }
+                    }
+                    let mut snapshot = Snapshot::take(&pods, &nodes, &binder);
+                    for key in batch {
+                        let taken = binder.assumed.lock().is_ok_and(|a| a.contains_key(&key));
+                        if taken {
+                            continue;
+                        }
+                        if let Some(pod) = pods.get(&key).filter(|p| pending(p)) {
+                            schedule(&registry, &pods, &mut snapshot, &pod, &mut reported, &binder).await;
+                        }
                     }
                 }
                 _ = ticks.tick() => {
@@ -74,22 +97,22 @@ pub fn spawn_scheduler(
 
 fn pending(pod: &Value) -> bool {
     let unassigned = pod
-        .pointer("/spec/nodeName")
+        .at("/spec/nodeName")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty);
     let ours = pod
-        .pointer("/spec/schedulerName")
+        .at("/spec/schedulerName")
         .and_then(Value::as_str)
         .is_none_or(|s| s == COMPONENT);
     let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
     let gated = pod
-        .pointer("/spec/schedulingGates")
+        .at("/spec/schedulingGates")
         .and_then(Value::as_array)
         .is_some_and(|g| !g.is_empty());
     let finished = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
+        pod.at("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
     );
     unassigned && ours && !deleting && !gated && !finished
@@ -97,25 +120,25 @@ fn pending(pod: &Value) -> bool {
 
 /// A pod's priority (`spec.priority`, set by the Priority admission plugin; 0 when absent).
 fn priority(pod: &Value) -> i64 {
-    pod.pointer("/spec/priority")
+    pod.at("/spec/priority")
         .and_then(Value::as_i64)
         .unwrap_or(0)
 }
 
 fn created(pod: &Value) -> &str {
-    pod.pointer("/metadata/creationTimestamp")
+    pod.at("/metadata/creationTimestamp")
         .and_then(Value::as_str)
         .unwrap_or("")
 }
 
 fn deleting(pod: &Value) -> bool {
-    pod.pointer("/metadata/deletionTimestamp")
+    pod.at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
 /// The containers of `pod`'s spec under `key` (`containers`, `initContainers`).
 fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
-    pod.pointer(&format!("/spec/{key}"))
+    pod.at(&format!("/spec/{key}"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -126,11 +149,11 @@ fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> 
 fn requests(pod: &Value) -> (i64, i64) {
     let of = |c: &Value| {
         let cpu = c
-            .pointer("/resources/requests/cpu")
+            .at("/resources/requests/cpu")
             .and_then(plinth_core::quantity::millis)
             .unwrap_or(0);
         let memory = c
-            .pointer("/resources/requests/memory")
+            .at("/resources/requests/memory")
             .and_then(plinth_core::quantity::bytes)
             .unwrap_or(0);
         (cpu, memory)
@@ -149,7 +172,7 @@ fn requests(pod: &Value) -> (i64, i64) {
 /// container's, whichever is more (kube's NodeResourcesFit).
 fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
     let of = |c: &Value| -> BTreeMap<String, i64> {
-        c.pointer("/resources/requests")
+        c.at("/resources/requests")
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
@@ -173,7 +196,7 @@ fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
 }
 
 pub(crate) fn ready(node: &Value) -> bool {
-    node.pointer("/status/conditions")
+    node.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -181,7 +204,7 @@ pub(crate) fn ready(node: &Value) -> bool {
 }
 
 pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
-    pod.pointer("/spec/tolerations")
+    pod.at("/spec/tolerations")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -228,13 +251,13 @@ fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bo
 pub(crate) fn affinity_met(pod: &Value, node: &Value) -> bool {
     let node_labels = plinth_core::meta::labels(node);
     let selector_ok = pod
-        .pointer("/spec/nodeSelector")
+        .at("/spec/nodeSelector")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
         .all(|(k, v)| node_labels.get(k).map(String::as_str) == v.as_str());
     let terms = pod
-        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array);
     let name = plinth_core::meta::name(node).unwrap_or("");
     let affinity_ok = terms.is_none_or(|terms| {
@@ -262,7 +285,7 @@ pub(crate) fn affinity_met(pod: &Value, node: &Value) -> bool {
 /// Whether `pod`'s required pod affinity on the node's hostname holds: each term's selector
 /// matches a pod already on the node.
 fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
-    pod.pointer("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+    pod.at("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -296,7 +319,7 @@ fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
 /// hostname) fail, or the other pod's anti-affinity rules out `pod`.
 fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
     let terms = |p: &Value| -> Vec<Value> {
-        p.pointer("/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution")
+        p.at("/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()
@@ -336,12 +359,13 @@ fn host_ports(pod: &Value) -> Vec<(String, String, i64)> {
     ["initContainers", "containers"]
         .iter()
         .flat_map(|list| {
-            pod.pointer(&format!("/spec/{list}"))
+            pod.get("spec")
+                .and_then(|spec| spec.get(*list))
                 .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
+                .into_iter()
+                .flatten()
         })
-        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+        .flat_map(|c| c["ports"].as_array().into_iter().flatten())
         .filter_map(|p| {
             let port = p["hostPort"].as_i64().filter(|p| *p > 0)?;
             let ip = match p["hostIP"].as_str() {
@@ -376,14 +400,30 @@ fn host_ports_taken(pod: &Value, on_node: &[&Value]) -> bool {
 
 /// Why `node` cannot take `pod` (kube's wording), or `None` when it can.
 fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
-    if node.pointer("/spec/unschedulable") == Some(&json!(true)) {
+    let used = on_node
+        .iter()
+        .map(|p| requests(p))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    unfit_with(pod, node, on_node, used, on_node.len())
+}
+
+/// [`unfit`] with what the node's pods request already summed, and how many they are: of a
+/// [`plain`] pod, `on_node` need only hold the node's pods with anti-affinity terms.
+fn unfit_with(
+    pod: &Value,
+    node: &Value,
+    on_node: &[&Value],
+    (used_cpu, used_memory): (i64, i64),
+    count: usize,
+) -> Option<String> {
+    if node.at("/spec/unschedulable") == Some(&json!(true)) {
         return Some("node(s) were unschedulable".into());
     }
     if !ready(node) {
         return Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }".into());
     }
     for taint in node
-        .pointer("/spec/taints")
+        .at("/spec/taints")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -403,18 +443,14 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     if host_ports_taken(pod, on_node) {
         return Some(PORTS_TAKEN.into());
     }
-    let allocatable = |r: &str| node.pointer(&format!("/status/allocatable/{r}"));
+    let allocatable = |r: &str| node.at(&format!("/status/allocatable/{r}"));
     let pods_max = allocatable("pods")
         .and_then(plinth_core::quantity::bytes)
         .unwrap_or(110);
-    if i64::try_from(on_node.len()).unwrap_or(i64::MAX) >= pods_max {
+    if i64::try_from(count).unwrap_or(i64::MAX) >= pods_max {
         return Some("Too many pods".into());
     }
     let (cpu, memory) = requests(pod);
-    let (used_cpu, used_memory) = on_node
-        .iter()
-        .map(|p| requests(p))
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     if let Some(cap) = allocatable("cpu").and_then(plinth_core::quantity::millis)
         && cpu > 0
         && used_cpu + cpu > cap
@@ -452,29 +488,141 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
     None
 }
 
-/// The pods that take room on node `name` as `pod` sees it: those bound there and not
-/// finished, and the pending pods of at least its priority nominated to it (kube's
-/// scheduler counts nominated pods the same way, so that the room a preemption made goes to
-/// its preemptor).
-fn occupants<'a>(pods: &'a [std::sync::Arc<Value>], pod: &Value, name: &str) -> Vec<&'a Value> {
-    let uid = plinth_core::meta::meta_str(pod, "uid");
-    pods.iter()
-        .map(|p| &**p)
-        .filter(|p| plinth_core::meta::meta_str(p, "uid") != uid)
-        .filter(|p| {
-            let bound = p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(name)
-                && !matches!(
-                    p.pointer("/status/phase").and_then(Value::as_str),
+/// Where pods take room, indexed once per batch of decisions (and kept up to date as the
+/// batch binds pods): the pods bound to each node and not finished — the bindings this
+/// scheduler made and the cache does not show yet among them — with the CPU and memory
+/// they request, and the pending pods nominated to each node.
+#[derive(Default)]
+struct Placed {
+    bound: HashMap<String, Load>,
+    nominated: HashMap<String, Vec<Arc<Value>>>,
+}
+
+/// The pods bound to one node and what they request.
+#[derive(Default)]
+struct Load {
+    pods: Vec<Arc<Value>>,
+    /// Those with required anti-affinity terms (which other pods must respect).
+    with_terms: Vec<Arc<Value>>,
+    cpu: i64,
+    memory: i64,
+}
+
+const ANTI_AFFINITY: &str =
+    "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+const AFFINITY: &str = "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+
+fn has_terms(pod: &Value, path: &str) -> bool {
+    pod.at(path)
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty())
+}
+
+/// Whether a node's fitness for `pod` depends on the node's other pods only through
+/// their count, their CPU and memory and their anti-affinity terms: no host ports, no pod
+/// (anti-)affinity of its own, no other resources.
+fn plain(pod: &Value) -> bool {
+    host_ports(pod).is_empty()
+        && !has_terms(pod, ANTI_AFFINITY)
+        && !has_terms(pod, AFFINITY)
+        && other_requests(pod).is_empty()
+}
+
+impl Placed {
+    fn of(pods: &[Arc<Value>], assumed: &HashMap<String, Arc<Value>>) -> Self {
+        let mut placed = Self::default();
+        for pod in pods.iter().chain(assumed.values()) {
+            if let Some(node) = pod
+                .at("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                let finished = matches!(
+                    pod.at("/status/phase").and_then(Value::as_str),
                     Some("Succeeded" | "Failed")
                 );
-            let nominated = pending(p)
-                && p.pointer("/status/nominatedNodeName")
-                    .and_then(Value::as_str)
-                    == Some(name)
-                && priority(p) >= priority(pod);
-            bound || nominated
-        })
-        .collect()
+                if !finished {
+                    let node = node.to_owned();
+                    placed.add(&node, pod.clone());
+                }
+            } else if pending(pod)
+                && let Some(node) = pod.at("/status/nominatedNodeName").and_then(Value::as_str)
+            {
+                placed
+                    .nominated
+                    .entry(node.to_owned())
+                    .or_default()
+                    .push(pod.clone());
+            }
+        }
+        placed
+    }
+
+    /// Counts `pod` on node `node` from now on.
+    fn add(&mut self, node: &str, pod: Arc<Value>) {
+        let (cpu, memory) = requests(&pod);
+        let load = self.bound.entry(node.to_owned()).or_default();
+        load.cpu += cpu;
+        load.memory += memory;
+        if has_terms(&pod, ANTI_AFFINITY) {
+            load.with_terms.push(pod.clone());
+        }
+        load.pods.push(pod);
+    }
+
+    /// For a [`plain`] `pod`: the node's pods with anti-affinity terms, what all its pods
+    /// request, and how many they are (as [`Placed::occupants`] counts them).
+    fn summary(&self, pod: &Value, name: &str) -> (Vec<&Value>, (i64, i64), usize) {
+        let uid = plinth_core::meta::meta_str(pod, "uid");
+        let mine = priority(pod);
+        let load = self.bound.get(name);
+        let mut used = load.map_or((0, 0), |l| (l.cpu, l.memory));
+        let mut count = load.map_or(0, |l| l.pods.len());
+        let mut with_terms: Vec<&Value> = load
+            .into_iter()
+            .flat_map(|l| l.with_terms.iter())
+            .map(|p| &**p)
+            .collect();
+        for p in self.nominated.get(name).into_iter().flatten() {
+            if priority(p) >= mine && plinth_core::meta::meta_str(p, "uid") != uid {
+                let (cpu, memory) = requests(p);
+                used = (used.0 + cpu, used.1 + memory);
+                count += 1;
+                if has_terms(p, ANTI_AFFINITY) {
+                    with_terms.push(p);
+                }
+            }
+        }
+        (with_terms, used, count)
+    }
+
+    /// The pods that take room on node `name` as `pod` sees it: those bound there and not
+    /// finished, and the pending pods of at least its priority nominated to it (kube's
+    /// scheduler counts nominated pods the same way, so that the room a preemption made goes
+    /// to its preemptor); with the CPU and memory they request.
+    fn occupants(&self, pod: &Value, name: &str) -> (Vec<&Value>, (i64, i64)) {
+        let uid = plinth_core::meta::meta_str(pod, "uid");
+        let mine = priority(pod);
+        let load = self.bound.get(name);
+        let mut used = load.map_or((0, 0), |l| (l.cpu, l.memory));
+        let mut on_node: Vec<&Value> = Vec::new();
+        for p in load.into_iter().flat_map(|l| l.pods.iter()) {
+            if plinth_core::meta::meta_str(p, "uid") == uid {
+                let (cpu, memory) = requests(p);
+                used = (used.0 - cpu, used.1 - memory);
+            } else {
+                on_node.push(p);
+            }
+        }
+        for p in self.nominated.get(name).into_iter().flatten() {
+            if priority(p) >= mine && plinth_core::meta::meta_str(p, "uid") != uid {
+                let (cpu, memory) = requests(p);
+                used = (used.0 + cpu, used.1 + memory);
+                on_node.push(p);
+            }
+        }
+        (on_node, used)
+    }
 }
 
 /// The reasons a node may stop being unfit for a pod when pods leave it.
@@ -491,15 +639,15 @@ fn room_reason(reason: &str) -> bool {
 /// helpful for scheduling" where pods leaving cannot help).
 fn preemption(
     pod: &Value,
-    nodes: &[std::sync::Arc<Value>],
-    pods: &[std::sync::Arc<Value>],
+    nodes: &[Arc<Value>],
+    placed: &Placed,
 ) -> Result<(String, Vec<Value>), BTreeMap<String, usize>> {
     let mine = priority(pod);
     let mut best: Option<(i64, usize, String, Vec<Value>)> = None;
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for node in nodes {
         let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
-        let on_node = occupants(pods, pod, &name);
+        let (on_node, _) = placed.occupants(pod, &name);
         if !unfit(pod, node, &on_node).is_some_and(|r| room_reason(&r)) {
             *reasons
                 .entry("Preemption is not helpful for scheduling".into())
@@ -555,14 +703,11 @@ fn preemption(
 /// Whether a preemption for `pod` is still under way: it is nominated to a node where a pod
 /// of lower priority is terminating.
 fn preempting(pod: &Value, pods: &[std::sync::Arc<Value>]) -> bool {
-    let Some(node) = pod
-        .pointer("/status/nominatedNodeName")
-        .and_then(Value::as_str)
-    else {
+    let Some(node) = pod.at("/status/nominatedNodeName").and_then(Value::as_str) else {
         return false;
     };
     pods.iter().any(|p| {
-        p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)
+        p.at("/spec/nodeName").and_then(Value::as_str) == Some(node)
             && deleting(p)
             && priority(p) < priority(pod)
     })
@@ -636,7 +781,7 @@ async fn preempt(registry: &Client, pod: &Value, node: &str, victims: &[Value]) 
             &options,
             |current| {
                 if current
-                    .pointer("/status/nominatedNodeName")
+                    .at("/status/nominatedNodeName")
                     .and_then(Value::as_str)
                     == Some(node)
                 {
@@ -653,41 +798,56 @@ async fn preempt(registry: &Client, pod: &Value, node: &str, victims: &[Value]) 
 /// without it (kube's scheduler "assumes" the pod bound instead).
 const BOUND_WAIT: Duration = Duration::from_secs(5);
 
-async fn schedule(
-    registry: &Client,
-    pod_cache: &Informer,
-    node_cache: &Informer,
-    pod: &Value,
-    reported: &mut HashMap<String, String>,
-) {
-    let nodes = node_cache.all_values();
-    let pods = pod_cache.all_values();
-    let uid = plinth_core::meta::meta_str(pod, "uid")
-        .unwrap_or("")
-        .to_owned();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    let mut best: Option<(usize, String)> = None;
-    for node in &nodes {
-        let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
-        let on_node = occupants(&pods, pod, &name);
-        match unfit(pod, node, &on_node) {
-            Some(reason) => *reasons.entry(reason).or_default() += 1,
-            None => {
-                if best.as_ref().is_none_or(|(load, _)| on_node.len() < *load) {
-                    best = Some((on_node.len(), name));
-                }
-            }
+/// The most pods decided on one snapshot.
+const BATCH: usize = 256;
+
+/// How many bindings are written at once.
+const BINDS_IN_FLIGHT: usize = 16;
+
+/// Bindings written in the background, kube's scheduler's "assume" step: a pod is counted on
+/// its node from the decision on (the next decision need not wait for the binding to be
+/// written and seen), and forgotten once the cache shows it bound — or the write failed, when
+/// the pod is tried again.
+struct Binder {
+    /// Pods decided and not yet seen bound, by key, as bound (`spec.nodeName` set).
+    assumed: Arc<Mutex<HashMap<String, Arc<Value>>>>,
+    permits: Arc<tokio::sync::Semaphore>,
+    queue: Queue,
+}
+
+impl Binder {
+    fn bind(
+        &self,
+        registry: &Client,
+        pod_cache: &Informer,
+        def: &Arc<plinth_registry::resources::ResourceDef>,
+        pod: &Value,
+        node: String,
+    ) -> Arc<Value> {
+        let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
+        let namespace = plinth_core::meta::namespace(pod)
+            .unwrap_or("default")
+            .to_owned();
+        let key = format!("{namespace}/{name}");
+        let mut placed = pod.clone();
+        placed["spec"]["nodeName"] = json!(node);
+        let placed = Arc::new(placed);
+        if let Ok(mut assumed) = self.assumed.lock() {
+            assumed.insert(key.clone(), placed.clone());
         }
-    }
-    let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
-    let namespace = plinth_core::meta::namespace(pod)
-        .unwrap_or("default")
-        .to_owned();
-    let Some(def) = registry.resources.get("", "v1", "pods") else {
-        return;
-    };
-    match best {
-        Some((_, node)) => {
+        let (registry, pod_cache, def, pod) = (
+            registry.clone(),
+            pod_cache.clone(),
+            def.clone(),
+            pod.clone(),
+        );
+        let (assumed, permits, queue) = (
+            self.assumed.clone(),
+            self.permits.clone(),
+            self.queue.clone(),
+        );
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
             let bound = registry
                 .modify(
                     &def,
@@ -704,32 +864,107 @@ async fn schedule(
                     },
                 )
                 .await;
-            match bound {
+            let retry = match bound {
                 Ok(Some(_)) => {
-                    // The next decision counts this pod on its node: wait until the cache
-                    // shows the binding.
-                    let key = format!("{namespace}/{name}");
+                    // Counted as assumed until the cache shows the binding.
                     pod_cache
                         .wait_until(BOUND_WAIT, |cache| {
                             cache.get(&key).is_none_or(|p| !pending(&p))
                         })
                         .await;
-                    reported.remove(&uid);
                     crate::events::record(
-                        registry,
-                        pod,
+                        &registry,
+                        &pod,
                         "Normal",
                         "Scheduled",
                         &format!("Successfully assigned {namespace}/{name} to {node}"),
                         COMPONENT,
                     )
                     .await;
+                    false
                 }
-                Ok(None) => {}
+                Ok(None) => false,
                 Err(e) => {
-                    tracing::warn!(pod = %name, error = %e.message, "scheduler: binding failed")
+                    tracing::warn!(pod = %name, error = %e.message, "scheduler: binding failed");
+                    true
+                }
+            };
+            if let Ok(mut assumed) = assumed.lock() {
+                assumed.remove(&key);
+            }
+            if retry {
+                queue.add(key);
+            }
+        });
+        placed
+    }
+}
+
+/// What one batch of decisions reads: the nodes, the pods, where pods take room.
+struct Snapshot {
+    nodes: Vec<Arc<Value>>,
+    pods: Vec<Arc<Value>>,
+    placed: Placed,
+}
+
+impl Snapshot {
+    fn take(pod_cache: &Informer, node_cache: &Informer, binder: &Binder) -> Self {
+        let pods = pod_cache.all_values();
+        let assumed = binder.assumed.lock().map(|a| a.clone()).unwrap_or_default();
+        let placed = Placed::of(&pods, &assumed);
+        Self {
+            nodes: node_cache.all_values(),
+            pods,
+            placed,
+        }
+    }
+}
+
+async fn schedule(
+    registry: &Client,
+    pod_cache: &Informer,
+    snapshot: &mut Snapshot,
+    pod: &Value,
+    reported: &mut HashMap<String, String>,
+    binder: &Binder,
+) {
+    let (nodes, pods, placed) = (&snapshot.nodes, &snapshot.pods, &mut snapshot.placed);
+    let uid = plinth_core::meta::meta_str(pod, "uid")
+        .unwrap_or("")
+        .to_owned();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut best: Option<(usize, String)> = None;
+    let simple = plain(pod);
+    for node in nodes {
+        let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
+        let (on_node, used, count) = if simple {
+            placed.summary(pod, &name)
+        } else {
+            let (on_node, used) = placed.occupants(pod, &name);
+            let count = on_node.len();
+            (on_node, used, count)
+        };
+        match unfit_with(pod, node, &on_node, used, count) {
+            Some(reason) => *reasons.entry(reason).or_default() += 1,
+            None => {
+                if best.as_ref().is_none_or(|(load, _)| count < *load) {
+                    best = Some((count, name));
                 }
             }
+        }
+    }
+    let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
+    let namespace = plinth_core::meta::namespace(pod)
+        .unwrap_or("default")
+        .to_owned();
+    let Some(def) = registry.resources.get("", "v1", "pods") else {
+        return;
+    };
+    match best {
+        Some((_, node)) => {
+            reported.remove(&uid);
+            let bound = binder.bind(registry, pod_cache, &def, pod, node.clone());
+            placed.add(&node, bound);
         }
         None => {
             let total = nodes.len();
@@ -741,17 +976,14 @@ async fn schedule(
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let note = if pod
-                .pointer("/spec/preemptionPolicy")
-                .and_then(Value::as_str)
-                == Some("Never")
+            let note = if pod.at("/spec/preemptionPolicy").and_then(Value::as_str) == Some("Never")
             {
                 " preemption: not eligible due to preemptionPolicy=Never.".to_owned()
-            } else if preempting(pod, &pods) {
+            } else if preempting(pod, pods) {
                 " preemption: not eligible due to a terminating pod on the nominated node."
                     .to_owned()
             } else {
-                match preemption(pod, &nodes, &pods) {
+                match preemption(pod, nodes, placed) {
                     Ok((node, victims)) => {
                         preempt(registry, pod, &node, &victims).await;
                         String::new()

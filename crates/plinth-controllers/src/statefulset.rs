@@ -8,6 +8,7 @@
 //! OnDelete only when a pod is deleted. `persistentVolumeClaimRetentionPolicy` decides whether
 //! claims go with the set (`whenDeleted`) or with their scaled-away pod (`whenScaled`).
 
+use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +73,7 @@ struct Pass<'a> {
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
-    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn name_of(object: &Value) -> &str {
@@ -80,7 +81,7 @@ fn name_of(object: &Value) -> &str {
 }
 
 fn revision_label(pod: &Value) -> &str {
-    pod.pointer(&format!(
+    pod.at(&format!(
         "/metadata/labels/{}",
         REVISION_LABEL.replace('/', "~1")
     ))
@@ -89,12 +90,12 @@ fn revision_label(pod: &Value) -> &str {
 }
 
 fn running_and_ready(pod: &Value) -> bool {
-    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") && ready(pod)
+    pod.at("/status/phase").and_then(Value::as_str) == Some("Running") && ready(pod)
 }
 
 fn finished(pod: &Value) -> bool {
     matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
+        pod.at("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
     )
 }
@@ -106,7 +107,7 @@ impl Pass<'_> {
 
     fn parallel(&self) -> bool {
         self.set
-            .pointer("/spec/podManagementPolicy")
+            .at("/spec/podManagementPolicy")
             .and_then(Value::as_str)
             == Some("Parallel")
     }
@@ -126,7 +127,7 @@ impl Pass<'_> {
         let start = int(self.set, "/spec/ordinals/start");
         let replicas = self
             .set
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         let prefix = format!("{}-", name_of(self.set));
@@ -159,7 +160,7 @@ impl Pass<'_> {
         let wanted = start..start + replicas;
         let rolling = self
             .set
-            .pointer("/spec/updateStrategy/type")
+            .at("/spec/updateStrategy/type")
             .and_then(Value::as_str)
             .unwrap_or("RollingUpdate")
             == "RollingUpdate";
@@ -262,7 +263,7 @@ impl Pass<'_> {
             .collect();
         let current = self
             .set
-            .pointer("/status/currentRevision")
+            .at("/status/currentRevision")
             .and_then(Value::as_str)
             .unwrap_or("");
         History {
@@ -293,10 +294,7 @@ impl Pass<'_> {
         labels[REVISION_LABEL] = json!(name_of(revision));
         let spec = &mut template["spec"];
         spec["hostname"] = json!(name);
-        if let Some(service) = self
-            .set
-            .pointer("/spec/serviceName")
-            .and_then(Value::as_str)
+        if let Some(service) = self.set.at("/spec/serviceName").and_then(Value::as_str)
             && !service.is_empty()
         {
             spec["subdomain"] = json!(service);
@@ -360,7 +358,7 @@ impl Pass<'_> {
 
     fn claim_templates(&self) -> Vec<Value> {
         self.set
-            .pointer("/spec/volumeClaimTemplates")
+            .at("/spec/volumeClaimTemplates")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()
@@ -385,12 +383,12 @@ impl Pass<'_> {
             return;
         }
         let mut labels = template
-            .pointer("/metadata/labels")
+            .at("/metadata/labels")
             .cloned()
             .unwrap_or(json!({}));
         if let Some(selector) = self
             .set
-            .pointer("/spec/selector/matchLabels")
+            .at("/spec/selector/matchLabels")
             .and_then(Value::as_object)
         {
             for (k, v) in selector {
@@ -398,7 +396,7 @@ impl Pass<'_> {
             }
         }
         let mut metadata = json!({"name": name, "namespace": self.namespace(), "labels": labels});
-        if let Some(annotations) = template.pointer("/metadata/annotations") {
+        if let Some(annotations) = template.at("/metadata/annotations") {
             metadata["annotations"] = annotations.clone();
         }
         if self.retention("whenDeleted") == "Delete" {
@@ -487,7 +485,7 @@ impl Pass<'_> {
 
     fn retention(&self, which: &str) -> &str {
         self.set
-            .pointer(&format!(
+            .at(&format!(
                 "/spec/persistentVolumeClaimRetentionPolicy/{which}"
             ))
             .and_then(Value::as_str)
@@ -579,7 +577,7 @@ impl Pass<'_> {
         let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count();
         let replicas = self
             .set
-            .pointer("/spec/replicas")
+            .at("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
         let updated = count(&|p| revision_label(p) == name_of(update));
@@ -592,7 +590,7 @@ impl Pass<'_> {
                 (name_of(current), current_count)
             };
         let mut status = json!({
-            "observedGeneration": self.set.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": self.set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
             "replicas": pods.len(),
             "readyReplicas": count(&|p| ready(p)),
             "currentReplicas": current_count,

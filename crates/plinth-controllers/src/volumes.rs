@@ -5,6 +5,7 @@
 //! is gone is deleted (`Delete`) or `Released` (`Retain`). It reads claims, volumes and
 //! classes from the shared informers; a bind is decided again on the stored objects.
 
+use plinth_core::At as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -71,18 +72,18 @@ pub fn spawn_volume_controller(
 }
 
 fn text<'a>(o: &'a Value, pointer: &str) -> &'a str {
-    o.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+    o.at(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 fn bytes(o: &Value, pointer: &str) -> i64 {
-    o.pointer(pointer)
+    o.at(pointer)
         .and_then(plinth_core::quantity::bytes)
         .unwrap_or(0)
 }
 
 /// Whether `volume` can take `claim`.
 fn fits(volume: &Value, claim: &Value) -> bool {
-    let free = volume.pointer("/spec/claimRef").is_none_or(Value::is_null)
+    let free = volume.at("/spec/claimRef").is_none_or(Value::is_null)
         && text(volume, "/status/phase") == "Available";
     let class = text(volume, "/spec/storageClassName") == text(claim, "/spec/storageClassName");
     let modes = claim["spec"]["accessModes"]
@@ -117,7 +118,7 @@ async fn sync(registry: &Client, caches: &Caches, dir: &std::path::Path) {
     // New volumes become available.
     for volume in &mut volumes {
         if text(volume, "/status/phase") == "Pending"
-            && volume.pointer("/spec/claimRef").is_none_or(Value::is_null)
+            && volume.at("/spec/claimRef").is_none_or(Value::is_null)
         {
             let name = text(volume, "/metadata/name").to_owned();
             if let Ok(Some(written)) = registry
@@ -134,7 +135,7 @@ async fn sync(registry: &Client, caches: &Caches, dir: &std::path::Path) {
     for claim in &claims {
         if text(claim, "/status/phase") != "Pending"
             || claim
-                .pointer("/metadata/deletionTimestamp")
+                .at("/metadata/deletionTimestamp")
                 .is_some_and(|t| !t.is_null())
         {
             continue;
@@ -151,14 +152,14 @@ async fn sync(registry: &Client, caches: &Caches, dir: &std::path::Path) {
     }
     // Volumes whose claim is gone.
     for volume in &volumes {
-        let Some(reference) = volume.pointer("/spec/claimRef").filter(|r| !r.is_null()) else {
+        let Some(reference) = volume.at("/spec/claimRef").filter(|r| !r.is_null()) else {
             continue;
         };
         let present = claims.iter().any(|c| {
-            c.pointer("/metadata/uid") == reference.get("uid")
+            c.at("/metadata/uid") == reference.get("uid")
                 || (reference.get("uid").is_none_or(Value::is_null)
-                    && c.pointer("/metadata/name") == reference.get("name")
-                    && c.pointer("/metadata/namespace") == reference.get("namespace"))
+                    && c.at("/metadata/name") == reference.get("name")
+                    && c.at("/metadata/namespace") == reference.get("namespace"))
         });
         if present || text(volume, "/status/phase") == "Released" {
             continue;
@@ -168,9 +169,7 @@ async fn sync(registry: &Client, caches: &Caches, dir: &std::path::Path) {
             let _ = registry
                 .delete(&pvs, None, &name, &DeleteOptions::default())
                 .await;
-            if let Some(path) = volume
-                .pointer("/spec/hostPath/path")
-                .and_then(Value::as_str)
+            if let Some(path) = volume.at("/spec/hostPath/path").and_then(Value::as_str)
                 && std::path::Path::new(path).starts_with(dir)
             {
                 let _ = std::fs::remove_dir_all(path);
@@ -210,11 +209,11 @@ async fn provision(
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": LOCAL_PROVISIONER}},
         "spec": {
-            "capacity": {"storage": claim.pointer("/spec/resources/requests/storage")},
-            "accessModes": claim.pointer("/spec/accessModes"),
+            "capacity": {"storage": claim.at("/spec/resources/requests/storage")},
+            "accessModes": claim.at("/spec/accessModes"),
             "persistentVolumeReclaimPolicy": class.get("reclaimPolicy").cloned().unwrap_or(json!("Delete")),
             "storageClassName": class_name,
-            "volumeMode": claim.pointer("/spec/volumeMode"),
+            "volumeMode": claim.at("/spec/volumeMode"),
             "hostPath": {"path": path.display().to_string(), "type": "DirectoryOrCreate"},
         },
     });
@@ -245,15 +244,12 @@ async fn bind(
     let claim_name = text(claim, "/metadata/name").to_owned();
     let namespace = text(claim, "/metadata/namespace").to_owned();
     let reference = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1",
-        "namespace": namespace, "name": claim_name, "uid": claim.pointer("/metadata/uid")});
-    let claim_uid = claim
-        .pointer("/metadata/uid")
-        .cloned()
-        .unwrap_or(Value::Null);
+        "namespace": namespace, "name": claim_name, "uid": claim.at("/metadata/uid")});
+    let claim_uid = claim.at("/metadata/uid").cloned().unwrap_or(Value::Null);
     let bound = registry
         .modify(pvs, None, &volume_name, Part::Main, &options, |current| {
             // Bound meanwhile (to another claim): not this one's.
-            if let Some(held) = current.pointer("/spec/claimRef").filter(|r| !r.is_null())
+            if let Some(held) = current.at("/spec/claimRef").filter(|r| !r.is_null())
                 && held.get("uid") != Some(&claim_uid)
             {
                 return Err(ApiError::conflict(
@@ -285,7 +281,7 @@ async fn bind(
             |current| {
                 // Bound meanwhile (to another volume): left as it is.
                 let held = current
-                    .pointer("/spec/volumeName")
+                    .at("/spec/volumeName")
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 if !held.is_empty() && held != volume_name {
@@ -302,14 +298,8 @@ async fn bind(
             },
         )
         .await;
-    let capacity = volume
-        .pointer("/spec/capacity")
-        .cloned()
-        .unwrap_or(json!({}));
-    let modes = volume
-        .pointer("/spec/accessModes")
-        .cloned()
-        .unwrap_or(json!([]));
+    let capacity = volume.at("/spec/capacity").cloned().unwrap_or(json!({}));
+    let modes = volume.at("/spec/accessModes").cloned().unwrap_or(json!([]));
     let _ = registry
         .modify(
             pvcs,

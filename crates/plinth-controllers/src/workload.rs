@@ -3,6 +3,7 @@
 //! pods made from a template, and claiming — adopting the orphans a selector matches,
 //! releasing the owned pods it no longer matches.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ pub(crate) const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The controller reference of `object` (its owner reference with `controller: true`).
 pub(crate) fn controller_of(object: &Value) -> Option<&Value> {
     object
-        .pointer("/metadata/ownerReferences")
+        .at("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
         .find(|o| o["controller"] == true)
@@ -76,19 +77,19 @@ pub(crate) fn uid(object: &Value) -> &str {
 /// Whether `object` is being deleted.
 pub(crate) fn deleting(object: &Value) -> bool {
     object
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
 /// kube's `IsPodActive`: not finished and not being deleted.
 pub(crate) fn active(pod: &Value) -> bool {
-    let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+    let phase = pod.at("/status/phase").and_then(Value::as_str);
     !matches!(phase, Some("Succeeded" | "Failed")) && !deleting(pod)
 }
 
 /// The pod's `Ready` condition, if true: when it became true.
 pub(crate) fn ready_since(pod: &Value) -> Option<i64> {
-    pod.pointer("/status/conditions")
+    pod.at("/status/conditions")
         .and_then(Value::as_array)?
         .iter()
         .find(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -121,7 +122,7 @@ pub(crate) fn next_available(pods: &[Arc<Value>], min_ready: i64, now: i64) -> O
 
 /// The workload's selector (`None` when absent or invalid: then it selects nothing).
 pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
-    let selector = workload.pointer("/spec/selector")?;
+    let selector = workload.at("/spec/selector")?;
     if workload["kind"] == "ReplicationController" {
         // A ReplicationController's selector is a map of labels.
         return LabelSelector::from_object(&serde_json::json!({"matchLabels": selector}))
@@ -136,7 +137,7 @@ pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
 /// The labels of a workload's pod template.
 pub(crate) fn labels_of_template(workload: &Value) -> std::collections::BTreeMap<String, String> {
     workload
-        .pointer("/spec/template/metadata/labels")
+        .at("/spec/template/metadata/labels")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
@@ -153,13 +154,13 @@ pub(crate) fn pod_from_template(
     name: PodName<'_>,
 ) -> Value {
     let mut metadata = json!({
-        "labels": template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+        "labels": template.at("/metadata/labels").cloned().unwrap_or(json!({})),
         "ownerReferences": [controller],
     });
-    if let Some(annotations) = template.pointer("/metadata/annotations") {
+    if let Some(annotations) = template.at("/metadata/annotations") {
         metadata["annotations"] = annotations.clone();
     }
-    if let Some(finalizers) = template.pointer("/metadata/finalizers") {
+    if let Some(finalizers) = template.at("/metadata/finalizers") {
         metadata["finalizers"] = finalizers.clone();
     }
     match name {

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod at;
 pub mod cron;
 pub mod diff;
 pub mod duplicates;
@@ -32,3 +33,5 @@ pub fn host_name() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "plinth".to_owned())
 }
+
+pub use at::At;

@@ -490,6 +490,14 @@ fn main() -> ExitCode {
                     }
                 }),
             };
+            let simulated =
+                match node::simulated(&node.simulated, node.node_status_update_frequency) {
+                    Ok(simulated) => simulated,
+                    Err(e) => {
+                        eprintln!("plinth: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
             let node = (!no_node).then_some(node);
             plinth_types::core::pod::set_default_toleration_seconds(
                 default_not_ready_toleration_seconds,
@@ -535,6 +543,7 @@ fn main() -> ExitCode {
                             },
                         )
                     }),
+                    simulated,
                     controllers.then_some(settings),
                 ),
             )
@@ -547,6 +556,26 @@ fn main() -> ExitCode {
             service_cluster_ip_range,
         } => {
             init_logging("text");
+            match node::simulated(&node.simulated, node.node_status_update_frequency) {
+                Err(e) => {
+                    eprintln!("plinth: {e}");
+                    return ExitCode::FAILURE;
+                }
+                Ok(Some(simulated)) => {
+                    return run(tokio::runtime::Builder::new_multi_thread(), async move {
+                        let (stop, stopping) = tokio::sync::watch::channel(false);
+                        tokio::spawn(stop_on_signal(stop));
+                        match node::run_simulated(simulated, &kubeconfig, stopping).await {
+                            Ok(()) => ExitCode::SUCCESS,
+                            Err(e) => {
+                                eprintln!("plinth: {e}");
+                                ExitCode::FAILURE
+                            }
+                        }
+                    });
+                }
+                Ok(None) => {}
+            }
             run(tokio::runtime::Builder::new_multi_thread(), async move {
                 let base = default_data_dir();
                 let config = match node::config(&node, Path::new(".")) {
@@ -871,6 +900,7 @@ async fn serve(
     config: ServerConfig,
     storage: Storage,
     node: Option<(node::NodeArgs, plinth_node::Ranges)>,
+    simulated: Option<plinth_simnodes::Config>,
     settings: Option<plinth_controllers::Settings>,
 ) -> ExitCode {
     let data_dir = config.data_dir.clone();
@@ -949,9 +979,34 @@ async fn serve(
         },
         None => None,
     };
+    let simulator = match simulated {
+        Some(simulated) => {
+            // The simulated nodes act as one identity that may write every node and pod.
+            let kubeconfig = data_dir.join("kubeconfig-simulated-nodes");
+            if let Err(e) = plinth_auth::pki::write_user_kubeconfig(
+                &data_dir,
+                "plinth:simulated-nodes",
+                &["system:masters"],
+                &kubeconfig,
+            ) {
+                eprintln!("plinth: {e}");
+                return ExitCode::FAILURE;
+            }
+            let stopping = server.stopping();
+            Some(tokio::spawn(async move {
+                if let Err(e) = node::run_simulated(simulated, &kubeconfig, stopping).await {
+                    tracing::error!(error = %e, "the simulated nodes stopped");
+                }
+            }))
+        }
+        None => None,
+    };
     server.wait().await;
     if let Some(agent) = agent {
         let _ = agent.await;
+    }
+    if let Some(simulator) = simulator {
+        let _ = simulator.await;
     }
     ExitCode::SUCCESS
 }

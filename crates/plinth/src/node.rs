@@ -20,6 +20,81 @@ pub(crate) struct NodeArgs {
     /// How often the Node's status and Lease are renewed.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub(crate) node_status_update_frequency: std::time::Duration,
+    /// Simulated nodes.
+    #[command(flatten)]
+    pub(crate) simulated: SimArgs,
+}
+
+/// Simulated nodes' settings (see [`plinth_simnodes`]).
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct SimArgs {
+    /// Runs N simulated nodes: their pods move through their phases without processes (as
+    /// kwok's do), each at a loopback address; with `plinth node`, instead of a real agent.
+    #[arg(long = "simulate-nodes", visible_alias = "simulate", value_name = "N")]
+    pub(crate) count: Option<usize>,
+    /// Their names' prefix (nodes PREFIX-0 … PREFIX-(N-1)).
+    #[arg(long = "simulate-prefix", default_value = "sim", value_name = "PREFIX")]
+    prefix: String,
+    /// How long a simulated pod takes from bound to running (`500ms`, `2s`; per pod:
+    /// annotation `sim.plinth.dev/start-delay`).
+    #[arg(long = "simulate-start-delay", default_value = "0s", value_parser = plinth_simnodes::parse_duration)]
+    start_delay: std::time::Duration,
+    /// How long a simulated pod whose restartPolicy is not Always runs before it exits (per
+    /// pod: `sim.plinth.dev/run-for`, which also makes an Always pod's containers exit and
+    /// restart).
+    #[arg(long = "simulate-run-for", default_value = "1s", value_parser = plinth_simnodes::parse_duration)]
+    run_for: std::time::Duration,
+    /// The share of simulated runs (0 to 1) that exit with code 1 (per pod:
+    /// `sim.plinth.dev/exit-code`).
+    #[arg(long = "simulate-failure-rate", default_value_t = 0.0, value_parser = rate)]
+    failure_rate: f64,
+    /// What each simulated node offers, over the defaults cpu=32,memory=256Gi,pods=110.
+    #[arg(long = "simulate-capacity", value_name = "RESOURCE=QUANTITY,...")]
+    capacity: Option<String>,
+    /// Taints simulated nodes register with (`key=value:Effect`, comma-separated), e.g. to
+    /// keep workloads that do not tolerate them off.
+    #[arg(long = "simulate-taints", value_delimiter = ',', value_name = "TAINT")]
+    taints: Vec<String>,
+}
+
+fn rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{text:?}: a share from 0 to 1 is needed")),
+    }
+}
+
+/// The simulated nodes `args` ask for, if any; `heartbeat` their Leases' renewal.
+pub(crate) fn simulated(
+    args: &SimArgs,
+    heartbeat: std::time::Duration,
+) -> Result<Option<plinth_simnodes::Config>, String> {
+    let Some(count) = args.count else {
+        return Ok(None);
+    };
+    let mut config = plinth_simnodes::Config::new(count, args.prefix.clone());
+    if let Some(text) = &args.capacity {
+        plinth_simnodes::parse_capacity(&mut config.capacity, text)
+            .map_err(|e| format!("--simulate-capacity: {e}"))?;
+    }
+    plinth_simnodes::check_taints(&args.taints).map_err(|e| format!("--simulate-taints: {e}"))?;
+    config.taints.clone_from(&args.taints);
+    config.start_delay = args.start_delay;
+    config.run_for = args.run_for;
+    config.failure_rate = args.failure_rate;
+    config.heartbeat = heartbeat;
+    Ok(Some(config))
+}
+
+/// Runs simulated nodes with `config` against the server of `kubeconfig` until `stopping`.
+pub(crate) async fn run_simulated(
+    config: plinth_simnodes::Config,
+    kubeconfig: &Path,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let client =
+        kube::Client::try_from(client_config(kubeconfig).await?).map_err(|e| e.to_string())?;
+    plinth_simnodes::run(config, client, stopping).await
 }
 
 fn host_name() -> String {

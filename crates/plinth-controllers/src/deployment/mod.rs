@@ -9,6 +9,7 @@
 //! ReplicaSets beyond `revisionHistoryLimit` are deleted. The status carries kube's
 //! `Available` and `Progressing` conditions, `ProgressDeadlineExceeded` included.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,7 +108,7 @@ struct Context<'a> {
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
-    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn replicas_of(set: &Value) -> i64 {
@@ -115,7 +116,7 @@ fn replicas_of(set: &Value) -> i64 {
 }
 
 fn revision_of(set: &Value) -> i64 {
-    set.pointer("/metadata/annotations")
+    set.at("/metadata/annotations")
         .and_then(|a| a.get(REVISION))
         .and_then(Value::as_str)
         .and_then(|r| r.parse().ok())
@@ -145,7 +146,7 @@ fn without_hash(template: &Value) -> Value {
 
 impl Context<'_> {
     fn spec(&self, pointer: &str) -> Option<&Value> {
-        self.deployment.pointer(pointer)
+        self.deployment.at(pointer)
     }
 
     fn replicas(&self) -> i64 {
@@ -199,7 +200,7 @@ impl Context<'_> {
         let mut newest = sets
             .iter()
             .find(|s| {
-                s.pointer("/spec/template")
+                s.at("/spec/template")
                     .is_some_and(|t| without_hash(t) == wanted)
             })
             .cloned();
@@ -261,7 +262,7 @@ impl Context<'_> {
         let namespace = plinth_core::meta::namespace(self.deployment).unwrap_or("default");
         let uids: Vec<&str> = sets.iter().map(|s| uid(s)).collect();
         self.pods.in_namespace(namespace).iter().any(|p| {
-            let phase = p.pointer("/status/phase").and_then(Value::as_str);
+            let phase = p.at("/status/phase").and_then(Value::as_str);
             !matches!(phase, Some("Succeeded" | "Failed"))
                 && controller_of(p)
                     .and_then(|c| c["uid"].as_str())
@@ -312,7 +313,7 @@ impl Context<'_> {
                 Part::Main,
                 &WriteOptions::internal(MANAGER),
                 |d| {
-                    if d.pointer("/metadata/annotations")
+                    if d.at("/metadata/annotations")
                         .and_then(|a| a.get(REVISION))
                         .and_then(Value::as_str)
                         == Some(text.as_str())
@@ -442,7 +443,7 @@ impl Context<'_> {
         let max = (self.replicas() + surge).to_string();
         let before = replicas_of(set);
         let annotated = |s: &Value, key: &str, value: &str| {
-            s.pointer("/metadata/annotations")
+            s.at("/metadata/annotations")
                 .and_then(|a| a.get(key))
                 .and_then(Value::as_str)
                 == Some(value)

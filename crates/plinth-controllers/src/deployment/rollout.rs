@@ -1,6 +1,7 @@
 //! A Deployment's rollout: scaling its ReplicaSets for a replica change, a rolling update or
 //! a recreate, and deleting old ones beyond the history limit.
 
+use plinth_core::At as _;
 use std::sync::Arc;
 
 use plinth_registry::DeleteOptions;
@@ -18,7 +19,7 @@ impl Context<'_> {
         let desired = self.replicas().to_string();
         let active: Vec<&Arc<Value>> = sets.iter().filter(|s| replicas_of(s) > 0).collect();
         let scaling = active.iter().any(|s| {
-            s.pointer("/metadata/annotations")
+            s.at("/metadata/annotations")
                 .and_then(|a| a.get(DESIRED))
                 .and_then(Value::as_str)
                 .is_some_and(|d| d != desired)
@@ -67,7 +68,7 @@ impl Context<'_> {
                 });
                 let status_replicas = self
                     .deployment
-                    .pointer("/status/replicas")
+                    .at("/status/replicas")
                     .and_then(Value::as_i64)
                     .unwrap_or(total);
                 let mut given = 0;
@@ -78,7 +79,7 @@ impl Context<'_> {
                         -size
                     } else {
                         let annotated = s
-                            .pointer("/metadata/annotations")
+                            .at("/metadata/annotations")
                             .and_then(|a| a.get(MAX))
                             .and_then(Value::as_str)
                             .and_then(|m| m.parse::<i64>().ok())

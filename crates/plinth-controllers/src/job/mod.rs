@@ -11,6 +11,7 @@
 //! `succeeded`/`failed` — so a pod deleted after it finished is neither lost nor counted
 //! twice.
 
+use plinth_core::At as _;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +96,7 @@ fn has_finalizer(pod: &Value) -> bool {
 }
 
 fn phase(pod: &Value) -> &str {
-    pod.pointer("/status/phase")
+    pod.at("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("")
 }
@@ -112,7 +113,7 @@ fn outcome(pod: &Value) -> Option<bool> {
 }
 
 fn int(object: &Value, pointer: &str) -> i64 {
-    object.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn name_of(object: &Value) -> &str {
@@ -120,7 +121,7 @@ fn name_of(object: &Value) -> &str {
 }
 
 fn index_of(pod: &Value) -> Option<i64> {
-    pod.pointer("/metadata/annotations")
+    pod.at("/metadata/annotations")
         .and_then(|a| a.get(INDEX))
         .and_then(Value::as_str)
         .and_then(|i| i.parse().ok())
@@ -226,7 +227,7 @@ enum End {
 }
 
 fn condition_true(job: &Value, kind: &str) -> bool {
-    job.pointer("/status/conditions")
+    job.at("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -235,7 +236,7 @@ fn condition_true(job: &Value, kind: &str) -> bool {
 
 impl Pass<'_> {
     fn spec(&self, pointer: &str) -> Option<&Value> {
-        self.job.pointer(pointer)
+        self.job.at(pointer)
     }
 
     fn namespace(&self) -> &str {
@@ -451,7 +452,7 @@ impl Pass<'_> {
             .and_then(Value::as_i64)?;
         let finished_at = self
             .job
-            .pointer("/status/conditions")
+            .at("/status/conditions")
             .and_then(Value::as_array)?
             .iter()
             .filter(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")

@@ -1,6 +1,7 @@
 //! A Job's outcome: finished pods counted (with their finalizers), the pod failure policy,
 //! the end decided.
 
+use plinth_core::At as _;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -194,7 +195,7 @@ pub(super) fn strings(value: &Value) -> Vec<String> {
 }
 
 pub(super) fn restart_count(pod: &Value) -> i64 {
-    pod.pointer("/status/containerStatuses")
+    pod.at("/status/containerStatuses")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -204,13 +205,10 @@ pub(super) fn restart_count(pod: &Value) -> i64 {
 
 /// When the pod's last container finished.
 pub(super) fn finished_at(pod: &Value) -> Option<i64> {
-    pod.pointer("/status/containerStatuses")
+    pod.at("/status/containerStatuses")
         .and_then(Value::as_array)?
         .iter()
-        .filter_map(|c| {
-            c.pointer("/state/terminated/finishedAt")
-                .and_then(Value::as_str)
-        })
+        .filter_map(|c| c.at("/state/terminated/finishedAt").and_then(Value::as_str))
         .filter_map(plinth_core::meta::parse_time)
         .max()
         .or_else(|| {
@@ -221,13 +219,11 @@ pub(super) fn finished_at(pod: &Value) -> Option<i64> {
 
 /// The first container that failed, and its exit code.
 pub(super) fn exit_of(pod: &Value) -> Option<(String, i64)> {
-    pod.pointer("/status/containerStatuses")
+    pod.at("/status/containerStatuses")
         .and_then(Value::as_array)?
         .iter()
         .find_map(|c| {
-            let code = c
-                .pointer("/state/terminated/exitCode")
-                .and_then(Value::as_i64)?;
+            let code = c.at("/state/terminated/exitCode").and_then(Value::as_i64)?;
             (code != 0).then(|| (c["name"].as_str().unwrap_or("").to_owned(), code))
         })
 }
@@ -244,20 +240,17 @@ pub(super) fn rule_matches(rule: &Value, pod: &Value) -> bool {
         let only = codes["containerName"].as_str();
         let operator = codes["operator"].as_str().unwrap_or("In");
         return pod
-            .pointer("/status/containerStatuses")
+            .at("/status/containerStatuses")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter(|c| only.is_none_or(|n| c["name"] == n))
-            .filter_map(|c| {
-                c.pointer("/state/terminated/exitCode")
-                    .and_then(Value::as_i64)
-            })
+            .filter_map(|c| c.at("/state/terminated/exitCode").and_then(Value::as_i64))
             .filter(|code| *code != 0)
             .any(|code| (operator == "In") == values.contains(&code));
     }
     if let Some(patterns) = rule["onPodConditions"].as_array() {
-        let conditions = pod.pointer("/status/conditions").and_then(Value::as_array);
+        let conditions = pod.at("/status/conditions").and_then(Value::as_array);
         return patterns.iter().any(|pattern| {
             conditions.into_iter().flatten().any(|c| {
                 c["type"] == pattern["type"]
