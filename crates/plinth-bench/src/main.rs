@@ -39,6 +39,7 @@ mod reads;
 mod reconcile;
 mod robustness;
 mod simulated;
+mod watchers;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -379,6 +380,26 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         queued: usize,
     },
+    /// Starts `plinth serve --no-node` and opens WATCHERS watches of ConfigMaps (per
+    /// namespace, and 1 in 100 cluster-wide by label), then writes RATE a second: delivery
+    /// latency, events missed, server memory per watcher (needs `ulimit -n` above WATCHERS).
+    Watchers {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// Watches to open.
+        #[arg(long, default_value_t = 10_000)]
+        watchers: usize,
+        /// Namespaces the per-namespace watches spread over.
+        #[arg(long, default_value_t = 100)]
+        namespaces: usize,
+        /// Writes a second.
+        #[arg(long, default_value_t = 100)]
+        rate: usize,
+        /// Seconds of writes.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
         /// The plinth binary.
@@ -414,6 +435,13 @@ async fn main() -> std::process::ExitCode {
             .await
         }
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Watchers {
+            binary,
+            watchers,
+            namespaces,
+            rate,
+            seconds,
+        } => watchers::run(binary, watchers, namespaces, rate, seconds).await,
         Command::Simulated {
             binary,
             nodes,

@@ -1,0 +1,200 @@
+//! `plinth-bench watchers`: many watchers on one server. Starts `plinth serve --no-node` on a
+//! data directory of its own, opens `watchers` watches of ConfigMaps with bookmarks — 99 in
+//! 100 on one namespace each (of `namespaces`), 1 in 100 cluster-wide with a label selector
+//! (one shard of 100) — then writes `rate` ConfigMaps a second for `seconds`, spread over the
+//! namespaces and shards, each stamped with its send time. Reports delivery latency (p50,
+//! p99, max), events missed (each watcher knows what it should have seen), and the server's
+//! memory per open watch. Needs a file limit above the watcher count (`ulimit -n 12000`);
+//! bookmarks are on (kube-rs asks for them by default), the writes last under the watches'
+//! 290 s timeout.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+
+use crate::common::{Error, client, ensure_namespace, now_micros, percentile, rss_mib};
+
+const SHARDS: usize = 100;
+const STAMP: &str = "bench.plinth.dev/sent";
+
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// What watcher `w` follows: a namespace (index) or a shard cluster-wide.
+fn scope(w: usize, namespaces: usize) -> Result<usize, usize> {
+    if w % 100 == 99 {
+        Err((w / 100) % SHARDS)
+    } else {
+        Ok(w % namespaces)
+    }
+}
+
+/// Runs the measurement and prints one table.
+///
+/// # Errors
+/// Too low a file limit, the server not starting, an API failure.
+pub(crate) async fn run(
+    binary: PathBuf,
+    watchers: usize,
+    namespaces: usize,
+    rate: usize,
+    seconds: u64,
+) -> Result<(), Error> {
+    let needed = u64::try_from(watchers)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1024);
+    if open_files_limit().is_some_and(|limit| limit < needed) {
+        return Err(format!(
+            "{watchers} watchers need a file limit of {needed}: run `ulimit -n {needed}` first"
+        )
+        .into());
+    }
+    let namespaces = namespaces.max(1);
+    let dir = tempfile::tempdir()?;
+    let mut server = tokio::process::Command::new(&binary)
+        .args(["serve", "--pod-network=shared", "--no-node", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = server.id().ok_or("plinth exited at once")?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let started = Instant::now();
+    while !kubeconfig.exists() {
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("plinth wrote no kubeconfig within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = client(Some(kubeconfig)).await?;
+    let names: Vec<String> = (0..namespaces).map(|i| format!("watch-{i}")).collect();
+    for name in &names {
+        ensure_namespace(&client, name).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_before = rss_mib(pid);
+    let rv = Api::<ConfigMap>::all(client.clone())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+
+    // What each watcher should see: the writes of its namespace or shard.
+    let writes = rate * usize::try_from(seconds).unwrap_or(0);
+    let mut expected: BTreeMap<usize, usize> = BTreeMap::new();
+    let opening = Instant::now();
+    let mut tasks = Vec::with_capacity(watchers);
+    for w in 0..watchers {
+        let (api, params, wanted) = match scope(w, namespaces) {
+            Ok(ns) => (
+                Api::<ConfigMap>::namespaced(client.clone(), &names[ns]),
+                WatchParams::default().timeout(290),
+                (0..writes).filter(|i| i % namespaces == ns).count(),
+            ),
+            Err(shard) => (
+                Api::<ConfigMap>::all(client.clone()),
+                WatchParams::default()
+                    .timeout(290)
+                    .labels(&format!("shard={shard}")),
+                (0..writes).filter(|i| i % SHARDS == shard).count(),
+            ),
+        };
+        expected.insert(w, wanted);
+        let stream = api.watch(&params, &rv).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut stream = stream.boxed();
+            let mut latencies = Vec::with_capacity(wanted);
+            while latencies.len() < wanted {
+                match tokio::time::timeout(Duration::from_secs(30), stream.next()).await {
+                    Ok(Some(Ok(WatchEvent::Added(map)))) => {
+                        let sent: u64 = map
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(STAMP))
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0);
+                        latencies.push(Duration::from_micros(now_micros().saturating_sub(sent)));
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    // Ended, failed, or nothing for 30 s: what arrived is what it got.
+                    _ => break,
+                }
+            }
+            latencies
+        }));
+    }
+    let opened = opening.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_open = rss_mib(pid);
+
+    let write_api = |ns: usize| Api::<ConfigMap>::namespaced(client.clone(), &names[ns]);
+    let writing = Instant::now();
+    let mut late_writes = 0usize;
+    for i in 0..writes {
+        let due = writing + Duration::from_secs_f64(i as f64 / rate as f64);
+        if Instant::now() < due {
+            tokio::time::sleep_until(due.into()).await;
+        } else if Instant::now() > due + Duration::from_millis(50) {
+            late_writes += 1;
+        }
+        let mut map = ConfigMap::default();
+        map.metadata.name = Some(format!("w-{i}"));
+        map.metadata.labels = Some([("shard".to_owned(), (i % SHARDS).to_string())].into());
+        map.metadata.annotations = Some([(STAMP.to_owned(), now_micros().to_string())].into());
+        write_api(i % namespaces)
+            .create(&PostParams::default(), &map)
+            .await?;
+    }
+    let mut all = Vec::new();
+    let mut missed = 0usize;
+    for (w, task) in tasks.into_iter().enumerate() {
+        let got = task.await?;
+        missed += expected
+            .get(&w)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(got.len());
+        all.extend(got);
+    }
+    all.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("| {watchers} watchers, {rate} writes/s for {seconds} s | |");
+    println!("|---|---|");
+    println!(
+        "| watches opened ({} per namespace over {namespaces}, {} cluster-wide by label) | {:.1} s |",
+        watchers - watchers / 100,
+        watchers / 100,
+        opened.as_secs_f64()
+    );
+    println!(
+        "| delivery latency p50 / p99 / max | {:.1} / {:.1} / {:.1} ms ({} events delivered) |",
+        ms(percentile(&all, 0.5)),
+        ms(percentile(&all, 0.99)),
+        ms(all.last().copied().unwrap_or_default()),
+        all.len()
+    );
+    println!("| events missed | {missed} |");
+    println!("| writes more than 50 ms behind schedule | {late_writes} of {writes} |");
+    if let (Some(before), Some(open)) = (rss_before, rss_open) {
+        println!(
+            "| server RSS before → with the watches open | {:.0} → {:.0} MiB: {:.1} KiB per watcher |",
+            before.0,
+            open.0,
+            (open.0 - before.0) * 1024.0 / watchers as f64
+        );
+    }
+    server.kill().await?;
+    Ok(())
+}
