@@ -383,6 +383,38 @@ pub(crate) fn list<T: AsRef<[u8]>>(metadata: &Value, items: &[T]) -> Result<Vec<
     Ok(out)
 }
 
+/// What [`envelope`] of [`list`] writes before the first item, for items of `item_lengths`
+/// that follow, each after [`list_item_prefix`]: a list streamed item by item whose bytes are
+/// the buffered list's.
+pub(crate) fn list_head(
+    api_version: &str,
+    kind: &str,
+    metadata: &Value,
+    item_lengths: impl IntoIterator<Item = usize>,
+) -> Result<Vec<u8>, Unmapped> {
+    let mut meta = Vec::new();
+    length_delimited(1, &message(LIST_META, metadata, "metadata")?, &mut meta);
+    let items: usize = item_lengths
+        .into_iter()
+        .map(|len| 1 + prost::encoding::encoded_len_varint(len as u64) + len)
+        .sum();
+    let mut type_meta = Vec::new();
+    length_delimited(1, api_version.as_bytes(), &mut type_meta);
+    length_delimited(2, kind.as_bytes(), &mut type_meta);
+    let mut out = b"k8s\0".to_vec();
+    length_delimited(1, &type_meta, &mut out);
+    encode_key(2, WireType::LengthDelimited, &mut out);
+    encode_varint((meta.len() + items) as u64, &mut out);
+    out.extend_from_slice(&meta);
+    Ok(out)
+}
+
+/// What comes before an item of `len` bytes in a list's message.
+pub(crate) fn list_item_prefix(len: usize, out: &mut Vec<u8>) {
+    encode_key(2, WireType::LengthDelimited, out);
+    encode_varint(len as u64, out);
+}
+
 /// A `metav1.WatchEvent` frame: a four-byte big-endian length, then the event's message
 /// as it is — no magic number, no `Unknown` envelope (kube's stream serializer is the *raw*
 /// protobuf serializer) — whose object (`RawExtension`) holds the object's own enveloped

@@ -137,6 +137,26 @@ pub fn encode_list_of<T: AsRef<[u8]>>(
     Ok(encode::envelope(api_version, list_kind, &raw))
 }
 
+/// The start of [`encode_list_of`]'s bytes for items of `item_lengths` (the envelope, the
+/// list's metadata): written first, then each item after [`list_item_prefix`], it makes the
+/// same bytes without the whole list in memory.
+///
+/// # Errors
+/// [`Unmapped`] for metadata the list's message lacks.
+pub fn list_head(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    item_lengths: impl IntoIterator<Item = usize>,
+) -> Result<Vec<u8>, Unmapped> {
+    encode::list_head(api_version, list_kind, metadata, item_lengths)
+}
+
+/// Appends what precedes an encoded item of `len` bytes in a list (see [`list_head`]).
+pub fn list_item_prefix(len: usize, out: &mut Vec<u8>) {
+    encode::list_item_prefix(len, out);
+}
+
 /// A watch frame of an event whose object is already enveloped (`object`).
 pub fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
     encode::watch_frame(event_type, object)

@@ -599,6 +599,16 @@ impl EncodedList {
             .iter()
             .map(ListItem::protobuf)
             .collect::<Result<Vec<_>, _>>()?;
+        plinth_protobuf::encode_list_of(&self.api_version, &self.kind, &self.metadata(), &items)
+    }
+
+    /// Whether every item is the watch cache's own (its messages encoded once, not per list).
+    pub fn all_cached(&self) -> bool {
+        self.items.iter().all(|i| matches!(i, ListItem::Cached(_)))
+    }
+
+    /// The list's `ListMeta`.
+    fn metadata(&self) -> Value {
         let mut metadata = json!({"resourceVersion": self.revision.to_string()});
         if let Some(token) = &self.continue_token {
             metadata["continue"] = json!(token);
@@ -606,7 +616,48 @@ impl EncodedList {
         if let Some(remaining) = self.remaining {
             metadata["remainingItemCount"] = json!(remaining);
         }
-        plinth_protobuf::encode_list_of(&self.api_version, &self.kind, &metadata, &items)
+        metadata
+    }
+
+    /// The list in protobuf ([`EncodedList::to_protobuf`]) in pieces of about `chunk` bytes:
+    /// the envelope and metadata first, then the items' messages as cached (an item without a
+    /// cached message is encoded before the first piece). What is held beside the cache is one
+    /// piece and a handle per item.
+    ///
+    /// # Errors
+    /// [`plinth_protobuf::Unmapped`] for an item without a protobuf form.
+    pub fn protobuf_chunks(
+        &self,
+        chunk: usize,
+    ) -> Result<impl Iterator<Item = bytes::Bytes> + use<>, plinth_protobuf::Unmapped> {
+        let items = self
+            .items
+            .iter()
+            .map(ListItem::protobuf)
+            .collect::<Result<Vec<_>, _>>()?;
+        let head = plinth_protobuf::list_head(
+            &self.api_version,
+            &self.kind,
+            &self.metadata(),
+            items.iter().map(bytes::Bytes::len),
+        )?;
+        let mut head = Some(bytes::Bytes::from(head));
+        let mut at = 0usize;
+        Ok(std::iter::from_fn(move || {
+            if let Some(head) = head.take() {
+                return Some(head);
+            }
+            if at >= items.len() {
+                return None;
+            }
+            let mut out = Vec::new();
+            while at < items.len() && (out.is_empty() || out.len() < chunk) {
+                plinth_protobuf::list_item_prefix(items[at].len(), &mut out);
+                out.extend_from_slice(&items[at]);
+                at += 1;
+            }
+            Some(bytes::Bytes::from(out))
+        }))
     }
 
     /// The list's JSON, byte for byte what [`plinth_protobuf::to_json`] writes of
@@ -778,6 +829,25 @@ mod tests {
                         }
                         assert_eq!(pieces.concat(), buffered.to_vec(), "{kind}, {n}, {chunk}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_protobuf_list_is_the_buffered_one_byte_for_byte() {
+        for n in [0, 1, 2, 57, 300] {
+            for token in [false, true] {
+                let list = list("v1", "ConfigMapList", n, token);
+                let buffered = list.to_protobuf().unwrap();
+                for chunk in [1, 100, 4096, usize::MAX] {
+                    let pieces: Vec<bytes::Bytes> = list.protobuf_chunks(chunk).unwrap().collect();
+                    // The envelope first, alone; then the items.
+                    assert_eq!(pieces.len() > 1, n > 0, "{n} items, chunk {chunk}");
+                    if n > 0 && chunk == 1 {
+                        assert_eq!(pieces.len(), n + 1);
+                    }
+                    assert_eq!(pieces.concat(), buffered, "{n} items, chunk {chunk}");
                 }
             }
         }

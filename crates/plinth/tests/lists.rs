@@ -1,5 +1,6 @@
-//! Streamed lists (issue #30): a list from the watch cache is written as it is produced, and
-//! clients that stop reading in the middle leave nothing behind on the server.
+//! Streamed lists (issue #30): a list from the watch cache is written as it is produced (in
+//! JSON and in protobuf), and clients that stop reading in the middle leave nothing behind on
+//! the server.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,6 +10,7 @@ use std::process::Command;
 
 use common::http::Http;
 use common::{Backend, Plinth};
+use prost::Message as _;
 
 /// The server's TCP sockets that are not listening (its connections), by `ss`.
 fn connections(pid: u32) -> usize {
@@ -67,14 +69,62 @@ fn a_streamed_list_is_whole_and_clients_leaving_mid_list_leave_nothing_behind() 
         one["metadata"]["resourceVersion"]
     );
 
-    // Clients that read 64 KiB of it and hang up: the server's connections end too.
+    // The same list in protobuf (streamed from the cached messages): every item, in order,
+    // as in JSON — decoded with the Kubernetes protobuf bindings.
+    let proto = http.get_as(
+        "/api/v1/namespaces/default/configmaps",
+        "application/vnd.kubernetes.protobuf",
+    );
+    assert_eq!(proto.code, 200);
+    let rest = proto
+        .bytes
+        .strip_prefix(b"k8s\0")
+        .expect("the k8s\\0 magic");
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).unwrap();
+    let type_meta = unknown.type_meta.unwrap();
+    assert_eq!(type_meta.kind.as_deref(), Some("ConfigMapList"));
+    let decoded =
+        k8s_pb::api::core::v1::ConfigMapList::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    assert_eq!(
+        decoded.metadata.unwrap().resource_version.as_deref(),
+        body["metadata"]["resourceVersion"].as_str()
+    );
+    let all_names: Vec<&str> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    let proto_names: Vec<&str> = decoded
+        .items
+        .iter()
+        .filter_map(|i| i.metadata.as_ref()?.name.as_deref())
+        .collect();
+    assert_eq!(proto_names, all_names);
+    let item = decoded
+        .items
+        .iter()
+        .find(|i| i.metadata.as_ref().and_then(|m| m.name.as_deref()) == Some("big-0042"))
+        .unwrap();
+    assert_eq!(
+        item.data.get("value").map(String::as_str),
+        one["data"]["value"].as_str()
+    );
+
+    // Clients that read 64 KiB of it and hang up, in JSON and in protobuf: the server's
+    // connections end too.
     let pid = plinth.pid().unwrap();
     let before = connections(pid);
-    for _ in 0..20 {
+    for i in 0..20 {
+        let accept = if i % 2 == 0 {
+            "application/json"
+        } else {
+            "application/vnd.kubernetes.protobuf"
+        };
         let status = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "curl -s --http1.1 --cacert '{}' -H 'Authorization: Bearer {}' '{}/api/v1/namespaces/default/configmaps' | head -c 65536 > /dev/null",
+                "curl -s --http1.1 --cacert '{}' -H 'Authorization: Bearer {}' -H 'Accept: {accept}' '{}/api/v1/namespaces/default/configmaps' | head -c 65536 > /dev/null",
                 plinth.dir.path().join("ca.crt").display(),
                 http.token,
                 http.base,

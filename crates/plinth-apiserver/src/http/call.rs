@@ -482,6 +482,22 @@ impl Call<'_> {
     /// A list in protobuf, encoded on the blocking pool (a first encoding of many objects is
     /// CPU work); JSON if an item has no protobuf form.
     async fn protobuf_list(&self, list: Listed) -> Result<Response, ApiError> {
+        if let Listed::Encoded(encoded) = &list
+            && encoded.all_cached()
+        {
+            // Streamed, as JSON lists are: the envelope and metadata at once, the items'
+            // cached messages in pieces as the connection takes them. (Items encoded for this
+            // list are encoded on the blocking pool below.)
+            if let Ok(chunks) = encoded.protobuf_chunks(LIST_CHUNK) {
+                let stream = futures::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>));
+                return Ok(with_body(
+                    StatusCode::OK,
+                    plinth_protobuf::MEDIA_TYPE,
+                    axum::body::Body::from_stream(stream),
+                    &[],
+                ));
+            }
+        }
         let (list, encoded) = tokio::task::spawn_blocking(move || {
             let encoded = match &list {
                 Listed::Encoded(encoded) => encoded.to_protobuf(),
