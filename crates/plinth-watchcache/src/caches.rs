@@ -172,8 +172,9 @@ impl Caches {
             .or_default() += 1;
     }
 
-    /// `apiserver_cache_list_total` and `apiserver_storage_list_total` (labelled by resource
-    /// prefix), and each cache's live objects and the bytes they hold
+    /// `apiserver_cache_list_total`, `apiserver_storage_list_total` and
+    /// `apiserver_terminated_watchers_total` (labelled by resource prefix), and each cache's
+    /// live objects and the bytes they hold
     /// (`plinth_watch_cache_objects`, `plinth_watch_cache_bytes`: [`Stored::footprint`] and the
     /// key of each), in the Prometheus text format.
     pub fn render_metrics(&self) -> String {
@@ -199,6 +200,7 @@ impl Caches {
                     cacher.prefix.trim_end_matches('/'),
                     state.objects.len(),
                     bytes,
+                    state.terminated,
                 )
             })
             .collect();
@@ -215,10 +217,20 @@ impl Caches {
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (prefix, objects, bytes) in &sizes {
+            for (prefix, objects, bytes, _) in &sizes {
                 let value = if pick == 0 { *objects } else { *bytes };
                 let _ = writeln!(out, "{name}{{resource_prefix=\"{prefix}\"}} {value}");
             }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP apiserver_terminated_watchers_total Watchers closed for not reading fast enough (their buffer full), by resource prefix\n# TYPE apiserver_terminated_watchers_total counter"
+        );
+        for (prefix, _, _, terminated) in &sizes {
+            let _ = writeln!(
+                out,
+                "apiserver_terminated_watchers_total{{resource_prefix=\"{prefix}\"}} {terminated}"
+            );
         }
         let lists = self.lists.lock().unwrap_or_else(PoisonError::into_inner);
         for (source, name, help) in [
@@ -261,6 +273,7 @@ impl Caches {
                 oldest: 0,
                 revision: 0,
                 watchers: Vec::new(),
+                terminated: 0,
             }),
             revision: watch::Sender::new(0),
         });

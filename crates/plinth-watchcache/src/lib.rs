@@ -50,6 +50,8 @@ struct State {
     oldest: Revision,
     revision: Revision,
     watchers: Vec<mpsc::Sender<Live>>,
+    /// Watchers disconnected for falling behind (`apiserver_terminated_watchers_total`).
+    terminated: u64,
 }
 
 impl State {
@@ -64,14 +66,17 @@ impl State {
     /// Hands `item` to every watcher without waiting; a watcher whose buffer is full is
     /// disconnected (it resumes from the last revision it saw), a closed one is dropped.
     fn broadcast(&mut self, prefix: &str, item: &Live) {
+        let mut terminated = 0;
         self.watchers.retain(|w| match w.try_send(item.clone()) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(%prefix, "watch cache: closing an unresponsive watcher");
+                terminated += 1;
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
+        self.terminated += terminated;
     }
 }
 

@@ -128,4 +128,19 @@ async fn a_stalled_watcher_is_cut_off_not_waited_for() {
         received < WRITES,
         "the stalled watcher was disconnected, not waited for ({received} events)"
     );
+    // Counted as kube-apiserver counts them.
+    let metrics = api
+        .clone()
+        .into_client()
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let terminated: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_terminated_watchers_total{") && l.contains("configmaps")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(terminated >= 1, "{metrics}");
 }
