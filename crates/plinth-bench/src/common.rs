@@ -83,3 +83,41 @@ pub(crate) fn rss_mib(pid: u32) -> Option<(f64, f64, f64)> {
 pub(crate) fn rss_text((total, anon, file): (f64, f64, f64)) -> String {
     format!("{total:.0} MiB ({anon:.0} MiB anonymous, {file:.0} MiB file-backed)")
 }
+
+/// A `plinth serve --no-node` a benchmark started on a data directory of its own (removed
+/// when `dir` drops; the process is killed when `child` drops).
+pub(crate) struct Served {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pid: u32,
+    pub(crate) kubeconfig: PathBuf,
+}
+
+/// Starts `binary serve --no-node` (pods sharing the network, a port of its choosing) and
+/// waits up to 60 s for its kubeconfig.
+pub(crate) async fn serve(binary: &std::path::Path) -> Result<Served, Error> {
+    let dir = tempfile::tempdir()?;
+    let child = tokio::process::Command::new(binary)
+        .args(["serve", "--pod-network=shared", "--no-node", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().ok_or("plinth exited at once")?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let started = std::time::Instant::now();
+    while !kubeconfig.exists() {
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("plinth wrote no kubeconfig within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Served {
+        dir,
+        child,
+        pid,
+        kubeconfig,
+    })
+}

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::common::{Error, client, ensure_namespace, percentile, rss_mib};
+use crate::common::{Error, Served, client, ensure_namespace, percentile, rss_mib, serve};
 
 const NAMESPACE: &str = "bench-simulated";
 
@@ -212,24 +212,12 @@ pub(crate) async fn run(
     replicas: usize,
     queued: usize,
 ) -> Result<(), Error> {
-    let dir = tempfile::tempdir()?;
-    let mut child = tokio::process::Command::new(&binary)
-        .args(["serve", "--pod-network=shared", "--no-node", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().ok_or("plinth exited at once")?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    let started = Instant::now();
-    while !kubeconfig.exists() {
-        if started.elapsed() > Duration::from_secs(60) {
-            return Err("plinth wrote no kubeconfig within 60 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Served {
+        dir: _dir,
+        mut child,
+        pid,
+        kubeconfig,
+    } = serve(&binary).await?;
     // The nodes in a process of their own, so that the server's memory is its own.
     let started = Instant::now();
     let mut simulator = tokio::process::Command::new(&binary)

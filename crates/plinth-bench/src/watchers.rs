@@ -10,14 +10,15 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 
-use crate::common::{Error, client, ensure_namespace, now_micros, percentile, rss_mib};
+use crate::common::{
+    Error, Served, client, ensure_namespace, now_micros, percentile, rss_mib, serve,
+};
 
 const SHARDS: usize = 100;
 const STAMP: &str = "bench.plinth.dev/sent";
@@ -58,24 +59,12 @@ pub(crate) async fn run(
         .into());
     }
     let namespaces = namespaces.max(1);
-    let dir = tempfile::tempdir()?;
-    let mut server = tokio::process::Command::new(&binary)
-        .args(["serve", "--pod-network=shared", "--no-node", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = server.id().ok_or("plinth exited at once")?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    let started = Instant::now();
-    while !kubeconfig.exists() {
-        if started.elapsed() > Duration::from_secs(60) {
-            return Err("plinth wrote no kubeconfig within 60 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Served {
+        dir: _dir,
+        child: mut server,
+        pid,
+        kubeconfig,
+    } = serve(&binary).await?;
     let client = client(Some(kubeconfig)).await?;
     let names: Vec<String> = (0..namespaces).map(|i| format!("watch-{i}")).collect();
     for name in &names {
