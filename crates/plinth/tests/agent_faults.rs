@@ -234,6 +234,9 @@ spec:
 
 #[test]
 fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_its_pods_up_again() {
+    let begun = std::time::Instant::now();
+    // Where the test is, on stderr: a run that hangs shows its last step.
+    let step = |what: &str| eprintln!("[{:7.1}s] {what}", begun.elapsed().as_secs_f64());
     assert!(
         Path::new(PIDS).join("cgroup.procs").exists(),
         "this machine has the cgroup v1 pids hierarchy (these machines do)"
@@ -260,6 +263,7 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
             .success()
     });
     plinth.kubectl(&["cordon", "agent-faults-main"]);
+    step("server up, its node cordoned");
     let dir = tempfile::tempdir().unwrap();
     let mut agent = Agent::new(dir.path());
     agent.launch(&plinth);
@@ -274,6 +278,7 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
     );
     plinth.kubectl_with(&["apply", "-f", "-"], STEADY);
     plinth.kubectl(&["rollout", "status", "deployment/steady", "--timeout=120s"]);
+    step("agent Ready, Deployment rolled out");
 
     // Each round starts pods, stops some, scales, runs a Job — then the agent is killed a
     // little later each time (from at once to after most of it settled).
@@ -298,6 +303,9 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
         ]);
         plinth.kubectl_with(&["apply", "-f", "-"], &job(&format!("once-{round}")));
         std::thread::sleep(Duration::from_millis(*pause));
+        step(&format!(
+            "round {round}: pods, scale and Job applied; killing the agent"
+        ));
 
         let before = members(&agent.cgroup).len();
         agent.kill();
@@ -316,11 +324,13 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
         ]);
         plinth.kubectl(&["delete", "pod", &format!("churn-{round}-2"), "--wait=false"]);
         agent.launch(&plinth);
+        step(&format!("round {round}: agent started again"));
     }
 
     // Everything settles: what runs, runs again; what was deleted is gone; Jobs completed.
     // Generous: under a full suite's load a pod restarted five times takes its back-off; on
-    // failure the pods that did not settle are named, with their state.
+    // failure the pods that did not settle are named, with their state (before nextest's
+    // five minutes end the test unheard).
     let started = std::time::Instant::now();
     loop {
         let unsettled: Vec<String> = pods(&plinth)
@@ -340,12 +350,13 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(300),
+            started.elapsed() < Duration::from_secs(150),
             "pods never settled (every pod runs and is ready, or is done, or is gone):\n{}",
             unsettled.join("\n")
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    step("every pod settled");
     plinth.kubectl(&["rollout", "status", "deployment/steady", "--timeout=120s"]);
     for round in 0..pauses.len() {
         plinth.eventually("the Job completed", || {
@@ -362,6 +373,7 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
     }
     assert!(names.contains(&format!("churn-{}-0", pauses.len() - 1)));
 
+    step("Jobs completed, deleted pods gone");
     // The agent's children are its running containers, one sandbox each — none without a pod.
     plinth.eventually("one child of the agent per running container", || {
         let pods = pods(&plinth);
@@ -388,6 +400,7 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
     };
     plinth.eventually("no files of pods that are gone", || strays().is_empty());
 
+    step("one process per container, no stray files");
     // All gone: only the agent is left, and no file of a pod.
     plinth.kubectl(&["delete", "deployment", "steady", "--wait=false"]);
     plinth.kubectl(&["delete", "jobs", "--all", "--wait=false"]);
@@ -399,6 +412,7 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
     plinth.eventually("no pod's files left", || {
         std::fs::read_dir(&pods_dir).map_or(true, |mut e| e.next().is_none())
     });
+    step("everything deleted; stopping the agent");
     let status = agent.stop();
     assert!(status.success(), "the agent stopped cleanly: {status}");
     assert!(members(&agent.cgroup).is_empty());

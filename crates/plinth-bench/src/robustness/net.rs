@@ -49,23 +49,35 @@ fn ip(args: &[&str]) -> Result<(), Error> {
     }
 }
 
-/// Removes what runs whose process is gone left behind (their names carry their PID).
-fn remove_leftovers() {
-    let Ok(output) = Command::new("ip").args(["netns", "list"]).output() else {
-        return;
+/// Whether `name` is a `plrb<pid>…` name of a run whose process is gone.
+fn dead_runs_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("plrb") else {
+        return false;
     };
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let name = line.split_whitespace().next().unwrap_or("");
-        let Some(pid) = name
-            .strip_prefix("plrb")
-            .and_then(|rest| rest.split('-').next())
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = ip(&["netns", "delete", name]);
-            let _ = ip(&["link", "delete", &format!("plrb{pid}c")]);
-            let _ = ip(&["link", "delete", &format!("plrb{pid}e")]);
+    let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes what runs whose process is gone left behind (their names carry their PID): links
+/// first (deleting a veth's end here deletes its peer at once, where a deleted namespace's
+/// veths go later, when the kernel gets round to it), then namespaces.
+fn remove_leftovers() {
+    if let Ok(output) = Command::new("ip").args(["-o", "link", "show"]).output() {
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            // "1840: plrb16536m0e@if2: <…>"
+            let name = line.split(':').nth(1).unwrap_or("").trim();
+            let name = name.split('@').next().unwrap_or("");
+            if dead_runs_name(name) {
+                let _ = ip(&["link", "delete", name]);
+            }
+        }
+    }
+    if let Ok(output) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if dead_runs_name(name) {
+                let _ = ip(&["netns", "delete", name]);
+            }
         }
     }
 }
@@ -121,6 +133,7 @@ impl Network {
                 ip(&[
                     "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", &name,
                 ])?;
+                network.made.push(outside.clone());
                 ip(&["link", "set", outside, "master", bridge, "up"])?;
                 ip(&[
                     "-n",
@@ -170,7 +183,9 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
-        // Namespaces first (their veths go with them), then the bridges.
+        // In the reverse of making: each host's veths (deleted here, so they are gone when this
+        // returns; a deleted namespace's veths go only when the kernel gets round to it), its
+        // namespace, and last the bridges.
         for made in self.made.iter().rev() {
             match made.strip_prefix("netns:") {
                 Some(name) => {
