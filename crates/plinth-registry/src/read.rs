@@ -574,17 +574,10 @@ impl EncodedList {
             .iter()
             .filter_map(|item| serde_json::from_slice(item.json()).ok())
             .collect();
-        let mut metadata = json!({"resourceVersion": self.revision.to_string()});
-        if let Some(token) = &self.continue_token {
-            metadata["continue"] = json!(token);
-        }
-        if let Some(remaining) = self.remaining {
-            metadata["remainingItemCount"] = json!(remaining);
-        }
         json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
-            "metadata": metadata,
+            "metadata": self.metadata(),
             "items": items,
         })
     }
@@ -608,7 +601,7 @@ impl EncodedList {
     }
 
     /// The list's `ListMeta`.
-    fn metadata(&self) -> Value {
+    pub fn metadata(&self) -> Value {
         let mut metadata = json!({"resourceVersion": self.revision.to_string()});
         if let Some(token) = &self.continue_token {
             metadata["continue"] = json!(token);

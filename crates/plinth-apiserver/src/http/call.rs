@@ -811,6 +811,22 @@ fn list_response(
                 &[],
             );
         }
+        Listed::Encoded(encoded) if format == Format::Table => {
+            // Streamed likewise: each piece's rows made from its items as it is written.
+            let chunks = table::list_chunks(
+                def.clone(),
+                std::sync::Arc::new(encoded),
+                include,
+                LIST_CHUNK,
+            );
+            let stream = futures::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>));
+            return with_body(
+                StatusCode::OK,
+                "application/json",
+                axum::body::Body::from_stream(stream),
+                &[],
+            );
+        }
         other => other.into_value(),
     };
     let list = &list;
