@@ -548,6 +548,15 @@ impl Registry {
                 if let Some(requester) = &options.requester {
                     def.strategy.admit(&new, Some(&current), requester)?;
                 }
+                // An update that leaves a deleting object nothing to wait for deletes it, in
+                // its writer's name (kube's `shouldDeleteDuringUpdate`): the object goes
+                // instead of being written, so no later writer finishes the job.
+                if emptied(def, &current, &new) && !options.dry_run {
+                    *result
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(new);
+                    return Ok(Update::Delete);
+                }
                 // What a changed object needs allocated (a Service turned from ExternalName
                 // to ClusterIP: an address), as on create.
                 if let (Some(allocate), Part::Main, true) =
@@ -613,23 +622,26 @@ impl Registry {
                 json!(written.mod_revision.to_string()),
             );
         }
-        if super::is_deleting(&object)
-            && finalizers(&object).is_empty()
-            && !def.strategy.deletion_pending(&object)
-        {
-            // A delete only at the revision just written: if the object changed again since,
-            // that writer finishes the job.
-            match self.store.delete(key, Some(written.mod_revision)).await {
-                Ok(_) | Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(store_error(def, name, e)),
-            }
-        }
         Ok(Written {
             object,
             warnings,
             created: false,
         })
     }
+}
+
+/// Whether `new`, replacing `current`, leaves a deleting object with nothing to wait for — no
+/// finalizers, nothing pending for its type, and no grace period running (kube's
+/// `ShouldDeleteDuringUpdate`): then the update deletes it.
+fn emptied(def: &ResourceDef, current: &Value, new: &Value) -> bool {
+    let grace = current
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    super::is_deleting(current)
+        && grace == 0
+        && finalizers(new).is_empty()
+        && !def.strategy.deletion_pending(new)
 }
 
 /// The object an update stores, by part: for the main resource, the new object with the

@@ -441,6 +441,63 @@ fn controllers_and_the_node_agent_write_under_their_own_names() {
     );
 }
 
+/// The write that removes a deleting object's last finalizer deletes it, in that writer's name
+/// (kube's delete-during-update): the object goes without a write of its emptied finalizers
+/// first, so no later writer (a controller updating its status) can finish the delete.
+#[test]
+fn removing_the_last_finalizer_deletes_in_the_removers_name() {
+    let plinth = Plinth::start_with(Backend::Embedded, &["--history-retention", "1h"]);
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "held", "finalizers": ["example.com/hold"]}}"#,
+    );
+    plinth.kubectl(&[
+        "create",
+        "role",
+        "finalize",
+        "--verb=get,patch",
+        "--resource=configmaps",
+    ]);
+    plinth.kubectl(&[
+        "create",
+        "rolebinding",
+        "dave-finalizes",
+        "--role=finalize",
+        "--user=dave",
+    ]);
+    plinth.kubectl(&["delete", "configmap", "held", "--wait=false"]);
+    let marked = plinth.json(&["get", "configmap", "held", "-o", "json"]);
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked:#}"
+    );
+    let patched = plinth.kubectl(&[
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+        "--as=dave",
+        "-o",
+        "json",
+    ]);
+    let patched: Value = serde_json::from_str(&patched).unwrap();
+    assert!(patched["metadata"]["finalizers"].is_null(), "{patched:#}");
+    let gone = plinth.kubectl_fails(&["get", "configmap", "held"]);
+    assert!(gone.contains("NotFound"), "{gone}");
+    let history = revisions(&plinth, "/api/v1/namespaces/default/configmaps/held");
+    let types: Vec<&str> = history
+        .iter()
+        .map(|v| v["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{history:#?}");
+    let last = history.last().unwrap();
+    assert_eq!(field(last, "user"), "dave");
+    assert_eq!(field(last, "operation"), "patch");
+}
+
 #[test]
 fn history_is_read_with_the_rights_to_read_the_object() {
     let plinth = Plinth::start(Backend::Embedded);
