@@ -314,6 +314,7 @@ pub async fn start(
         client.registry().clone(),
         config.compaction_interval,
         config.history_retention,
+        metric_sources.clone(),
         stopping.clone(),
     ));
     let client_handle = client.clone();
@@ -359,12 +360,35 @@ async fn compactor(
     registry: Registry,
     interval: Duration,
     retention: Duration,
+    metrics: Arc<crate::metrics::MetricSources>,
     mut stopping: watch::Receiver<bool>,
 ) {
     let store = registry.store.clone();
     if interval.is_zero() {
         return;
     }
+    // Compactions done, the last one's revision and how long it took.
+    let done = Arc::new(std::sync::Mutex::new((0_u64, 0_i64, 0.0_f64)));
+    let shown = done.clone();
+    metrics.set(
+        "compactor",
+        Arc::new(move || {
+            let (count, revision, seconds) = *shown
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            format!(
+                "# HELP plinth_storage_compactions_total Compactions of the storage's history.\n\
+                 # TYPE plinth_storage_compactions_total counter\n\
+                 plinth_storage_compactions_total {count}\n\
+                 # HELP plinth_storage_compacted_revision The revision the last compaction reached.\n\
+                 # TYPE plinth_storage_compacted_revision gauge\n\
+                 plinth_storage_compacted_revision {revision}\n\
+                 # HELP plinth_storage_last_compaction_seconds How long the last compaction took.\n\
+                 # TYPE plinth_storage_last_compaction_seconds gauge\n\
+                 plinth_storage_last_compaction_seconds {seconds}\n"
+            )
+        }),
+    );
     // The revisions seen at each tick, oldest first.
     let mut seen: std::collections::VecDeque<(tokio::time::Instant, i64)> =
         std::collections::VecDeque::new();
@@ -392,8 +416,14 @@ async fn compactor(
             seen.pop_front();
         }
         if let Some(revision) = target.filter(|r| *r > 1) {
+            let started = std::time::Instant::now();
             match store.compact(revision).await {
                 Ok(()) => {
+                    let mut done = done
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    *done = (done.0 + 1, revision, started.elapsed().as_secs_f64());
+                    drop(done);
                     registry.caches.compacted(revision);
                     tracing::debug!(revision, "compacted");
                 }

@@ -7,6 +7,7 @@
 //! 100 and 1,000 watchers; and the server's resident memory when given its pid.
 //! `plinth-bench ha` starts N servers on a three-member etcd and measures creates and watch
 //! latency across them and the controllers' failover.
+//! `plinth-bench million` fills one server with a million ConfigMaps and measures it.
 //! `plinth-bench startup` measures how soon `plinth serve` answers `/readyz` after it is started.
 //! `plinth-bench gc` measures reads while the garbage collector deletes 50,000 dependents.
 //! `plinth-bench reads` measures the server time of lists (JSON, protobuf, selected,
@@ -32,6 +33,7 @@ mod gc;
 mod ha;
 mod history;
 mod load;
+mod million;
 mod network;
 mod operator_cache;
 mod pods;
@@ -400,6 +402,29 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
+    /// Starts `plinth serve --no-node` (embedded, or on an etcd started here) and fills it
+    /// with a million 1-KiB ConfigMaps: memory, store size, watches from old revisions,
+    /// `limit=500` pages, backup, restart to ready, compaction.
+    Million {
+        /// The plinth binary.
+        #[arg(long, default_value = "target/release/plinth")]
+        binary: PathBuf,
+        /// ConfigMaps to create.
+        #[arg(long, default_value_t = 1_000_000)]
+        objects: usize,
+        /// Namespaces they spread over.
+        #[arg(long, default_value_t = 1_000)]
+        namespaces: usize,
+        /// Concurrent clients creating them.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// Store them in an etcd started here instead of the embedded store.
+        #[arg(long)]
+        etcd: bool,
+        /// The server's data directory, kept afterwards (default: a temporary one).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Starts `plinth serve` and measures the time until `/readyz` answers.
     Startup {
         /// The plinth binary.
@@ -435,6 +460,14 @@ async fn main() -> std::process::ExitCode {
             .await
         }
         Command::Startup { binary, runs } => startup(binary, runs).await,
+        Command::Million {
+            binary,
+            objects,
+            namespaces,
+            clients,
+            etcd,
+            data_dir,
+        } => million::run(binary, objects, namespaces, clients, etcd, data_dir).await,
         Command::Watchers {
             binary,
             watchers,

@@ -6,7 +6,9 @@ use plinth_core::meta::labels;
 use plinth_store::{RangeRequest, StoreError};
 use serde_json::{Value, json};
 
-use super::codec::{decode_continue, decode_view, encode_continue, parse_rv, store_error, view};
+use super::codec::{
+    continue_position, decode_continue, decode_view, encode_continue, parse_rv, store_error, view,
+};
 use super::{ListOptions, Registry, ResourceVersionMatch};
 use crate::resources::ResourceDef;
 
@@ -183,7 +185,7 @@ impl Registry {
                     );
                     expired.details.continue_token = resume_at
                         .as_deref()
-                        .map(|key| encode_continue(super::codec::LATEST, key));
+                        .map(|key| encode_continue(super::codec::LATEST, key, None));
                     expired
                 }
                 other => store_error(def, "", other),
@@ -218,7 +220,7 @@ impl Registry {
         let revision = revision.unwrap_or_default();
         let mut list_meta = json!({"resourceVersion": revision.to_string()});
         if let Some(start) = next {
-            list_meta["continue"] = json!(encode_continue(revision, &start));
+            list_meta["continue"] = json!(encode_continue(revision, &start, None));
             if Self::selects_all(options) {
                 list_meta["remainingItemCount"] = json!(remaining);
             }
@@ -330,7 +332,7 @@ impl Registry {
             return Ok(None);
         }
         let item = |stored: &plinth_watchcache::Stored| Self::list_item(def, stored, options);
-        let Some(page) = cacher.page(prefix, Some(at), None, 0, item) else {
+        let Some(page) = cacher.page(prefix, Some(at), None, None, 0, item) else {
             return Ok(None);
         };
         self.caches.count_list(&def.key_prefix(), true);
@@ -361,16 +363,18 @@ impl Registry {
         {
             return Ok(None);
         }
-        let (at, after) = match token {
+        let (at, after, before) = match token {
             Some(token) => {
                 let (revision, start) = decode_continue(token)?;
-                (Some(revision), Some(format!("{prefix}{start}")))
+                let before = continue_position(token);
+                (Some(revision), Some(format!("{prefix}{start}")), before)
             }
-            None if self.cache_caught_up(def, &cacher, "").await? => (None, None),
+            None if self.cache_caught_up(def, &cacher, "").await? => (None, None, None),
             None => return Ok(None),
         };
         let item = |stored: &plinth_watchcache::Stored| Self::list_item(def, stored, options);
-        let Some(page) = cacher.page(prefix, at, after.as_deref(), options.limit, item) else {
+        let Some(page) = cacher.page(prefix, at, after.as_deref(), before, options.limit, item)
+        else {
             return Ok(None);
         };
         self.caches.count_list(&def.key_prefix(), true);
@@ -394,9 +398,13 @@ impl Registry {
                 .as_ref()
                 .filter(|_| Self::selects_all(options))
                 .map(|_| page.remaining),
-            continue_token: page
-                .next
-                .map(|last| encode_continue(page.revision, last.trim_start_matches(prefix))),
+            continue_token: page.next.map(|last| {
+                encode_continue(
+                    page.revision,
+                    last.trim_start_matches(prefix),
+                    page.position,
+                )
+            }),
             items: page.items,
         }
     }

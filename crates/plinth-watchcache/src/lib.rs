@@ -30,9 +30,11 @@ use plinth_store::{EventKind, RangeRequest, Revision, Store, StoreError};
 use tokio::sync::{mpsc, watch};
 
 mod caches;
+mod objects;
 mod stored;
 
 pub use caches::Caches;
+use objects::Objects;
 pub use stored::{CacheEvent, Labels, Stored, TypeMeta, selector_value};
 use stored::{TypeMetas, encode};
 
@@ -44,7 +46,7 @@ const WATCHER_BUFFER: usize = 256;
 const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
 struct State {
-    objects: BTreeMap<String, Stored>,
+    objects: Objects,
     /// Every change after `oldest` is in `history`.
     history: VecDeque<Arc<CacheEvent>>,
     oldest: Revision,
@@ -113,6 +115,9 @@ pub struct Page<T> {
     pub next: Option<String>,
     /// How many objects follow the page (selected or not): kube's `remainingItemCount`.
     pub remaining: usize,
+    /// How many objects precede the next page (selected or not), when known: the `before`
+    /// of the page after this one.
+    pub position: Option<usize>,
 }
 
 /// What a watcher's channel carries.
@@ -197,17 +202,25 @@ impl Cacher {
     }
 
     /// One page of the objects under `prefix` as they were at revision `at` (the cache's
-    /// current revision when `None`), after the key `after` (exclusive): up to `limit` items
-    /// that `item` turns into bytes (it filters too). The state at a past revision is the
+    /// current revision when `None`), after the key `after` (exclusive) — `before` objects
+    /// up to it, when the previous page said so: up to `limit` items that `item` turns into
+    /// bytes (it filters too). How many follow the page is counted from the objects under
+    /// the prefix (known for a whole resource or a namespace) less `before` and the page's,
+    /// without walking the rest. The state at a past revision is the
     /// current one with every key changed since put back as it was then — the earliest later
     /// event's previous object, or absent — so a paginated list reads one consistent revision
     /// without a snapshot. `None` when `at` is outside what the cache can reconstruct (older
     /// than its history, or newer than the cache).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a page is the list request's prefix, revision, start, count and filter"
+    )]
     pub fn page<T>(
         &self,
         prefix: &str,
         at: Option<Revision>,
         after: Option<&str>,
+        before: Option<usize>,
         limit: usize,
         item: impl Fn(&Stored) -> Option<T>,
     ) -> Option<Page<T>> {
@@ -222,11 +235,21 @@ impl Cacher {
         let first_later = state.history.partition_point(|e| e.revision <= at);
         let mut then: BTreeMap<&str, Option<&Stored>> = BTreeMap::new();
         for event in state.history.range(first_later..) {
-            if in_range(&event.key) {
+            if event.key.starts_with(prefix) {
                 then.entry(event.key.as_str())
                     .or_insert(event.prev_stored.as_ref());
             }
         }
+        // How many objects were under the prefix at `at`: now, less those made since, plus
+        // those gone since.
+        let total = state.objects.count(prefix, &self.prefix).map(|now| {
+            then.iter().fold(now, |total, (key, was)| {
+                let is = state.objects.contains_key(*key);
+                (total + usize::from(was.is_some())).saturating_sub(usize::from(is))
+            })
+        });
+        then.retain(|key, _| in_range(key));
+        let before = if after.is_none() { Some(0) } else { before };
         let mut current = state
             .objects
             .range::<str, _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
@@ -248,19 +271,29 @@ impl Cacher {
         .filter_map(|(key, value)| value.map(|v| (key, v)));
         let mut items = Vec::new();
         let mut last = None;
+        // Keys read, and read through the last item.
+        let (mut read, mut through_last) = (0, 0);
         for (key, stored) in merged.by_ref() {
             if limit > 0 && items.len() >= limit {
                 // A key after the page exists: the list continues after the last item.
+                let position = before.map(|before| before.saturating_add(through_last));
+                let remaining = match (total, position) {
+                    (Some(total), Some(position)) => total.saturating_sub(position).max(1),
+                    _ => 1 + merged.count(),
+                };
                 return Some(Page {
                     items,
                     revision: at,
                     next: last,
-                    remaining: 1 + merged.count(),
+                    remaining,
+                    position,
                 });
             }
+            read += 1;
             if let Some(found) = item(stored) {
                 items.push(found);
                 last = Some(key.to_owned());
+                through_last = read;
             }
         }
         Some(Page {
@@ -268,6 +301,7 @@ impl Cacher {
             revision: at,
             next: None,
             remaining: 0,
+            position: None,
         })
     }
 
@@ -319,6 +353,7 @@ impl Cacher {
     }
 
     fn reset(&self, objects: BTreeMap<String, Stored>, revision: Revision) {
+        let objects = Objects::new(objects);
         let mut state = self.state_mut();
         state.objects = objects;
         state.history.clear();
@@ -412,27 +447,31 @@ impl Cacher {
     }
 }
 
-/// Keeps one resource's cache in step with the store, relisting after any break.
-pub(crate) async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Duration) {
-    use futures::StreamExt;
+/// Keys a cache reads from the store at a time when it (re)lists.
+const LOAD_PAGE: usize = 50_000;
+
+/// Every object under the cacher's prefix at one revision, encoded: read page by page, each
+/// page encoded on a blocking thread while the next is read (so reading and encoding share
+/// the cores, and no more than two pages of raw values are held at once).
+async fn load(
+    store: &dyn Store,
+    cacher: &Arc<Cacher>,
+) -> Result<(BTreeMap<String, Stored>, Revision), StoreError> {
+    let mut page = store
+        .range(RangeRequest::prefix(cacher.prefix.clone()).limit(LOAD_PAGE))
+        .await?;
+    let revision = page.revision;
+    let mut objects = BTreeMap::new();
     loop {
-        let listed = match store
-            .range(RangeRequest::prefix(cacher.prefix.clone()))
-            .await
-        {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: list failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let next = page
+            .more
+            .then(|| page.kvs.last().map(|kv| kv.key.clone()))
+            .flatten();
+        let encoder = cacher.clone();
+        let kvs = std::mem::take(&mut page.kvs);
         // Decoding and encoding every object is CPU work: off the async workers.
-        let (revision, encoder) = (listed.revision, cacher.clone());
-        let encoded = tokio::task::spawn_blocking(move || {
-            listed
-                .kvs
-                .into_iter()
+        let encoding = tokio::task::spawn_blocking(move || {
+            kvs.into_iter()
                 .filter_map(|kv| {
                     let stored = encode(
                         &kv.value,
@@ -440,15 +479,49 @@ pub(crate) async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_int
                         &encoder.types,
                         &encoder.fields,
                         &encoder.absent,
-                    )?;
-                    Some((kv.key, stored))
+                    );
+                    if stored.is_none() {
+                        tracing::warn!(key = %kv.key, "watch cache: undecodable object skipped");
+                    }
+                    Some((kv.key, stored?))
                 })
-                .collect()
-        })
-        .await;
-        let Ok(objects) = encoded else {
-            tracing::warn!(prefix = %cacher.prefix, "watch cache: encoding the list failed; retrying");
-            continue;
+                .collect::<Vec<_>>()
+        });
+        let following = match &next {
+            Some(last) => Some(
+                store
+                    .range(
+                        RangeRequest::prefix(cacher.prefix.clone())
+                            .continue_after(last)
+                            .limit(LOAD_PAGE)
+                            .at_revision(revision),
+                    )
+                    .await,
+            ),
+            None => None,
+        };
+        let encoded = encoding
+            .await
+            .map_err(|e| StoreError::backend("encode the watch cache's objects", e))?;
+        objects.extend(encoded);
+        match following {
+            Some(following) => page = following?,
+            None => return Ok((objects, revision)),
+        }
+    }
+}
+
+/// Keeps one resource's cache in step with the store, relisting after any break.
+pub(crate) async fn run(store: Arc<dyn Store>, cacher: Arc<Cacher>, bookmark_interval: Duration) {
+    use futures::StreamExt;
+    loop {
+        let (objects, revision) = match load(&*store, &cacher).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::warn!(prefix = %cacher.prefix, error = %e, "watch cache: list failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
         };
         cacher.reset(objects, revision);
         let mut events = match store.watch(&cacher.prefix, revision + 1).await {
@@ -515,5 +588,149 @@ async fn resume(store: &dyn Store, cacher: &Cacher) -> Option<plinth_store::Watc
                 pause = (pause * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plinth_store::{KeyValue, WatchEvent};
+
+    const ROOT: &str = "/registry/configmaps/";
+
+    fn cacher() -> Cacher {
+        Cacher {
+            prefix: ROOT.to_owned(),
+            types: TypeMetas::default(),
+            fields: Arc::from(Vec::new()),
+            absent: Arc::from(Vec::new()),
+            state: RwLock::new(State {
+                objects: Objects::default(),
+                history: VecDeque::new(),
+                oldest: 0,
+                revision: 0,
+                watchers: Vec::new(),
+                terminated: 0,
+            }),
+            revision: watch::Sender::new(0),
+        }
+    }
+
+    fn value(name: &str) -> bytes::Bytes {
+        serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": name}})
+            .to_string()
+            .into()
+    }
+
+    fn put(cacher: &Cacher, key: &str, revision: Revision, existed: bool) {
+        let kv = KeyValue {
+            key: key.to_owned(),
+            value: value(key),
+            create_revision: revision,
+            mod_revision: revision,
+        };
+        let prev = existed.then(|| KeyValue {
+            mod_revision: revision - 1,
+            ..kv.clone()
+        });
+        cacher.apply(WatchEvent {
+            kind: EventKind::Put,
+            kv,
+            prev,
+        });
+    }
+
+    fn delete(cacher: &Cacher, key: &str, revision: Revision) {
+        let prev = KeyValue {
+            key: key.to_owned(),
+            value: value(key),
+            create_revision: 1,
+            mod_revision: revision - 1,
+        };
+        cacher.apply(WatchEvent {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                key: key.to_owned(),
+                value: bytes::Bytes::new(),
+                create_revision: 0,
+                mod_revision: revision,
+            },
+            prev: Some(prev),
+        });
+    }
+
+    /// Every page of `prefix` at `at`, 3 at a time: each page's `remaining`, and what walking
+    /// the rest counts.
+    fn walk(cacher: &Cacher, prefix: &str, at: Revision) -> Vec<(usize, usize)> {
+        let mut pages = Vec::new();
+        let (mut after, mut before) = (None::<String>, None);
+        loop {
+            let page = cacher
+                .page(prefix, Some(at), after.as_deref(), before, 3, |s| {
+                    Some(s.revision())
+                })
+                .unwrap();
+            let Some(next) = page.next.clone() else {
+                break;
+            };
+            let walked = cacher
+                .page(prefix, Some(at), Some(&next), None, 0, |s| {
+                    Some(s.revision())
+                })
+                .unwrap()
+                .items
+                .len();
+            pages.push((page.remaining, walked));
+            before = page.position;
+            after = Some(next);
+        }
+        pages
+    }
+
+    #[test]
+    fn pages_count_what_follows_without_walking_it_also_at_a_past_revision() {
+        let cacher = cacher();
+        let mut revision = 0;
+        for ns in ["a", "b"] {
+            for i in 0..10 {
+                revision += 1;
+                put(&cacher, &format!("{ROOT}{ns}/m{i:02}"), revision, false);
+            }
+        }
+        let then = revision;
+        // Since then: new objects, deletions and updates, in both namespaces.
+        for (key, kind) in [
+            ("a/m03", "delete"),
+            ("a/m10", "create"),
+            ("b/m00", "update"),
+            ("b/m05", "delete"),
+            ("a/m005", "create"),
+            ("a/m03", "create"),
+            ("b/m11", "create"),
+        ] {
+            revision += 1;
+            let key = format!("{ROOT}{key}");
+            match kind {
+                "delete" => delete(&cacher, &key, revision),
+                "update" => put(&cacher, &key, revision, true),
+                _ => put(&cacher, &key, revision, false),
+            }
+        }
+        for at in [then, revision] {
+            for prefix in [ROOT.to_owned(), format!("{ROOT}a/"), format!("{ROOT}b/")] {
+                let pages = walk(&cacher, &prefix, at);
+                assert!(!pages.is_empty());
+                for (remaining, walked) in pages {
+                    assert_eq!(remaining, walked, "{prefix} at {at}");
+                }
+            }
+        }
+        // The count by namespace is the objects' own.
+        let state = cacher.state();
+        assert_eq!(state.objects.count(&format!("{ROOT}a/"), ROOT), Some(12));
+        assert_eq!(state.objects.count(&format!("{ROOT}b/"), ROOT), Some(10));
+        assert_eq!(state.objects.count(&format!("{ROOT}c/"), ROOT), Some(0));
+        assert_eq!(state.objects.count(ROOT, ROOT), Some(22));
+        assert_eq!(state.objects.count(&format!("{ROOT}a/m"), ROOT), None);
     }
 }
