@@ -120,8 +120,7 @@ impl Caches {
         self.reach(cacher, wanted).await
     }
 
-    /// Waits until `cacher` reaches `wanted` (requesting progress); `None` if not within 3 s,
-    /// or at once while the cache has not listed yet.
+    /// Waits until `cacher` reaches `wanted` (requesting progress); `None` if not within 3 s.
     ///
     /// # Errors
     /// None today; kept fallible for symmetry with [`Caches::consistent`].
@@ -133,11 +132,6 @@ impl Caches {
         let reached = cacher.revision();
         if reached >= wanted && reached > 0 {
             return Ok(Some(reached));
-        }
-        if reached == 0 {
-            // Still making its first list (a million objects take seconds): storage answers
-            // at once instead, as kube-apiserver delegates to etcd while its cache initializes.
-            return Ok(None);
         }
         if self.store.progress_is_local() && reached > 0 {
             // In-process: the notification is queued behind the changes the cache has still
