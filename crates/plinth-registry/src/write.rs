@@ -631,17 +631,11 @@ impl Registry {
 }
 
 /// Whether `new`, replacing `current`, leaves a deleting object with nothing to wait for — no
-/// finalizers, nothing pending for its type, and no grace period running (kube's
-/// `ShouldDeleteDuringUpdate`): then the update deletes it.
+/// finalizers, nothing pending for its type (kube's `ShouldDeleteDuringUpdate`): then the
+/// update deletes it. Unlike kube, also while a grace period runs: the node agent's status
+/// write for a pod it will not run again finishes the pod's deletion (as before).
 fn emptied(def: &ResourceDef, current: &Value, new: &Value) -> bool {
-    let grace = current
-        .pointer("/metadata/deletionGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    super::is_deleting(current)
-        && grace == 0
-        && finalizers(new).is_empty()
-        && !def.strategy.deletion_pending(new)
+    super::is_deleting(current) && finalizers(new).is_empty() && !def.strategy.deletion_pending(new)
 }
 
 /// The object an update stores, by part: for the main resource, the new object with the
