@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures::{AsyncBufReadExt, AsyncReadExt, StreamExt};
+use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -99,16 +99,9 @@ async fn stop(mut server: Server) -> Result<(), Error> {
     Ok(())
 }
 
-/// One GET read to its last byte: how long it took, and the body.
+/// One GET of JSON read to its last byte: how long it took, and the body.
 async fn read(client: &Client, path: &str) -> Result<(Duration, Vec<u8>), Error> {
-    let request = http::Request::get(path)
-        .header(http::header::ACCEPT, "application/json")
-        .body(Vec::new())?;
-    let started = Instant::now();
-    let mut stream = client.request_stream(request).await?;
-    let mut body = Vec::new();
-    stream.read_to_end(&mut body).await?;
-    Ok((started.elapsed(), body))
+    crate::reads::read(client, path, "application/json").await
 }
 
 /// The current revision, from a one-item list.

@@ -17,7 +17,11 @@ use crate::common::{Error, percentile, rss_mib};
 pub(crate) const NAMESPACE: &str = "plinth-bench-reads";
 
 /// One GET read to its last byte: how long it took, the bytes, and the content type.
-async fn read(client: &Client, path: &str, accept: &str) -> Result<(Duration, Vec<u8>), Error> {
+pub(crate) async fn read(
+    client: &Client,
+    path: &str,
+    accept: &str,
+) -> Result<(Duration, Vec<u8>), Error> {
     let request = http::Request::get(path)
         .header(http::header::ACCEPT, accept)
         .body(Vec::new())?;
