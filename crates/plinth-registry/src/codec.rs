@@ -209,15 +209,19 @@ pub(super) fn encode_continue(revision: Revision, start: &str, position: Option<
     base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
 }
 
-/// The position a continue token carries, if any (a token [`decode_continue`] accepted).
-pub(super) fn continue_position(token: &str) -> Option<usize> {
+/// A continue token's JSON (URL-safe or standard base64), if it is one.
+fn token_json(token: &str) -> Option<Value> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::URL_SAFE
         .decode(token)
         .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
         .ok()?;
-    let parsed: Value = serde_json::from_slice(&raw).ok()?;
-    usize::try_from(parsed.get("n")?.as_u64()?).ok()
+    serde_json::from_slice(&raw).ok()
+}
+
+/// The position a continue token carries, if any (a token [`decode_continue`] accepted).
+pub(super) fn continue_position(token: &str) -> Option<usize> {
+    usize::try_from(token_json(token)?.get("n")?.as_u64()?).ok()
 }
 
 /// The revision and resume key of a continue token.
@@ -225,17 +229,12 @@ pub(super) fn continue_position(token: &str) -> Option<usize> {
 /// # Errors
 /// 400 with kube's message for anything that is not a token this server wrote.
 pub fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
-    use base64::Engine;
     let invalid = || {
         ApiError::bad_request(
             "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
         )
     };
-    let raw = base64::engine::general_purpose::URL_SAFE
-        .decode(token)
-        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
-        .map_err(|_| invalid())?;
-    let parsed: Value = serde_json::from_slice(&raw).map_err(|_| invalid())?;
+    let parsed = token_json(token).ok_or_else(invalid)?;
     // -1: the latest revision (the inconsistent continuation of an expired token).
     let revision = parsed
         .get("rv")

@@ -1,15 +1,14 @@
 //! Every resource's cache, made on first use, and watch progress requested of the store for\n//! consistent reads.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use plinth_store::{Revision, Store, StoreError};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
-use crate::stored::TypeMetas;
-use crate::{Cacher, State, run};
+use crate::{Cacher, run};
 
 /// Every resource's cache, started on first use.
 pub struct Caches {
@@ -262,21 +261,7 @@ impl Caches {
         if let Some(cacher) = caches.get(prefix) {
             return cacher.clone();
         }
-        let cacher = Arc::new(Cacher {
-            prefix: prefix.to_owned(),
-            types: TypeMetas::default(),
-            fields: fields.iter().map(|(path, _)| path.clone()).collect(),
-            absent: fields.iter().map(|(_, absent)| absent.clone()).collect(),
-            state: RwLock::new(State {
-                objects: crate::Objects::default(),
-                history: VecDeque::new(),
-                oldest: 0,
-                revision: 0,
-                watchers: Vec::new(),
-                terminated: 0,
-            }),
-            revision: watch::Sender::new(0),
-        });
+        let cacher = Arc::new(Cacher::new(prefix, fields));
         caches.insert(prefix.to_owned(), cacher.clone());
         tokio::spawn(run(
             self.store.clone(),

@@ -142,6 +142,26 @@ pub struct Subscription {
 }
 
 impl Cacher {
+    /// An empty cache of the objects under `prefix`, extracting `fields` (each path with its
+    /// value when an object lacks it); [`run`] fills it.
+    fn new(prefix: &str, fields: &[(String, String)]) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            types: TypeMetas::default(),
+            fields: fields.iter().map(|(path, _)| path.clone()).collect(),
+            absent: fields.iter().map(|(_, absent)| absent.clone()).collect(),
+            state: RwLock::new(State {
+                objects: Objects::default(),
+                history: VecDeque::new(),
+                oldest: 0,
+                revision: 0,
+                watchers: Vec::new(),
+                terminated: 0,
+            }),
+            revision: watch::Sender::new(0),
+        }
+    }
+
     fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -599,21 +619,7 @@ mod tests {
     const ROOT: &str = "/registry/configmaps/";
 
     fn cacher() -> Cacher {
-        Cacher {
-            prefix: ROOT.to_owned(),
-            types: TypeMetas::default(),
-            fields: Arc::from(Vec::new()),
-            absent: Arc::from(Vec::new()),
-            state: RwLock::new(State {
-                objects: Objects::default(),
-                history: VecDeque::new(),
-                oldest: 0,
-                revision: 0,
-                watchers: Vec::new(),
-                terminated: 0,
-            }),
-            revision: watch::Sender::new(0),
-        }
+        Cacher::new(ROOT, &[])
     }
 
     fn value(name: &str) -> bytes::Bytes {
