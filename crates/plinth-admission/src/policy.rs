@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use plinth_core::selector::LabelSelector;
-use plinth_core::{ApiError, StatusReason};
+use plinth_core::{ApiError, Cause, StatusReason};
 use plinth_schema::{Evaluated, Expression};
 use serde_json::{Map, Value};
 
@@ -234,13 +234,21 @@ impl Policies {
                 };
                 let (message, reason) = message;
                 if binding.deny {
-                    return Err(ApiError::new(
-                        reason,
-                        format!(
-                            "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
-                            policy.name, binding.name
-                        ),
-                    ));
+                    // As kube's dispatcher: admission's Forbidden error (`<resource> "<name>"
+                    // is forbidden: …`, the details naming the object) with the policy's reason
+                    // and its code, the denial as the one cause.
+                    let denial = format!(
+                        "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
+                        policy.name, binding.name
+                    );
+                    let mut error = ApiError::forbidden(
+                        Some(&request.def.group_resource()),
+                        request.name,
+                        &denial,
+                    );
+                    error.reason = reason;
+                    error.details.causes.push(Cause::new("", "", denial));
+                    return Err(error);
                 }
                 if binding.warn {
                     warnings.push(format!(

@@ -366,10 +366,18 @@ async fn a_policy_reads_its_params_and_namespace_through_the_listers() {
     .await
     .expect_err("over the limit");
     assert_eq!(refused.reason, StatusReason::Invalid);
+    assert_eq!(refused.code(), 422);
+    // kube's shape: admission's Forbidden message and details, the policy's reason.
+    let denial = "ValidatingAdmissionPolicy 'max-keys' with binding 'max-keys' denied request: at most 1 keys in team";
     assert_eq!(
         refused.message,
-        "ValidatingAdmissionPolicy 'max-keys' with binding 'max-keys' denied request: at most 1 keys in team"
+        format!("configmaps \"big\" is forbidden: {denial}")
     );
+    assert_eq!(refused.details.kind.as_deref(), Some("configmaps"));
+    assert_eq!(refused.details.name.as_deref(), Some("big"));
+    assert_eq!(refused.details.causes.len(), 1);
+    assert_eq!(refused.details.causes[0].message, denial);
+    assert_eq!(refused.details.causes[0].field, "");
 
     // The namespace selector is matched against the namespace's labels: elsewhere, no policy.
     let elsewhere = config_map("dev", "big", json!({"a": "1", "b": "2"}));

@@ -18,6 +18,11 @@
 pub mod faults;
 mod served;
 
+/// The README's example, compiled as a doc test so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -13,7 +13,11 @@ use plinth_store::Store;
 
 /// Plinth: the Kubernetes extension model, whole, in Rust.
 #[derive(Parser, Debug)]
-#[command(name = "plinth", version)]
+#[command(
+    name = "plinth",
+    version = manual::VERSION,
+    after_help = "Examples:\n  plinth serve                      # a control plane and a node agent; prints the kubeconfig's path\n  plinth serve --etcd-servers http://127.0.0.1:2379\n  plinth completion bash > /etc/bash_completion.d/plinth\n  plinth man /usr/local/share/man/man1"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +27,9 @@ struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once
 enum Command {
     /// Runs the API server; writes DIR/kubeconfig and prints its path.
+    #[command(
+        after_help = "Examples:\n  plinth serve                                  # embedded store, a node agent; prints the kubeconfig path\n  plinth serve --data-dir /var/lib/plinth --listen 0.0.0.0:6443\n  plinth serve --etcd-servers http://127.0.0.1:2379 --data-dir DIR\n  plinth serve --simulate-nodes 100             # 100 simulated nodes beside the real agent\n  plinth serve --no-node --history-retention 24h"
+    )]
     Serve {
         /// Data directory: credentials, kubeconfig, and the embedded store.
         #[arg(long, env = "PLINTH_DATA_DIR")]
@@ -142,12 +149,18 @@ enum Command {
     /// Writes `kube-apiserver` and `etcd` into DIR (links to this binary, which takes their
     /// flags) and `kubectl`, for `KUBEBUILDER_ASSETS=DIR`: controller-runtime's envtest then
     /// runs its control plane on Plinth. Prints DIR.
+    #[command(
+        after_help = "Examples:\n  plinth envtest-assets ./bin/plinth-assets\n  KUBEBUILDER_ASSETS=$(plinth envtest-assets ./bin/plinth-assets) go test ./..."
+    )]
     EnvtestAssets {
         /// Where to write them.
         dir: PathBuf,
     },
     /// Runs a node agent against a Plinth (or Kubernetes) API server: it registers a Node
     /// and runs the Pods bound to it as local processes.
+    #[command(
+        after_help = "Examples:\n  plinth node --kubeconfig ~/.local/share/plinth/kubeconfig --name second\n  plinth node --kubeconfig KUBECONFIG --simulate 100"
+    )]
     Node {
         /// The kubeconfig to reach the API server with.
         #[arg(long, env = "KUBECONFIG")]
@@ -179,6 +192,9 @@ enum Command {
     /// (an admin's shortcut past the CertificateSigningRequest flow), or for the admin (its
     /// token) without `--user`; with `--servers`, one context per server of a control plane
     /// (`plinth-1`, `plinth-2`, …) and `plinth`, the default, on the first. Prints its path.
+    #[command(
+        after_help = "Examples:\n  plinth kubeconfig                              # the admin's\n  plinth kubeconfig --user alice --group dev --out alice.kubeconfig\n  plinth kubeconfig --servers 127.0.0.1:6443,127.0.0.1:6444,127.0.0.1:6445"
+    )]
     Kubeconfig {
         /// Data directory of the server (its CA and kubeconfig).
         #[arg(long, env = "PLINTH_DATA_DIR")]
@@ -200,6 +216,9 @@ enum Command {
     },
     /// An object's past revisions with who made each (user, operation, field manager), from
     /// the history API; `--diff` shows each change. Uses the kubeconfig.
+    #[command(
+        after_help = "Examples:\n  plinth history configmap/settings\n  plinth history deployments.apps/web -n shop --since 10m --diff"
+    )]
     History {
         /// `KIND/NAME` (`configmap/settings`, `deployments.apps/web`).
         target: String,
@@ -219,6 +238,7 @@ enum Command {
     /// What happened to an object and everything it owns, in order: its writes and its
     /// descendants' (by ownerReferences), the Events about them, container starts and exits,
     /// with who did each. Uses the kubeconfig.
+    #[command(after_help = "Examples:\n  plinth timeline deployment/web --since 1h")]
     Timeline {
         /// `KIND/NAME` (`deployment/web`).
         target: String,
@@ -234,6 +254,9 @@ enum Command {
     },
     /// An object, or a resource's objects, as they were at a past revision or time (from the
     /// history the server retains). Uses the kubeconfig.
+    #[command(
+        after_help = "Examples:\n  plinth get configmap/settings --as-of 10m -o yaml\n  plinth get pods -n shop --as-of 2026-12-01T10:00:00Z"
+    )]
     Get {
         /// `KIND/NAME` or `KIND`.
         target: String,
@@ -251,6 +274,9 @@ enum Command {
     /// storage holds each under the current encryption key (after a key rotation or a new
     /// provider in the `EncryptionConfiguration`). Uses the kubeconfig (`KUBECONFIG` or
     /// `~/.kube/config`).
+    #[command(
+        after_help = "Examples:\n  plinth rewrite secrets\n  plinth rewrite secrets widgets.example.com"
+    )]
     Rewrite {
         /// Resources as kubectl names them: `secrets`, `configmaps`, `widgets.example.com`.
         #[arg(required = true)]
@@ -259,6 +285,9 @@ enum Command {
     /// Copies the embedded store of a data directory to FILE at one revision, while its
     /// server runs — or, with `--etcd-servers`, takes an etcd snapshot (for `etcdctl snapshot
     /// restore`); prints the revision.
+    #[command(
+        after_help = "Examples:\n  plinth backup --to /backups/plinth.db\n  plinth backup --etcd-servers http://127.0.0.1:2379 --to /backups/etcd.snap"
+    )]
     Backup {
         /// Data directory of the server.
         #[arg(long, env = "PLINTH_DATA_DIR", conflicts_with = "etcd_servers")]
@@ -274,6 +303,9 @@ enum Command {
     /// etcd into a data directory holding no store yet, at one revision; the servers must be
     /// stopped. Into etcd, objects get new resourceVersions past every old one (clients relist
     /// after a 410); into the embedded store they keep theirs.
+    #[command(
+        after_help = "Examples:\n  plinth migrate --from-data-dir DIR --to-etcd http://127.0.0.1:2379\n  plinth migrate --from-etcd http://127.0.0.1:2379 --to-data-dir NEW"
+    )]
     Migrate {
         /// The data directory whose embedded store is copied.
         #[arg(
@@ -297,6 +329,7 @@ enum Command {
     },
     /// Puts a backup into a data directory holding no store yet (a server started on it
     /// serves the backup's objects at their resourceVersions); prints the revision.
+    #[command(after_help = "Examples:\n  plinth restore --from /backups/plinth.db --data-dir NEW")]
     Restore {
         /// The backup file.
         #[arg(long)]
@@ -305,6 +338,27 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Prints a completion script for SHELL: `source <(plinth completion bash)`, or write it
+    /// where the shell loads completions from.
+    #[command(
+        after_help = "Examples:\n  source <(plinth completion bash)\n  plinth completion zsh > \"${fpath[1]}/_plinth\"\n  plinth completion fish > ~/.config/fish/completions/plinth.fish"
+    )]
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Writes man pages (`plinth.1`, `plinth-serve.1`, …) into DIR and prints their paths, or
+    /// prints `plinth.1` without DIR.
+    #[command(
+        after_help = "Examples:\n  plinth man | man -l -\n  plinth man /usr/local/share/man/man1"
+    )]
+    Man {
+        /// Where to write the pages.
+        dir: Option<PathBuf>,
+    },
+    /// Prints the book's command-line reference in Markdown (docs/book/src/reference/cli.md).
+    #[command(hide = true)]
+    Reference,
 }
 
 /// The embedded store's directory inside a data directory.
@@ -333,10 +387,19 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 mod envtest;
 mod history;
+mod manual;
 mod migrate;
 mod network;
 mod node;
 mod rewrite;
+
+/// The whole command-line definition, built (global settings propagated to subcommands): what
+/// completions, man pages and the book's reference are made from.
+fn cli_command() -> clap::Command {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.build();
+    command
+}
 
 /// Runs `work` on a runtime from `builder`.
 fn run(
@@ -680,6 +743,9 @@ fn main() -> ExitCode {
                 })
             }
         }
+        Command::Completion { shell } => manual::completion(shell, cli_command()),
+        Command::Man { dir } => manual::man(dir.as_deref(), cli_command()),
+        Command::Reference => manual::emit(manual::reference(&cli_command()).as_bytes()),
         Command::Restore { from, data_dir } => answer(plinth_store_embedded::backup::restore(
             &from,
             &data_dir.join(STORE_DIR),
@@ -1009,4 +1075,68 @@ async fn serve(
         let _ = simulator.await;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod manual_tests {
+    use super::{cli_command as command, manual};
+    use manual::{VERSION, reference};
+
+    #[test]
+    fn the_version_names_the_kubernetes_version_served() {
+        let served = format!(
+            "v{}.{}",
+            plinth_apiserver::discovery::KUBE_MAJOR,
+            plinth_apiserver::discovery::KUBE_MINOR
+        );
+        assert!(
+            VERSION.contains(&format!("Kubernetes {served} API")),
+            "{VERSION}"
+        );
+    }
+
+    #[test]
+    fn the_reference_names_every_visible_subcommand_and_flag() {
+        let page = reference(&command());
+        for sub in command().get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            assert!(
+                page.contains(&format!("\n## plinth {}\n", sub.get_name())),
+                "{}",
+                sub.get_name()
+            );
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some(long) = arg.get_long().filter(|l| *l != "help") {
+                    assert!(
+                        page.contains(&format!("--{long} "))
+                            || page.contains(&format!("--{long}`")),
+                        "--{long} of {}",
+                        sub.get_name()
+                    );
+                }
+            }
+        }
+        assert!(
+            !page.contains("## plinth sandbox"),
+            "hidden subcommands stay out"
+        );
+    }
+
+    #[test]
+    fn every_shell_gets_a_completion_script_naming_the_subcommands() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut command(), "plinth", &mut out);
+            let script = String::from_utf8_lossy(&out);
+            for name in ["serve", "node", "kubeconfig", "backup"] {
+                assert!(script.contains(name), "{shell}: {name}");
+            }
+        }
+    }
 }

@@ -125,7 +125,7 @@ const CASES: &[Case] = &[
         kind: "ConfigMap",
         body: "metadata: {labels: {team: a}}\ndata: {count: \"9\"}",
         refused: Some(
-            "Error from server (Forbidden): error when creating \"STDIN\": ValidatingAdmissionPolicy 'count-limit' with binding 'count-limit-by-name' denied request: count 9 exceeds 5",
+            "Error from server (Forbidden): error when creating \"STDIN\": configmaps \"big\" is forbidden: ValidatingAdmissionPolicy 'count-limit' with binding 'count-limit-by-name' denied request: count 9 exceeds 5",
         ),
         warning: None,
     },
@@ -136,7 +136,9 @@ const CASES: &[Case] = &[
         kind: "ConfigMap",
         body: "metadata: {labels: {team: a}}\ndata: {count: \"-1\"}",
         refused: Some(
-            "The request is invalid: error when creating \"STDIN\": ValidatingAdmissionPolicy 'count-limit' with binding 'count-limit-by-name' denied request: count must not be negative",
+            // kube's shape (Forbidden's message and details, reason Invalid) as kubectl shows it;
+            // the kube documentation's example reads the same.
+            "The configmaps \"negative\" is invalid: : ValidatingAdmissionPolicy 'count-limit' with binding 'count-limit-by-name' denied request: count must not be negative",
         ),
         warning: None,
     },

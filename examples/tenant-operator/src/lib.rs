@@ -34,6 +34,7 @@ pub const FINALIZER: &str = "platform.plinth.dev/archive";
 /// The field manager of everything this operator applies.
 pub const MANAGER: &str = "tenant-operator";
 
+// ANCHOR: types
 /// What a tenant asks for.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
 #[kube(
@@ -71,6 +72,7 @@ pub struct TenantStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+// ANCHOR_END: types
 
 /// The Tenant CRD, generated from the types above (v1alpha1 only).
 pub fn crd()
@@ -185,6 +187,7 @@ where
     }
 }
 
+// ANCHOR: reconcile
 /// Reconciles one tenant (level-triggered): the finalizer first, then its objects and status;
 /// a deleted tenant is archived before the finalizer goes (the garbage collector removes what
 /// it owns).
@@ -202,6 +205,7 @@ pub async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action,
     })
     .await
 }
+// ANCHOR_END: reconcile
 
 /// Applies the tenant's namespace, ServiceAccount and ConfigMap, and reports its status.
 async fn provision(
@@ -302,6 +306,7 @@ fn lean<K: kube::Resource + 'static>() -> InformerOptions<K> {
     InformerOptions::default().strip_managed_fields()
 }
 
+// ANCHOR: register
 /// Registers the tenant controller on `manager`: Tenants, and the namespaces, ConfigMaps and
 /// ServiceAccounts they own — cached without `managedFields`, which the operator never reads.
 ///
@@ -318,3 +323,4 @@ pub fn register(manager: &mut Manager, context: Context) -> Result<(), BuildErro
         .concurrency(4)
         .run(reconcile, Arc::new(context))
 }
+// ANCHOR_END: register

@@ -37,6 +37,7 @@ async fn config(client: &kube::Client, tenant: &str) -> Option<BTreeMap<String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_creates_repairs_reports_and_archives() {
+    // ANCHOR: test
     let env = TestEnv::start().await.unwrap();
     env.install_crd(&tenant_operator::crd()).await.unwrap();
     let client = env.client();
@@ -66,6 +67,7 @@ async fn the_operator_creates_repairs_reports_and_archives() {
         config(&client, "acme").await == gold
     })
     .await;
+    // ANCHOR_END: test
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "tenant-acme");
     let admin = accounts.get("tenant-admin").await.unwrap();
     assert_eq!(admin.metadata.owner_references.unwrap()[0].kind, "Tenant");
