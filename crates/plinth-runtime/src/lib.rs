@@ -24,10 +24,44 @@
 //! - [`webhook`]: admission webhooks over TLS — typed validators and defaulters, certificates
 //!   rotated from files or a Secret, the CA written into the configurations that call them.
 //!
-//! The crate README walks from `cargo new` to a tested operator.
+//! A whole controller — every ConfigMap gets the label `seen=yes`, and gets it back when
+//! someone removes it:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::ResourceExt;
+//! use kube::api::{Api, Patch, PatchParams};
+//! use plinth_runtime::{Action, Manager, ReconcileError};
+//!
+//! /// Level-triggered: whatever changed, make the label right.
+//! async fn reconcile(config: Arc<ConfigMap>, client: Arc<kube::Client>) -> Result<Action, ReconcileError> {
+//!     let namespace = config.namespace().unwrap_or_default();
+//!     let api: Api<ConfigMap> = Api::namespaced((*client).clone(), &namespace);
+//!     let labels = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+//!                                     "metadata": {"labels": {"seen": "yes"}}});
+//!     api.patch(&config.name_any(), &PatchParams::apply("labeler"), &Patch::Apply(labels))
+//!         .await?;
+//!     Ok(Action::Done)
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! let mut manager = Manager::new();
+//! manager
+//!     .controller(Api::<ConfigMap>::all(client.clone()))
+//!     .named("labeler")
+//!     .run(reconcile, Arc::new(client))?;
+//! manager.run(std::future::pending()).await?; // or a shutdown signal
+//! # Ok(()) }
+//! ```
+//!
+//! The crate README walks from `cargo new` to a tested operator; the book's chapter "Writing
+//! an operator" walks through the tenant operator.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod builder;

@@ -1,7 +1,7 @@
 //! The book's shell sessions run as written: every ```` ```console ```` block of
 //! `docs/book/src` — `$ ` lines are commands (with their continuation and here-document lines),
 //! the lines after them the output expected — runs in one shell per page against a fresh
-//! `plinth serve` with a node agent, the way a reader would type it (`KUBECONFIG` naming its
+//! `plinth serve` with a node agent, in the repository's checkout, the way a reader would type it (`KUBECONFIG` naming its
 //! kubeconfig, as "Getting started" sets it). A command must succeed,
 //! unless the output shown is an error (`Error…`, `error:`, `The … is invalid`); the output must
 //! match what is shown, whitespace runs counting as one, `...` standing for any text within a
@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -152,9 +153,9 @@ fn run_page(page: &Path, steps: &[Step], plinth: &Plinth) -> Vec<String> {
     let share = home.path().join(".local/share");
     std::fs::create_dir_all(&share).unwrap();
     std::os::unix::fs::symlink(plinth.dir.path(), share.join("plinth")).unwrap();
-    let work = home.path().join("work");
+    // The reader is in the repository's checkout ("Getting started" builds from it).
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let outputs = home.path().join("out");
-    std::fs::create_dir_all(&work).unwrap();
     std::fs::create_dir_all(&outputs).unwrap();
     let mut script = String::from("set -u\n");
     for (i, step) in steps.iter().enumerate() {
@@ -172,9 +173,12 @@ fn run_page(page: &Path, steps: &[Step], plinth: &Plinth) -> Vec<String> {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let status = Command::new("timeout")
+    // Its own process group, so that what a page starts in the background (`… &`) is stopped
+    // with it, by that group's id, whatever the page did.
+    let mut shell = Command::new("timeout")
         .args(["900", "bash", "-c", &script])
-        .current_dir(&work)
+        .process_group(0)
+        .current_dir(&checkout)
         .env("HOME", home.path())
         .env("PATH", path)
         .env("KUBECACHEDIR", home.path().join("kube-cache"))
@@ -182,8 +186,13 @@ fn run_page(page: &Path, steps: &[Step], plinth: &Plinth) -> Vec<String> {
         .env("KUBECONFIG", share.join("plinth/kubeconfig"))
         .env_remove("KUBECTL_EXTERNAL_DIFF")
         .env_remove("PLINTH_DATA_DIR")
-        .status()
+        .spawn()
         .expect("run bash");
+    let status = shell.wait().expect("wait for bash");
+    let _ = Command::new("kill")
+        .args(["-TERM", "--", &format!("-{}", shell.id())])
+        .stderr(std::process::Stdio::null())
+        .status();
     assert!(
         status.success(),
         "{}: the session's shell failed: {status}",
