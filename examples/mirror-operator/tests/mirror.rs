@@ -27,6 +27,7 @@ fn data(value: &str) -> Option<BTreeMap<String, String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_follow_the_source_the_targets_and_the_mirror() {
+    // ANCHOR: start
     let env = TestEnv::start().await.unwrap();
     env.install_crd(&ConfigMirror::crd()).await.unwrap();
     let client = env.client();
@@ -45,6 +46,7 @@ async fn copies_follow_the_source_the_targets_and_the_mirror() {
     let running = tokio::spawn(manager.run(async {
         let _ = stopped.await;
     }));
+    // ANCHOR_END: start
 
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let source = json!({"apiVersion": "v1", "kind": "ConfigMap",
