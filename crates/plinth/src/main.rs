@@ -1131,8 +1131,7 @@ mod manual_tests {
             clap_complete::Shell::Zsh,
             clap_complete::Shell::Fish,
         ] {
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut command(), "plinth", &mut out);
+            let out = manual::completion_script(shell, command());
             let script = String::from_utf8_lossy(&out);
             for name in ["serve", "node", "kubeconfig", "backup"] {
                 assert!(script.contains(name), "{shell}: {name}");

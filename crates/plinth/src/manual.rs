@@ -13,20 +13,36 @@ pub(crate) const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (Kubernete
 
 /// Writes SHELL's completion script for `command` (the whole `plinth` definition) to
 /// standard output.
-pub(crate) fn completion(shell: clap_complete::Shell, mut command: clap::Command) -> ExitCode {
+pub(crate) fn completion(shell: clap_complete::Shell, command: clap::Command) -> ExitCode {
+    emit(&completion_script(shell, command))
+}
+
+/// SHELL's completion script for `command`.
+pub(crate) fn completion_script(
+    shell: clap_complete::Shell,
+    mut command: clap::Command,
+) -> Vec<u8> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut command, "plinth", &mut out);
-    emit(&out)
+    out
+}
+
+/// `page` as a man page.
+fn render_man(page: clap::Command) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page)
+        .render(&mut out)
+        .map_err(|e| format!("cannot render the man page: {e}"))?;
+    Ok(out)
 }
 
 /// Writes `plinth.1` and `plinth-SUBCOMMAND.1` for every subcommand people use into `dir`,
 /// or `plinth.1` alone to standard output without one.
 pub(crate) fn man(dir: Option<&Path>, command: clap::Command) -> ExitCode {
     let Some(dir) = dir else {
-        let mut out = Vec::new();
-        return match clap_mangen::Man::new(command).render(&mut out) {
-            Ok(()) => emit(&out),
-            Err(e) => fail(&format!("cannot render the man page: {e}")),
+        return match render_man(command) {
+            Ok(out) => emit(&out),
+            Err(e) => fail(&e),
         };
     };
     if let Err(e) = std::fs::create_dir_all(dir) {
@@ -38,12 +54,9 @@ pub(crate) fn man(dir: Option<&Path>, command: clap::Command) -> ExitCode {
         pages.push((format!("{name}.1"), sub.clone().name(name)));
     }
     for (file, page) in pages {
-        let mut out = Vec::new();
         let path = dir.join(&file);
-        let written = clap_mangen::Man::new(page)
-            .render(&mut out)
-            .map_err(|e| e.to_string())
-            .and_then(|()| std::fs::write(&path, &out).map_err(|e| e.to_string()));
+        let written =
+            render_man(page).and_then(|out| std::fs::write(&path, out).map_err(|e| e.to_string()));
         if let Err(e) = written {
             return fail(&format!("cannot write {}: {e}", path.display()));
         }
