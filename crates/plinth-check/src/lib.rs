@@ -46,7 +46,7 @@ pub use report::{Kind, Report, Violation};
 /// Checks `history`: see the crate's documentation for what.
 pub fn check(history: &History) -> Report {
     let mut violations = Vec::new();
-    let mut unverified = 0;
+    let mut unverified = Vec::new();
     let timeline = timeline::Timeline::build(history, &mut violations);
     watches::check(history, &timeline, &mut violations);
     let revs = writes::check(history, &timeline, &mut violations, &mut unverified);
@@ -55,7 +55,8 @@ pub fn check(history: &History) -> Report {
         calls: history.calls.len(),
         events: history.watches.iter().map(|w| w.events.len()).sum(),
         changes: timeline.writes.len(),
-        unverified,
+        unverified: unverified.len(),
+        unverified_checks: unverified.into_iter().take(20).collect(),
         violations,
     }
 }

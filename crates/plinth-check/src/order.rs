@@ -72,7 +72,7 @@ pub(crate) fn check(
     revs: &[Option<Rev>],
     timeline: &Timeline,
     out: &mut Vec<Violation>,
-    unverified: &mut usize,
+    unverified: &mut Vec<String>,
 ) {
     let windows = Windows::new(history, revs);
     let last_change = timeline.writes.keys().next_back().copied().unwrap_or(0);
@@ -97,7 +97,11 @@ pub(crate) fn check(
                     ));
                 }
                 if !timeline.covered(version.rev.saturating_sub(1), version.rev) {
-                    *unverified += 1;
+                    unverified.push(timeline.uncovered(
+                        &format!("call {i} read {key} at rev {}", version.rev),
+                        version.rev.saturating_sub(1),
+                        version.rev,
+                    ));
                     continue;
                 }
                 let written = timeline.writes.get(&version.rev).filter(|w| {
@@ -128,7 +132,11 @@ pub(crate) fn check(
             (Op::Get { key }, Outcome::Missing) => {
                 let upto = if hi == Rev::MAX { last_change } else { hi - 1 };
                 if !timeline.covered(history.start_rev, upto.max(lo)) {
-                    *unverified += 1;
+                    unverified.push(timeline.uncovered(
+                        &format!("call {i} found no {key}"),
+                        history.start_rev,
+                        upto.max(lo),
+                    ));
                 } else if !timeline.absent_within(key, lo, hi) {
                     out.push(Violation::new(
                         Kind::StaleRead,
@@ -150,7 +158,11 @@ pub(crate) fn check(
                     ));
                 }
                 if !timeline.covered(history.start_rev, *rev) {
-                    *unverified += 1;
+                    unverified.push(timeline.uncovered(
+                        &format!("call {i} listed at rev {rev}"),
+                        history.start_rev,
+                        *rev,
+                    ));
                     continue;
                 }
                 let state = timeline.state_at(*rev);

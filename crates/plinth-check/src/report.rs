@@ -69,6 +69,9 @@ pub struct Report {
     pub changes: usize,
     /// Checks that needed a revision range no watch vouched for.
     pub unverified: usize,
+    /// The first (up to 20) of those checks, each with the range it needed.
+    #[serde(default)]
+    pub unverified_checks: Vec<String>,
     /// Everything impossible, in the order found.
     pub violations: Vec<Violation>,
 }
@@ -91,6 +94,9 @@ impl fmt::Display for Report {
             self.unverified,
             self.violations.len()
         )?;
+        for check in &self.unverified_checks {
+            writeln!(f, "  unverified: {check}")?;
+        }
         for violation in self.violations.iter().take(50) {
             writeln!(f, "  {:?}: {}", violation.kind, violation.detail)?;
         }

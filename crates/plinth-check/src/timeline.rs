@@ -134,6 +134,22 @@ impl Timeline {
         to <= from || self.covered.iter().any(|&(a, b)| a <= from && to <= b)
     }
 
+    /// A note that `what` needed `(from, to]`, which no watch vouched for, with the ranges
+    /// the watches did vouch for (the first ten).
+    pub(crate) fn uncovered(&self, what: &str, from: Rev, to: Rev) -> String {
+        let ranges: Vec<String> = self
+            .covered
+            .iter()
+            .take(10)
+            .map(|(a, b)| format!("({a}, {b}]"))
+            .collect();
+        format!(
+            "{what} needs ({from}, {to}]; the watches vouched for {}{}",
+            ranges.join(", "),
+            if self.covered.len() > 10 { ", …" } else { "" }
+        )
+    }
+
     /// The change before `rev` to `key`, and what the key held after it.
     pub(crate) fn before(&self, key: &str, rev: Rev) -> Option<(Rev, Option<&str>)> {
         let states = self.keys.get(key)?;

@@ -14,7 +14,7 @@ pub(crate) fn check(
     history: &History,
     timeline: &Timeline,
     out: &mut Vec<Violation>,
-    unverified: &mut usize,
+    unverified: &mut Vec<String>,
 ) -> Vec<Option<Rev>> {
     let calls = &history.calls;
     let mut revs: Vec<Option<Rev>> = vec![None; calls.len()];
@@ -160,7 +160,11 @@ pub(crate) fn check(
                         format!("call {i} ({key} = {value}) acknowledged at rev {rev}; no watch saw it"),
                     ));
                 } else {
-                    *unverified += 1;
+                    unverified.push(timeline.uncovered(
+                        &format!("call {i} ({key} = {value}) acknowledged at rev {rev}"),
+                        rev - 1,
+                        *rev,
+                    ));
                 }
             }
             (Op::Delete { key, expect }, Outcome::Deleted) if !matched_deletes[i] => {
@@ -177,7 +181,11 @@ pub(crate) fn check(
                             format!("call {i} deleted {key} at rev {expect} (acknowledged); no watch saw it"),
                         ))
                     }
-                    None => *unverified += 1,
+                    None => unverified.push(timeline.uncovered(
+                        &format!("call {i} deleted {key} at rev {expect} (acknowledged)"),
+                        *expect,
+                        last_acknowledged,
+                    )),
                 }
             }
             _ => {}

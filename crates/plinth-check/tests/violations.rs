@@ -272,6 +272,19 @@ fn what_no_watch_vouched_for_is_unverified_not_a_violation() {
     let report = check(&history);
     assert_eq!(report.violations, [], "{report}");
     assert!(report.unverified >= 2, "{report}");
+    // Each is named, with the range it needed and the ranges the watches did vouch for.
+    assert_eq!(
+        report.unverified_checks.len(),
+        report.unverified,
+        "{report}"
+    );
+    assert!(
+        report
+            .unverified_checks
+            .iter()
+            .all(|c| c.contains("needs (") && c.contains("the watches vouched for (9, 12]")),
+        "{report}"
+    );
 }
 
 #[test]

@@ -27,13 +27,28 @@ pub struct EtcdProcess {
 /// The space quota members run with unless told otherwise (8 GiB, etcd's largest suggested).
 const DEFAULT_QUOTA: u64 = 8 << 30;
 
-fn free_port() -> StoreResult<u16> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| StoreError::backend("find a free port", e))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| StoreError::backend("find a free port", e))
+/// `n` distinct free ports: each listener is held until all are picked, so no two are the
+/// same (another process can still take one before etcd binds it: callers retry).
+fn free_ports(n: usize) -> StoreResult<Vec<u16>> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(
+            TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| StoreError::backend("find a free port", e))?,
+        );
+    }
+    held.iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(|e| StoreError::backend("find a free port", e))
+        })
+        .collect()
+}
+
+/// Whether etcd failed because a port picked free was taken before it bound it.
+fn lost_a_port(error: &StoreError) -> bool {
+    error.to_string().contains("address already in use")
 }
 
 /// A fresh directory for a member's data (removed with it).
@@ -75,7 +90,8 @@ impl EtcdProcess {
         loop {
             attempt += 1;
             let data = data_dir()?;
-            let (client_port, peer_port) = (free_port()?, free_port()?);
+            let ports = free_ports(2)?;
+            let (client_port, peer_port) = (ports[0], ports[1]);
             let mut process = Self {
                 child: None,
                 data,
@@ -87,7 +103,7 @@ impl EtcdProcess {
             };
             match process.launch().await {
                 Ok(()) => return Ok(process),
-                Err(e) if attempt < 5 && e.to_string().contains("address already in use") => {
+                Err(e) if attempt < 5 && lost_a_port(&e) => {
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -102,7 +118,8 @@ impl EtcdProcess {
     /// A backend error if etcdctl refuses the snapshot or etcd does not start.
     pub async fn start_restored(snapshot: &Path) -> StoreResult<Self> {
         let data = data_dir()?;
-        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let ports = free_ports(2)?;
+        let (client_port, peer_port) = (ports[0], ports[1]);
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut process = Self {
             child: None,
@@ -286,10 +303,21 @@ impl EtcdCluster {
     /// # Errors
     /// A backend error if a member cannot start or the cluster does not form within 20 s.
     pub async fn start(size: usize) -> StoreResult<Self> {
-        let mut ports = Vec::with_capacity(size);
-        for _ in 0..size {
-            ports.push((free_port()?, free_port()?));
+        // As for one member: a port picked free can be taken before etcd binds it; then the
+        // members started so far are killed (dropped) and the cluster starts again afresh.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_start(size).await {
+                Err(e) if attempt < 5 && lost_a_port(&e) => continue,
+                result => return result,
+            }
         }
+    }
+
+    async fn try_start(size: usize) -> StoreResult<Self> {
+        let picked = free_ports(2 * size)?;
+        let ports: Vec<(u16, u16)> = picked.chunks(2).map(|p| (p[0], p[1])).collect();
         let initial_cluster = ports
             .iter()
             .enumerate()

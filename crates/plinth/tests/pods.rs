@@ -1664,6 +1664,9 @@ fn a_pod_past_its_active_deadline_fails_as_the_kubelet_fails_it() {
     plinth.kubectl(&["delete", "pod", "bounded", "--timeout=60s"]);
 }
 
+/// Probes wait up to 30 s for their command (kube's default is 1 s): on a loaded machine two
+/// slow `test -f` runs in a row would otherwise restart `main` at a moment the test does not
+/// expect; a probe that fails, fails at once.
 const STAGED: &str = r#"apiVersion: v1
 kind: Pod
 metadata: {name: staged}
@@ -1679,14 +1682,14 @@ spec:
     restartPolicy: Always
     command: [sh, -c, 'echo sidecar >> /work/order; exec sleep 3600']
     volumeMounts: [{name: shared, mountPath: /work}]
-    startupProbe: {exec: {command: [grep, -q, sidecar, /work/order]}, periodSeconds: 1}
+    startupProbe: {exec: {command: [grep, -q, sidecar, /work/order]}, periodSeconds: 1, timeoutSeconds: 30}
   containers:
   - name: main
     image: busybox:1.36
     command: [sh, -c, 'cat /work/order; touch /tmp/started; exec sleep 3600']
     volumeMounts: [{name: shared, mountPath: /work}, {name: marks, mountPath: /marks}]
-    startupProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1}
-    livenessProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1, failureThreshold: 2}
+    startupProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1, timeoutSeconds: 30}
+    livenessProbe: {exec: {command: [test, -f, /tmp/started]}, periodSeconds: 1, failureThreshold: 2, timeoutSeconds: 30}
     lifecycle:
       postStart: {exec: {command: [sh, -c, 'echo hooked > /marks/started']}}
       preStop: {exec: {command: [sh, -c, 'echo stopping > /marks/stopped']}}

@@ -147,6 +147,13 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
         let _ = client.await;
     }
 
+    // A last consistent list: what is durable. It comes before the closing write, so that the
+    // range the watches vouch for (up to that write) covers its revision — which can be past
+    // the run's last change to these ConfigMaps when something else was written meanwhile.
+    target
+        .recorded(&admin, options.clients, Op::List, &record)
+        .await;
+
     // The closing write, then every watcher catches up with it (or is stopped after a minute).
     let mut last = None;
     for attempt in 0..120 {
@@ -178,10 +185,6 @@ pub(crate) async fn run(options: Options) -> Result<(), Error> {
     for watcher in watchers.into_iter().chain(late) {
         let _ = watcher.await;
     }
-    // A last consistent list: what is durable.
-    target
-        .recorded(&admin, options.clients, Op::List, &record)
-        .await;
     drop(cluster);
 
     let history = History {
