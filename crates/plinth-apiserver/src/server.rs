@@ -35,6 +35,10 @@ pub struct ServerConfig {
     pub history_retention: Duration,
     /// How often watchers that allow bookmarks get one (kube-apiserver: about a minute).
     pub bookmark_interval: Duration,
+    /// How many revisions before the watch cache's window a watch is still served by
+    /// replaying storage (older: 410 Expired, as kube-apiserver answers all of them); `None`:
+    /// any the store still has.
+    pub watch_replay_limit: Option<u64>,
     /// kube's static token file (`--token-auth-file`), if any.
     pub token_auth_file: Option<PathBuf>,
     /// Requests without credentials act as `system:anonymous` (`--anonymous-auth`); off,
@@ -202,10 +206,13 @@ pub async fn start(
         config.pod_security.clone(),
     ));
     let registry = Registry {
-        caches: Arc::new(plinth_watchcache::Caches::new(
-            store.clone(),
-            config.bookmark_interval,
-        )),
+        caches: Arc::new({
+            let caches = plinth_watchcache::Caches::new(store.clone(), config.bookmark_interval);
+            match config.watch_replay_limit {
+                Some(limit) => caches.with_replay_limit(limit),
+                None => caches,
+            }
+        }),
         store,
         resources: Arc::new(Resources::with(plinth_types::builtin())),
     };

@@ -198,6 +198,14 @@ impl Registry {
             Ok(subscription) => {
                 live_events(&def, &options, prefix, subscription, snapshot, bookmarks)
             }
+            // Older than the cache's window and than storage should replay: kube's answer.
+            Err(from) if !self.caches.replays(&cacher, from) => {
+                let expired = ApiError::expired(format!(
+                    "too old resource version: {from} ({})",
+                    cacher.oldest()
+                ));
+                futures::stream::iter([WatchEvent::new("ERROR", expired.to_status())]).boxed()
+            }
             Err(from) => match self
                 .watch_storage(def.clone(), prefix, from, options.clone())
                 .await

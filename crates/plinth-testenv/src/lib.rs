@@ -294,6 +294,7 @@ async fn boot(
         compaction_interval: Duration::from_secs(300),
         history_retention: Duration::ZERO,
         bookmark_interval: Duration::from_secs(60),
+        watch_replay_limit: None,
         token_auth_file: None,
         anonymous_auth: false,
         max_requests_inflight: 0,

@@ -14,6 +14,8 @@ use crate::{Cacher, run};
 pub struct Caches {
     store: Arc<dyn Store>,
     bookmark_interval: Duration,
+    /// How far before a cache's window a watch is still served by replaying storage.
+    replay_limit: Option<u64>,
     caches: Mutex<HashMap<String, Arc<Cacher>>>,
     progress: Arc<ProgressRequests>,
     /// Lists served from the caches and from storage, by resource prefix.
@@ -97,10 +99,30 @@ impl Caches {
         Self {
             store,
             bookmark_interval,
+            replay_limit: None,
             caches: Mutex::default(),
             progress: Arc::default(),
             lists: Mutex::default(),
         }
+    }
+
+    /// Watches from at most `revisions` before a cache's window are served by replaying
+    /// storage; older ones get 410 Expired, as kube-apiserver answers every watch older than
+    /// its cache's window. Without a limit (the default) storage replays any backlog it still
+    /// has — cheap for the embedded store, whose history is at hand, and slow for etcd,
+    /// which re-reads an unsynced watcher's whole backlog until it has caught up.
+    #[must_use]
+    pub fn with_replay_limit(mut self, revisions: u64) -> Self {
+        self.replay_limit = Some(revisions);
+        self
+    }
+
+    /// Whether a watch from `from`, older than `cacher`'s window, may be served by replaying
+    /// storage (see [`Caches::with_replay_limit`]).
+    pub fn replays(&self, cacher: &Cacher, from: Revision) -> bool {
+        self.replay_limit.is_none_or(|limit| {
+            u64::try_from(cacher.oldest().saturating_sub(from)).unwrap_or(0) <= limit
+        })
     }
 
     /// Waits until `cacher` reflects every write acknowledged before this call (the store's

@@ -398,6 +398,12 @@ impl Cacher {
         self.revision.send_replace(revision);
     }
 
+    /// The oldest revision a watch can resume from in the cache: every change after it is
+    /// kept.
+    pub fn oldest(&self) -> Revision {
+        self.state().oldest
+    }
+
     /// The revision the cache has reached.
     pub fn revision(&self) -> Revision {
         *self.revision.borrow()

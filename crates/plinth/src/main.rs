@@ -53,6 +53,12 @@ enum Command {
         /// How often watches that allow bookmarks get one.
         #[arg(long, default_value = "60s", value_parser = parse_duration, hide = true)]
         watch_bookmark_interval: std::time::Duration,
+        /// How many revisions before the watch cache's window a watch is still served by
+        /// replaying storage; an older one gets 410 ("too old resource version"), as every
+        /// one does from kube-apiserver. Default: 10000 on etcd (which re-reads a lagging
+        /// watcher's whole backlog until it catches up), unlimited on the embedded store.
+        #[arg(long, value_name = "REVISIONS")]
+        watch_replay_limit: Option<u64>,
         /// Log format.
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
@@ -453,6 +459,7 @@ fn main() -> ExitCode {
             compaction_interval,
             history_retention,
             watch_bookmark_interval,
+            watch_replay_limit,
             log_format,
             token_auth_file,
             anonymous_auth,
@@ -486,6 +493,8 @@ fn main() -> ExitCode {
                     .iter()
                     .any(|p| p == "ServiceAccount"),
             );
+            let watch_replay_limit =
+                watch_replay_limit.or((!etcd_servers.is_empty()).then_some(10_000));
             let backend = if etcd_servers.is_empty() {
                 Backend::Embedded
             } else {
@@ -534,6 +543,7 @@ fn main() -> ExitCode {
                 compaction_interval,
                 history_retention,
                 bookmark_interval: watch_bookmark_interval,
+                watch_replay_limit,
                 token_auth_file,
                 anonymous_auth,
                 max_requests_inflight,

@@ -1531,3 +1531,88 @@ fn an_expired_continue_token_offers_an_inconsistent_continuation() {
         .collect();
     assert_eq!(names, ["c2", "c3"], "the next page from the same key");
 }
+
+/// On etcd a watch from before the watch cache's window is served by replaying etcd only
+/// within `--watch-replay-limit` revisions of the window; an older one gets the 410 kube-apiserver
+/// answers every watch older than its cache with (etcd re-reads a lagging watcher's whole
+/// backlog until it catches up: a million-revision replay kept it busy for minutes).
+#[test]
+fn watches_older_than_the_cache_and_the_replay_limit_get_410_on_etcd() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let etcd = runtime
+        .block_on(plinth_store_etcd::testing::EtcdProcess::start())
+        .expect("start etcd");
+    drop(runtime);
+    let mut plinth = Plinth::start_with(Backend::Etcd(etcd), &["--watch-replay-limit", "50"]);
+    let rv = |http: &Http| -> i64 {
+        let list: Value = serde_json::from_str(&http.get(CM).body).unwrap();
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = rv(&Http::new(&plinth));
+    let http = Http::new(&plinth);
+    let mut created = Vec::new();
+    for i in 0..100 {
+        let reply = http.post(
+            CM,
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"r{i:03}"}}}}"#)
+                .as_bytes(),
+        );
+        assert_eq!(reply.code, 201, "{}", reply.body);
+        let object: Value = serde_json::from_str(&reply.body).unwrap();
+        created.push(
+            object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    drop(http);
+    // A restarted server's cache begins at the revision it listed: everything above is older.
+    plinth.kill_and_restart();
+    let http = Http::new(&plinth);
+    let now = rv(&http);
+    assert!(now >= before + 100, "{before} → {now}");
+
+    // Within the limit: replayed from etcd, the last three creates in order.
+    let near = http.get(&format!(
+        "{CM}?watch=1&resourceVersion={}&timeoutSeconds=2",
+        created[96]
+    ));
+    assert_eq!(near.code, 200, "{}", near.body);
+    let names: Vec<String> = near
+        .body
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "ADDED")
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["r097", "r098", "r099"], "{}", near.body);
+
+    // Beyond it: the watch starts and its one event is kube's 410.
+    let far = http.get(&format!(
+        "{CM}?watch=1&resourceVersion={before}&timeoutSeconds=2"
+    ));
+    assert_eq!(far.code, 200, "{}", far.body);
+    let events: Vec<Value> = far
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 1, "{}", far.body);
+    assert_eq!(events[0]["type"], "ERROR");
+    let status = &events[0]["object"];
+    assert_eq!(status["code"], 410, "{status}");
+    assert_eq!(status["reason"], "Expired", "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("too old resource version: {before} (")),
+        "{message}"
+    );
+    // kubectl relists and goes on (a watch from "now" on is served as ever).
+    let out = plinth.kubectl(&["get", "configmap", "r000", "-o", "name"]);
+    assert_eq!(out.trim(), "configmap/r000");
+}
