@@ -30,6 +30,23 @@ use kube::client::Body;
 use tokio::sync::watch;
 
 /// What a request does, as kube's authorizer names it.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// faults.inject(Rule::new(Fault::Unreachable).verbs(&[Verb::List]));
+/// let _ = configmaps.list(&Default::default()).await;
+/// assert_eq!(faults.requests()[0].verb, Verb::List);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verb {
     /// `GET` of one object.
@@ -52,6 +69,14 @@ pub enum Verb {
 
 impl Verb {
     /// The verbs that change objects.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_testenv::faults::Verb;
+    /// assert!(Verb::WRITES.contains(&Verb::Patch));
+    /// assert!(!Verb::WRITES.contains(&Verb::Watch));
+    /// ```
     pub const WRITES: [Self; 5] = [
         Self::Create,
         Self::Update,
@@ -62,6 +87,27 @@ impl Verb {
 }
 
 /// A request as the rules see it.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// faults.inject(Rule::new(Fault::Unreachable));
+/// let _ = configmaps.replace_status("settings", &Default::default(), &ConfigMap::default()).await;
+/// let seen = &faults.requests()[0];
+/// assert_eq!((seen.verb, seen.resource.as_str()), (Verb::Update, "configmaps"));
+/// assert_eq!(seen.subresource.as_deref(), Some("status"));
+/// assert_eq!(seen.namespace.as_deref(), Some("default"));
+/// assert_eq!(seen.name.as_deref(), Some("settings"));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
     /// Its verb.
@@ -122,6 +168,28 @@ impl Seen {
 }
 
 /// What happens to a request a rule matches.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// // Refused once, then sent 10 ms late (to no server, here).
+/// faults.inject(Rule::new(Fault::status(500, "InternalError", "boom")).times(1));
+/// faults.inject(Rule::new(Fault::Delay(std::time::Duration::from_millis(10))));
+/// match configmaps.get("settings").await {
+///     Err(kube::Error::Api(status)) => assert_eq!(status.code, 500),
+///     other => panic!("{other:?}"),
+/// }
+/// assert!(!matches!(configmaps.get("settings").await, Err(kube::Error::Api(_))));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub enum Fault {
     /// Sent after this delay.
@@ -144,6 +212,28 @@ pub enum Fault {
 
 impl Fault {
     /// An answer with this code, reason and message.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(429, "TooManyRequests", "slow down")));
+    /// match configmaps.list(&Default::default()).await {
+    ///     Err(kube::Error::Api(status)) => {
+    ///         assert_eq!((status.code, status.reason.as_str()), (429, "TooManyRequests"));
+    ///         assert_eq!(status.message, "slow down");
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn status(code: u16, reason: &str, message: &str) -> Self {
         Self::Status {
             code,
@@ -154,6 +244,28 @@ impl Fault {
 }
 
 /// Which requests a fault applies to, and how many times.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// // Refuse the next two updates of one object, then let everything through.
+/// faults.inject(
+///     Rule::new(Fault::status(409, "Conflict", "the object has been modified"))
+///         .verbs(&[Verb::Update])
+///         .namespace("default")
+///         .name("settings")
+///         .times(2),
+/// );
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Rule {
     fault: Fault,
@@ -166,6 +278,24 @@ pub struct Rule {
 
 impl Rule {
     /// `fault` for every request (narrowed by the other methods).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// // Unnarrowed: every request.
+    /// faults.inject(Rule::new(Fault::Unreachable));
+    /// assert!(configmaps.list(&Default::default()).await.is_err());
+    /// assert!(configmaps.get("anything").await.is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn new(fault: Fault) -> Self {
         Self {
             fault,
@@ -178,6 +308,28 @@ impl Rule {
     }
 
     /// Only requests with one of these verbs.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(403, "Forbidden", "no")).verbs(&[Verb::Delete]));
+    /// faults.inject(Rule::new(Fault::Unreachable));
+    /// match configmaps.delete("settings", &Default::default()).await {
+    ///     Err(kube::Error::Api(status)) => assert_eq!(status.code, 403),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// // A get is not a delete: the next rule answers it.
+    /// assert!(!matches!(configmaps.get("settings").await, Err(kube::Error::Api(_))));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn verbs(mut self, verbs: &[Verb]) -> Self {
         self.verbs = verbs.to_vec();
@@ -185,12 +337,51 @@ impl Rule {
     }
 
     /// Only writes (create, update, patch, delete, deletecollection).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(503, "ServiceUnavailable", "read-only")).writes());
+    /// match configmaps.create(&Default::default(), &ConfigMap::default()).await {
+    ///     Err(kube::Error::Api(status)) => assert_eq!(status.code, 503),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn writes(self) -> Self {
         self.verbs(&Verb::WRITES)
     }
 
     /// Only this resource (plural; `leases/status` names a subresource).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// // Only the status subresource of ConfigMaps (say, of an operator's custom resource).
+    /// faults.inject(Rule::new(Fault::status(500, "InternalError", "x")).resource("configmaps/status"));
+    /// match configmaps.get_status("settings").await {
+    ///     Err(kube::Error::Api(status)) => assert_eq!(status.code, 500),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn resource(mut self, resource: &str) -> Self {
         self.resource = Some(resource.to_owned());
@@ -198,6 +389,25 @@ impl Rule {
     }
 
     /// Only in this namespace.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(500, "InternalError", "x")).namespace("default"));
+    /// match configmaps.get("settings").await {
+    ///     Err(kube::Error::Api(status)) => assert_eq!(status.code, 500),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn namespace(mut self, namespace: &str) -> Self {
         self.namespace = Some(namespace.to_owned());
@@ -205,6 +415,22 @@ impl Rule {
     }
 
     /// Only the object of this name.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(404, "NotFound", "gone")).name("settings"));
+    /// assert!(configmaps.get_opt("settings").await?.is_none());
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn name(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
@@ -212,6 +438,24 @@ impl Rule {
     }
 
     /// Only the next `count` requests it matches; then the rule is spent.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(500, "InternalError", "once")).times(1));
+    /// faults.inject(Rule::new(Fault::status(404, "NotFound", "then")));
+    /// assert!(matches!(configmaps.get("a").await, Err(kube::Error::Api(s)) if s.code == 500));
+    /// assert!(matches!(configmaps.get("a").await, Err(kube::Error::Api(s)) if s.code == 404));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn times(mut self, count: usize) -> Self {
         self.times = Some(count);
@@ -238,6 +482,24 @@ impl Rule {
 }
 
 /// A rule's handle, to remove it.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// let id = faults.inject(Rule::new(Fault::status(500, "InternalError", "x")));
+/// faults.remove(id);
+/// faults.inject(Rule::new(Fault::status(404, "NotFound", "after")));
+/// assert!(matches!(configmaps.get("a").await, Err(kube::Error::Api(s)) if s.code == 404));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RuleId(u64);
 
@@ -250,6 +512,25 @@ struct State {
 
 /// The faults a test injects into the clients it made with [`Faults::client`]; clones share
 /// them.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// // A client for an address nothing listens on: the faults answer before anything is sent.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let faults = Faults::new();
+/// let client = faults.client(offline);
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+/// // Clones share the rules: a test keeps one, the code under test gets the client.
+/// let shared = faults.clone();
+/// shared.inject(Rule::new(Fault::Unreachable));
+/// assert!(configmaps.list(&Default::default()).await.is_err());
+/// assert_eq!(faults.requests().len(), 1);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Faults {
     state: Arc<Mutex<State>>,
@@ -273,6 +554,13 @@ impl Default for Faults {
 
 impl Faults {
     /// No faults yet.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let faults = plinth_testenv::faults::Faults::new();
+    /// assert!(faults.requests().is_empty());
+    /// ```
     pub fn new() -> Self {
         Self {
             state: Arc::default(),
@@ -286,6 +574,23 @@ impl Faults {
     }
 
     /// `client` with these faults between it and its server.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// // Without rules, requests go to the server (here: none answers).
+    /// assert!(configmaps.list(&Default::default()).await.is_err());
+    /// assert_eq!(faults.requests()[0].resource, "configmaps");
+    /// # Ok(()) }
+    /// ```
     pub fn client(&self, client: kube::Client) -> kube::Client {
         let namespace = client.default_namespace().to_owned();
         let faults = self.clone();
@@ -296,6 +601,24 @@ impl Faults {
     }
 
     /// Adds a rule (the first rule that matches a request decides).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// // The first matching rule decides.
+    /// faults.inject(Rule::new(Fault::status(409, "Conflict", "first")).resource("configmaps"));
+    /// faults.inject(Rule::new(Fault::status(500, "InternalError", "second")));
+    /// assert!(matches!(configmaps.get("a").await, Err(kube::Error::Api(s)) if s.code == 409));
+    /// # Ok(()) }
+    /// ```
     pub fn inject(&self, rule: Rule) -> RuleId {
         let id = {
             let mut state = self.lock();
@@ -309,12 +632,54 @@ impl Faults {
     }
 
     /// Removes a rule; requests it holds back are sent.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// let hang = faults.inject(Rule::new(Fault::Hang).verbs(&[Verb::Get]));
+    /// let held = tokio::spawn({
+    ///     let configmaps = configmaps.clone();
+    ///     async move { configmaps.get("a").await }
+    /// });
+    /// tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// assert!(!held.is_finished());
+    /// // Removing the rule sends what it held (here, to no server: a connection error).
+    /// faults.remove(hang);
+    /// assert!(held.await?.is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn remove(&self, id: RuleId) {
         self.lock().rules.retain(|(r, _)| *r != id);
         self.changed.send_modify(|n| *n += 1);
     }
 
     /// Removes every rule.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::status(500, "InternalError", "x")));
+    /// faults.clear();
+    /// // Sent again (and, here, not answered).
+    /// assert!(!matches!(configmaps.get("a").await, Err(kube::Error::Api(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn clear(&self) {
         self.lock().rules.clear();
         self.changed.send_modify(|n| *n += 1);
@@ -322,12 +687,49 @@ impl Faults {
 
     /// Ends the open watches of `resource` (all, with `None`) as a server closing them does:
     /// the watcher sees its stream end and watches again.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use futures::TryStreamExt;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_testenv::faults::Faults;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let faults = Faults::new();
+    /// let configmaps: kube::Api<ConfigMap> =
+    ///     kube::Api::namespaced(faults.client(env.client()), "default");
+    /// let mut events = Box::pin(configmaps.watch(&Default::default(), "0").await?);
+    /// faults.drop_watches(Some("configmaps"));
+    /// // The stream ends, as when the server closes a watch: the watcher must watch again.
+    /// while events.try_next().await?.is_some() {}
+    /// # Ok(()) }
+    /// ```
     pub fn drop_watches(&self, resource: Option<&str>) {
         self.drops
             .send_modify(|(n, r)| (*n, *r) = (*n + 1, resource.map(str::to_owned)));
     }
 
     /// Every request the faulty clients were asked to send, in order.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use plinth_testenv::faults::{Fault, Faults, Rule, Verb};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// // A client for an address nothing listens on: the faults answer before anything is sent.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let faults = Faults::new();
+    /// let client = faults.client(offline);
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client, "default");
+    /// faults.inject(Rule::new(Fault::Unreachable));
+    /// let _ = configmaps.list(&Default::default()).await;
+    /// let _ = configmaps.get("settings").await;
+    /// let verbs: Vec<Verb> = faults.requests().iter().map(|s| s.verb).collect();
+    /// assert_eq!(verbs, [Verb::List, Verb::Get]);
+    /// # Ok(()) }
+    /// ```
     pub fn requests(&self) -> Vec<Seen> {
         self.lock().seen.clone()
     }

@@ -33,6 +33,20 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use served::Served;
 
 /// What can go wrong starting or using the test server.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// // Every failure names its step; a CRD the server refuses is `InstallCrd`.
+/// let env = plinth_testenv::TestEnv::start().await.expect("a test server");
+/// let nameless = Default::default();
+/// match env.install_crd(&nameless).await {
+///     Err(plinth_testenv::Error::InstallCrd { source, .. }) => println!("refused: {source}"),
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The temporary directory could not be made.
@@ -68,6 +82,21 @@ pub enum Error {
 type AgentTask = tokio::task::JoinHandle<Result<(), plinth_node::AgentError>>;
 
 /// A running in-process API server; dropping it stops the server.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// configmaps.create(&Default::default(), &cm).await?;
+/// assert!(configmaps.get_opt("settings").await?.is_some());
+/// env.stop().await;
+/// # Ok(()) }
+/// ```
 pub struct TestEnv {
     server: Option<plinth_apiserver::RunningServer>,
     store: std::sync::Arc<dyn plinth_store::Store>,
@@ -91,6 +120,15 @@ impl TestEnv {
     ///
     /// # Errors
     /// If the server cannot start or its kubeconfig cannot be read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), plinth_testenv::Error> {
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// assert!(env.kubeconfig().exists());
+    /// # Ok(()) }
+    /// ```
     pub async fn start() -> Result<Self, Error> {
         Self::start_with(plinth_controllers::Settings::default(), None).await
     }
@@ -101,6 +139,22 @@ impl TestEnv {
     ///
     /// # Errors
     /// If the server or the agent cannot start.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// // Pods scheduled to `node-a` run as processes of this machine.
+    /// let env = plinth_testenv::TestEnv::start_with_node("node-a").await?;
+    /// let pods: kube::Api<Pod> = kube::Api::namespaced(env.client(), "default");
+    /// let pod: Pod = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"name": "sleeper"},
+    ///     "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "60"]}]}
+    /// }))?;
+    /// pods.create(&Default::default(), &pod).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn start_with_node(node: &str) -> Result<Self, Error> {
         let slot = Slot::take();
         plinth_types::core::service::set_service_range(&slot.service_range())
@@ -154,6 +208,16 @@ impl TestEnv {
     }
 
     /// A client for the server (clones share one connection pool).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let version = env.client().apiserver_version().await?;
+    /// assert_eq!(version.major, "1");
+    /// # Ok(()) }
+    /// ```
     pub fn client(&self) -> kube::Client {
         self.client.clone()
     }
@@ -165,6 +229,23 @@ impl TestEnv {
     /// # Errors
     /// If the Lease cannot be read or written (a conflict with the holder's renewal is tried
     /// again, up to ten times).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::coordination::v1::Lease;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let leases: kube::Api<Lease> = kube::Api::namespaced(env.client(), "default");
+    /// let mut lease = Lease::default();
+    /// lease.metadata.name = Some("my-operator".into());
+    /// leases.create(&Default::default(), &lease).await?;
+    /// // Another replica takes over: the elector under test must notice at its next renewal.
+    /// env.take_lease("default", "my-operator", "the-other-replica").await?;
+    /// let taken = leases.get("my-operator").await?;
+    /// assert_eq!(taken.spec.unwrap().holder_identity.as_deref(), Some("the-other-replica"));
+    /// # Ok(()) }
+    /// ```
     pub async fn take_lease(
         &self,
         namespace: &str,
@@ -191,6 +272,18 @@ impl TestEnv {
     }
 
     /// The kubeconfig file the server wrote (for processes under test).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), plinth_testenv::Error> {
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// // An operator under test, started as a process, reads the server's address from it.
+    /// let mut operator = std::process::Command::new("true");
+    /// operator.env("KUBECONFIG", env.kubeconfig());
+    /// assert!(operator.status().expect("run").success());
+    /// # Ok(()) }
+    /// ```
     pub fn kubeconfig(&self) -> &Path {
         self.server
             .as_ref()
@@ -201,6 +294,33 @@ impl TestEnv {
     ///
     /// # Errors
     /// If the CRD is refused, or not established within 10 s.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"name": "widgets.example.com"},
+    ///     "spec": {
+    ///         "group": "example.com",
+    ///         "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+    ///         "scope": "Namespaced",
+    ///         "versions": [{"name": "v1", "served": true, "storage": true,
+    ///             "schema": {"openAPIV3Schema": {"type": "object",
+    ///                 "x-kubernetes-preserve-unknown-fields": true}}}]
+    ///     }
+    /// }))?;
+    /// env.install_crd(&crd).await?;
+    /// // Served at once: a dynamic client lists widgets.
+    /// let gvk = kube::api::GroupVersionKind::gvk("example.com", "v1", "Widget");
+    /// let widgets = kube::api::ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    /// let api: kube::Api<kube::api::DynamicObject> =
+    ///     kube::Api::namespaced_with(env.client(), "default", &widgets);
+    /// assert!(api.list(&Default::default()).await?.items.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn install_crd(&self, crd: &CustomResourceDefinition) -> Result<(), Error> {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let crds: Api<CustomResourceDefinition> = Api::all(self.client());
@@ -235,6 +355,31 @@ impl TestEnv {
     ///
     /// # Errors
     /// If the storage cannot be opened or written, or the server cannot start again.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let mut env = plinth_testenv::TestEnv::start().await?;
+    /// let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+    /// let before = configmaps.list(&Default::default()).await?.metadata.resource_version;
+    /// // Written behind the server's back, history compacted: an informer must relist to see it.
+    /// let object = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+    ///     "metadata": {"name": "sneaked", "namespace": "default",
+    ///                  "uid": "8e1b6c1e-0000-4000-8000-000000000001",
+    ///                  "creationTimestamp": "2026-01-01T00:00:00Z"}});
+    /// env.restart_with_compaction(&[("/configmaps/default/sneaked", object)]).await?;
+    /// use futures::TryStreamExt;
+    /// let params = kube::api::WatchParams::default();
+    /// let mut events = Box::pin(configmaps.watch(&params, &before.unwrap()).await?);
+    /// match events.try_next().await? {
+    ///     Some(kube::api::WatchEvent::Error(gone)) => assert_eq!(gone.code, 410),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// assert!(configmaps.get_opt("sneaked").await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn restart_with_compaction(
         &mut self,
         objects: &[(&str, serde_json::Value)],
@@ -258,6 +403,18 @@ impl TestEnv {
 
     /// Stops the node agent (its pods' processes first) and the server: in-flight requests
     /// finish, watches end.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), plinth_testenv::Error> {
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let client = env.client();
+    /// env.stop().await;
+    /// // Nothing answers any more.
+    /// assert!(client.apiserver_version().await.is_err());
+    /// # Ok(()) }
+    /// ```
     pub async fn stop(mut self) {
         if let Some((stop, task)) = self.agent.take() {
             let _ = stop.send(true);
@@ -339,6 +496,13 @@ async fn client_for(kubeconfig: &Path) -> Result<kube::Client, Error> {
 /// How long a test waits for a condition before it gives up: a hang guard far above any wait
 /// a test expects, even on a loaded machine — not a measurement (no test asserts a duration;
 /// figures live in the benchmarks).
+///
+/// # Example
+///
+/// ```
+/// // Longer than any wait a test expects — a guard against hanging, not a measurement.
+/// assert!(plinth_testenv::HANG_GUARD >= std::time::Duration::from_secs(60));
+/// ```
 pub const HANG_GUARD: Duration = Duration::from_secs(120);
 
 /// Polls `check` until it holds. Fails the test, naming `what`, only if it never does (the
@@ -346,6 +510,21 @@ pub const HANG_GUARD: Duration = Duration::from_secs(120);
 ///
 /// # Panics
 /// When `check` still does not hold after [`HANG_GUARD`].
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// let polls = AtomicU32::new(0);
+/// // Polled every 50 ms until it holds (here on the third poll).
+/// plinth_testenv::eventually("the third poll", || async {
+///     polls.fetch_add(1, Ordering::SeqCst) >= 2
+/// })
+/// .await;
+/// assert_eq!(polls.load(Ordering::SeqCst), 3);
+/// # }
+/// ```
 pub async fn eventually<F: std::future::Future<Output = bool>>(
     what: &str,
     mut check: impl FnMut() -> F,
@@ -363,6 +542,19 @@ pub async fn eventually<F: std::future::Future<Output = bool>>(
 ///
 /// # Panics
 /// When `check` still does not hold after [`HANG_GUARD`].
+///
+/// # Example
+///
+/// ```
+/// let file = std::env::temp_dir().join(format!("eventually-{}", std::process::id()));
+/// let writer = {
+///     let file = file.clone();
+///     std::thread::spawn(move || std::fs::write(file, "done"))
+/// };
+/// plinth_testenv::eventually_blocking("the file is written", || file.exists());
+/// writer.join().expect("writer").expect("write");
+/// std::fs::remove_file(&file).expect("remove");
+/// ```
 pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
     let started = std::time::Instant::now();
     while !check() {
@@ -377,6 +569,16 @@ pub fn eventually_blocking(what: &str, mut check: impl FnMut() -> bool) {
 /// A number no other test server on the machine holds while this one lives: its pods and
 /// Services get address ranges of their own (two clusters' agents on one range would
 /// answer each other's ClusterIPs).
+///
+/// # Example
+///
+/// ```
+/// let slot = plinth_testenv::Slot::take();
+/// // Its own loopback ranges, for `plinth serve`:
+/// let args = slot.args();
+/// assert_eq!(args[0], "--service-cluster-ip-range");
+/// // ... start `plinth serve` with `args`; the number is free again when `slot` drops.
+/// ```
 pub struct Slot {
     /// The number (0–63): pods get `127.(64+N).0.0/16`, Services `127.(128+N).0.0/16`.
     pub number: u8,
@@ -388,6 +590,13 @@ impl Slot {
     ///
     /// # Panics
     /// When the slots' directory cannot be made, or no number frees up for a minute.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let (a, b) = (plinth_testenv::Slot::take(), plinth_testenv::Slot::take());
+    /// assert_ne!(a.number, b.number);
+    /// ```
     pub fn take() -> Self {
         let dir = std::env::temp_dir().join("plinth-test-slots");
         if std::fs::create_dir_all(&dir).is_err() {
@@ -419,17 +628,40 @@ impl Slot {
     }
 
     /// The Services' range (`--service-cluster-ip-range`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let slot = plinth_testenv::Slot::take();
+    /// assert_eq!(slot.service_range(), format!("127.{}.0.0/16", 128 + u16::from(slot.number)));
+    /// ```
     pub fn service_range(&self) -> String {
         format!("127.{}.0.0/16", 128 + u16::from(self.number))
     }
 
     /// The pods' range (`--cluster-cidr`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let slot = plinth_testenv::Slot::take();
+    /// assert_eq!(slot.pod_range(), format!("127.{}.0.0/16", 64 + u16::from(slot.number)));
+    /// ```
     pub fn pod_range(&self) -> String {
         format!("127.{}.0.0/16", 64 + u16::from(self.number))
     }
 
     /// `plinth serve` arguments giving ranges outside loopback (a `/20` of `172.20.0.0/14`
     /// for pods, of `172.24.0.0/14` for Services): each pod in a network namespace of its own.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let slot = plinth_testenv::Slot::take();
+    /// let args = slot.private_args();
+    /// assert_eq!(args[0], "--service-cluster-ip-range");
+    /// assert!(args[1].starts_with("172.") && args[1].ends_with("/20"));
+    /// ```
     pub fn private_args(&self) -> Vec<String> {
         let (high, low) = (
             u16::from(self.number) / 16,
@@ -444,6 +676,17 @@ impl Slot {
     }
 
     /// `plinth serve` arguments giving the ranges.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let slot = plinth_testenv::Slot::take();
+    /// assert_eq!(
+    ///     slot.args(),
+    ///     ["--service-cluster-ip-range".to_owned(), slot.service_range(),
+    ///      "--cluster-cidr".to_owned(), slot.pod_range()]
+    /// );
+    /// ```
     pub fn args(&self) -> Vec<String> {
         vec![
             "--service-cluster-ip-range".into(),
@@ -466,6 +709,15 @@ impl Drop for Slot {
 ///
 /// # Panics
 /// When no port can be bound.
+///
+/// # Example
+///
+/// ```
+/// let port = plinth_testenv::free_port();
+/// assert!((20_000..32_000).contains(&port));
+/// // Free now: a process under test is told to listen there.
+/// std::net::TcpListener::bind(("127.0.0.1", port)).expect("free");
+/// ```
 pub fn free_port() -> u16 {
     use std::hash::{BuildHasher, Hasher};
     for _ in 0..1000 {
@@ -481,6 +733,16 @@ pub fn free_port() -> u16 {
 
 /// The body of `GET path` from `127.0.0.1:port` over plain HTTP (a manager's `/metrics`),
 /// headers included; empty when nothing answers.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// // A manager's metrics endpoint, say; nothing listens here, so the answer is empty.
+/// let port = plinth_testenv::free_port();
+/// assert_eq!(plinth_testenv::scrape(port, "/metrics").await, "");
+/// # }
+/// ```
 pub async fn scrape(port: u16, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
@@ -498,6 +760,15 @@ pub async fn scrape(port: u16, path: &str) -> String {
 ///
 /// # Panics
 /// When the build fails.
+///
+/// # Example
+///
+/// ```no_run
+/// // In an operator's integration test, with `env!("CARGO_BIN_EXE_my-operator")` and
+/// // `env!("CARGO")`:
+/// let plinth = plinth_testenv::plinth_binary("target/debug/my-operator", "cargo");
+/// let served = plinth_testenv::Served::start(plinth, "node-a", &[], false);
+/// ```
 pub fn plinth_binary(exe: &str, cargo: &str) -> PathBuf {
     let binary = Path::new(exe).with_file_name("plinth");
     if !binary.exists() {
@@ -511,6 +782,13 @@ pub fn plinth_binary(exe: &str, cargo: &str) -> PathBuf {
 }
 
 /// A process on this machine as `/proc` shows it.
+///
+/// # Example
+///
+/// ```
+/// let me = plinth_testenv::processes(|p| p.pid == std::process::id());
+/// assert_eq!(me, [std::process::id()]);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Process {
     /// Its PID (in this PID namespace).
@@ -523,6 +801,18 @@ pub struct Process {
 
 impl Process {
     /// Whether its environment holds `NAME=value` exactly.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let process = plinth_testenv::Process {
+    ///     pid: 1,
+    ///     args: vec!["redis-server".into()],
+    ///     env: vec!["POD_NAME=redis-0".into()],
+    /// };
+    /// assert!(process.has_env("POD_NAME", "redis-0"));
+    /// assert!(!process.has_env("POD_NAME", "redis"));
+    /// ```
     #[must_use]
     pub fn has_env(&self, name: &str, value: &str) -> bool {
         let wanted = format!("{name}={value}");
@@ -532,6 +822,23 @@ impl Process {
 
 /// The PIDs of the processes running now that `pick` accepts (to signal one a test started
 /// indirectly, say a pod's, by its PID — never by name).
+///
+/// # Example
+///
+/// ```
+/// let mut child = std::process::Command::new("sleep")
+///     .arg("30")
+///     .env("MARK", "processes-example")
+///     .spawn()
+///     .expect("sleep");
+/// // (Until it has started, the child shows its parent's environment.)
+/// plinth_testenv::eventually_blocking("the child runs", || {
+///     plinth_testenv::processes(|p| p.has_env("MARK", "processes-example")) == [child.id()]
+/// });
+/// // Stopped by its PID, never by name.
+/// child.kill().expect("kill");
+/// child.wait().expect("wait");
+/// ```
 #[must_use]
 pub fn processes(pick: impl Fn(&Process) -> bool) -> Vec<u32> {
     let words = |path: PathBuf| -> Vec<String> {
@@ -564,6 +871,20 @@ pub fn processes(pick: impl Fn(&Process) -> bool) -> Vec<u32> {
 
 /// The PID of the process whose command line, as it titles itself, starts with `program`
 /// and names `word` among its words (`redis-server` retitles itself `redis-server <ip>:6379`).
+///
+/// # Example
+///
+/// ```
+/// let mut child = std::process::Command::new("sleep")
+///     .arg("31.5")
+///     .spawn()
+///     .expect("sleep");
+/// plinth_testenv::eventually_blocking("sleep titles itself", || {
+///     plinth_testenv::titled("sleep", "31.5") == Some(child.id())
+/// });
+/// child.kill().expect("kill");
+/// child.wait().expect("wait");
+/// ```
 #[must_use]
 pub fn titled(program: &str, word: &str) -> Option<u32> {
     processes(|p| {

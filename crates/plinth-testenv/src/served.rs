@@ -8,6 +8,18 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
 /// A running `plinth serve`.
+///
+/// # Example
+///
+/// ```no_run
+/// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+/// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+/// // kubectl against it; the pods' images run as the mapped executables.
+/// served.ok(&["run", "cache", "--image=redis:7"]);
+/// served.ok(&["wait", "--for=condition=Ready", "pod/cache", "--timeout=120s"]);
+/// // Dropping it stops the server by its PID (SIGTERM first: its pods stop too).
+/// drop(served);
+/// ```
 pub struct Served {
     child: Child,
     /// Its kubeconfig.
@@ -33,6 +45,15 @@ impl Served {
     ///
     /// # Panics
     /// When it cannot be started or never prints its kubeconfig.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// assert!(served.kubeconfig.exists());
+    /// assert!(served.dir.join("images.yaml").exists());
+    /// ```
     pub fn start(plinth: PathBuf, node: &str, images: &[(&str, &str)], private: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("{node}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -88,6 +109,15 @@ impl Served {
     ///
     /// # Panics
     /// When kubectl cannot be run.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let out = served.kubectl_input(&["apply", "-f", "-"], b"apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n");
+    /// assert!(out.status.success());
+    /// ```
     pub fn kubectl_input(&self, args: &[&str], input: &[u8]) -> Output {
         let mut child = Command::new("kubectl")
             .args(args)
@@ -107,6 +137,15 @@ impl Served {
     }
 
     /// kubectl with `args`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let out = served.kubectl(&["get", "pod", "missing"]);
+    /// assert!(!out.status.success());
+    /// ```
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_input(args, b"")
     }
@@ -115,6 +154,15 @@ impl Served {
     ///
     /// # Panics
     /// When kubectl fails.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let printed = served.ok_input(&["create", "-f", "-"], b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n");
+    /// assert_eq!(printed.trim(), "configmap/settings created");
+    /// ```
     pub fn ok_input(&self, args: &[&str], input: &[u8]) -> String {
         let out = self.kubectl_input(args, input);
         assert!(
@@ -126,6 +174,15 @@ impl Served {
     }
 
     /// As [`Served::ok_input`], without input.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let names = served.ok(&["get", "namespaces", "-o", "name"]);
+    /// assert!(names.lines().any(|l| l == "namespace/kube-system"));
+    /// ```
     pub fn ok(&self, args: &[&str]) -> String {
         self.ok_input(args, b"")
     }
@@ -134,6 +191,15 @@ impl Served {
     ///
     /// # Panics
     /// When kubectl succeeds.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let error = served.refused(&["create", "-f", "-"], b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Not_A_Name}\n");
+    /// assert!(error.contains("is invalid"));
+    /// ```
     pub fn refused(&self, args: &[&str], input: &[u8]) -> String {
         let out = self.kubectl_input(args, input);
         assert!(!out.status.success(), "kubectl {args:?} succeeded");
@@ -144,6 +210,15 @@ impl Served {
     ///
     /// # Panics
     /// When kubectl fails or prints no JSON.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// let node = served.json(&["get", "node", "node-a"]);
+    /// assert_eq!(node["metadata"]["name"], "node-a");
+    /// ```
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut full = args.to_vec();
         full.extend(["-o", "json"]);
@@ -152,6 +227,16 @@ impl Served {
 
     /// The audit events logged so far (`audit.k8s.io/v1` Events at `Metadata` level: verb,
     /// user, `userAgent`, object reference, `requestReceivedTimestamp`, response code).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # let plinth = std::path::PathBuf::from("target/debug/plinth");
+    /// let served = plinth_testenv::Served::start(plinth, "node-a", &[("redis:*", "/usr/bin/redis-server")], false);
+    /// served.ok(&["get", "configmaps"]);
+    /// assert!(served.audit_events().iter().any(|e| e["verb"] == "list"
+    ///     && e["objectRef"]["resource"] == "configmaps"));
+    /// ```
     pub fn audit_events(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.dir.join("audit.log"))
             .unwrap_or_default()
