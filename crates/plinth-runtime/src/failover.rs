@@ -27,6 +27,13 @@ use kube::client::Body;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 /// Why a failover client could not be built.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::failover::{client, FailoverError};
+/// assert!(matches!(client(Vec::new()), Err(FailoverError::NoServers)));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum FailoverError {
     /// The kubeconfig could not be read or one of its contexts could not be used.
@@ -135,6 +142,21 @@ fn never_sent(e: &kube::Error) -> bool {
 ///
 /// # Errors
 /// [`FailoverError::NoServers`] for no configs; a client error if one cannot be built.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let kubeconfig = kube::config::Kubeconfig::read_from(env.kubeconfig())?;
+/// let live = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+/// // A server that is gone first, then the live one: requests fail over to it.
+/// let mut gone = live.clone();
+/// gone.cluster_url = "https://127.0.0.1:9".parse()?;
+/// let client = plinth_runtime::failover::client(vec![gone, live])?;
+/// assert_eq!(client.apiserver_version().await?.major, "1");
+/// # Ok(()) }
+/// ```
 pub fn client(configs: Vec<kube::Config>) -> Result<kube::Client, FailoverError> {
     let default_namespace = configs
         .first()
@@ -158,6 +180,18 @@ pub fn client(configs: Vec<kube::Config>) -> Result<kube::Client, FailoverError>
 ///
 /// # Errors
 /// A kubeconfig error if a context cannot be turned into a config.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let kubeconfig = kube::config::Kubeconfig::read_from(env.kubeconfig())?;
+/// // One server here; `plinth kubeconfig --servers a,b,c` writes a context per server.
+/// let configs = plinth_runtime::failover::configs_from_kubeconfig(&kubeconfig).await?;
+/// assert_eq!(configs.len(), 1);
+/// # Ok(()) }
+/// ```
 pub async fn configs_from_kubeconfig(
     kubeconfig: &Kubeconfig,
 ) -> Result<Vec<kube::Config>, FailoverError> {
@@ -218,6 +252,17 @@ pub async fn configs_from_kubeconfig(
 ///
 /// # Errors
 /// As [`configs_from_kubeconfig`] and [`client`].
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // Every server of `KUBECONFIG`'s current control plane, one after another as they fail.
+/// let client = plinth_runtime::failover::client_from_kubeconfig(None).await?;
+/// let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+/// pods.list(&Default::default()).await?;
+/// # Ok(()) }
+/// ```
 pub async fn client_from_kubeconfig(
     path: Option<&std::path::Path>,
 ) -> Result<kube::Client, FailoverError> {

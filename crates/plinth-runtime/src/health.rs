@@ -14,9 +14,26 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A check: `Ok` when healthy, else why not (logged, not served).
+///
+/// # Example
+///
+/// ```
+/// let check: plinth_runtime::health::Check = std::sync::Arc::new(|| Err("no connection".into()));
+/// assert!(check().is_err());
+/// ```
 pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// Which endpoint a check belongs to.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::health::{Checks, Probe};
+/// let checks = Checks::default();
+/// // Readiness waits for the caches; health does not.
+/// assert_eq!(checks.answer(Probe::Ready, false).0, 500);
+/// assert_eq!(checks.answer(Probe::Health, false).0, 200);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {
     /// `/healthz` (and `/livez`): the process should be restarted when failing.
@@ -26,6 +43,16 @@ pub enum Probe {
 }
 
 /// The checks of one manager; clones share them.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::health::{Checks, Probe};
+/// let checks = Checks::default();
+/// let shared = checks.clone();
+/// shared.add_ready("database", || Ok(()));
+/// assert_eq!(checks.answer(Probe::Ready, true), (200, "ok".to_owned()));
+/// ```
 #[derive(Clone, Default)]
 pub struct Checks {
     checks: Arc<Mutex<Vec<(Probe, String, Check)>>>,
@@ -39,6 +66,17 @@ impl std::fmt::Debug for Checks {
 
 impl Checks {
     /// Adds a `/healthz` check named `name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::health::{Checks, Probe};
+    /// let checks = Checks::default();
+    /// checks.add_health("worker", || Err("stuck for 5 minutes".into()));
+    /// let (code, body) = checks.answer(Probe::Health, true);
+    /// assert_eq!(code, 500);
+    /// assert_eq!(body, "[+]ping ok\n[-]worker failed: reason withheld\nhealthz check failed");
+    /// ```
     pub fn add_health(
         &self,
         name: &str,
@@ -48,6 +86,17 @@ impl Checks {
     }
 
     /// Adds a `/readyz` check named `name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::health::{Checks, Probe};
+    /// let checks = Checks::default();
+    /// checks.add_ready("database", || Err("connection refused".into()));
+    /// let (code, body) = checks.answer(Probe::Ready, true);
+    /// assert_eq!(code, 500);
+    /// assert!(body.contains("[+]informer-sync ok\n[-]database failed: reason withheld"));
+    /// ```
     pub fn add_ready(
         &self,
         name: &str,
@@ -65,6 +114,17 @@ impl Checks {
 
     /// The status code and body of `probe`; `synced` is whether the manager's caches have
     /// synced (a readiness condition of its own, `informer-sync`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::health::{Checks, Probe};
+    /// let checks = Checks::default();
+    /// let (code, body) = checks.answer(Probe::Ready, false);
+    /// assert_eq!(code, 500);
+    /// assert!(body.contains("[-]informer-sync failed: reason withheld"));
+    /// assert_eq!(checks.answer(Probe::Ready, true), (200, "ok".to_owned()));
+    /// ```
     pub fn answer(&self, probe: Probe, synced: bool) -> (u16, String) {
         let checks: Vec<(String, Check)> = self
             .checks

@@ -53,6 +53,25 @@ where
 ///
 /// # Errors
 /// A retryable error if the write fails (a conflict included).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::helpers::ensure_finalizer;
+/// assert!(ensure_finalizer(&api, &cm, "example.com/cleanup").await?);
+/// let cm = api.get("guarded").await?;
+/// // Already there: nothing written.
+/// assert!(!ensure_finalizer(&api, &cm, "example.com/cleanup").await?);
+/// assert_eq!(cm.metadata.finalizers, Some(vec!["example.com/cleanup".to_owned()]));
+/// # Ok(()) }
+/// ```
 pub async fn ensure_finalizer<K>(
     api: &Api<K>,
     object: &K,
@@ -74,6 +93,24 @@ where
 ///
 /// # Errors
 /// A retryable error if the write fails.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::helpers::{ensure_finalizer, remove_finalizer};
+/// ensure_finalizer(&api, &cm, "example.com/cleanup").await?;
+/// let cm = api.get("guarded").await?;
+/// remove_finalizer(&api, &cm, "example.com/cleanup").await?;
+/// assert_eq!(api.get("guarded").await?.metadata.finalizers, None);
+/// # Ok(()) }
+/// ```
 pub async fn remove_finalizer<K>(
     api: &Api<K>,
     object: &K,
@@ -95,6 +132,30 @@ where
 }
 
 /// What a finalizer-guarded reconcile is asked to do (see [`finalizer`]).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::controller::Action;
+/// use plinth_runtime::helpers::{finalizer, FinalizerEvent};
+/// let action = finalizer(&api, "example.com/cleanup", std::sync::Arc::new(cm), |event| async move {
+///     match event {
+///         FinalizerEvent::Apply(_live) => Ok(Action::Done),
+///         FinalizerEvent::Cleanup(_deleted) => Ok(Action::Done),
+///     }
+/// })
+/// .await?;
+/// // A live object without the finalizer gets it first; the next reconcile applies.
+/// assert_eq!(action, Action::Done);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub enum FinalizerEvent<K> {
     /// The object lives (and carries the finalizer): bring the world in line with it.
@@ -114,6 +175,38 @@ pub enum FinalizerEvent<K> {
 ///
 /// # Errors
 /// The reconcile's own error, or a retryable one if a finalizer write fails.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::controller::Action;
+/// use plinth_runtime::helpers::{finalizer, FinalizerEvent};
+/// let reconcile = |object: std::sync::Arc<ConfigMap>| {
+///     let api = api.clone();
+///     async move {
+///         finalizer(&api, "example.com/cleanup", object, |event| async move {
+///             match event {
+///                 FinalizerEvent::Apply(_) => Ok(Action::Done),
+///                 // Clean up what the object owns outside the cluster, then let it go.
+///                 FinalizerEvent::Cleanup(_) => Ok(Action::Done),
+///             }
+///         })
+///         .await
+///     }
+/// };
+/// reconcile(std::sync::Arc::new(cm)).await?; // adds the finalizer
+/// api.delete("guarded", &Default::default()).await?; // held by it
+/// reconcile(std::sync::Arc::new(api.get("guarded").await?)).await?; // cleans up, removes it
+/// assert!(api.get_opt("guarded").await?.is_none());
+/// # Ok(()) }
+/// ```
 pub async fn finalizer<K, F, Fut>(
     api: &Api<K>,
     name: &str,
@@ -135,6 +228,26 @@ where
 ///
 /// # Errors
 /// The reconcile's own error, or a retryable one if a finalizer write fails.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::controller::Action;
+/// use plinth_runtime::helpers::{ensure_finalizer, finalizer_when, FinalizerEvent};
+/// ensure_finalizer(&api, &cm, "example.com/cleanup").await?;
+/// let cm = std::sync::Arc::new(api.get("guarded").await?);
+/// // `deletionPolicy: Retain`, say: the finalizer goes and no clean-up will run.
+/// finalizer_when(&api, "example.com/cleanup", false, cm, |_| async { Ok(Action::Done) }).await?;
+/// assert_eq!(api.get("guarded").await?.metadata.finalizers, None);
+/// # Ok(()) }
+/// ```
 pub async fn finalizer_when<K, F, Fut>(
     api: &Api<K>,
     name: &str,
@@ -174,6 +287,22 @@ where
 
 /// An owner reference to `owner` marking it the controller (and blocking its foreground
 /// deletion until the dependent is gone).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// let owner = plinth_runtime::helpers::controller_reference(&cm).expect("a created object");
+/// assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("ConfigMap", "guarded"));
+/// assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
+/// # Ok(()) }
+/// ```
 pub fn controller_reference<K>(owner: &K) -> Option<OwnerReference>
 where
     K: Resource,
@@ -185,6 +314,19 @@ where
 }
 
 /// A status condition (metav1.Condition's fields).
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::helpers::Condition;
+/// // As it appears in a status: metav1.Condition's JSON.
+/// let ready: Condition = serde_json::from_value(serde_json::json!({
+///     "type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z",
+///     "reason": "Reconciled", "message": "", "observedGeneration": 3
+/// }))
+/// .unwrap();
+/// assert_eq!((ready.type_.as_str(), ready.observed_generation), ("Ready", Some(3)));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -207,6 +349,17 @@ pub struct Condition {
 
 /// Sets condition `type_` in `conditions`, keeping its transition time when its status is
 /// unchanged.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::helpers::set_condition;
+/// let mut conditions = Vec::new();
+/// set_condition(&mut conditions, "Ready", false, "Creating", "waiting", Some(1));
+/// set_condition(&mut conditions, "Ready", true, "Reconciled", "", Some(1));
+/// assert_eq!(conditions.len(), 1);
+/// assert_eq!((conditions[0].status.as_str(), conditions[0].reason.as_str()), ("True", "Reconciled"));
+/// ```
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -239,6 +392,22 @@ pub fn set_condition(
 }
 
 /// Records events (`events.k8s.io/v1`) about objects.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::helpers::EventRecorder;
+/// let events = EventRecorder::new(env.client(), "example.com/my-operator", "my-operator-0");
+/// events.publish(&cm, false, "Configured", "Reconcile", "settings applied").await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct EventRecorder {
     client: kube::Client,
@@ -257,6 +426,21 @@ impl Debug for EventRecorder {
 impl EventRecorder {
     /// A recorder reporting as `controller` (e.g. `platform.plinth.dev/tenant-operator`) from
     /// `instance` (the pod or host name).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("guarded".into());
+    /// let cm = api.create(&Default::default(), &cm).await?;
+    /// let events = plinth_runtime::helpers::EventRecorder::new(env.client(), "example.com/my-operator", "host-1");
+    /// events.publish(&cm, true, "Invalid", "Validate", "no key `mode`").await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
         Self {
             client,
@@ -270,6 +454,27 @@ impl EventRecorder {
     ///
     /// # Errors
     /// If the event cannot be created.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("guarded".into());
+    /// let cm = api.create(&Default::default(), &cm).await?;
+    /// use k8s_openapi::api::events::v1::Event;
+    /// let events = plinth_runtime::helpers::EventRecorder::new(env.client(), "example.com/my-operator", "host-1");
+    /// events.publish(&cm, false, "Configured", "Reconcile", "settings applied").await?;
+    /// let recorded: kube::Api<Event> = kube::Api::namespaced(env.client(), "default");
+    /// let listed = recorded.list(&Default::default()).await?;
+    /// let event = listed.items.iter().find(|e| e.reason.as_deref() == Some("Configured")).unwrap();
+    /// assert_eq!(event.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("guarded"));
+    /// assert_eq!(event.type_.as_deref(), Some("Normal"));
+    /// # Ok(()) }
+    /// ```
     pub async fn publish<K>(
         &self,
         object: &K,
@@ -314,6 +519,28 @@ impl EventRecorder {
 ///
 /// # Errors
 /// The last error, or any error other than a conflict.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api: kube::Api<ConfigMap> = kube::Api::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("guarded".into());
+/// let cm = api.create(&Default::default(), &cm).await?;
+/// use plinth_runtime::helpers::retry_on_conflict;
+/// // Read, change, write — again from a fresh read if someone else wrote in between.
+/// let updated = retry_on_conflict(5, || async {
+///     let mut current = api.get("guarded").await?;
+///     current.data.get_or_insert_with(Default::default).insert("mode".into(), "fast".into());
+///     api.replace("guarded", &Default::default(), &current).await
+/// })
+/// .await?;
+/// assert_eq!(updated.data.unwrap()["mode"], "fast");
+/// # Ok(()) }
+/// ```
 pub async fn retry_on_conflict<T, F, Fut>(attempts: usize, mut write: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
