@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Which public items of a library crate have no example in their documentation.
 
-    python3 tools/book/examples.py [--require] CRATE_DIR...
+    python3 tools/book/examples.py [--require] [--summary] CRATE_DIR...
 
 An item is a `pub` function (methods included), struct, enum, trait, constant, static or type
 alias, outside `#[cfg(test)]` modules and not `#[doc(hidden)]`; it has an example when its doc
 comment holds a code block (```). Prints each crate's count and the items without one; with
-`--require`, exits 1 if any crate has such an item (the doc tests themselves run with
+`--require`, exits 1 if any crate has such an item; with `--summary`, prints the counts only (the doc tests themselves run with
 `cargo test --doc`).
 """
 
@@ -63,7 +63,8 @@ def items(path):
 
 def main(argv):
     require = "--require" in argv
-    crates = [a for a in argv if a != "--require"]
+    summary = "--summary" in argv
+    crates = [a for a in argv if a not in ("--require", "--summary")]
     missing_any = False
     for crate in crates:
         src = pathlib.Path(crate) / "src"
@@ -76,7 +77,8 @@ def main(argv):
         print(f"{crate}: {total - len(missing)} of {total} public items have an example")
         if missing:
             missing_any = True
-            print("\n".join(missing))
+            if not summary:
+                print("\n".join(missing))
     return 1 if (require and missing_any) else 0
 
 

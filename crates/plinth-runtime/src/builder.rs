@@ -41,6 +41,24 @@ use crate::manager::Manager;
 use crate::metrics::DuplicateController;
 
 /// Why a controller could not be registered.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use std::sync::Arc;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Action, BuildError, Manager};
+/// # let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let api = kube::Api::<ConfigMap>::default_namespaced(client);
+/// let reconcile = |_: Arc<ConfigMap>, _: Arc<()>| async { Ok(Action::Done) };
+/// let mut manager = Manager::new();
+/// manager.controller(api.clone()).named("settings").run(reconcile, Arc::new(()))?;
+/// // A second controller of the same name would overwrite the first one's metrics.
+/// let twice = manager.controller(api).named("settings").run(reconcile, Arc::new(()));
+/// assert!(matches!(twice, Err(BuildError::Duplicate(_))));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// Another controller of that name is registered.
@@ -52,6 +70,38 @@ pub enum BuildError {
 }
 
 /// Builds a controller on a [`Manager`]; see the module docs.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use std::sync::Arc;
+/// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+/// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+/// # let env = plinth_testenv::TestEnv::start().await?;
+/// # let client = env.client();
+/// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+/// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+/// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+/// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+/// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+/// #     Ok(Action::Done)
+/// # }
+/// let mut manager = Manager::new();
+/// manager
+///     .controller(api.clone())
+///     .named("settings")
+///     .concurrency(2)
+///     .run(reconcile, Arc::new(seen))?;
+/// # let running = tokio::spawn(manager.run(std::future::pending()));
+/// # let mut cm = ConfigMap::default();
+/// # cm.metadata.name = Some("settings".into());
+/// # api.create(&Default::default(), &cm).await?;
+/// # // The reconciler saw it: the controller ran as configured.
+/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # running.abort();
+/// # Ok(()) }
+/// ```
 pub struct ControllerBuilder<'m, K> {
     manager: &'m mut Manager,
     primary: Arc<Informer<K>>,
@@ -71,12 +121,50 @@ impl<K> Debug for ControllerBuilder<'_, K> {
 }
 
 /// The bounds every cached type meets.
+///
+/// # Example
+///
+/// ```
+/// // Every `kube` resource type is one: built-in types, `#[derive(CustomResource)]` types,
+/// // `DynamicObject`, `PartialObjectMeta<K>`.
+/// fn cached<K: plinth_runtime::builder::Cached>() {}
+/// cached::<k8s_openapi::api::core::v1::Pod>();
+/// cached::<kube::api::DynamicObject>();
+/// ```
 pub trait Cached: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {}
 impl<T: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static> Cached for T {}
 
 impl Manager {
     /// A controller of the objects `api` reads (its namespace, or all); finish it with
     /// [`ControllerBuilder::run`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// manager.controller(api.clone()).run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn controller<K>(&mut self, api: Api<K>) -> ControllerBuilder<'_, K>
     where
         K: Cached,
@@ -87,6 +175,37 @@ impl Manager {
 
     /// As [`Manager::controller`], with the primary informer's `options` (selectors,
     /// indexes, a transform).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// use plinth_runtime::InformerOptions;
+    /// // Only ConfigMaps named `settings` are watched (and cached).
+    /// let options = InformerOptions::default().fields("metadata.name=settings");
+    /// manager.controller_with(api.clone(), options).run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn controller_with<K>(
         &mut self,
         api: Api<K>,
@@ -103,6 +222,32 @@ impl Manager {
     /// A controller of a primary resource known only at run time: `DynamicObject`s of the
     /// [`kube::core::ApiResource`] `resource` (`api` is `Api::all_with(client, &resource)` or
     /// `namespaced_with`), with the primary informer's `options`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    /// use plinth_runtime::{Action, InformerOptions, Manager, ReconcileError};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// // A type known only at run time (read from a CRD, a flag, a config file).
+    /// let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+    /// let resource = ApiResource::from_gvk_with_plural(&gvk, "configmaps");
+    /// let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(env.client(), "default", &resource);
+    /// let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// let reconcile = move |object: Arc<DynamicObject>, _: Arc<()>| {
+    ///     let _ = seen.send(object.metadata.name.clone().unwrap_or_default());
+    ///     async { Ok::<_, ReconcileError>(Action::Done) }
+    /// };
+    /// let mut manager = Manager::new();
+    /// manager.controller_for(api, &resource, InformerOptions::default()).run(reconcile, Arc::new(()))?;
+    /// let running = tokio::spawn(manager.run(std::future::pending()));
+    /// // The namespace's root CA ConfigMap is reconciled like any other.
+    /// while saw.recv().await.as_deref() != Some("kube-root-ca.crt") {}
+    /// running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn controller_for<K>(
         &mut self,
         api: Api<K>,
@@ -130,6 +275,38 @@ where
     K: Cached,
 {
     /// Also reconciles the controller owner of any object `api` reads that changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // A Secret whose controller owner is a ConfigMap brings that ConfigMap back to reconcile.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .owns(kube::Api::<Secret>::namespaced(client.clone(), "default"))
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn owns<C>(self, api: Api<C>) -> Self
     where
@@ -140,6 +317,40 @@ where
 
     /// As [`ControllerBuilder::owns`], with the owned informer's `options` (e.g. a transform
     /// stripping large fields the reconciler never reads).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// use plinth_runtime::InformerOptions;
+    /// // The Secrets' data is never read by the reconciler: not cached.
+    /// let lean = InformerOptions::default().transform(|secret: &mut Secret| secret.data = None);
+    /// manager
+    ///     .controller(api.clone())
+    ///     .owns_with(kube::Api::<Secret>::namespaced(client.clone(), "default"), lean)
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn owns_with<C>(mut self, api: Api<C>, options: InformerOptions<C>) -> Self
     where
@@ -152,6 +363,44 @@ where
     }
 
     /// Also reconciles the keys `map` gives for any object `api` reads that changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // A Secret `x-tls` asks for the ConfigMap `x` to be reconciled.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .watches(kube::Api::<Secret>::namespaced(client.clone(), "default"), |secret: &Secret| {
+    ///         let name = secret.metadata.name.clone().unwrap_or_default();
+    ///         name.strip_suffix("-tls")
+    ///             .map(|base| ObjectKey { namespace: Some("default".into()), name: base.into() })
+    ///             .into_iter()
+    ///             .collect()
+    ///     })
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn watches<C>(
         self,
@@ -166,6 +415,43 @@ where
 
     /// As [`ControllerBuilder::watches`], with the watched informer's `options` (a selector,
     /// a transform stripping what the reconciler never reads).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// use plinth_runtime::InformerOptions;
+    /// // Only Secrets labelled for this operator are watched.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .watches_with(
+    ///         kube::Api::<Secret>::namespaced(client.clone(), "default"),
+    ///         InformerOptions::default().labels("app.kubernetes.io/managed-by=my-operator"),
+    ///         |_secret: &Secret| vec![ObjectKey { namespace: Some("default".into()), name: "settings".into() }],
+    ///     )
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn watches_with<C>(
         mut self,
@@ -183,6 +469,39 @@ where
     }
 
     /// Reconciles a primary object only for changes that pass `predicate`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // Resyncs (the same resourceVersion again) are not worth a reconcile; for a custom
+    /// // resource, `Predicate::GenerationChanged` also skips status-only writes.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .with_predicate(Predicate::ResourceVersionChanged)
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_predicate(mut self, predicate: Predicate) -> Self {
         self.controller = self.controller.with_predicate(&self.primary, predicate);
@@ -191,6 +510,41 @@ where
 
     /// Reconciles a primary object only for changes `predicate` accepts (a predicate of the
     /// user's own: old and new object in the [`Change`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // Reconciled only when the data changed (or on creation).
+    /// manager
+    ///     .controller(api.clone())
+    ///     .with_predicate_fn(|change| match (&change.old, &change.new) {
+    ///         (Some(old), Some(new)) => old.data != new.data,
+    ///         _ => true,
+    ///     })
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_predicate_fn(
         mut self,
@@ -203,6 +557,37 @@ where
     /// How long the controller waits for its caches to sync (see
     /// [`Controller::cache_sync_timeout`]); the manager's own wait comes first
     /// ([`Manager::cache_sync_timeout`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// manager
+    ///     .controller(api.clone())
+    ///     .cache_sync_timeout(std::time::Duration::from_secs(30))
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
         self.controller = self.controller.cache_sync_timeout(timeout);
@@ -211,6 +596,38 @@ where
 
     /// How long a stop waits for reconciles in flight (see
     /// [`Controller::shutdown_timeout`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // A stop waits up to 10 s for reconciles in flight.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .shutdown_timeout(std::time::Duration::from_secs(10))
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.controller = self.controller.shutdown_timeout(timeout);
@@ -218,11 +635,75 @@ where
     }
 
     /// A token telling reconcilers that the controller is stopping (put it in the context).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// let builder = manager.controller(api.clone());
+    /// // Long reconciles look at it and return early when the controller stops.
+    /// let stopping = builder.stopping();
+    /// assert!(!stopping.is_stopping());
+    /// builder.run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn stopping(&self) -> Stopping {
         self.controller.stopping()
     }
 
     /// Names the controller (its metrics label; by default the kind in lower case).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// let metrics = manager.metrics();
+    /// manager.controller(api.clone()).named("settings-sync").run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// // Its metrics carry the name (once the reconcile that just ran is counted).
+    /// plinth_testenv::eventually("the reconcile counted", || async {
+    ///     metrics.render().contains(r#"controller_runtime_reconcile_total{controller="settings-sync""#)
+    /// }).await;
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn named(mut self, name: &str) -> Self {
         self.name = Some(name.to_owned());
@@ -230,6 +711,34 @@ where
     }
 
     /// How many objects are reconciled at once.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// manager.controller(api.clone()).concurrency(4).run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn concurrency(mut self, workers: usize) -> Self {
         self.controller = self.controller.concurrency(workers);
@@ -237,6 +746,38 @@ where
     }
 
     /// Reconciles every object again every `period`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // Every object again every 10 minutes, changed or not (drift outside the cluster).
+    /// manager
+    ///     .controller(api.clone())
+    ///     .resync_every(std::time::Duration::from_secs(600))
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn resync_every(mut self, period: Duration) -> Self {
         self.controller = self.controller.resync_every(period);
@@ -244,6 +785,38 @@ where
     }
 
     /// What follows a failed reconcile (see [`Controller::error_policy`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // A failed reconcile is tried again in 5 s, whatever the failure.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .error_policy(|_key, _error| Some(Action::RequeueAfter(std::time::Duration::from_secs(5))))
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn error_policy(
         mut self,
@@ -254,6 +827,38 @@ where
     }
 
     /// Runs on every replica, not only while leading (for controllers whose work is local).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // Local work (say, a node-level cache) runs on every replica.
+    /// manager
+    ///     .controller(api.clone())
+    ///     .without_leader_election()
+    ///     .run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn without_leader_election(mut self) -> Self {
         self.runs = crate::manager::Runs::Everywhere;
@@ -268,6 +873,35 @@ where
     /// # Errors
     /// If a controller of the same name is registered on the manager already, or the options
     /// of one of its informers conflict with those of an informer shared already.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Manager, ObjectKey, Predicate, ReconcileError};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let client = env.client();
+    /// # let api = kube::Api::<ConfigMap>::namespaced(client.clone(), "default");
+    /// # type Seen = tokio::sync::mpsc::UnboundedSender<String>;
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// # async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, ReconcileError> {
+    /// #     let _ = seen.send(cm.metadata.name.clone().unwrap_or_default());
+    /// #     Ok(Action::Done)
+    /// # }
+    /// let mut manager = Manager::new();
+    /// // `seen` is the context every reconcile gets.
+    /// manager.controller(api.clone()).run(reconcile, Arc::new(seen))?;
+    /// # let running = tokio::spawn(manager.run(std::future::pending()));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # // The reconciler saw it: the controller ran as configured.
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn run<Ctx, F, Fut>(self, reconcile: F, context: Arc<Ctx>) -> Result<(), BuildError>
     where
         Ctx: Send + Sync + 'static,

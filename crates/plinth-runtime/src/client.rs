@@ -29,6 +29,28 @@ use serde::de::DeserializeOwned;
 use crate::informer::{Cache, ObjectKey};
 
 /// Reads from `cache`, writes through `api`.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// informer.cache().wait_synced().await;
+/// let split = SplitClient::new(informer.cache(), api);
+/// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// split.create(&cm).await?;
+/// let cache = informer.cache();
+/// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+/// // A read is the cache's shared object: no request.
+/// assert_eq!(split.get(&key).unwrap().metadata.name.as_deref(), Some("settings"));
+/// # Ok(()) }
+/// ```
 pub struct SplitClient<K> {
     cache: Cache<K>,
     api: Api<K>,
@@ -54,21 +76,109 @@ where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
 {
     /// A client reading `cache` and writing through `api`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// assert_eq!(split.list().len(), cache.list().len());
+    /// # Ok(()) }
+    /// ```
     pub fn new(cache: Cache<K>, api: Api<K>) -> Self {
         Self { cache, api }
     }
 
     /// The object from the cache.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// let missing = ObjectKey { namespace: Some("default".into()), name: "nope".into() };
+    /// assert!(split.get(&missing).is_none());
+    /// assert!(split.get(&key).is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
         self.cache.get(key)
     }
 
     /// Every cached object.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// assert!(split.list().iter().any(|cm| cm.metadata.name.as_deref() == Some("settings")));
+    /// # Ok(()) }
+    /// ```
     pub fn list(&self) -> Vec<Arc<K>> {
         self.cache.list()
     }
 
     /// Cached objects by index (`namespace`, `owner`, or a custom one).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// // Every informer indexes by namespace.
+    /// assert!(!split.by_index("namespace", "default").is_empty());
+    /// assert!(split.by_index("namespace", "elsewhere").is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<K>> {
         self.cache.by_index(index, value)
     }
@@ -77,6 +187,28 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// // A second create of the same name: the server's 409.
+    /// assert!(matches!(split.create(&cm).await, Err(kube::Error::Api(s)) if s.code == 409));
+    /// # Ok(()) }
+    /// ```
     pub async fn create(&self, object: &K) -> Result<K, kube::Error> {
         self.api.create(&PostParams::default(), object).await
     }
@@ -85,6 +217,32 @@ where
     ///
     /// # Errors
     /// The server's answer (409 on a stale resourceVersion).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// let mut current = (*split.get(&key).unwrap()).clone();
+    /// current.data = Some([("mode".to_owned(), "fast".to_owned())].into());
+    /// let replaced = split.replace("settings", &current).await?;
+    /// // The cached copy was stale once the write landed: replacing it again is a conflict.
+    /// assert!(matches!(split.replace("settings", &current).await, Err(kube::Error::Api(s)) if s.code == 409));
+    /// assert_eq!(replaced.data.unwrap()["mode"], "fast");
+    /// # Ok(()) }
+    /// ```
     pub async fn replace(&self, name: &str, object: &K) -> Result<K, kube::Error> {
         self.api.replace(name, &PostParams::default(), object).await
     }
@@ -93,6 +251,29 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// let patch = kube::api::Patch::Merge(serde_json::json!({"data": {"mode": "slow"}}));
+    /// let patched = split.patch("settings", &patch).await?;
+    /// assert_eq!(patched.data.unwrap()["mode"], "slow");
+    /// # Ok(()) }
+    /// ```
     pub async fn patch<P: Serialize + Debug>(
         &self,
         name: &str,
@@ -105,6 +286,30 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// let intent = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+    ///     "metadata": {"name": "settings"}, "data": {"owner": "my-operator"}});
+    /// let applied = split.apply("settings", "my-operator", &intent).await?;
+    /// assert_eq!(applied.data.unwrap()["owner"], "my-operator");
+    /// # Ok(()) }
+    /// ```
     pub async fn apply<P: Serialize + Debug>(
         &self,
         name: &str,
@@ -124,6 +329,17 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(split: plinth_runtime::SplitClient<k8s_openapi::api::apps::v1::Deployment>) -> Result<(), kube::Error> {
+    /// // The status of one's own custom resource, say; a Deployment's here.
+    /// let status = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+    ///     "metadata": {"name": "web"}, "status": {"observedGeneration": 2}});
+    /// split.apply_status("web", "my-operator", &status).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn apply_status<P: Serialize + Debug>(
         &self,
         name: &str,
@@ -143,6 +359,15 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(split: plinth_runtime::SplitClient<k8s_openapi::api::apps::v1::Deployment>) -> Result<(), kube::Error> {
+    /// let patch = kube::api::Patch::Merge(serde_json::json!({"status": {"observedGeneration": 2}}));
+    /// split.patch_status("web", &patch).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn patch_status<P: Serialize + Debug>(
         &self,
         name: &str,
@@ -157,6 +382,28 @@ where
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, ObjectKey, SplitClient};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// let split = SplitClient::new(informer.cache(), api);
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// split.create(&cm).await?;
+    /// let cache = informer.cache();
+    /// plinth_testenv::eventually("the cache has it", || async { cache.get(&key).is_some() }).await;
+    /// split.delete("settings").await?;
+    /// plinth_testenv::eventually("the cache lets it go", || async { cache.get(&key).is_none() }).await;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete(&self, name: &str) -> Result<(), kube::Error> {
         self.api
             .delete(name, &DeleteParams::background())
@@ -218,6 +465,22 @@ impl ObjectClient {
     }
 
     /// Writes through `client`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// // One writer for every type; the namespace comes from each object.
+    /// assert_eq!(cm.metadata.namespace.as_deref(), Some("default"));
+    /// # Ok(()) }
+    /// ```
     pub fn new(client: kube::Client) -> Self {
         Self { client }
     }
@@ -226,6 +489,21 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// assert!(cm.metadata.uid.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn create<K>(&self, object: &K) -> Result<K, kube::Error>
     where
         K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -240,6 +518,25 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// let mut changed = cm.clone();
+    /// changed.data = Some([("mode".to_owned(), "fast".to_owned())].into());
+    /// writer.replace(&changed).await?;
+    /// // `cm` still carries the old resourceVersion: refused.
+    /// assert!(matches!(writer.replace(&cm).await, Err(kube::Error::Api(s)) if s.code == 409));
+    /// # Ok(()) }
+    /// ```
     pub async fn replace<K>(&self, object: &K) -> Result<K, kube::Error>
     where
         K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -254,6 +551,23 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// let patch = kube::api::Patch::Merge(serde_json::json!({"data": {"mode": "slow"}}));
+    /// let patched = writer.patch(&cm, &patch).await?;
+    /// assert_eq!(patched.data.unwrap()["mode"], "slow");
+    /// # Ok(()) }
+    /// ```
     pub async fn patch<K, P>(&self, object: &K, patch: &Patch<P>) -> Result<K, kube::Error>
     where
         K: Resource + DeserializeOwned + Clone + Debug,
@@ -272,6 +586,29 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// let mut intent = ConfigMap::default();
+    /// intent.metadata.name = Some("settings".into());
+    /// intent.metadata.namespace = Some("default".into());
+    /// intent.data = Some([("a".to_owned(), "1".to_owned())].into());
+    /// writer.apply(&intent, "my-operator").await?;
+    /// // The whole intent each time: `a` left out is removed.
+    /// intent.data = Some([("b".to_owned(), "2".to_owned())].into());
+    /// let applied = writer.apply(&intent, "my-operator").await?;
+    /// assert_eq!(applied.data.unwrap().keys().collect::<Vec<_>>(), ["b"]);
+    /// # Ok(()) }
+    /// ```
     pub async fn apply<K>(&self, object: &K, manager: &str) -> Result<K, kube::Error>
     where
         K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -285,6 +622,27 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let deployment: Deployment = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"name": "web", "namespace": "default"},
+    ///     "spec": {"selector": {"matchLabels": {"app": "web"}},
+    ///              "template": {"metadata": {"labels": {"app": "web"}},
+    ///                           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    /// }))?;
+    /// let mut deployment = writer.create(&deployment).await?;
+    /// deployment.status = Some(Default::default());
+    /// deployment.status.as_mut().unwrap().observed_generation = Some(7);
+    /// let written = writer.apply_status(&deployment, "my-operator").await?;
+    /// assert_eq!(written.status.unwrap().observed_generation, Some(7));
+    /// # Ok(()) }
+    /// ```
     pub async fn apply_status<K>(&self, object: &K, manager: &str) -> Result<K, kube::Error>
     where
         K: Resource + Serialize + DeserializeOwned + Clone + Debug,
@@ -338,6 +696,15 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(writer: plinth_runtime::ObjectClient, deployment: k8s_openapi::api::apps::v1::Deployment) -> Result<(), kube::Error> {
+    /// let patch = kube::api::Patch::Merge(serde_json::json!({"status": {"observedGeneration": 3}}));
+    /// writer.patch_status(&deployment, &patch).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn patch_status<K, P>(&self, object: &K, patch: &Patch<P>) -> Result<K, kube::Error>
     where
         K: Resource + DeserializeOwned + Clone + Debug,
@@ -353,6 +720,25 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer (404 for a type without `/scale`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let deployment: Deployment = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"name": "web", "namespace": "default"},
+    ///     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+    ///              "template": {"metadata": {"labels": {"app": "web"}},
+    ///                           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    /// }))?;
+    /// let deployment = writer.create(&deployment).await?;
+    /// let scale = writer.scale(&deployment, 3).await?;
+    /// assert_eq!(scale.spec.and_then(|s| s.replicas), Some(3));
+    /// # Ok(()) }
+    /// ```
     pub async fn scale<K>(
         &self,
         object: &K,
@@ -373,6 +759,27 @@ impl ObjectClient {
     ///
     /// # Errors
     /// The server's answer (409 if the UID no longer matches).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let writer = plinth_runtime::ObjectClient::new(env.client());
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.namespace = Some("default".into());
+    /// let cm = writer.create(&cm).await?;
+    /// writer.delete(&cm).await?;
+    /// // A namesake created since is another object (another UID): left alone.
+    /// let mut namesake = ConfigMap::default();
+    /// namesake.metadata.name = Some("settings".into());
+    /// namesake.metadata.namespace = Some("default".into());
+    /// writer.create(&namesake).await?;
+    /// assert!(matches!(writer.delete(&cm).await, Err(kube::Error::Api(s)) if s.code == 409));
+    /// # Ok(()) }
+    /// ```
     pub async fn delete<K>(&self, object: &K) -> Result<(), kube::Error>
     where
         K: Resource,

@@ -37,6 +37,17 @@ use crate::informer::{Cache, Change, Informer, ObjectKey};
 use crate::workqueue::WorkQueue;
 
 /// What a reconcile asks for next.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::Action;
+/// // Poll something outside the cluster every 30 s; otherwise wait for a change.
+/// let next = |ready: bool| if ready { Action::Done } else {
+///     Action::RequeueAfter(std::time::Duration::from_secs(30))
+/// };
+/// assert_eq!(next(true), Action::Done);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Nothing until something changes.
@@ -46,6 +57,24 @@ pub enum Action {
 }
 
 /// A failed reconcile.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::ReconcileError;
+/// async fn reconcile(api: kube::Api<k8s_openapi::api::core::v1::ConfigMap>) -> Result<(), ReconcileError> {
+///     let cm = api.get("settings").await?; // a kube error: retried with backoff
+///     let mode = cm.data.unwrap_or_default().remove("mode")
+///         // Nothing will fix this but a change to the object: not retried.
+///         .ok_or_else(|| ReconcileError::Terminal("no key `mode`".into()))?;
+///     if mode == "later" {
+///         return Err(ReconcileError::Retry("not yet".into()));
+///     }
+///     Ok(())
+/// }
+/// # let _ = reconcile;
+/// assert_eq!(ReconcileError::Terminal("x".into()).to_string(), "terminal: x");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// Retried with per-key exponential backoff.
@@ -62,10 +91,54 @@ pub enum ReconcileError {
 
 /// Decides what follows a failed reconcile (kube-runtime's `error_policy`): by default, a
 /// rate-limited retry — `None` — unless the error is terminal.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::{controller::ErrorPolicy, Action, ReconcileError};
+/// // Conflicts again at once; anything else the default backoff.
+/// let policy: ErrorPolicy = std::sync::Arc::new(|_key, error| match error {
+///     ReconcileError::Api(kube::Error::Api(status)) if status.code == 409 => {
+///         Some(Action::RequeueAfter(std::time::Duration::ZERO))
+///     }
+///     _ => None,
+/// });
+/// let key = plinth_runtime::ObjectKey { namespace: None, name: "x".into() };
+/// assert_eq!(policy(&key, &ReconcileError::Retry("later".into())), None);
+/// ```
 pub type ErrorPolicy = Arc<dyn Fn(&ObjectKey, &ReconcileError) -> Option<Action> + Send + Sync>;
 
 /// Which changes of the primary resource are worth a reconcile (controller-runtime's
 /// predicates). Creations and deletions always are.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use std::sync::Arc;
+/// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+/// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+/// # let env = plinth_testenv::TestEnv::start().await?;
+/// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+/// // The reconciler gets a key; it reads the object from the cache if it needs it.
+/// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+///     let _ = seen.send(key.name.clone());
+///     Box::pin(async { Ok(Action::Done) })
+/// };
+/// // Creations and deletions always pass; updates only when labels changed.
+/// let controller = Controller::new(&informer).with_predicate(&informer, Predicate::LabelsChanged);
+/// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+/// # let mut cm = ConfigMap::default();
+/// # cm.metadata.name = Some("settings".into());
+/// # api.create(&Default::default(), &cm).await?;
+/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # let _ = stop.send(());
+/// # running.await??;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Predicate {
     /// Every change (the default).
@@ -97,6 +170,23 @@ impl Predicate {
 }
 
 /// Why a controller stopped without being asked to.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{controller::ControllerError, Action, Controller, Informer, ReconcileFuture};
+/// // No server answers: the cache never syncs.
+/// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+/// let informer = Informer::spawn(kube::Api::<ConfigMap>::default_namespaced(offline), Vec::new());
+/// let outcome = Controller::new(&informer)
+///     .cache_sync_timeout(std::time::Duration::from_millis(200))
+///     .run(|_| -> ReconcileFuture { Box::pin(async { Ok(Action::Done) }) }, std::future::pending())
+///     .await;
+/// assert!(matches!(outcome, Err(ControllerError::CacheSyncTimeout { .. })));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// Its caches did not sync within the cache-sync timeout (a missing CRD, a refused list).
@@ -110,6 +200,19 @@ pub enum ControllerError {
 }
 
 /// The future a reconciler returns.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::{Action, ObjectKey, ReconcileFuture};
+/// let reconcile = |key: ObjectKey| -> ReconcileFuture {
+///     Box::pin(async move {
+///         tracing::info!(name = %key.name, "reconciling");
+///         Ok(Action::Done)
+///     })
+/// };
+/// # let _ = reconcile;
+/// ```
 pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, ReconcileError>> + Send>>;
 
 /// A future that completes when a cache has synced.
@@ -117,22 +220,129 @@ type Synced = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Tells reconcilers that their controller is stopping (a cancellation token): long work can
 /// end early; the controller still waits for reconciles in flight, up to its shutdown timeout.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use std::sync::Arc;
+/// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+/// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+/// # let env = plinth_testenv::TestEnv::start().await?;
+/// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+/// // The reconciler gets a key; it reads the object from the cache if it needs it.
+/// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+///     let _ = seen.send(key.name.clone());
+///     Box::pin(async { Ok(Action::Done) })
+/// };
+/// let controller = Controller::new(&informer);
+/// let stopping = controller.stopping();
+/// // A long reconcile checks it between steps (or selects on `stopping.clone().wait()`).
+/// assert!(!stopping.is_stopping());
+/// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+/// # let mut cm = ConfigMap::default();
+/// # cm.metadata.name = Some("settings".into());
+/// # api.create(&Default::default(), &cm).await?;
+/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # let _ = stop.send(());
+/// # running.await??;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Stopping(tokio::sync::watch::Receiver<bool>);
 
 impl Stopping {
     /// Whether the controller is stopping.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer);
+    /// let stopping = controller.stopping();
+    /// assert!(!stopping.is_stopping());
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn is_stopping(&self) -> bool {
         *self.0.borrow()
     }
 
     /// Completes when the controller begins to stop.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Action, Controller, Informer, ReconcileFuture};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api, Vec::new());
+    /// let controller = Controller::new(&informer);
+    /// let stopping = controller.stopping();
+    /// let noticed = tokio::spawn(stopping.wait());
+    /// let reconcile = |_| -> ReconcileFuture { Box::pin(async { Ok(Action::Done) }) };
+    /// controller.run(reconcile, tokio::time::sleep(std::time::Duration::from_millis(100))).await?;
+    /// noticed.await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn wait(mut self) {
         let _ = self.0.wait_for(|s| *s).await;
     }
 }
 
 /// A controller for primary resource `K`.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use std::sync::Arc;
+/// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+/// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+/// # let env = plinth_testenv::TestEnv::start().await?;
+/// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+/// // The reconciler gets a key; it reads the object from the cache if it needs it.
+/// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+///     let _ = seen.send(key.name.clone());
+///     Box::pin(async { Ok(Action::Done) })
+/// };
+/// let controller = Controller::new(&informer).concurrency(2);
+/// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+/// # let mut cm = ConfigMap::default();
+/// # cm.metadata.name = Some("settings".into());
+/// # api.create(&Default::default(), &cm).await?;
+/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # let _ = stop.send(());
+/// # running.await??;
+/// # Ok(()) }
+/// ```
 pub struct Controller<K> {
     name: String,
     /// The primary's kind and group (an owner reference names them).
@@ -317,6 +527,35 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// A controller reconciling every object of `primary`'s resource.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer);
+    /// assert_eq!(controller.name(), "configmap");
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn new(primary: &Informer<K>) -> Self
     where
         K::DynamicType: Default,
@@ -326,6 +565,22 @@ where
 
     /// A controller of a primary resource known only at run time (a `DynamicObject` of the
     /// [`kube::core::ApiResource`] `resource`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    /// use plinth_runtime::{Controller, Informer};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+    /// let resource = ApiResource::from_gvk_with_plural(&gvk, "configmaps");
+    /// let api = kube::Api::<DynamicObject>::namespaced_with(env.client(), "default", &resource);
+    /// let informer = Informer::spawn(api, Vec::new());
+    /// let controller = Controller::for_type(&informer, &resource);
+    /// assert_eq!(controller.name(), "configmap");
+    /// # Ok(()) }
+    /// ```
     pub fn for_type(primary: &Informer<K>, resource: &K::DynamicType) -> Self {
         let queue = WorkQueue::new();
         let cache = primary.cache();
@@ -355,6 +610,36 @@ where
     }
 
     /// Its name (the `controller` label of its metrics).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let controller = Controller::new(&informer).metrics("settings-sync", &metrics)?;
+    /// assert_eq!(controller.name(), "settings-sync");
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -362,6 +647,35 @@ where
     /// Starts no reconcile unless `leading` says yes (a leader-only controller under a
     /// manager: work stops being started the moment the lease is no longer surely held; the
     /// manager then stops the controller).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// // A gate of one's own; a manager passes its elector's (`LeaderElector::gate`).
+    /// let controller = Controller::new(&informer).gated_by(Some(Arc::new(|| true)));
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn gated_by(mut self, leading: Option<crate::leader::LeaseGate>) -> Self {
         self.leading = leading;
@@ -370,6 +684,35 @@ where
 
     /// Reconciles a primary object only for changes that pass `predicate` (replacing the
     /// default: every change).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer)
+    ///     .with_predicate(&informer, Predicate::ResourceVersionChanged);
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_predicate(self, primary: &Informer<K>, predicate: Predicate) -> Self {
         self.with_predicate_fn(primary, move |change: &Change<K>| predicate.passes(change))
@@ -377,6 +720,40 @@ where
 
     /// Reconciles a primary object only for changes `predicate` accepts (a user's predicate;
     /// replacing the default: every change). Creations and deletions reach it too.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// // Updates only when the data changed.
+    /// let controller = Controller::new(&informer).with_predicate_fn(&informer, |change| {
+    ///     match (&change.old, &change.new) {
+    ///         (Some(old), Some(new)) => old.data != new.data,
+    ///         _ => true,
+    ///     }
+    /// });
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_predicate_fn(
         mut self,
@@ -402,6 +779,34 @@ where
     }
 
     /// Reconciles every primary object again every `period` (a periodic resync).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer).resync_every(std::time::Duration::from_secs(300));
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn resync_every(mut self, period: Duration) -> Self {
         self.resync = Some(period);
@@ -414,6 +819,38 @@ where
     /// # Errors
     /// If another controller of that name reports to `metrics` already (controller-runtime
     /// refuses duplicate names too).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let controller = Controller::new(&informer).metrics("settings-sync", &metrics)?;
+    /// // The same name twice on one set of metrics: refused.
+    /// let again = Controller::new(&informer).metrics("settings-sync", &metrics);
+    /// assert!(again.is_err());
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn metrics(
         mut self,
         name: &str,
@@ -426,6 +863,36 @@ where
     }
 
     /// Also reconciles the controller owner (of kind `K`) of any `C` that changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// // A Secret whose controller owner is a ConfigMap enqueues that ConfigMap.
+    /// let secrets = Informer::spawn(kube::Api::<Secret>::namespaced(env.client(), "default"), Vec::new());
+    /// let controller = Controller::new(&informer).owns(&secrets);
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn owns<C>(mut self, owned: &Informer<C>) -> Self
     where
@@ -475,6 +942,38 @@ where
     }
 
     /// Also reconciles the keys `map` gives for any `C` that changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// // Any Secret change enqueues the ConfigMap `settings`.
+    /// let secrets = Informer::spawn(kube::Api::<Secret>::namespaced(env.client(), "default"), Vec::new());
+    /// let controller = Controller::new(&informer).watches(&secrets, |_secret: &Secret| {
+    ///     vec![ObjectKey { namespace: Some("default".into()), name: "settings".into() }]
+    /// });
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn watches<C>(
         mut self,
@@ -495,6 +994,34 @@ where
     }
 
     /// How many keys are reconciled at once (never the same key twice).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer).concurrency(4);
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn concurrency(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
@@ -503,6 +1030,34 @@ where
 
     /// How long `run` waits for its caches to sync before giving up (controller-runtime's
     /// `CacheSyncTimeout`; default 2 minutes).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer).cache_sync_timeout(std::time::Duration::from_secs(30));
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
         self.sync_timeout = timeout;
@@ -511,6 +1066,34 @@ where
 
     /// How long a stop waits for reconciles in flight (default 30 s); then `run` returns
     /// anyway, their tasks aborted.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer).shutdown_timeout(std::time::Duration::from_secs(5));
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
@@ -519,6 +1102,38 @@ where
 
     /// What follows a failed reconcile: `policy` may answer an action (done, or requeue after
     /// a delay of its choosing) instead of the default rate-limited retry (`None`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// // Terminal errors are logged and left; everything else is tried again in 10 s.
+    /// let controller = Controller::new(&informer).error_policy(|_key, error| match error {
+    ///     plinth_runtime::ReconcileError::Terminal(_) => Some(Action::Done),
+    ///     _ => Some(Action::RequeueAfter(std::time::Duration::from_secs(10))),
+    /// });
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn error_policy(
         mut self,
@@ -529,11 +1144,71 @@ where
     }
 
     /// A token reconcilers can hold to learn that the controller is stopping.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer);
+    /// let stopping = controller.stopping();
+    /// assert!(!stopping.is_stopping());
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn stopping(&self) -> Stopping {
         Stopping(self.stopping.subscribe())
     }
 
     /// The controller's queue (for its metrics).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer);
+    /// let queue = controller.queue();
+    /// assert_eq!(queue.metrics().depth, 0);
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn queue(&self) -> WorkQueue<ObjectKey> {
         self.queue.clone()
     }
@@ -550,6 +1225,35 @@ where
     /// # Errors
     /// [`ControllerError::CacheSyncTimeout`] if the caches did not sync in time (a stop
     /// meanwhile is not an error).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    /// # use plinth_runtime::{Action, Controller, Informer, ObjectKey, Predicate, ReconcileFuture};
+    /// # let env = plinth_testenv::TestEnv::start().await?;
+    /// # let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// # let (seen, mut saw) = tokio::sync::mpsc::unbounded_channel::<String>();
+    /// // The reconciler gets a key; it reads the object from the cache if it needs it.
+    /// let reconcile = move |key: ObjectKey| -> ReconcileFuture {
+    ///     let _ = seen.send(key.name.clone());
+    ///     Box::pin(async { Ok(Action::Done) })
+    /// };
+    /// let controller = Controller::new(&informer);
+    /// // Below: `controller.run(reconcile, stop)` until `stop` completes.
+    /// # let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// # let running = tokio::spawn(controller.run(reconcile, async { let _ = stopped.await; }));
+    /// # let mut cm = ConfigMap::default();
+    /// # cm.metadata.name = Some("settings".into());
+    /// # api.create(&Default::default(), &cm).await?;
+    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # let _ = stop.send(());
+    /// # running.await??;
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F>(
         mut self,
         reconcile: F,

@@ -36,6 +36,31 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 
 /// An object's namespace and name.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+/// api.create(&Default::default(), &cm).await?;
+/// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+/// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+/// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+/// # }).await;
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// let cache = informer.cache();
+/// cache.wait_synced().await;
+/// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+/// let cached = cache.get(&key).expect("listed");
+/// assert_eq!(ObjectKey::of(&*cached), key);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
     /// The namespace (none for cluster-scoped objects).
@@ -46,6 +71,16 @@ pub struct ObjectKey {
 
 impl ObjectKey {
     /// The key of `object`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::Namespace;
+    /// let mut namespace = Namespace::default();
+    /// namespace.metadata.name = Some("team-a".into());
+    /// let key = plinth_runtime::ObjectKey::of(&namespace);
+    /// assert_eq!((key.namespace, key.name.as_str()), (None, "team-a"));
+    /// ```
     pub fn of<K: Resource>(object: &K) -> Self {
         Self {
             namespace: object.meta().namespace.clone(),
@@ -64,9 +99,52 @@ impl std::fmt::Display for ObjectKey {
 }
 
 /// A function giving the index values of an object.
+///
+/// # Example
+///
+/// ```
+/// use k8s_openapi::api::core::v1::Pod;
+/// // Pods by the node they run on (client-go's `spec.nodeName` index).
+/// let by_node: plinth_runtime::informer::IndexFn<Pod> = std::sync::Arc::new(|pod: &Pod| {
+///     pod.spec.as_ref().and_then(|s| s.node_name.clone()).into_iter().collect()
+/// });
+/// assert!(by_node(&Pod::default()).is_empty());
+/// ```
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
 /// A change seen by an informer: `old` → `new` (`new` is `None` for a deletion).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+/// api.create(&Default::default(), &cm).await?;
+/// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+/// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+/// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+/// # }).await;
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// let cache = informer.cache();
+/// cache.wait_synced().await;
+/// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+/// let mut changes = informer.subscribe();
+/// api.delete("settings", &Default::default()).await?;
+/// // (Changes may also replay the objects listed at the start: skip to ours.)
+/// let change = loop {
+///     let change = changes.recv().await?;
+///     if change.new.is_none() { break change; }
+/// };
+/// // A deletion: the object before, nothing after.
+/// assert!(change.old.is_some() && change.new.is_none());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Change<K> {
     /// The object before.
@@ -128,6 +206,31 @@ impl<K> CacheState<K> {
 
 /// The local cache an informer keeps; clones share it. Reads return shared objects, never
 /// copies.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+/// api.create(&Default::default(), &cm).await?;
+/// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+/// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+/// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+/// # }).await;
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// let cache = informer.cache();
+/// cache.wait_synced().await;
+/// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+/// let shared = cache.clone();
+/// assert!(std::sync::Arc::ptr_eq(&shared.get(&key).unwrap(), &cache.get(&key).unwrap()));
+/// # Ok(()) }
+/// ```
 pub struct Cache<K> {
     state: Arc<RwLock<CacheState<K>>>,
     synced: watch::Receiver<bool>,
@@ -154,17 +257,93 @@ impl<K> Cache<K> {
     }
 
     /// The object with this key.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let cached = cache.get(&key).expect("listed");
+    /// assert_eq!(cached.metadata.labels.as_ref().unwrap()["app"], "web");
+    /// # Ok(()) }
+    /// ```
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
         self.read().objects.get(key).cloned()
     }
 
     /// Every object.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// // (The namespace's own `kube-root-ca.crt` may be there too.)
+    /// assert!(cache.list().iter().any(|cm| cm.metadata.name.as_deref() == Some("settings")));
+    /// # Ok(()) }
+    /// ```
     pub fn list(&self) -> Vec<Arc<K>> {
         self.read().objects.values().cloned().collect()
     }
 
     /// The objects whose index `index` has `value` (`namespace` and `owner` — a controller
     /// owner's uid — always exist).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// assert!(!cache.by_index("namespace", "default").is_empty());
+    /// // Nothing here has a controller owner of that uid.
+    /// assert!(cache.by_index("owner", "0b6c4e4e-0000-4000-8000-000000000000").is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<K>> {
         let state = self.read();
         state
@@ -178,11 +357,60 @@ impl<K> Cache<K> {
     }
 
     /// How many objects the cache holds.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// assert_eq!(cache.len(), cache.list().len());
+    /// assert!(cache.len() >= 1);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.read().objects.len()
     }
 
     /// Whether the cache holds nothing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// assert!(!cache.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -206,11 +434,58 @@ impl<K> Cache<K> {
     }
 
     /// Whether the first full list has been read (client-go's `HasSynced`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// assert!(cache.is_synced());
+    /// # Ok(()) }
+    /// ```
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
     }
 
     /// Waits until the first full list has been read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// informer.cache().wait_synced().await;
+    /// // After the first full list: what existed before is there.
+    /// assert!(informer.cache().list().iter().any(|cm| cm.metadata.name.as_deref() == Some("settings")));
+    /// # Ok(()) }
+    /// ```
     pub async fn wait_synced(&self) {
         let mut synced = self.synced.clone();
         let _ = synced.wait_for(|s| *s).await;
@@ -218,6 +493,24 @@ impl<K> Cache<K> {
 }
 
 /// The uid of `object`'s controller owner, if any.
+///
+/// # Example
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+/// let mut cm = ConfigMap::default();
+/// assert_eq!(plinth_runtime::informer::controller_uid(&cm), None);
+/// cm.metadata.owner_references = Some(vec![OwnerReference {
+///     api_version: "example.com/v1".into(), kind: "Tenant".into(), name: "acme".into(),
+///     uid: "6d9f1c1e-0000-4000-8000-000000000001".into(), controller: Some(true),
+///     ..Default::default()
+/// }]);
+/// assert_eq!(
+///     plinth_runtime::informer::controller_uid(&cm).as_deref(),
+///     Some("6d9f1c1e-0000-4000-8000-000000000001")
+/// );
+/// ```
 pub fn controller_uid<K: Resource>(object: &K) -> Option<String> {
     object
         .meta()
@@ -230,9 +523,45 @@ pub fn controller_uid<K: Resource>(object: &K) -> Option<String> {
 
 /// A function applied to every object before it is cached (controller-runtime's transform):
 /// strip what the controller never reads, to keep the cache small.
+///
+/// # Example
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// // Keep the cache small: the controller never reads the data.
+/// let drop_data: plinth_runtime::informer::TransformFn<ConfigMap> =
+///     std::sync::Arc::new(|cm: &mut ConfigMap| cm.data = None);
+/// let mut cm = ConfigMap { data: Some(Default::default()), ..Default::default() };
+/// drop_data(&mut cm);
+/// assert!(cm.data.is_none());
+/// ```
 pub type TransformFn<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
 
 /// How an informer watches and what it keeps.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+/// api.create(&Default::default(), &cm).await?;
+/// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+/// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+/// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+/// # }).await;
+/// let options = InformerOptions::default().labels("app=web").strip_managed_fields();
+/// let informer = Informer::spawn_with(api.clone(), options);
+/// informer.cache().wait_synced().await;
+/// let names: Vec<_> = informer.cache().list().iter().map(|cm| cm.metadata.name.clone()).collect();
+/// assert_eq!(names, [Some("settings".to_owned())]);
+/// # Ok(()) }
+/// ```
 pub struct InformerOptions<K> {
     /// Only objects with these labels (`labelSelector`).
     pub label_selector: Option<String>,
@@ -266,6 +595,28 @@ impl<K> Debug for InformerOptions<K> {
 
 impl<K: Resource + 'static> InformerOptions<K> {
     /// Watches only objects matching the label selector `selector`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn_with(api.clone(), InformerOptions::default().labels("app=db"));
+    /// informer.cache().wait_synced().await;
+    /// assert!(informer.cache().is_empty());
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn labels(mut self, selector: &str) -> Self {
         self.label_selector = Some(selector.to_owned());
@@ -273,6 +624,29 @@ impl<K: Resource + 'static> InformerOptions<K> {
     }
 
     /// Watches only objects matching the field selector `selector`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let options = InformerOptions::default().fields("metadata.name=settings");
+    /// let informer = Informer::spawn_with(api.clone(), options);
+    /// informer.cache().wait_synced().await;
+    /// assert_eq!(informer.cache().len(), 1);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn fields(mut self, selector: &str) -> Self {
         self.field_selector = Some(selector.to_owned());
@@ -280,6 +654,31 @@ impl<K: Resource + 'static> InformerOptions<K> {
     }
 
     /// Adds the index `name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let options = InformerOptions::default().index("app", |cm: &ConfigMap| {
+    ///     cm.metadata.labels.iter().flatten().filter(|(k, _)| *k == "app").map(|(_, v)| v.clone()).collect()
+    /// });
+    /// let informer = Informer::spawn_with(api.clone(), options);
+    /// informer.cache().wait_synced().await;
+    /// assert_eq!(informer.cache().by_index("app", "web").len(), 1);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn index(
         mut self,
@@ -291,6 +690,29 @@ impl<K: Resource + 'static> InformerOptions<K> {
     }
 
     /// Applies `transform` to every object before it is cached (after the previous one).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let options = InformerOptions::default().transform(|cm: &mut ConfigMap| cm.metadata.labels = None);
+    /// let informer = Informer::spawn_with(api.clone(), options);
+    /// informer.cache().wait_synced().await;
+    /// assert!(informer.cache().list().iter().all(|cm| cm.metadata.labels.is_none()));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
         let previous = self.transform.take();
@@ -305,6 +727,28 @@ impl<K: Resource + 'static> InformerOptions<K> {
 
     /// Drops `metadata.managedFields` from cached objects (controllers rarely read them; they
     /// are often the larger part of an object).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn_with(api.clone(), InformerOptions::default().strip_managed_fields());
+    /// informer.cache().wait_synced().await;
+    /// assert!(informer.cache().list().iter().all(|cm| cm.metadata.managed_fields.is_none()));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn strip_managed_fields(self) -> Self {
         self.transform(|object: &mut K| object.meta_mut().managed_fields = None)
@@ -312,6 +756,39 @@ impl<K: Resource + 'static> InformerOptions<K> {
 }
 
 /// One resource type's informer: its cache, and a feed of changes.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut cm = ConfigMap::default();
+/// cm.metadata.name = Some("settings".into());
+/// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+/// api.create(&Default::default(), &cm).await?;
+/// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+/// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+/// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+/// # }).await;
+/// let informer = Informer::spawn(api.clone(), Vec::new());
+/// let cache = informer.cache();
+/// cache.wait_synced().await;
+/// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+/// let mut changes = informer.subscribe();
+/// api.patch("settings", &Default::default(),
+///     &kube::api::Patch::Merge(serde_json::json!({"data": {"k": "v"}}))).await?;
+/// // (Changes may also replay the objects listed at the start: skip to ours.)
+/// let change = loop {
+///     let change = changes.recv().await?;
+///     let ours = |cm: &ConfigMap| cm.metadata.name.as_deref() == Some("settings") && cm.data.is_some();
+///     if change.new.as_deref().is_some_and(ours) { break change; }
+/// };
+/// assert_eq!(change.new.unwrap().data.as_ref().unwrap()["k"], "v");
+/// # Ok(()) }
+/// ```
 pub struct Informer<K> {
     cache: Cache<K>,
     changes: broadcast::Sender<Change<K>>,
@@ -328,6 +805,31 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// Starts watching `api` with the default indexes plus `indexers`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let by_app: plinth_runtime::informer::IndexFn<ConfigMap> = std::sync::Arc::new(|cm: &ConfigMap| {
+    ///     cm.metadata.labels.iter().flatten().filter(|(k, _)| *k == "app").map(|(_, v)| v.clone()).collect()
+    /// });
+    /// let informer = Informer::spawn(api.clone(), vec![("app".to_owned(), by_app)]);
+    /// informer.cache().wait_synced().await;
+    /// assert_eq!(informer.cache().by_index("app", "web").len(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn spawn(api: Api<K>, indexers: Vec<(String, IndexFn<K>)>) -> Self {
         Self::spawn_with(
             api,
@@ -339,6 +841,28 @@ where
     }
 
     /// Starts watching `api` as `options` say (selectors, indexes, a transform).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn_with(api.clone(), InformerOptions::default());
+    /// informer.cache().wait_synced().await;
+    /// assert!(informer.cache().len() >= 1);
+    /// # Ok(()) }
+    /// ```
     pub fn spawn_with(api: Api<K>, options: InformerOptions<K>) -> Self {
         let InformerOptions {
             label_selector,
@@ -383,11 +907,72 @@ where
     }
 
     /// The cache.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// assert!(informer.cache().get(&key).is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn cache(&self) -> Cache<K> {
         self.cache.clone()
     }
 
     /// Changes from now on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::{Informer, InformerOptions, ObjectKey};
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let api = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut cm = ConfigMap::default();
+    /// cm.metadata.name = Some("settings".into());
+    /// cm.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    /// api.create(&Default::default(), &cm).await?;
+    /// # // The root CA publisher's ConfigMap lands first, so that changes below are ours.
+    /// # plinth_testenv::eventually("kube-root-ca.crt", || async {
+    /// #     api.get_opt("kube-root-ca.crt").await.ok().flatten().is_some()
+    /// # }).await;
+    /// let informer = Informer::spawn(api.clone(), Vec::new());
+    /// let cache = informer.cache();
+    /// cache.wait_synced().await;
+    /// let key = ObjectKey { namespace: Some("default".into()), name: "settings".into() };
+    /// let mut changes = informer.subscribe();
+    /// let mut another = ConfigMap::default();
+    /// another.metadata.name = Some("another".into());
+    /// api.create(&Default::default(), &another).await?;
+    /// // (Changes may also replay the objects listed at the start: skip to ours.)
+    /// let change = loop {
+    ///     let change = changes.recv().await?;
+    ///     if change.new.as_ref().is_some_and(|cm| cm.metadata.name.as_deref() == Some("another")) {
+    ///         break change;
+    ///     }
+    /// };
+    /// // A creation: nothing before.
+    /// assert!(change.old.is_none());
+    /// assert_eq!(change.new.unwrap().metadata.name.as_deref(), Some("another"));
+    /// # Ok(()) }
+    /// ```
     pub fn subscribe(&self) -> broadcast::Receiver<Change<K>> {
         self.changes.subscribe()
     }

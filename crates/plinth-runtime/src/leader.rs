@@ -28,6 +28,15 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
 /// Lease timings.
+///
+/// # Example
+///
+/// ```
+/// let timings = plinth_runtime::Timings::default();
+/// // client-go's: the renew deadline is shorter than the lease, the retry shorter than both.
+/// assert!(timings.retry_period < timings.renew_deadline);
+/// assert!(timings.renew_deadline < timings.lease_duration);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
     /// How long a lease is valid without renewal.
@@ -50,6 +59,26 @@ impl Default for Timings {
 }
 
 /// A candidate for the lease `namespace/name`.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::{LeaderElector, Leadership, Timings};
+/// use std::time::Duration;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let fast = Timings {
+///     lease_duration: Duration::from_secs(3),
+///     renew_deadline: Duration::from_secs(2),
+///     retry_period: Duration::from_millis(200),
+/// };
+/// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+///     .with_timings(fast);
+/// // Leads, runs the work, releases the lease when the work is done.
+/// let ran = elector.run(async { /* the leader's work */ }, std::future::pending()).await;
+/// assert_eq!(ran, Leadership::Released);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LeaderElector {
     leases: Api<Lease>,
@@ -94,6 +123,25 @@ fn now() -> MicroTime {
 
 impl LeaderElector {
     /// A candidate named `identity` for the Lease `namespace/name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// assert_eq!(elector.lease_name(), "my-operator");
+    /// assert!(!elector.is_leader());
+    /// # Ok(()) }
+    /// ```
     pub fn new(client: kube::Client, namespace: &str, name: &str, identity: &str) -> Self {
         Self {
             leases: Api::namespaced(client, namespace),
@@ -107,6 +155,26 @@ impl LeaderElector {
     }
 
     /// Other timings (tests use short ones).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// // Leads at its first try (the Lease is free), then the work ends: released.
+    /// let outcome = elector.run(async {}, std::future::pending()).await;
+    /// assert_eq!(outcome, Leadership::Released);
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_timings(mut self, timings: Timings) -> Self {
         self.timings = timings;
@@ -114,6 +182,24 @@ impl LeaderElector {
     }
 
     /// The Lease's name.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// assert_eq!(elector.lease_name(), "my-operator");
+    /// # Ok(()) }
+    /// ```
     pub fn lease_name(&self) -> &str {
         &self.name
     }
@@ -122,6 +208,28 @@ impl LeaderElector {
     /// lease ([`LeaderElector::holds_lease`]), every write fails at once, unsent (see
     /// [`crate::fence`]). Reconcilers of leader-only
     /// controllers write through it, so that none begins a write after leadership is lost.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let fenced: kube::Api<ConfigMap> = kube::Api::default_namespaced(elector.fence(env.client()));
+    /// // Not leading: writes fail unsent; reads go through.
+    /// assert!(fenced.create(&Default::default(), &ConfigMap::default()).await.is_err());
+    /// assert!(fenced.list(&Default::default()).await.is_ok());
+    /// # Ok(()) }
+    /// ```
     pub fn fence(&self, client: kube::Client) -> kube::Client {
         crate::fence::fenced(client, self.gate(), &self.name)
     }
@@ -130,6 +238,28 @@ impl LeaderElector {
     /// was sent less than the renew deadline ago. Unlike [`LeaderElector::is_leader`] this
     /// turns false by itself when the process could not renew — paused (SIGSTOP, a stalled
     /// machine) or cut off — before the campaign loop runs again to notice.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// assert!(!elector.holds_lease());
+    /// elector
+    ///     .run(async { assert!(elector.holds_lease()) }, std::future::pending())
+    ///     .await;
+    /// assert!(!elector.holds_lease());
+    /// # Ok(()) }
+    /// ```
     pub fn holds_lease(&self) -> bool {
         self.is_leader()
             && self
@@ -140,6 +270,26 @@ impl LeaderElector {
     }
 
     /// [`LeaderElector::holds_lease`] as a shareable check (for fences and gates).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// let gate = elector.gate();
+    /// assert!(!gate());
+    /// elector.run(async { assert!(gate()) }, std::future::pending()).await;
+    /// # Ok(()) }
+    /// ```
     pub fn gate(&self) -> LeaseGate {
         let elector = self.clone();
         std::sync::Arc::new(move || elector.holds_lease())
@@ -153,11 +303,53 @@ impl LeaderElector {
     }
 
     /// Whether this candidate leads now.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// elector.run(async { assert!(elector.is_leader()) }, std::future::pending()).await;
+    /// assert!(!elector.is_leader());
+    /// # Ok(()) }
+    /// ```
     pub fn is_leader(&self) -> bool {
         *self.leading.borrow()
     }
 
     /// Follows leadership changes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// let mut leading = elector.watch_leadership();
+    /// let watcher = tokio::spawn(async move {
+    ///     leading.wait_for(|now| *now).await.map(|_| ()).is_ok()
+    /// });
+    /// elector.run(tokio::time::sleep(Duration::from_millis(100)), std::future::pending()).await;
+    /// assert!(watcher.await?);
+    /// # Ok(()) }
+    /// ```
     pub fn watch_leadership(&self) -> watch::Receiver<bool> {
         self.leading.subscribe()
     }
@@ -265,6 +457,35 @@ impl LeaderElector {
 
     /// Campaigns until leading, then runs `lead` while renewing. Returns when `stop` completes
     /// (releasing the lease) or when leadership is lost (`lead` is then dropped).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::{LeaderElector, Leadership, Timings};
+    /// use std::time::Duration;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let fast = Timings {
+    ///     lease_duration: Duration::from_secs(3),
+    ///     renew_deadline: Duration::from_secs(2),
+    ///     retry_period: Duration::from_millis(200),
+    /// };
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+    ///     .with_timings(fast);
+    /// // Another replica takes the lease while this one leads: `run` returns Lost and drops the work.
+    /// let taken = async {
+    ///     plinth_testenv::eventually("leading", || async { elector.is_leader() }).await;
+    ///     env.take_lease("default", "my-operator", "replica-b").await.expect("take");
+    ///     std::future::pending::<()>().await
+    /// };
+    /// tokio::select! {
+    ///     outcome = elector.run(std::future::pending(), std::future::pending()) => {
+    ///         assert_eq!(outcome, Leadership::Lost);
+    ///     }
+    ///     () = taken => unreachable!(),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn run<L, S>(&self, lead: L, stop: S) -> Leadership
     where
         L: Future<Output = ()>,
@@ -319,9 +540,37 @@ impl LeaderElector {
 }
 
 /// Whether this process may act as the leader now ([`LeaderElector::gate`]).
+///
+/// # Example
+///
+/// ```
+/// // Any check will do where a gate is asked for (a manager's leader-only runnables use the
+/// // elector's).
+/// let always: plinth_runtime::LeaseGate = std::sync::Arc::new(|| true);
+/// assert!(always());
+/// ```
 pub type LeaseGate = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// How a [`LeaderElector::run`] ended.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::{LeaderElector, Leadership, Timings};
+/// use std::time::Duration;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let fast = Timings {
+///     lease_duration: Duration::from_secs(3),
+///     renew_deadline: Duration::from_secs(2),
+///     retry_period: Duration::from_millis(200),
+/// };
+/// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
+///     .with_timings(fast);
+/// let outcome = elector.run(async {}, std::future::pending()).await;
+/// assert!(matches!(outcome, Leadership::Released));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Leadership {
     /// Stopped before it ever led.

@@ -26,6 +26,27 @@ use crate::leader::{LeaderElector, Leadership};
 use crate::metrics::Metrics;
 
 /// A signal that the manager is stopping; runnables finish their work and return.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use plinth_runtime::manager::Runs;
+/// let (started, running) = tokio::sync::oneshot::channel();
+/// let (finished, done) = tokio::sync::oneshot::channel();
+/// let manager = Manager::new().add(Runs::Everywhere, move |shutdown| async move {
+///     let _ = started.send(());
+///     shutdown.wait().await; // until the manager stops
+///     let _ = finished.send("cleaned up");
+///     Ok(())
+/// });
+/// // Stopped once the runnable runs: it is told, and finishes before `run` returns.
+/// manager.run(async { let _ = running.await; }).await?;
+/// assert_eq!(done.await?, "cleaned up");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Shutdown(watch::Receiver<bool>, Option<crate::leader::LeaseGate>);
 
@@ -39,23 +60,90 @@ impl Shutdown {
     /// For a leader-only runnable under leader election: whether this process holds the lease
     /// now ([`LeaderElector::holds_lease`]), so that work stops being started the moment it
     /// is lost (before the shutdown signal is given).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use plinth_runtime::manager::Runs;
+    /// // Without leader election there is no gate: the runnable may always work.
+    /// let (told, gated) = tokio::sync::oneshot::channel();
+    /// let manager = Manager::new().add(Runs::LeaderOnly, move |shutdown| async move {
+    ///     let _ = told.send(shutdown.leadership().is_some());
+    ///     shutdown.wait().await;
+    ///     Ok(())
+    /// });
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let running = tokio::spawn(manager.run(async { let _ = stopped.await; }));
+    /// assert!(!gated.await?);
+    /// let _ = stop.send(());
+    /// running.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn leadership(&self) -> Option<crate::leader::LeaseGate> {
         self.1.clone()
     }
 
     /// Completes when the manager stops.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use plinth_runtime::manager::Runs;
+    /// let manager = Manager::new().add(Runs::Everywhere, |shutdown| async move {
+    ///     shutdown.wait().await;
+    ///     Ok(())
+    /// });
+    /// manager.run(tokio::time::sleep(std::time::Duration::from_millis(50))).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn wait(mut self) {
         let _ = self.0.wait_for(|s| *s).await;
     }
 }
 
 /// Why a runnable stopped without being asked to.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use plinth_runtime::manager::{ManagerError, Runs};
+/// let manager = Manager::new().add(Runs::Everywhere, |_| async {
+///     Err::<(), plinth_runtime::manager::RunError>("the upstream is gone".into())
+/// });
+/// // A runnable's error stops the manager.
+/// let stopped = manager.run(std::future::pending()).await;
+/// assert!(matches!(stopped, Err(ManagerError::Runnable(e)) if e.to_string() == "the upstream is gone"));
+/// # Ok(()) }
+/// ```
 pub type RunError = Box<dyn std::error::Error + Send + Sync>;
 
 type Runnable =
     Box<dyn FnOnce(Shutdown) -> Pin<Box<dyn Future<Output = Result<(), RunError>> + Send>> + Send>;
 
 /// Where a runnable runs.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use plinth_runtime::manager::Runs;
+/// let manager = Manager::new()
+///     .add(Runs::LeaderOnly, |shutdown| async move { shutdown.wait().await; Ok(()) })
+///     .add(Runs::Everywhere, |shutdown| async move { shutdown.wait().await; Ok(()) });
+/// manager.run(async {}).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runs {
     /// Only while this process holds the leader lease (controllers, by default).
@@ -65,6 +153,24 @@ pub enum Runs {
 }
 
 /// Why a manager stopped other than by being asked to.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use plinth_runtime::manager::ManagerError;
+/// let mut manager = Manager::new();
+/// let taken = manager.bind_metrics(([127, 0, 0, 1], 0).into()).await?;
+/// // The same port again: refused, naming what and where.
+/// let mut other = Manager::new();
+/// match other.bind_metrics(taken).await {
+///     Err(ManagerError::Bind { what, addr, .. }) => assert_eq!((what, addr), ("metrics", taken)),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
     /// Another process took the lease: this one must stop (controller-runtime exits).
@@ -90,6 +196,24 @@ pub enum ManagerError {
 }
 
 /// Options for an informer that exists already which cannot be merged into it.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::InformerOptions;
+/// let api = || kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// let mut manager = Manager::new();
+/// manager.informer(api);
+/// // The informer exists: a transform now would leave the objects it holds untransformed.
+/// let late = InformerOptions::default().transform(|cm: &mut ConfigMap| cm.data = None);
+/// let conflict = manager.informer_with(api, late).unwrap_err();
+/// assert!(conflict.reason.contains("transform"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("the informer of {resource} cannot take these options: {reason}")]
 pub struct InformerConflict {
@@ -100,6 +224,29 @@ pub struct InformerConflict {
 }
 
 /// Runs controllers; see the module docs.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use plinth_runtime::Manager;
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// use plinth_runtime::manager::Runs;
+/// let mut manager = Manager::new();
+/// let metrics = manager.bind_metrics(([127, 0, 0, 1], 0).into()).await?;
+/// let manager = manager.add(Runs::Everywhere, |shutdown| async move { shutdown.wait().await; Ok(()) });
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let running = tokio::spawn(manager.run(async { let _ = stopped.await; }));
+/// let scraped = loop {
+///     let text = plinth_testenv::scrape(metrics.port(), "/metrics").await;
+///     if !text.is_empty() { break text; }
+///     tokio::task::yield_now().await;
+/// };
+/// assert!(scraped.contains("controller_runtime_reconcile_total"));
+/// let _ = stop.send(());
+/// running.await??;
+/// # Ok(()) }
+/// ```
 pub struct Manager {
     cache_sync_timeout: std::time::Duration,
     metrics: Metrics,
@@ -141,6 +288,17 @@ impl std::fmt::Debug for Manager {
 
 impl Manager {
     /// A manager without leader election or endpoints.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// // No leader election, no endpoints, nothing to run: it returns when told to stop.
+    /// Manager::new().run(async {}).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -148,6 +306,22 @@ impl Manager {
     /// The informer of the objects `api` reads, started on first use and shared by every
     /// controller that asks for the same resource (group, version, resource and namespace —
     /// two `DynamicObject` resources are two informers): one watch per resource.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let api = || kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut manager = Manager::new();
+    /// let first = manager.informer(api);
+    /// let again = manager.informer(api);
+    /// // One watch per resource, however many ask.
+    /// assert!(std::sync::Arc::ptr_eq(&first, &again));
+    /// # Ok(()) }
+    /// ```
     pub fn informer<K>(
         &mut self,
         api: impl FnOnce() -> kube::Api<K>,
@@ -168,6 +342,28 @@ impl Manager {
     /// [`InformerConflict`] when the informer exists and the options cannot be merged into
     /// it: an index of a name it has already, or a transform (objects cached already were not
     /// transformed).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::InformerOptions;
+    /// let api = || kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// let mut manager = Manager::new();
+    /// manager.informer(api);
+    /// // An index added to the shared informer later covers what it holds already.
+    /// let by_name = InformerOptions::default()
+    ///     .index("name", |cm: &ConfigMap| cm.metadata.name.clone().into_iter().collect());
+    /// let informer = manager.informer_with(api, by_name)?;
+    /// informer.cache().wait_synced().await;
+    /// plinth_testenv::eventually("the root CA ConfigMap", || async {
+    ///     !informer.cache().by_index("name", "kube-root-ca.crt").is_empty()
+    /// }).await;
+    /// # Ok(()) }
+    /// ```
     pub fn informer_with<K>(
         &mut self,
         api: impl FnOnce() -> kube::Api<K>,
@@ -240,11 +436,43 @@ impl Manager {
     }
 
     /// The metrics its controllers report to.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let manager = Manager::new();
+    /// manager.metrics().gauge("tenants", "Tenants managed").set(3);
+    /// assert!(manager.metrics().render().contains("tenants 3"));
+    /// # Ok(()) }
+    /// ```
     pub fn metrics(&self) -> Metrics {
         self.metrics.clone()
     }
 
     /// Adds a `/healthz` check (see [`crate::health`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let mut manager = Manager::new();
+    /// let probes = manager.bind_health_probes(([127, 0, 0, 1], 0).into()).await?;
+    /// manager.add_health_check("worker", || Err("stuck".into()));
+    /// let running = tokio::spawn(manager.run(std::future::pending()));
+    /// let answer = loop {
+    ///     let text = plinth_testenv::scrape(probes.port(), "/healthz").await;
+    ///     if !text.is_empty() { break text; }
+    ///     tokio::task::yield_now().await;
+    /// };
+    /// assert!(answer.starts_with("HTTP/1.1 500") && answer.contains("[-]worker failed"));
+    /// running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn add_health_check(
         &self,
         name: &str,
@@ -254,6 +482,23 @@ impl Manager {
     }
 
     /// Adds a `/readyz` check (besides the manager's own: its caches have synced).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let mut manager = Manager::new();
+    /// let probes = manager.bind_health_probes(([127, 0, 0, 1], 0).into()).await?;
+    /// manager.add_ready_check("upstream", || Ok(()));
+    /// let running = tokio::spawn(manager.run(std::future::pending()));
+    /// plinth_testenv::eventually("ready", || async {
+    ///     plinth_testenv::scrape(probes.port(), "/readyz").await.ends_with("\r\n\r\nok")
+    /// }).await;
+    /// running.abort();
+    /// # Ok(()) }
+    /// ```
     pub fn add_ready_check(
         &self,
         name: &str,
@@ -263,6 +508,27 @@ impl Manager {
     }
 
     /// Runs the leader-only runnables only while `elector` holds its lease.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use plinth_runtime::{manager::Runs, LeaderElector};
+    /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a");
+    /// let (led, leading) = tokio::sync::oneshot::channel();
+    /// let manager = Manager::new()
+    ///     .leader_election(elector)
+    ///     .add(Runs::LeaderOnly, move |_| async move {
+    ///         let _ = led.send(()); // runs once this replica holds the lease
+    ///         Ok(())
+    ///     });
+    /// let running = tokio::spawn(manager.run(std::future::pending()));
+    /// leading.await?;
+    /// running.abort();
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn leader_election(mut self, elector: LeaderElector) -> Self {
         self.elector = Some(elector);
@@ -271,6 +537,23 @@ impl Manager {
 
     /// How long `run` waits for the informers it handed out to sync before it starts any
     /// runnable (default 2 minutes); then it fails with [`ManagerError::CacheSyncTimeout`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::manager::ManagerError;
+    /// // An informer whose list never succeeds (a server that is not there) never syncs.
+    /// let offline = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse()?))?;
+    /// let mut manager = Manager::new().cache_sync_timeout(std::time::Duration::from_millis(300));
+    /// manager.informer(|| kube::Api::<ConfigMap>::default_namespaced(offline));
+    /// let stopped = manager.run(std::future::pending()).await;
+    /// assert!(matches!(stopped, Err(ManagerError::CacheSyncTimeout(_))));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn cache_sync_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.cache_sync_timeout = timeout;
@@ -281,6 +564,19 @@ impl Manager {
     ///
     /// # Errors
     /// If it cannot be bound.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let mut manager = Manager::new();
+    /// // Port 0: any free one, answered.
+    /// let bound = manager.bind_metrics(([127, 0, 0, 1], 0).into()).await?;
+    /// assert_ne!(bound.port(), 0);
+    /// # Ok(()) }
+    /// ```
     pub async fn bind_metrics(&mut self, addr: SocketAddr) -> Result<SocketAddr, ManagerError> {
         let listener = bind("metrics", addr).await?;
         let local = listener.local_addr().unwrap_or(addr);
@@ -292,6 +588,22 @@ impl Manager {
     ///
     /// # Errors
     /// If it cannot be bound.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// let mut manager = Manager::new();
+    /// let bound = manager.bind_health_probes(([127, 0, 0, 1], 0).into()).await?;
+    /// let running = tokio::spawn(manager.run(std::future::pending()));
+    /// plinth_testenv::eventually("/healthz answers", || async {
+    ///     plinth_testenv::scrape(bound.port(), "/healthz").await.ends_with("\r\n\r\nok")
+    /// }).await;
+    /// running.abort();
+    /// # Ok(()) }
+    /// ```
     pub async fn bind_health_probes(
         &mut self,
         addr: SocketAddr,
@@ -304,6 +616,29 @@ impl Manager {
 
     /// Adds a runnable (a controller's `run`): it returns when the shutdown signal is given;
     /// an error from it stops the manager ([`ManagerError::Runnable`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use plinth_runtime::manager::Runs;
+    /// // Any long-running work the manager should start and stop: a periodic sweep, say.
+    /// let manager = Manager::new().add(Runs::LeaderOnly, |shutdown| async move {
+    ///     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    ///     let stop = shutdown.wait();
+    ///     tokio::pin!(stop);
+    ///     loop {
+    ///         tokio::select! {
+    ///             _ = tick.tick() => { /* sweep */ }
+    ///             () = &mut stop => return Ok(()),
+    ///         }
+    ///     }
+    /// });
+    /// manager.run(tokio::time::sleep(std::time::Duration::from_millis(50))).await?;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn add<F, Fut>(mut self, runs: Runs, run: F) -> Self
     where
@@ -336,6 +671,25 @@ impl Manager {
     /// [`ManagerError::LostLeadership`] if another process took the lease;
     /// [`ManagerError::Runnable`] if a runnable failed (a controller's caches never synced);
     /// [`ManagerError::CacheSyncTimeout`] if the informers did not sync in time.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::Manager;
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// use plinth_runtime::manager::Runs;
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let manager = Manager::new().add(Runs::Everywhere, |shutdown| async move {
+    ///     shutdown.wait().await;
+    ///     Ok(())
+    /// });
+    /// let running = tokio::spawn(manager.run(async { let _ = stopped.await; }));
+    /// let _ = stop.send(());
+    /// // A clean stop: Ok.
+    /// running.await??;
+    /// # Ok(()) }
+    /// ```
     pub async fn run(self, stop: impl Future<Output = ()>) -> Result<(), ManagerError> {
         let (ready_tx, ready) = watch::channel(false);
         let mut servers = Vec::new();
@@ -507,6 +861,16 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Manag
 
 /// Completes on SIGTERM or Ctrl-C (controller-runtime's `SetupSignalHandler`): the stop
 /// signal an operator's `main` hands to [`Manager::run`].
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // An operator's main: run until SIGTERM (a pod being stopped) or Ctrl-C.
+/// let manager = plinth_runtime::Manager::new();
+/// manager.run(plinth_runtime::manager::shutdown_signal()).await?;
+/// # Ok(()) }
+/// ```
 pub async fn shutdown_signal() {
     let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
     else {

@@ -124,38 +124,106 @@ fn label_text(labels: &[(&str, &str)]) -> String {
 }
 
 /// A counter registered with [`Metrics::counter`]; clones share it.
+///
+/// # Example
+///
+/// ```
+/// let metrics = plinth_runtime::Metrics::default();
+/// let taken = metrics.counter("backups_total", "Backups taken");
+/// taken.clone().inc();
+/// assert_eq!(taken.get(), 1);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Counter(Arc<std::sync::atomic::AtomicI64>);
 
 impl Counter {
     /// Adds one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let failures = metrics.counter("failovers_total", "Failovers performed");
+    /// failures.inc();
+    /// failures.inc();
+    /// assert!(metrics.render().contains("failovers_total 2"));
+    /// ```
     pub fn inc(&self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The count.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let taken = metrics.counter("backups_total", "Backups taken");
+    /// assert_eq!(taken.get(), 0);
+    /// taken.inc();
+    /// assert_eq!(taken.get(), 1);
+    /// ```
     pub fn get(&self) -> i64 {
         self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
 /// A gauge registered with [`Metrics::gauge`]; clones share it.
+///
+/// # Example
+///
+/// ```
+/// let metrics = plinth_runtime::Metrics::default();
+/// let nodes = metrics.gauge("cluster_nodes", "Nodes of the managed cluster");
+/// nodes.set(6);
+/// assert!(metrics.render().contains("# TYPE cluster_nodes gauge\ncluster_nodes 6"));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Gauge(Arc<std::sync::atomic::AtomicI64>);
 
 impl Gauge {
     /// Sets the value.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let lag = metrics.gauge("replication_lag_bytes", "Bytes a replica is behind");
+    /// lag.set(4096);
+    /// lag.set(0);
+    /// assert_eq!(lag.get(), 0);
+    /// ```
     pub fn set(&self, value: i64) {
         self.0.store(value, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The value.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// let nodes = metrics.gauge("cluster_nodes", "Nodes");
+    /// nodes.set(-1);
+    /// assert_eq!(nodes.get(), -1);
+    /// ```
     pub fn get(&self) -> i64 {
         self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
 /// A manager's metrics; clones share them.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::metrics::Outcome;
+/// let metrics = plinth_runtime::Metrics::default();
+/// metrics.reconciled("tenant", Outcome::Success, std::time::Duration::from_millis(3));
+/// let text = metrics.render();
+/// assert!(text.contains(r#"controller_runtime_reconcile_total{controller="tenant",result="success"} 1"#));
+/// assert!(text.contains("controller_runtime_reconcile_time_seconds_count{controller=\"tenant\"} 1"));
+/// ```
 #[derive(Clone, Default)]
 pub struct Metrics {
     state: Arc<Mutex<State>>,
@@ -168,11 +236,40 @@ impl std::fmt::Debug for Metrics {
 }
 
 /// A controller name used twice on one manager's metrics.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use plinth_runtime::{Metrics, WorkQueue};
+/// let metrics = Metrics::default();
+/// metrics.register_queue("tenant", WorkQueue::new()).unwrap();
+/// let twice = metrics.register_queue("tenant", WorkQueue::new()).unwrap_err();
+/// assert_eq!(twice.0, "tenant");
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("controller with name {0} already exists; controller names must be unique")]
 pub struct DuplicateController(pub String);
 
 /// How a reconcile ended, as controller-runtime labels it.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use plinth_runtime::metrics::Outcome;
+/// let metrics = plinth_runtime::Metrics::default();
+/// // (Error and panic counts are shown, from 0, for the controllers whose queue it reports.)
+/// metrics.register_queue("tenant", plinth_runtime::WorkQueue::new()).unwrap();
+/// let second = std::time::Duration::from_secs(1);
+/// metrics.reconciled("tenant", Outcome::RequeueAfter, second);
+/// metrics.reconciled("tenant", Outcome::Error, second);
+/// let text = metrics.render();
+/// assert!(text.contains(r#"controller_runtime_reconcile_total{controller="tenant",result="requeue_after"} 1"#));
+/// assert!(text.contains(r#"controller_runtime_reconcile_errors_total{controller="tenant"} 1"#));
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// `success`.
@@ -193,6 +290,20 @@ impl Metrics {
     /// # Errors
     /// [`DuplicateController`] if a controller of that name is registered already (its
     /// metrics would be overwritten).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// use plinth_runtime::{Metrics, WorkQueue};
+    /// use plinth_runtime::informer::ObjectKey;
+    /// let metrics = Metrics::default();
+    /// let queue: WorkQueue<ObjectKey> = WorkQueue::new();
+    /// metrics.register_queue("tenant", queue.clone()).unwrap();
+    /// queue.add(ObjectKey { namespace: Some("default".into()), name: "a".into() });
+    /// assert!(metrics.render().contains(r#"workqueue_depth{controller="tenant",name="tenant"} 1"#));
+    /// # }
+    /// ```
     pub fn register_queue(
         &self,
         name: &str,
@@ -207,6 +318,18 @@ impl Metrics {
     }
 
     /// Records one reconcile of controller `name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::metrics::Outcome;
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.reconciled("tenant", Outcome::Success, std::time::Duration::from_millis(7));
+    /// // 7 ms falls in the 0.01 s bucket.
+    /// assert!(metrics.render().contains(
+    ///     r#"controller_runtime_reconcile_time_seconds_bucket{controller="tenant",le="0.01"} 1"#
+    /// ));
+    /// ```
     pub fn reconciled(&self, name: &str, outcome: Outcome, took: Duration) {
         let mut state = self.lock();
         let result = match outcome {
@@ -236,37 +359,104 @@ impl Metrics {
 
     /// Records a reconcile that panicked (`controller_runtime_reconcile_panics_total`; it also
     /// counts as an error).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.register_queue("tenant", plinth_runtime::WorkQueue::new()).unwrap();
+    /// metrics.panicked("tenant");
+    /// assert!(metrics.render().contains(r#"controller_runtime_reconcile_panics_total{controller="tenant"} 1"#));
+    /// # }
+    /// ```
     pub fn panicked(&self, name: &str) {
         *self.lock().panics.entry(name.to_owned()).or_default() += 1;
     }
 
     /// Records whether this process leads (`leader_election_master_status`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.set_leader("tenant-operator", true);
+    /// assert!(metrics.render().contains(r#"leader_election_master_status{name="tenant-operator"} 1"#));
+    /// ```
     pub fn set_leader(&self, lease: &str, leading: bool) {
         self.lock().leader = Some((lease.to_owned(), leading));
     }
 
     /// Registers (or finds again) the operator's counter `name`, served on `/metrics` with the
     /// controller metrics.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// // Found again by name: both handles count the same series.
+    /// metrics.counter("backups_total", "Backups taken").inc();
+    /// metrics.counter("backups_total", "Backups taken").inc();
+    /// assert!(metrics.render().contains("# HELP backups_total Backups taken\n"));
+    /// assert_eq!(metrics.counter("backups_total", "Backups taken").get(), 2);
+    /// ```
     pub fn counter(&self, name: &str, help: &str) -> Counter {
         Counter(self.user(name, help, "counter", &[]))
     }
 
     /// Registers (or finds again) the operator's gauge `name`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.gauge("tenants", "Tenants managed").set(12);
+    /// assert!(metrics.render().contains("tenants 12"));
+    /// ```
     pub fn gauge(&self, name: &str, help: &str) -> Gauge {
         Gauge(self.user(name, help, "gauge", &[]))
     }
 
     /// The series of counter `name` with `labels` (`[("cluster", "shop/cache")]`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.counter_with("failovers_total", "Failovers", &[("cluster", "shop/cache")]).inc();
+    /// assert!(metrics.render().contains(r#"failovers_total{cluster="shop/cache"} 1"#));
+    /// ```
     pub fn counter_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Counter {
         Counter(self.user(name, help, "counter", labels))
     }
 
     /// The series of gauge `name` with `labels`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.gauge_with("cluster_nodes", "Nodes", &[("cluster", "shop/cache")]).set(6);
+    /// metrics.gauge_with("cluster_nodes", "Nodes", &[("cluster", "shop/sessions")]).set(3);
+    /// let text = metrics.render();
+    /// assert!(text.contains(r#"cluster_nodes{cluster="shop/cache"} 6"#));
+    /// assert!(text.contains(r#"cluster_nodes{cluster="shop/sessions"} 3"#));
+    /// ```
     pub fn gauge_with(&self, name: &str, help: &str, labels: &[(&str, &str)]) -> Gauge {
         Gauge(self.user(name, help, "gauge", labels))
     }
 
     /// Drops the series of metric `name` with `labels` (a deleted object's gauge).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let metrics = plinth_runtime::Metrics::default();
+    /// metrics.gauge_with("cluster_nodes", "Nodes", &[("cluster", "shop/cache")]).set(6);
+    /// // The RedisCluster was deleted: its series goes.
+    /// metrics.forget("cluster_nodes", &[("cluster", "shop/cache")]);
+    /// assert!(!metrics.render().contains("shop/cache"));
+    /// ```
     pub fn forget(&self, name: &str, labels: &[(&str, &str)]) {
         if let Some(metric) = self.lock().user.get_mut(name) {
             metric.series.remove(&label_text(labels));
@@ -295,6 +485,14 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let text = plinth_runtime::Metrics::default().render();
+    /// // controller-runtime's families are always there, empty or not.
+    /// assert!(text.contains("# TYPE controller_runtime_reconcile_total counter"));
+    /// ```
     pub fn render(&self) -> String {
         let state = self.lock();
         let mut out = String::new();
@@ -405,6 +603,23 @@ impl Metrics {
 
 /// Serves `/metrics` (from `metrics`), `/healthz` and `/readyz` (from `checks`) on `listener`
 /// until the task is dropped. `ready` says whether the manager's caches have synced.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> std::io::Result<()> {
+/// use plinth_runtime::{health::Checks, metrics, Metrics};
+/// let listener = metrics::bind("127.0.0.1:0".parse().unwrap()).await?;
+/// let port = listener.local_addr()?.port();
+/// let (_synced, ready) = tokio::sync::watch::channel(false);
+/// let server = tokio::spawn(metrics::serve(listener, Metrics::default(), Checks::default(), ready));
+/// let answer = plinth_testenv::scrape(port, "/readyz").await;
+/// // Not ready before the caches have synced.
+/// assert!(answer.starts_with("HTTP/1.1 500"));
+/// assert!(plinth_testenv::scrape(port, "/healthz").await.ends_with("\r\n\r\nok"));
+/// server.abort();
+/// # Ok(()) }
+/// ```
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
@@ -457,6 +672,15 @@ pub async fn serve(
 ///
 /// # Errors
 /// If the address cannot be bound.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> std::io::Result<()> {
+/// let listener = plinth_runtime::metrics::bind("127.0.0.1:0".parse().unwrap()).await?;
+/// assert!(listener.local_addr()?.port() > 0);
+/// # Ok(()) }
+/// ```
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }

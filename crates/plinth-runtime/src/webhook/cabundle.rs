@@ -7,6 +7,18 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 
 /// An object whose webhooks should trust the CA.
+///
+/// # Example
+///
+/// ```no_run
+/// use plinth_runtime::webhook::CaTarget;
+/// // What cert-manager's `cert-manager.io/inject-ca-from` annotation would name.
+/// let targets = [
+///     CaTarget::Validating("my-operator-validating".into()),
+///     CaTarget::Mutating("my-operator-defaulting".into()),
+///     CaTarget::Conversion("widgets.example.com".into()),
+/// ];
+/// ```
 #[derive(Clone, Debug)]
 pub enum CaTarget {
     /// Every webhook of this MutatingWebhookConfiguration.
@@ -29,6 +41,33 @@ const MISSING_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 ///
 /// # Errors
 /// A target that cannot be read or written.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+/// use plinth_runtime::webhook::{inject_ca_bundle, issue, CaTarget};
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// let configurations: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(env.client());
+/// let configuration: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+///     "metadata": {"name": "widgets"},
+///     "webhooks": [{
+///         "name": "widgets.example.com",
+///         "clientConfig": {"url": "https://127.0.0.1:9443/validate"},
+///         "rules": [{"operations": ["CREATE"], "apiGroups": ["example.com"],
+///                    "apiVersions": ["v1"], "resources": ["widgets"]}],
+///         "sideEffects": "None", "admissionReviewVersions": ["v1"]
+///     }]
+/// }))?;
+/// configurations.create(&Default::default(), &configuration).await?;
+/// let issued = issue(&["127.0.0.1"])?;
+/// inject_ca_bundle(&env.client(), issued.ca.as_bytes(), &[CaTarget::Validating("widgets".into())]).await?;
+/// let written = configurations.get("widgets").await?;
+/// let bundle = written.webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap();
+/// assert_eq!(bundle.0, issued.ca.as_bytes());
+/// # Ok(()) }
+/// ```
 pub async fn inject_ca_bundle(
     client: &kube::Client,
     ca_pem: &[u8],

@@ -13,6 +13,34 @@ type IntoHub<H> = Arc<dyn Fn(Value) -> Result<H, String> + Send + Sync>;
 type FromHub<H> = Arc<dyn Fn(&H) -> Result<Value, String> + Send + Sync>;
 
 /// Converts objects between the versions of one kind through the hub type `H`.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::Converter;
+/// use serde_json::{json, Value};
+/// // v1 says `size: 3`; v2, the hub, says `replicas: 3`.
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct V1 { kind: String, metadata: Value, spec: V1Spec }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct V1Spec { size: i64 }
+/// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+/// struct V2 { kind: String, metadata: Value, spec: V2Spec }
+/// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+/// struct V2Spec { replicas: i64 }
+/// let converter = Converter::<V2>::new()
+///     .version("example.com/v2", |v2: V2| v2, |hub: &V2| hub.clone())
+///     .version(
+///         "example.com/v1",
+///         |v1: V1| V2 { kind: v1.kind, metadata: v1.metadata, spec: V2Spec { replicas: v1.spec.size } },
+///         |hub: &V2| V1 { kind: hub.kind.clone(), metadata: hub.metadata.clone(),
+///                         spec: V1Spec { size: hub.spec.replicas } },
+///     );
+/// let old = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+///                  "metadata": {"name": "w"}, "spec": {"size": 3}});
+/// let new = converter.convert(old, "example.com/v2").unwrap();
+/// assert_eq!(new["spec"], json!({"replicas": 3}));
+/// ```
 pub struct Converter<H> {
     versions: HashMap<String, (IntoHub<H>, FromHub<H>)>,
 }
@@ -37,12 +65,49 @@ impl<H: 'static> Default for Converter<H> {
 
 impl<H: Send + Sync + 'static> Converter<H> {
     /// A converter knowing no version yet.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let converter = plinth_runtime::webhook::Converter::<serde_json::Value>::new();
+    /// // No version known yet: nothing converts.
+    /// let object = serde_json::json!({"apiVersion": "example.com/v1"});
+    /// assert!(converter.convert(object, "example.com/v2").is_err());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// `api_version` (`example.com/v1`) is the type `T`, converted to the hub by `into_hub` and
     /// back by `from_hub` (for the hub's own version, both are the identity).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Converter;
+    /// use serde_json::{json, Value};
+    /// // v1 says `size: 3`; v2, the hub, says `replicas: 3`.
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1 { kind: String, metadata: Value, spec: V1Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1Spec { size: i64 }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2 { kind: String, metadata: Value, spec: V2Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2Spec { replicas: i64 }
+    /// let converter = Converter::<V2>::new()
+    ///     .version("example.com/v2", |v2: V2| v2, |hub: &V2| hub.clone())
+    ///     .version(
+    ///         "example.com/v1",
+    ///         |v1: V1| V2 { kind: v1.kind, metadata: v1.metadata, spec: V2Spec { replicas: v1.spec.size } },
+    ///         |hub: &V2| V1 { kind: hub.kind.clone(), metadata: hub.metadata.clone(),
+    ///                         spec: V1Spec { size: hub.spec.replicas } },
+    ///     );
+    /// let v2 = json!({"apiVersion": "example.com/v2", "kind": "Widget",
+    ///                 "metadata": {"name": "w"}, "spec": {"replicas": 5}});
+    /// let v1 = converter.convert(v2, "example.com/v1").unwrap();
+    /// assert_eq!((v1["apiVersion"].as_str(), &v1["spec"]), (Some("example.com/v1"), &json!({"size": 5})));
+    /// ```
     #[must_use]
     pub fn version<T>(
         mut self,
@@ -74,6 +139,35 @@ impl<H: Send + Sync + 'static> Converter<H> {
     ///
     /// # Errors
     /// A version this converter does not know, or an object that does not decode as its type.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Converter;
+    /// use serde_json::{json, Value};
+    /// // v1 says `size: 3`; v2, the hub, says `replicas: 3`.
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1 { kind: String, metadata: Value, spec: V1Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1Spec { size: i64 }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2 { kind: String, metadata: Value, spec: V2Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2Spec { replicas: i64 }
+    /// let converter = Converter::<V2>::new()
+    ///     .version("example.com/v2", |v2: V2| v2, |hub: &V2| hub.clone())
+    ///     .version(
+    ///         "example.com/v1",
+    ///         |v1: V1| V2 { kind: v1.kind, metadata: v1.metadata, spec: V2Spec { replicas: v1.spec.size } },
+    ///         |hub: &V2| V1 { kind: hub.kind.clone(), metadata: hub.metadata.clone(),
+    ///                         spec: V1Spec { size: hub.spec.replicas } },
+    ///     );
+    /// let unknown = json!({"apiVersion": "example.com/v3", "kind": "Widget"});
+    /// assert_eq!(
+    ///     converter.convert(unknown, "example.com/v1").unwrap_err(),
+    ///     "cannot convert from unknown version \"example.com/v3\""
+    /// );
+    /// ```
     pub fn convert(&self, object: Value, desired: &str) -> Result<Value, String> {
         let from = object
             .get("apiVersion")
@@ -96,6 +190,40 @@ impl<H: Send + Sync + 'static> Converter<H> {
 
     /// The answer to a ConversionReview's `request`: every object converted, or a failure
     /// naming the first that could not be.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Converter;
+    /// use serde_json::{json, Value};
+    /// // v1 says `size: 3`; v2, the hub, says `replicas: 3`.
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1 { kind: String, metadata: Value, spec: V1Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct V1Spec { size: i64 }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2 { kind: String, metadata: Value, spec: V2Spec }
+    /// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+    /// struct V2Spec { replicas: i64 }
+    /// let converter = Converter::<V2>::new()
+    ///     .version("example.com/v2", |v2: V2| v2, |hub: &V2| hub.clone())
+    ///     .version(
+    ///         "example.com/v1",
+    ///         |v1: V1| V2 { kind: v1.kind, metadata: v1.metadata, spec: V2Spec { replicas: v1.spec.size } },
+    ///         |hub: &V2| V1 { kind: hub.kind.clone(), metadata: hub.metadata.clone(),
+    ///                         spec: V1Spec { size: hub.spec.replicas } },
+    ///     );
+    /// let request = json!({
+    ///     "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+    ///     "desiredAPIVersion": "example.com/v2",
+    ///     "objects": [{"apiVersion": "example.com/v1", "kind": "Widget",
+    ///                  "metadata": {"name": "w"}, "spec": {"size": 2}}]
+    /// });
+    /// let response = converter.review(&request);
+    /// assert_eq!(response["uid"], request["uid"]);
+    /// assert_eq!(response["result"]["status"], "Success");
+    /// assert_eq!(response["convertedObjects"][0]["spec"]["replicas"], 2);
+    /// ```
     pub fn review(&self, request: &Value) -> Value {
         let uid = request.get("uid").cloned().unwrap_or(Value::Null);
         let desired = request

@@ -50,6 +50,16 @@ use tokio::sync::watch;
 pub use cabundle::{CaTarget, inject_ca_bundle};
 
 /// The resource a pair of webhook configurations is for.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::{configurations, WebhookTarget};
+/// let target = WebhookTarget { group: "example.com", version: "v1", resource: "widgets", scope: "Namespaced" };
+/// let both = configurations("widgets", "https://127.0.0.1:9443", target, "/default", "/validate");
+/// assert_eq!(both[1]["webhooks"][0]["name"], "validate.widgets.example.com");
+/// assert_eq!(both[1]["webhooks"][0]["rules"][0]["apiGroups"][0], "example.com");
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct WebhookTarget<'a> {
     /// Its API group.
@@ -63,6 +73,16 @@ pub struct WebhookTarget<'a> {
 }
 
 /// Where a webhook server is, as its configurations name it (`clientConfig`).
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::WebhookEndpoint;
+/// let outside = WebhookEndpoint::from("https://10.0.0.5:9443");
+/// let inside = WebhookEndpoint::service("my-operator/webhook").unwrap();
+/// assert_eq!(outside.client_config("/validate")["url"], "https://10.0.0.5:9443/validate");
+/// assert_eq!(inside.client_config("/validate")["service"]["port"], 443);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WebhookEndpoint<'a> {
     /// Outside the cluster: its base URL (`https://host:port`).
@@ -93,6 +113,17 @@ impl<'a> From<&'a String> for WebhookEndpoint<'a> {
 
 impl<'a> WebhookEndpoint<'a> {
     /// Parses a Service reference, `namespace/name` or `namespace/name:port` (443 by default).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::WebhookEndpoint;
+    /// assert_eq!(
+    ///     WebhookEndpoint::service("my-operator/webhook:8443"),
+    ///     Some(WebhookEndpoint::Service { namespace: "my-operator", name: "webhook", port: 8443 })
+    /// );
+    /// assert_eq!(WebhookEndpoint::service("no-namespace"), None);
+    /// ```
     pub fn service(text: &'a str) -> Option<Self> {
         let (namespace, rest) = text.split_once('/')?;
         let (name, port) = match rest.split_once(':') {
@@ -107,6 +138,18 @@ impl<'a> WebhookEndpoint<'a> {
     }
 
     /// The `clientConfig` (without `caBundle`) of `path` on this server.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::WebhookEndpoint;
+    /// let service = WebhookEndpoint::service("my-operator/webhook").unwrap();
+    /// assert_eq!(
+    ///     service.client_config("/validate"),
+    ///     serde_json::json!({"service": {"namespace": "my-operator", "name": "webhook",
+    ///                                    "path": "/validate", "port": 443}})
+    /// );
+    /// ```
     pub fn client_config(&self, path: &str) -> Value {
         match self {
             Self::Url(base) => json!({"url": format!("{}{path}", base.trim_end_matches('/'))}),
@@ -122,6 +165,20 @@ impl<'a> WebhookEndpoint<'a> {
 
     /// The names a Service's serving certificate must hold (`<svc>.<ns>.svc` is the one the
     /// API server checks); none for a URL.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::{self_signed, WebhookEndpoint};
+    /// let service = WebhookEndpoint::service("my-operator/webhook").unwrap();
+    /// let names = service.dns_names();
+    /// assert_eq!(names[0], "webhook.my-operator.svc");
+    /// // The serving certificate holds them.
+    /// # let dir = std::env::temp_dir().join(format!("dns-names-{}", std::process::id()));
+    /// let hosts: Vec<&str> = names.iter().map(String::as_str).collect();
+    /// let _certificate = self_signed(&dir, &hosts).unwrap();
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
     pub fn dns_names(&self) -> Vec<String> {
         match self {
             Self::Url(_) => Vec::new(),
@@ -141,6 +198,60 @@ impl<'a> WebhookEndpoint<'a> {
 /// `default.<resource>.<group>` at `default_path`, `validate.<resource>.<group>` at
 /// `validate_path` (failure policy `Fail`, no side effects, 5 s); `caBundle` left for the
 /// server to fill in ([`inject_ca_bundle`]).
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+/// struct NoEmpty;
+/// impl Validator<ConfigMap> for NoEmpty {
+///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+///         match object.and_then(|c| c.data.as_ref()) {
+///             Some(data) if !data.is_empty() => Verdict::allow(),
+///             _ => Verdict::deny("data must not be empty"),
+///         }
+///     }
+/// }
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+/// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+/// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+/// let running = WebhookServer::new()
+///     .validator("/validate", NoEmpty)
+///     .bind("127.0.0.1:0".parse()?, certificate.source)
+///     .await?;
+/// let url = format!("https://{}", running.local_addr);
+/// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+/// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+///     .remove(1); // the validating one (no defaulter is served here)
+/// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+/// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+/// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+/// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+/// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// // The API server takes the new configuration up within moments (from its cache, as
+/// // kube-apiserver does): wait until a dry run is refused.
+/// plinth_testenv::eventually("the webhook is called", || async {
+///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+///     probe.metadata.name = Some("probe".into());
+///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+/// }).await;
+/// let mut empty = ConfigMap::default();
+/// empty.metadata.name = Some("empty".into());
+/// match configmaps.create(&Default::default(), &empty).await {
+///     Err(kube::Error::Api(status)) => {
+///         assert_eq!(status.code, 403);
+///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # running.shutdown().await;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 pub fn configurations<'a>(
     name: &str,
     server: impl Into<WebhookEndpoint<'a>>,
@@ -179,6 +290,26 @@ pub use tls::{Issued, SelfSigned, TlsSource, certificate_secret, issue, self_sig
 const MAX_REVIEW: usize = 8 * 1024 * 1024;
 
 /// Who asked for the write (`request.userInfo`).
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::{AdmissionRequest, Validator, Verdict};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// // Only the operator itself may change what it manages.
+/// struct OnlyOperator;
+/// impl Validator<ConfigMap> for OnlyOperator {
+///     async fn validate(&self, request: &AdmissionRequest, _: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+///         if request.user.username == "system:serviceaccount:my-operator:my-operator"
+///             || request.user.groups.iter().any(|g| g == "system:masters")
+///         {
+///             Verdict::allow()
+///         } else {
+///             Verdict::deny("managed by my-operator")
+///         }
+///     }
+/// }
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct UserInfo {
     /// The user name.
@@ -190,6 +321,24 @@ pub struct UserInfo {
 }
 
 /// The write being admitted (`request` of the AdmissionReview), without its objects.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::{AdmissionRequest, Validator, Verdict};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// struct Immutable;
+/// impl Validator<ConfigMap> for Immutable {
+///     async fn validate(&self, request: &AdmissionRequest, new: Option<&ConfigMap>, old: Option<&ConfigMap>) -> Verdict {
+///         match (request.operation.as_str(), new, old) {
+///             ("UPDATE", Some(new), Some(old)) if new.data != old.data => {
+///                 Verdict::deny(format!("{} is immutable", request.name))
+///             }
+///             _ => Verdict::allow(),
+///         }
+///     }
+/// }
+/// ```
 #[derive(Clone, Debug)]
 pub struct AdmissionRequest {
     /// The review's uid (the answer carries it back).
@@ -211,6 +360,17 @@ pub struct AdmissionRequest {
 }
 
 /// A validator's answer.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::Verdict;
+/// let refused = Verdict::deny("spec.size: must be odd")
+///     .with_code(422, "Invalid")
+///     .with_audit_annotation("rule", "odd-size");
+/// assert!(!refused.allowed());
+/// assert!(Verdict::allow().with_warning("spec.legacy is deprecated").allowed());
+/// ```
 #[derive(Clone, Debug)]
 pub struct Verdict {
     allowed: bool,
@@ -223,6 +383,12 @@ pub struct Verdict {
 
 impl Verdict {
     /// The write may go ahead.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(plinth_runtime::webhook::Verdict::allow().allowed());
+    /// ```
     pub fn allow() -> Self {
         Self {
             allowed: true,
@@ -236,6 +402,60 @@ impl Verdict {
 
     /// The write is refused with `message` (403 `Forbidden`, as controller-runtime's
     /// `Denied` answers).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+    /// struct NoEmpty;
+    /// impl Validator<ConfigMap> for NoEmpty {
+    ///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+    ///         match object.and_then(|c| c.data.as_ref()) {
+    ///             Some(data) if !data.is_empty() => Verdict::allow(),
+    ///             _ => Verdict::deny("data must not be empty"),
+    ///         }
+    ///     }
+    /// }
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+    /// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+    /// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+    /// let running = WebhookServer::new()
+    ///     .validator("/validate", NoEmpty)
+    ///     .bind("127.0.0.1:0".parse()?, certificate.source)
+    ///     .await?;
+    /// let url = format!("https://{}", running.local_addr);
+    /// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+    /// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+    ///     .remove(1); // the validating one (no defaulter is served here)
+    /// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+    /// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+    /// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+    /// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+    /// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// // The API server takes the new configuration up within moments (from its cache, as
+    /// // kube-apiserver does): wait until a dry run is refused.
+    /// plinth_testenv::eventually("the webhook is called", || async {
+    ///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+    ///     probe.metadata.name = Some("probe".into());
+    ///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+    /// }).await;
+    /// let mut empty = ConfigMap::default();
+    /// empty.metadata.name = Some("empty".into());
+    /// match configmaps.create(&Default::default(), &empty).await {
+    ///     Err(kube::Error::Api(status)) => {
+    ///         assert_eq!(status.code, 403);
+    ///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # running.shutdown().await;
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
     pub fn deny(message: impl Into<String>) -> Self {
         Self {
             allowed: false,
@@ -248,6 +468,15 @@ impl Verdict {
     }
 
     /// Another code and reason for a refusal (422 `Invalid`, say).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Verdict;
+    /// // What the client gets: 422 Invalid instead of 403 Forbidden.
+    /// let verdict = Verdict::deny("spec.size: must be odd").with_code(422, "Invalid");
+    /// assert!(!verdict.allowed());
+    /// ```
     #[must_use]
     pub fn with_code(mut self, code: u16, reason: &str) -> Self {
         self.code = code;
@@ -256,6 +485,15 @@ impl Verdict {
     }
 
     /// A warning the client shows (kubectl prints `Warning: …`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Verdict;
+    /// // Allowed, and kubectl prints `Warning: spec.legacy is deprecated`.
+    /// let verdict = Verdict::allow().with_warning("spec.legacy is deprecated");
+    /// assert!(verdict.allowed());
+    /// ```
     #[must_use]
     pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
         self.warnings.push(warning.into());
@@ -264,6 +502,15 @@ impl Verdict {
 
     /// An annotation for the request's audit event (the server files it under this
     /// webhook's name: `<webhook>/<key>`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Verdict;
+    /// // Filed in the request's audit event as `<webhook name>/policy: strict`.
+    /// let verdict = Verdict::allow().with_audit_annotation("policy", "strict");
+    /// assert!(verdict.allowed());
+    /// ```
     #[must_use]
     pub fn with_audit_annotation(
         mut self,
@@ -275,12 +522,74 @@ impl Verdict {
     }
 
     /// Whether it allows the write.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::Verdict;
+    /// assert!(Verdict::allow().allowed());
+    /// assert!(!Verdict::deny("no").allowed());
+    /// ```
     pub fn allowed(&self) -> bool {
         self.allowed
     }
 }
 
 /// Decides whether a write of a `K` may go ahead.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+/// struct NoEmpty;
+/// impl Validator<ConfigMap> for NoEmpty {
+///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+///         match object.and_then(|c| c.data.as_ref()) {
+///             Some(data) if !data.is_empty() => Verdict::allow(),
+///             _ => Verdict::deny("data must not be empty"),
+///         }
+///     }
+/// }
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+/// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+/// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+/// let running = WebhookServer::new()
+///     .validator("/validate", NoEmpty)
+///     .bind("127.0.0.1:0".parse()?, certificate.source)
+///     .await?;
+/// let url = format!("https://{}", running.local_addr);
+/// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+/// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+///     .remove(1); // the validating one (no defaulter is served here)
+/// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+/// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+/// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+/// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+/// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// // The API server takes the new configuration up within moments (from its cache, as
+/// // kube-apiserver does): wait until a dry run is refused.
+/// plinth_testenv::eventually("the webhook is called", || async {
+///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+///     probe.metadata.name = Some("probe".into());
+///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+/// }).await;
+/// let mut empty = ConfigMap::default();
+/// empty.metadata.name = Some("empty".into());
+/// match configmaps.create(&Default::default(), &empty).await {
+///     Err(kube::Error::Api(status)) => {
+///         assert_eq!(status.code, 403);
+///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # running.shutdown().await;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 pub trait Validator<K>: Send + Sync + 'static {
     /// `object` is the new object (none for a delete), `old` the stored one (updates and
     /// deletes).
@@ -293,6 +602,25 @@ pub trait Validator<K>: Send + Sync + 'static {
 }
 
 /// Fills in a `K` before it is validated and stored.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::{AdmissionRequest, Defaulter, Verdict, WebhookServer};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// // Every ConfigMap gets `mode: standard` unless it says otherwise.
+/// struct StandardMode;
+/// impl Defaulter<ConfigMap> for StandardMode {
+///     async fn default(&self, _: &AdmissionRequest, object: &mut ConfigMap) -> Result<(), Verdict> {
+///         object.data.get_or_insert_with(Default::default)
+///             .entry("mode".into())
+///             .or_insert_with(|| "standard".into());
+///         Ok(())
+///     }
+/// }
+/// let server = WebhookServer::new().defaulter("/default", StandardMode);
+/// # let _ = server;
+/// ```
 pub trait Defaulter<K>: Send + Sync + 'static {
     /// Changes `object` in place; the server receives the JSONPatch from the object as sent
     /// to what this leaves. A refusal stops the write.
@@ -413,6 +741,17 @@ where
 }
 
 /// Why the server could not start.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use plinth_runtime::webhook::{TlsSource, WebhookError, WebhookServer};
+/// let missing = TlsSource::files("/nonexistent/tls.crt", "/nonexistent/tls.key");
+/// let refused = WebhookServer::new().bind("127.0.0.1:0".parse().unwrap(), missing).await;
+/// assert!(matches!(refused, Err(WebhookError::Certificate(_))));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The address could not be bound.
@@ -430,6 +769,60 @@ pub enum WebhookError {
 }
 
 /// The webhook server: handlers by path.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+/// struct NoEmpty;
+/// impl Validator<ConfigMap> for NoEmpty {
+///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+///         match object.and_then(|c| c.data.as_ref()) {
+///             Some(data) if !data.is_empty() => Verdict::allow(),
+///             _ => Verdict::deny("data must not be empty"),
+///         }
+///     }
+/// }
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+/// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+/// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+/// let running = WebhookServer::new()
+///     .validator("/validate", NoEmpty)
+///     .bind("127.0.0.1:0".parse()?, certificate.source)
+///     .await?;
+/// let url = format!("https://{}", running.local_addr);
+/// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+/// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+///     .remove(1); // the validating one (no defaulter is served here)
+/// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+/// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+/// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+/// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+/// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// // The API server takes the new configuration up within moments (from its cache, as
+/// // kube-apiserver does): wait until a dry run is refused.
+/// plinth_testenv::eventually("the webhook is called", || async {
+///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+///     probe.metadata.name = Some("probe".into());
+///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+/// }).await;
+/// let mut empty = ConfigMap::default();
+/// empty.metadata.name = Some("empty".into());
+/// match configmaps.create(&Default::default(), &empty).await {
+///     Err(kube::Error::Api(status)) => {
+///         assert_eq!(status.code, 403);
+///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # running.shutdown().await;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Default)]
 pub struct WebhookServer {
     routes: HashMap<String, Route>,
@@ -447,11 +840,77 @@ impl std::fmt::Debug for WebhookServer {
 
 impl WebhookServer {
     /// A server with no handlers.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let server = plinth_runtime::webhook::WebhookServer::new();
+    /// assert_eq!(format!("{server:?}"), "WebhookServer { paths: [] }");
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Serves `validator` for `K` at `path`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+    /// struct NoEmpty;
+    /// impl Validator<ConfigMap> for NoEmpty {
+    ///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+    ///         match object.and_then(|c| c.data.as_ref()) {
+    ///             Some(data) if !data.is_empty() => Verdict::allow(),
+    ///             _ => Verdict::deny("data must not be empty"),
+    ///         }
+    ///     }
+    /// }
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+    /// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+    /// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+    /// let running = WebhookServer::new()
+    ///     .validator("/validate", NoEmpty)
+    ///     .bind("127.0.0.1:0".parse()?, certificate.source)
+    ///     .await?;
+    /// let url = format!("https://{}", running.local_addr);
+    /// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+    /// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+    ///     .remove(1); // the validating one (no defaulter is served here)
+    /// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+    /// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+    /// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+    /// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+    /// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// // The API server takes the new configuration up within moments (from its cache, as
+    /// // kube-apiserver does): wait until a dry run is refused.
+    /// plinth_testenv::eventually("the webhook is called", || async {
+    ///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+    ///     probe.metadata.name = Some("probe".into());
+    ///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+    /// }).await;
+    /// let mut empty = ConfigMap::default();
+    /// empty.metadata.name = Some("empty".into());
+    /// match configmaps.create(&Default::default(), &empty).await {
+    ///     Err(kube::Error::Api(status)) => {
+    ///         assert_eq!(status.code, 403);
+    ///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// // A ConfigMap with data passes.
+    /// let mut full = ConfigMap::default();
+    /// full.metadata.name = Some("full".into());
+    /// full.data = Some([("k".to_owned(), "v".to_owned())].into());
+    /// configmaps.create(&Default::default(), &full).await?;
+    /// # running.shutdown().await;
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn validator<K, V>(mut self, path: &str, validator: V) -> Self
     where
@@ -469,6 +928,23 @@ impl WebhookServer {
     }
 
     /// Serves `defaulter` for `K` at `path`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::{AdmissionRequest, Defaulter, Verdict, WebhookServer};
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// struct Labelled;
+    /// impl Defaulter<ConfigMap> for Labelled {
+    ///     async fn default(&self, _: &AdmissionRequest, object: &mut ConfigMap) -> Result<(), Verdict> {
+    ///         object.metadata.labels.get_or_insert_with(Default::default)
+    ///             .insert("managed-by".into(), "my-operator".into());
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let server = WebhookServer::new().defaulter("/default", Labelled);
+    /// assert_eq!(format!("{server:?}"), r#"WebhookServer { paths: ["/default"] }"#);
+    /// ```
     #[must_use]
     pub fn defaulter<K, D>(mut self, path: &str, defaulter: D) -> Self
     where
@@ -487,6 +963,15 @@ impl WebhookServer {
 
     /// Serves CRD conversion by `converter` at `path` (the CRD's
     /// `spec.conversion.webhook.clientConfig`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::{Converter, WebhookServer};
+    /// // (see `Converter` for one that knows versions)
+    /// let server = WebhookServer::new().converter("/convert", Converter::<serde_json::Value>::new());
+    /// assert_eq!(format!("{server:?}"), r#"WebhookServer { paths: ["/convert"] }"#);
+    /// ```
     #[must_use]
     pub fn converter<H: Send + Sync + 'static>(
         mut self,
@@ -502,6 +987,60 @@ impl WebhookServer {
     ///
     /// # Errors
     /// The address cannot be bound, or the certificate cannot be loaded.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+    /// struct NoEmpty;
+    /// impl Validator<ConfigMap> for NoEmpty {
+    ///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+    ///         match object.and_then(|c| c.data.as_ref()) {
+    ///             Some(data) if !data.is_empty() => Verdict::allow(),
+    ///             _ => Verdict::deny("data must not be empty"),
+    ///         }
+    ///     }
+    /// }
+    /// let env = plinth_testenv::TestEnv::start().await?;
+    /// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+    /// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+    /// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+    /// let running = WebhookServer::new()
+    ///     .validator("/validate", NoEmpty)
+    ///     .bind("127.0.0.1:0".parse()?, certificate.source)
+    ///     .await?;
+    /// let url = format!("https://{}", running.local_addr);
+    /// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+    /// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+    ///     .remove(1); // the validating one (no defaulter is served here)
+    /// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+    /// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+    /// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+    /// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+    /// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+    /// // The API server takes the new configuration up within moments (from its cache, as
+    /// // kube-apiserver does): wait until a dry run is refused.
+    /// plinth_testenv::eventually("the webhook is called", || async {
+    ///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+    ///     probe.metadata.name = Some("probe".into());
+    ///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+    /// }).await;
+    /// let mut empty = ConfigMap::default();
+    /// empty.metadata.name = Some("empty".into());
+    /// match configmaps.create(&Default::default(), &empty).await {
+    ///     Err(kube::Error::Api(status)) => {
+    ///         assert_eq!(status.code, 403);
+    ///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # running.shutdown().await;
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
     pub async fn bind(
         self,
         addr: SocketAddr,
@@ -557,6 +1096,61 @@ impl WebhookServer {
 }
 
 /// A running webhook server.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use plinth_runtime::webhook::{self, AdmissionRequest, CaTarget, Validator, Verdict, WebhookServer, WebhookTarget};
+/// struct NoEmpty;
+/// impl Validator<ConfigMap> for NoEmpty {
+///     async fn validate(&self, _: &AdmissionRequest, object: Option<&ConfigMap>, _: Option<&ConfigMap>) -> Verdict {
+///         match object.and_then(|c| c.data.as_ref()) {
+///             Some(data) if !data.is_empty() => Verdict::allow(),
+///             _ => Verdict::deny("data must not be empty"),
+///         }
+///     }
+/// }
+/// let env = plinth_testenv::TestEnv::start().await?;
+/// # let dir = std::env::temp_dir().join(format!("webhook-example-{}", std::process::id()));
+/// // A certificate of its own for 127.0.0.1, the server, and a configuration calling it.
+/// let certificate = webhook::self_signed(&dir, &["127.0.0.1"])?;
+/// let running = WebhookServer::new()
+///     .validator("/validate", NoEmpty)
+///     .bind("127.0.0.1:0".parse()?, certificate.source)
+///     .await?;
+/// let url = format!("https://{}", running.local_addr);
+/// let target = WebhookTarget { group: "", version: "v1", resource: "configmaps", scope: "Namespaced" };
+/// let mut validating = webhook::configurations("no-empty", url.as_str(), target, "/default", "/validate")
+///     .remove(1); // the validating one (no defaulter is served here)
+/// validating["webhooks"][0]["name"] = "no-empty.example.com".into();
+/// let validating: ValidatingWebhookConfiguration = serde_json::from_value(validating)?;
+/// kube::Api::all(env.client()).create(&Default::default(), &validating).await?;
+/// webhook::inject_ca_bundle(&env.client(), &certificate.ca_pem, &[CaTarget::Validating("no-empty".into())]).await?;
+/// let configmaps = kube::Api::<ConfigMap>::namespaced(env.client(), "default");
+/// // The API server takes the new configuration up within moments (from its cache, as
+/// // kube-apiserver does): wait until a dry run is refused.
+/// plinth_testenv::eventually("the webhook is called", || async {
+///     let (dry, mut probe) = (kube::api::PostParams { dry_run: true, ..Default::default() }, ConfigMap::default());
+///     probe.metadata.name = Some("probe".into());
+///     matches!(configmaps.create(&dry, &probe).await, Err(kube::Error::Api(s)) if s.code == 403)
+/// }).await;
+/// assert_eq!(running.local_addr.ip().to_string(), "127.0.0.1");
+/// let mut empty = ConfigMap::default();
+/// empty.metadata.name = Some("empty".into());
+/// match configmaps.create(&Default::default(), &empty).await {
+///     Err(kube::Error::Api(status)) => {
+///         assert_eq!(status.code, 403);
+///         assert!(status.message.ends_with("denied the request: data must not be empty"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # running.shutdown().await;
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RunningWebhookServer {
     /// Where it listens.
@@ -567,12 +1161,37 @@ pub struct RunningWebhookServer {
 
 impl RunningWebhookServer {
     /// Stops accepting connections and closes the open ones.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use plinth_runtime::webhook::{self_signed, WebhookServer};
+    /// # let dir = std::env::temp_dir().join(format!("shutdown-{}", std::process::id()));
+    /// let certificate = self_signed(&dir, &["127.0.0.1"])?;
+    /// let running = WebhookServer::new().bind("127.0.0.1:0".parse()?, certificate.source).await?;
+    /// let addr = running.local_addr;
+    /// running.shutdown().await;
+    /// // Nothing listens there any more.
+    /// assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok(()) }
+    /// ```
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
 
     /// Runs until the task ends (it does not, unless shut down elsewhere).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(running: plinth_runtime::webhook::RunningWebhookServer) {
+    /// // A webhook-only process: serve until killed.
+    /// running.wait().await;
+    /// # }
+    /// ```
     pub async fn wait(self) {
         let _ = self.task.await;
     }

@@ -17,6 +17,22 @@ use super::WebhookError;
 const SECRET_REFRESH: Duration = Duration::from_secs(10);
 
 /// Where the serving certificate comes from.
+///
+/// # Example
+///
+/// ```no_run
+/// use plinth_runtime::webhook::TlsSource;
+/// // Files a Secret volume mounts (re-read when they change: a renewed certificate is served
+/// // without a restart) ...
+/// let mounted = TlsSource::files("/tls/tls.crt", "/tls/tls.key");
+/// // ... or the Secret itself, read through the API.
+/// # fn client() -> kube::Client { unimplemented!() }
+/// let read = TlsSource::Secret {
+///     client: client(),
+///     namespace: "my-operator".into(),
+///     name: "webhook-tls".into(),
+/// };
+/// ```
 #[derive(Clone)]
 pub enum TlsSource {
     /// PEM files: the certificate chain and its private key.
@@ -58,6 +74,14 @@ impl std::fmt::Debug for TlsSource {
 
 impl TlsSource {
     /// PEM files.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use plinth_runtime::webhook::TlsSource;
+    /// let source = TlsSource::files("/tls/tls.crt", "/tls/tls.key");
+    /// assert!(matches!(source, TlsSource::Files { .. }));
+    /// ```
     pub fn files(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
         Self::Files {
             cert: cert.into(),
@@ -220,6 +244,15 @@ impl ResolvesServerCert for Resolver {
 }
 
 /// A self-managed serving certificate: a CA of the operator's own and a certificate it signed.
+///
+/// # Example
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("self-signed-{}", std::process::id()));
+/// let made = plinth_runtime::webhook::self_signed(&dir, &["webhook.my-operator.svc"]).unwrap();
+/// assert!(String::from_utf8_lossy(&made.ca_pem).starts_with("-----BEGIN CERTIFICATE-----"));
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 #[derive(Clone, Debug)]
 pub struct SelfSigned {
     /// The CA (PEM), for the webhook configurations' `caBundle`.
@@ -229,6 +262,16 @@ pub struct SelfSigned {
 }
 
 /// A CA and a serving certificate it signed, in PEM.
+///
+/// # Example
+///
+/// ```
+/// let issued = plinth_runtime::webhook::issue(&["localhost", "127.0.0.1"]).unwrap();
+/// assert!(issued.ca.starts_with("-----BEGIN CERTIFICATE-----"));
+/// assert!(issued.cert.starts_with("-----BEGIN CERTIFICATE-----"));
+/// assert!(issued.key.contains("PRIVATE KEY"));
+/// assert_ne!(issued.ca, issued.cert);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Issued {
     /// The CA's certificate (`ca.crt`).
@@ -243,6 +286,15 @@ pub struct Issued {
 ///
 /// # Errors
 /// A host is not a valid name.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::issue;
+/// let issued = issue(&["webhook.my-operator.svc", "10.96.0.12"]).unwrap();
+/// assert!(issued.cert.starts_with("-----BEGIN CERTIFICATE-----"));
+/// assert!(issued.key.contains("PRIVATE KEY"));
+/// ```
 pub fn issue(hosts: &[&str]) -> Result<Issued, WebhookError> {
     let fail = |e: &dyn std::fmt::Display| WebhookError::Certificate(e.to_string());
     let ca_key = rcgen::KeyPair::generate().map_err(|e| fail(&e))?;
@@ -272,6 +324,16 @@ pub fn issue(hosts: &[&str]) -> Result<Issued, WebhookError> {
 ///
 /// # Errors
 /// As [`issue`].
+///
+/// # Example
+///
+/// ```
+/// let secret = plinth_runtime::webhook::certificate_secret(
+///     "my-operator", "webhook-tls", &["webhook.my-operator.svc"],
+/// ).unwrap();
+/// assert_eq!(secret["type"], "kubernetes.io/tls");
+/// assert!(secret["data"]["tls.key"].is_string() && secret["data"]["ca.crt"].is_string());
+/// ```
 pub fn certificate_secret(
     namespace: &str,
     name: &str,
@@ -299,6 +361,19 @@ pub fn certificate_secret(
 ///
 /// # Errors
 /// The directory cannot be written, or a host is not a valid name.
+///
+/// # Example
+///
+/// ```
+/// use plinth_runtime::webhook::self_signed;
+/// let dir = std::env::temp_dir().join(format!("certs-{}", std::process::id()));
+/// let first = self_signed(&dir, &["localhost"]).unwrap();
+/// // Made once; a restart finds and keeps it.
+/// let again = self_signed(&dir, &["localhost"]).unwrap();
+/// assert_eq!(first.ca_pem, again.ca_pem);
+/// assert!(dir.join("tls.key").exists());
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 pub fn self_signed(dir: &std::path::Path, hosts: &[&str]) -> Result<SelfSigned, WebhookError> {
     let (ca, cert, key) = (dir.join("ca.crt"), dir.join("tls.crt"), dir.join("tls.key"));
     let fail = |e: &dyn std::fmt::Display| WebhookError::Certificate(e.to_string());
