@@ -329,6 +329,12 @@ where
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+// The schema's description is the first line only: the example is for rustdoc, not for the
+// CRDs of operators whose status embeds conditions (`kubectl explain` shows it).
+#[cfg_attr(
+    feature = "schemars",
+    schemars(description = "A status condition (metav1.Condition's fields).")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// `Ready`, `Progressing`...

@@ -165,6 +165,21 @@ fn a_public_charts_whole_life_through_helm() {
             })
         })
     });
+    // ... and the node agent has programmed the Service's rules for it (as kube-proxy, a
+    // moment after the slice): the Service answers on its gRPC port from this machine.
+    let cluster_ip = plinth.kubectl(&[
+        "-n",
+        "pi",
+        "get",
+        "service",
+        "pi-podinfo",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let grpc: std::net::SocketAddr = format!("{}:9999", cluster_ip.trim()).parse().unwrap();
+    plinth.eventually("the Service answers on its gRPC port", || {
+        std::net::TcpStream::connect_timeout(&grpc, std::time::Duration::from_secs(2)).is_ok()
+    });
     // test: the chart's test pods (curl, jq, grpc_health_probe) reach podinfo by its
     // Service's DNS name; hook-succeeded deletes them.
     let tested = helm.run(&["test", "pi", "-n", "pi", "--logs"]);
