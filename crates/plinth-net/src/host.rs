@@ -133,7 +133,10 @@ pub(crate) async fn run(
 /// Whether this process can make namespaces and devices and write rules: it is root (or has
 /// `CAP_NET_ADMIN`) and has `ip` and `nft`. Checked by making a namespace and a table in it.
 pub async fn available() -> Result<(), String> {
-    let probe = format!("plinth-probe-{}", std::process::id());
+    // One name per call: two checks of one process may run at once.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("plinth-probe-{}-{call}", std::process::id());
     ip(&["netns", "add", &probe], None).await?;
     let nft = run(
         "ip",
@@ -194,19 +197,68 @@ pub fn release(names: &Names) {
     let _ = std::fs::remove_file(PathBuf::from(OWNERS_DIR).join(&names.tag));
 }
 
+/// Whether the agent that claimed `tag` still runs.
+fn owner_alive(tag: &str) -> bool {
+    std::fs::read_to_string(PathBuf::from(OWNERS_DIR).join(tag))
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// The machine's lock over sweeping and claiming (an exclusive lock on
+/// `/run/plinth/net/.lock`, held while the file is open): an agent that found another's
+/// owner dead sweeps only while no agent of that tag is setting up again — else it could
+/// remove the new agent's bridge and its pods' devices as they are made.
+async fn machine_lock() -> Option<std::fs::File> {
+    tokio::task::spawn_blocking(|| {
+        std::fs::create_dir_all(OWNERS_DIR).ok()?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(PathBuf::from(OWNERS_DIR).join(".lock"))
+            .ok()?;
+        file.lock().ok()?;
+        Some(file)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Removes what an earlier agent of `names` left and [`claim`]s them for this process, under
+/// the machine's lock (see [`sweep_orphans`]).
+pub async fn take_over(names: &Names) {
+    let _lock = machine_lock().await;
+    sweep(names).await;
+    claim(names);
+}
+
 /// Removes the devices, namespaces and rules of every agent whose process is gone (it was
-/// killed before it could clean up, and has not started again).
+/// killed before it could clean up, and has not started again). Each owner is looked at
+/// again under the machine's lock, so that one starting again meanwhile ([`take_over`]) is
+/// left alone.
 pub async fn sweep_orphans() {
     let Ok(entries) = std::fs::read_dir(OWNERS_DIR) else {
         return;
     };
-    for entry in entries.flatten() {
-        let tag = entry.file_name().to_string_lossy().into_owned();
-        let alive = std::fs::read_to_string(entry.path())
-            .ok()
-            .and_then(|pid| pid.trim().parse::<u32>().ok())
-            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        if alive || tag.len() != 6 || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let dead: Vec<String> = entries
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|tag| tag.len() == 6 && tag.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter(|tag| !owner_alive(tag))
+        .collect();
+    sweep_dead(dead).await;
+}
+
+/// Sweeps the tags in `dead` whose owner is still gone once the machine's lock is held.
+async fn sweep_dead(dead: Vec<String>) {
+    if dead.is_empty() {
+        return;
+    }
+    let _lock = machine_lock().await;
+    for tag in dead {
+        if owner_alive(&tag) || !PathBuf::from(OWNERS_DIR).join(&tag).exists() {
             continue;
         }
         let names = Names { tag };
@@ -498,5 +550,52 @@ mod tests {
             Ok(Ok(format!("hello from {a}")))
         );
         assert!(!left_a && !veth_left, "pod-a's namespace and veth are gone");
+    }
+
+    /// A sweep that found an agent's owner dead, but got the machine's lock only after that
+    /// agent started again and took its names over, leaves the new agent's devices alone —
+    /// and sweeps them when the owner is still gone.
+    #[tokio::test]
+    async fn a_sweep_decided_on_a_dead_owner_spares_its_successor() {
+        if let Err(e) = available().await {
+            panic!("this test needs network namespaces (root, ip, nft): {e}");
+        }
+        let names = Names::of(&format!("sweep-race-{}", std::process::id()));
+        let subnet = Cidr::parse("10.251.9.0/24").expect("range");
+        let bridge = format!("/sys/class/net/{}", names.bridge());
+        // A dead owner: a process that has ended.
+        let mut ended = std::process::Command::new("true").spawn().expect("true");
+        let dead_pid = ended.id();
+        ended.wait().expect("wait");
+        let claim_dead = || {
+            std::fs::create_dir_all(OWNERS_DIR).expect("owners");
+            std::fs::write(
+                PathBuf::from(OWNERS_DIR).join(names.tag()),
+                dead_pid.to_string(),
+            )
+            .expect("owner file");
+        };
+
+        sweep(&names).await;
+        claim_dead();
+        bridge_up(&names, subnet).await.expect("bridge");
+        // The sweeper decided on the dead owner, then waits for the lock the successor holds.
+        let lock = machine_lock().await.expect("lock");
+        let sweeper = tokio::spawn(sweep_dead(vec![names.tag().to_owned()]));
+        claim(&names);
+        drop(lock);
+        sweeper.await.expect("sweeper");
+        let spared = std::path::Path::new(&bridge).exists();
+
+        // Still dead when the lock comes: swept, owner file and all.
+        claim_dead();
+        sweep_dead(vec![names.tag().to_owned()]).await;
+        let swept = !std::path::Path::new(&bridge).exists()
+            && !PathBuf::from(OWNERS_DIR).join(names.tag()).exists();
+
+        sweep(&names).await;
+        release(&names);
+        assert!(spared, "the successor's bridge was left alone");
+        assert!(swept, "a dead owner's bridge and claim are removed");
     }
 }

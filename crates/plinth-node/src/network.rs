@@ -92,8 +92,7 @@ pub(crate) async fn start(
         .await
         .map_err(|e| format!("pod network namespaces cannot be made here: {e}"))?;
     host::sweep_orphans().await;
-    host::sweep(&names).await;
-    host::claim(&names);
+    host::take_over(&names).await;
     let gateway = host::bridge_up(&names, subnet).await?;
     host::route_services(&names, ranges.services).await;
     Ok(Mode::Private(std::sync::Arc::new(Private {

@@ -349,11 +349,30 @@ fn a_node_agent_killed_as_pods_start_run_and_stop_leaves_no_process_and_takes_it
         if unsettled.is_empty() {
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(150),
-            "pods never settled (every pod runs and is ready, or is done, or is gone):\n{}",
-            unsettled.join("\n")
-        );
+        if started.elapsed() >= Duration::from_secs(150) {
+            // What the agent said of them (probe failures name their cause).
+            let said: Vec<String> = pods(&plinth)
+                .iter()
+                .filter(|p| !settled(p))
+                .map(|p| {
+                    let name = p["metadata"]["name"].as_str().unwrap_or("");
+                    let events = plinth.kubectl_output(&[
+                        "get",
+                        "events",
+                        "--field-selector",
+                        &format!("involvedObject.name={name}"),
+                        "-o",
+                        "jsonpath={range .items[*]}{.reason}: {.message} (x{.count}){\"\\n\"}{end}",
+                    ]);
+                    format!("{name}:\n{}", String::from_utf8_lossy(&events.stdout))
+                })
+                .collect();
+            panic!(
+                "pods never settled (every pod runs and is ready, or is done, or is gone):\n{}\n\nevents:\n{}",
+                unsettled.join("\n"),
+                said.join("\n")
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     step("every pod settled");
