@@ -98,7 +98,7 @@ pub enum BuildError {
 /// # cm.metadata.name = Some("settings".into());
 /// # api.create(&Default::default(), &cm).await?;
 /// # // The reconciler saw it: the controller ran as configured.
-/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
 /// # running.abort();
 /// # Ok(()) }
 /// ```
@@ -161,7 +161,7 @@ impl Manager {
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -202,7 +202,7 @@ impl Manager {
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -244,7 +244,7 @@ impl Manager {
     /// manager.controller_for(api, &resource, InformerOptions::default()).run(reconcile, Arc::new(()))?;
     /// let running = tokio::spawn(manager.run(std::future::pending()));
     /// // The namespace's root CA ConfigMap is reconciled like any other.
-    /// while saw.recv().await.as_deref() != Some("kube-root-ca.crt") {}
+    /// while saw.recv().await.expect("the controller runs").as_str() != "kube-root-ca.crt" {}
     /// running.abort();
     /// # Ok(()) }
     /// ```
@@ -303,7 +303,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -347,7 +347,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -397,7 +397,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -448,7 +448,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -498,7 +498,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -541,7 +541,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -584,7 +584,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -624,7 +624,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -663,7 +663,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -696,7 +696,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// // Its metrics carry the name (once the reconcile that just ran is counted).
     /// plinth_testenv::eventually("the reconcile counted", || async {
     ///     metrics.render().contains(r#"controller_runtime_reconcile_total{controller="settings-sync""#)
@@ -735,7 +735,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -774,7 +774,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -813,7 +813,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -855,7 +855,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```
@@ -898,7 +898,7 @@ where
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
     /// # // The reconciler saw it: the controller ran as configured.
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # running.abort();
     /// # Ok(()) }
     /// ```

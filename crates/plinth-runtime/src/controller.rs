@@ -134,7 +134,7 @@ pub type ErrorPolicy = Arc<dyn Fn(&ObjectKey, &ReconcileError) -> Option<Action>
 /// # let mut cm = ConfigMap::default();
 /// # cm.metadata.name = Some("settings".into());
 /// # api.create(&Default::default(), &cm).await?;
-/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
 /// # let _ = stop.send(());
 /// # running.await??;
 /// # Ok(()) }
@@ -246,7 +246,7 @@ type Synced = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// # let mut cm = ConfigMap::default();
 /// # cm.metadata.name = Some("settings".into());
 /// # api.create(&Default::default(), &cm).await?;
-/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
 /// # let _ = stop.send(());
 /// # running.await??;
 /// # Ok(()) }
@@ -281,7 +281,7 @@ impl Stopping {
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -338,7 +338,7 @@ impl Stopping {
 /// # let mut cm = ConfigMap::default();
 /// # cm.metadata.name = Some("settings".into());
 /// # api.create(&Default::default(), &cm).await?;
-/// # while saw.recv().await.as_deref() != Some("settings") {}
+/// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
 /// # let _ = stop.send(());
 /// # running.await??;
 /// # Ok(()) }
@@ -551,7 +551,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -635,7 +635,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -671,7 +671,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -708,7 +708,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -749,7 +749,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -802,7 +802,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -846,7 +846,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -888,7 +888,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -969,7 +969,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1017,7 +1017,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1053,7 +1053,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1089,7 +1089,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1129,7 +1129,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1169,7 +1169,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1204,7 +1204,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }
@@ -1249,7 +1249,7 @@ where
     /// # let mut cm = ConfigMap::default();
     /// # cm.metadata.name = Some("settings".into());
     /// # api.create(&Default::default(), &cm).await?;
-    /// # while saw.recv().await.as_deref() != Some("settings") {}
+    /// # while saw.recv().await.expect("the controller runs").as_str() != "settings" {}
     /// # let _ = stop.send(());
     /// # running.await??;
     /// # Ok(()) }

@@ -343,11 +343,15 @@ impl LeaderElector {
     /// let elector = LeaderElector::new(env.client(), "default", "my-operator", "replica-a")
     ///     .with_timings(fast);
     /// let mut leading = elector.watch_leadership();
-    /// let watcher = tokio::spawn(async move {
-    ///     leading.wait_for(|now| *now).await.map(|_| ()).is_ok()
+    /// let (saw, seen) = tokio::sync::oneshot::channel();
+    /// tokio::spawn(async move {
+    ///     if leading.wait_for(|now| *now).await.is_ok() {
+    ///         let _ = saw.send(());
+    ///     }
     /// });
-    /// elector.run(tokio::time::sleep(Duration::from_millis(100)), std::future::pending()).await;
-    /// assert!(watcher.await?);
+    /// // The work ends once the watcher has seen this replica lead.
+    /// let outcome = elector.run(async { let _ = seen.await; }, std::future::pending()).await;
+    /// assert_eq!(outcome, Leadership::Released);
     /// # Ok(()) }
     /// ```
     pub fn watch_leadership(&self) -> watch::Receiver<bool> {
