@@ -40,9 +40,12 @@ def items(path):
             if match and not stripped.startswith("//"):
                 j = i
                 hidden = False
-                while j > 0 and lines[j - 1].strip().startswith("#["):
-                    attribute = lines[j - 1].strip()
-                    hidden |= attribute.startswith("#[doc(hidden)]") or attribute.startswith(
+                # Back over attributes (one line or several) and plain comments to the docs.
+                while j > 0:
+                    above = lines[j - 1].strip()
+                    if above.startswith("///") or not above or above.endswith((";", "{", "}")):
+                        break
+                    hidden |= above.startswith("#[doc(hidden)]") or above.startswith(
                         "#[cfg(doctest)]"
                     )
                     j -= 1
