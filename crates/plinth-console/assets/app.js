@@ -279,7 +279,6 @@ async function showList(view, r) {
   if (!document.body.contains(table)) return;
   status.textContent = `${total} ${r.plural} · live`;
   // Changes from the list's revision on: each changed row is read again as a table row.
-  const watchPath = `${resourcePath(r)}?watch=1&allowWatchBookmarks=true&resourceVersion=${revision}`;
   const refresh = async (name) => {
     try {
       const one = await json(resourcePath(r, name), { headers: { Accept: TABLE } });
@@ -292,19 +291,46 @@ async function showList(view, r) {
       rows.set(name, tr);
     } catch (_) { /* gone meanwhile: its DELETED event follows */ }
   };
-  streamLines(watchPath, (line) => {
+  // A watch that breaks (the server restarted, the browser saw the network change) is
+  // resumed from the last revision it delivered, as an informer resumes; one the server
+  // ends with an error (410: that revision is gone) says so and stays ended.
+  let ended = null;
+  const onLine = (line) => {
     if (!line.trim()) return;
     const event = JSON.parse(line);
-    const name = event.object && event.object.metadata && event.object.metadata.name;
+    const meta = (event.object && event.object.metadata) || {};
+    if (event.type === 'ERROR') {
+      ended = (event.object && event.object.message) || 'the server ended the watch';
+      return;
+    }
+    if (meta.resourceVersion) revision = meta.resourceVersion;
     if (event.type === 'DELETED') {
-      const tr = rows.get(name);
+      const tr = rows.get(meta.name);
       if (tr) tr.remove();
-      rows.delete(name);
+      rows.delete(meta.name);
     } else if (event.type === 'ADDED' || event.type === 'MODIFIED') {
-      refresh(name);
+      refresh(meta.name);
     }
     status.textContent = `${rows.size} ${r.plural} · live`;
-  }).catch((error) => { status.textContent = 'watch ended: ' + error.message; });
+  };
+  for (let attempt = 0; document.body.contains(table) && !ended; attempt++) {
+    const watchPath = `${resourcePath(r)}?watch=1&allowWatchBookmarks=true&resourceVersion=${revision}`;
+    try {
+      await streamLines(watchPath, onLine);
+      attempt = 0;
+    } catch (error) {
+      if (!document.body.contains(table)) return;
+      status.textContent = `${rows.size} ${r.plural} · reconnecting (${error.message})`;
+      await new Promise((resume) => setTimeout(resume, Math.min(500 * 2 ** attempt, 5000)));
+      continue;
+    }
+    // Ended by the server at its timeout, or aborted as the view changed: go on while shown.
+    if (document.body.contains(table) && !ended) {
+      status.textContent = `${rows.size} ${r.plural} · live`;
+      await new Promise((resume) => setTimeout(resume, 200));
+    }
+  }
+  if (ended && document.body.contains(table)) status.textContent = 'watch ended: ' + ended;
 }
 
 // ---------------------------------------------------------------- one object

@@ -71,8 +71,13 @@ fn a_streamed_list_is_whole_and_clients_leaving_mid_list_leave_nothing_behind() 
 
     // The same list in protobuf (streamed from the cached messages): every item, in order,
     // as in JSON — decoded with the Kubernetes protobuf bindings.
+    // (At the JSON list's revision: a write elsewhere since — a Lease renewed — moves the
+    // revision a consistent list answers at.)
     let proto = http.get_as(
-        "/api/v1/namespaces/default/configmaps",
+        &format!(
+            "/api/v1/namespaces/default/configmaps?resourceVersion={}&resourceVersionMatch=Exact",
+            body["metadata"]["resourceVersion"].as_str().unwrap()
+        ),
         "application/vnd.kubernetes.protobuf",
     );
     assert_eq!(proto.code, 200);
