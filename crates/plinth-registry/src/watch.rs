@@ -198,26 +198,25 @@ impl Registry {
             Ok(subscription) => {
                 live_events(&def, &options, prefix, subscription, snapshot, bookmarks)
             }
-            // Older than the cache's window and than storage should replay: kube's answer.
-            Err(from) if !self.caches.replays(&cacher, from) => {
-                let expired = ApiError::expired(format!(
-                    "too old resource version: {from} ({})",
-                    cacher.oldest()
-                ));
-                futures::stream::iter([WatchEvent::new("ERROR", expired.to_status())]).boxed()
-            }
-            Err(from) => match self
-                .watch_storage(def.clone(), prefix, from, options.clone())
-                .await
-            {
-                Ok(events) => events,
-                // As kube-apiserver's watch cache answers: the watch starts (200), and its one
-                // event is the 410 — which is what clients relist on.
-                Err(e) if e.reason == StatusReason::Expired => {
-                    futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
+            // Older than the cache's window: storage replays it unless it is older than
+            // storage should replay too (then kube's answer, as for a compacted revision).
+            Err(from) => {
+                let replayed = if self.caches.replays(&cacher, from) {
+                    self.watch_storage(def.clone(), prefix, from, options.clone())
+                        .await
+                } else {
+                    Err(cacher.too_old(from))
+                };
+                match replayed {
+                    Ok(events) => events,
+                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
+                    // one event is the 410 — which is what clients relist on.
+                    Err(e) if e.reason == StatusReason::Expired => {
+                        futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
-            },
+            }
         };
         if send_initial_events {
             initial.push(bookmark(&def, snapshot, true));

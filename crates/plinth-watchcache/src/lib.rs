@@ -339,12 +339,7 @@ impl Cacher {
         let revision = state.revision;
         let (initial, replay) = match from {
             None => (state.objects_under(prefix), Vec::new()),
-            Some(from) if from < state.oldest => {
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {from} ({})",
-                    state.oldest
-                )));
-            }
+            Some(from) if from < state.oldest => return Err(too_old(from, state.oldest)),
             Some(from) => {
                 let replay = state
                     .history
@@ -402,6 +397,11 @@ impl Cacher {
     /// kept.
     pub fn oldest(&self) -> Revision {
         self.state().oldest
+    }
+
+    /// kube's 410 for a watch from `from`, older than this cache's window.
+    pub fn too_old(&self, from: Revision) -> ApiError {
+        too_old(from, self.oldest())
     }
 
     /// The revision the cache has reached.
@@ -615,6 +615,11 @@ async fn resume(store: &dyn Store, cacher: &Cacher) -> Option<plinth_store::Watc
             }
         }
     }
+}
+
+/// kube's 410 for a watch from `from` when history is kept after `oldest` only.
+fn too_old(from: Revision, oldest: Revision) -> ApiError {
+    ApiError::expired(format!("too old resource version: {from} ({oldest})"))
 }
 
 #[cfg(test)]
