@@ -63,9 +63,11 @@ pub async fn start(registry: &Client, rbac: &Rbac) -> Result<(), plinth_core::Ap
         let Some(def) = registry.resources.get(group, "v1", plural) else {
             continue;
         };
-        let list = registry.list(&def, None, &ListOptions::default()).await?;
-        let items = list["items"].as_array().cloned().unwrap_or_default();
-        rbac.nodes.replace(plural, &items);
+        let (_, items) = registry
+            .list_encoded(&def, None, &ListOptions::default())
+            .await?
+            .into_parts();
+        rbac.nodes.replace(plural, items);
     }
     aggregate(registry, rbac).await;
     Ok(())
@@ -249,7 +251,7 @@ async fn follow(
     let Some(def) = registry.resources.get(group, "v1", plural) else {
         return;
     };
-    let replace = |items: &[Value]| match follower {
+    let replace = |items: plinth_registry::Items| match follower {
         Follower::Rbac => rbac.replace(plural, items),
         Follower::Nodes => rbac.nodes.replace(plural, items),
     };
@@ -260,7 +262,9 @@ async fn follow(
         (Follower::Nodes, _) => rbac.nodes.put(plural, object),
     };
     while !*stopping.borrow() {
-        let listed = registry.list(&def, None, &ListOptions::default()).await;
+        let listed = registry
+            .list_encoded(&def, None, &ListOptions::default())
+            .await;
         let list = match listed {
             Ok(list) => list,
             Err(e) => {
@@ -269,16 +273,15 @@ async fn follow(
                 continue;
             }
         };
-        let items: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
-        replace(&items);
+        // Each item decoded in turn; the authorizer keeps what it needs of it, not the list.
+        let (revision, items) = list.into_parts();
+        replace(items);
         if plural == "clusterroles" {
             aggregate(&registry, &rbac).await;
         }
         let options = WatchOptions {
             list: ListOptions {
-                resource_version: list["metadata"]["resourceVersion"]
-                    .as_str()
-                    .map(str::to_owned),
+                resource_version: revision,
                 ..ListOptions::default()
             },
             ..WatchOptions::default()

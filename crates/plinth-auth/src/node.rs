@@ -255,7 +255,7 @@ impl NodeAuthorizer {
     ];
 
     /// Replaces what the graph holds of `plural` by `items`.
-    pub fn replace(&self, plural: &str, items: &[Value]) {
+    pub fn replace(&self, plural: &str, items: impl IntoIterator<Item = Value>) {
         {
             let mut graph = self.graph();
             match plural {
@@ -271,7 +271,7 @@ impl NodeAuthorizer {
             }
         }
         for item in items {
-            self.put(plural, item);
+            self.put(plural, &item);
         }
     }
 

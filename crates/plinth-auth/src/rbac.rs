@@ -166,10 +166,10 @@ impl Rbac {
     }
 
     /// Replaces everything known of `resource` with `objects` (after a relist), at once.
-    pub fn replace(&self, resource: &str, objects: &[Value]) {
+    pub fn replace(&self, resource: &str, objects: impl IntoIterator<Item = Value>) {
         let fresh = Self::default();
         for object in objects {
-            fresh.put(resource, object);
+            fresh.put(resource, &object);
         }
         let fresh = fresh
             .index

@@ -97,16 +97,34 @@ pub(crate) struct Served {
 /// waits up to 60 s for its kubeconfig.
 pub(crate) async fn serve(binary: &std::path::Path) -> Result<Served, Error> {
     let dir = tempfile::tempdir()?;
+    let (child, pid, kubeconfig) = serve_in(binary, dir.path()).await?;
+    Ok(Served {
+        dir,
+        child,
+        pid,
+        kubeconfig,
+    })
+}
+
+/// As [`serve`], on the data directory `dir` (a server started again on what another left):
+/// the process, its id and its kubeconfig (written afresh: the port is new).
+pub(crate) async fn serve_in(
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(tokio::process::Child, u32, PathBuf), Error> {
+    let kubeconfig = dir.join("kubeconfig");
+    if kubeconfig.exists() {
+        std::fs::remove_file(&kubeconfig)?;
+    }
     let child = tokio::process::Command::new(binary)
         .args(["serve", "--pod-network=shared", "--no-node", "--data-dir"])
-        .arg(dir.path())
+        .arg(dir)
         .args(["--listen", "127.0.0.1:0"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().ok_or("plinth exited at once")?;
-    let kubeconfig = dir.path().join("kubeconfig");
     let started = std::time::Instant::now();
     while !kubeconfig.exists() {
         if started.elapsed() > Duration::from_secs(60) {
@@ -114,10 +132,5 @@ pub(crate) async fn serve(binary: &std::path::Path) -> Result<Served, Error> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(Served {
-        dir,
-        child,
-        pid,
-        kubeconfig,
-    })
+    Ok((child, pid, kubeconfig))
 }

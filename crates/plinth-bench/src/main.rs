@@ -401,6 +401,10 @@ enum Command {
         /// Seconds of writes.
         #[arg(long, default_value_t = 30)]
         seconds: u64,
+        /// Carries the watches over HTTP/2 connections, this many streams each (as client-go
+        /// multiplexes its watches); 0: one HTTP/1.1 connection per watch (as kube-rs does).
+        #[arg(long, default_value_t = 0)]
+        http2_streams: usize,
     },
     /// Starts `plinth serve --no-node` (embedded, or on an etcd started here) and fills it
     /// with a million 1-KiB ConfigMaps: memory, store size, watches from old revisions,
@@ -474,7 +478,8 @@ async fn main() -> std::process::ExitCode {
             namespaces,
             rate,
             seconds,
-        } => watchers::run(binary, watchers, namespaces, rate, seconds).await,
+            http2_streams,
+        } => watchers::run(binary, watchers, namespaces, rate, seconds, http2_streams).await,
         Command::Simulated {
             binary,
             nodes,

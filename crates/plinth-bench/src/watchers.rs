@@ -6,7 +6,9 @@
 //! p99, max), events missed (each watcher knows what it should have seen), and the server's
 //! memory per open watch. Needs a file limit above the watcher count (`ulimit -n 12000`);
 //! bookmarks are on (kube-rs asks for them by default), the writes last under the watches'
-//! 290 s timeout.
+//! 290 s timeout. Each watch has an HTTP/1.1 connection of its own (kube-rs's way), or, with
+//! `--http2-streams N`, the watches share HTTP/2 connections of N streams each (client-go's
+//! way), so that the memory per watcher is the watch's and not a TLS connection's.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,9 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 
-use crate::common::{
-    Error, Served, client, ensure_namespace, now_micros, percentile, rss_mib, serve,
-};
+use crate::common::{Error, Served, ensure_namespace, now_micros, percentile, rss_mib, serve};
 
 const SHARDS: usize = 100;
 const STAMP: &str = "bench.plinth.dev/sent";
@@ -48,6 +48,7 @@ pub(crate) async fn run(
     namespaces: usize,
     rate: usize,
     seconds: u64,
+    http2_streams: usize,
 ) -> Result<(), Error> {
     let needed = u64::try_from(watchers)
         .unwrap_or(u64::MAX)
@@ -65,7 +66,8 @@ pub(crate) async fn run(
         pid,
         kubeconfig,
     } = serve(&binary).await?;
-    let client = client(Some(kubeconfig)).await?;
+    let config = crate::common::config(Some(kubeconfig)).await?;
+    let client = kube::Client::try_from(config.clone())?;
     let names: Vec<String> = (0..namespaces).map(|i| format!("watch-{i}")).collect();
     for name in &names {
         ensure_namespace(&client, name).await?;
@@ -84,7 +86,32 @@ pub(crate) async fn run(
     let mut expected: BTreeMap<usize, usize> = BTreeMap::new();
     let opening = Instant::now();
     let mut tasks = Vec::with_capacity(watchers);
+    let multiplexed = match http2_streams {
+        0 => None,
+        streams => Some(h2::Watches::open(&config, watchers.div_ceil(streams)).await?),
+    };
     for w in 0..watchers {
+        if let Some(multiplexed) = &multiplexed {
+            let (path, wanted) = match scope(w, namespaces) {
+                Ok(ns) => (
+                    format!("/api/v1/namespaces/{}/configmaps?", names[ns]),
+                    (0..writes).filter(|i| i % namespaces == ns).count(),
+                ),
+                Err(shard) => (
+                    format!("/api/v1/configmaps?labelSelector=shard%3D{shard}&"),
+                    (0..writes).filter(|i| i % SHARDS == shard).count(),
+                ),
+            };
+            expected.insert(w, wanted);
+            let path = format!(
+                "{path}watch=true&allowWatchBookmarks=true&timeoutSeconds=290&resourceVersion={rv}"
+            );
+            let body = multiplexed
+                .watch(w % multiplexed.connections(), &path)
+                .await?;
+            tasks.push(tokio::spawn(h2::latencies(body, wanted)));
+            continue;
+        }
         let (api, params, wanted) = match scope(w, namespaces) {
             Ok(ns) => (
                 Api::<ConfigMap>::namespaced(client.clone(), &names[ns]),
@@ -159,7 +186,11 @@ pub(crate) async fn run(
     }
     all.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("| {watchers} watchers, {rate} writes/s for {seconds} s | |");
+    let carried = match http2_streams {
+        0 => "an HTTP/1.1 connection each".to_owned(),
+        n => format!("HTTP/2, {n} streams a connection"),
+    };
+    println!("| {watchers} watchers ({carried}), {rate} writes/s for {seconds} s | |");
     println!("|---|---|");
     println!(
         "| watches opened ({} per namespace over {namespaces}, {} cluster-wide by label) | {:.1} s |",
@@ -186,4 +217,123 @@ pub(crate) async fn run(
     }
     server.kill().await?;
     Ok(())
+}
+
+/// Watches carried over shared HTTP/2 connections.
+mod h2 {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use hyper::client::conn::http2::SendRequest;
+    use kube::client::ConfigExt;
+    use secrecy::ExposeSecret;
+
+    use crate::common::{Error, now_micros};
+
+    /// HTTP/2 connections to the server and how to authenticate on them.
+    pub(super) struct Watches {
+        senders: Vec<SendRequest<Empty<Bytes>>>,
+        authorization: Option<http::HeaderValue>,
+        authority: String,
+    }
+
+    impl Watches {
+        /// Opens `count` HTTP/2 connections to the server `config` names, with its TLS
+        /// identity and CA.
+        pub(super) async fn open(config: &kube::Config, count: usize) -> Result<Self, Error> {
+            let mut tls = config.rustls_client_config()?;
+            tls.alpn_protocols = vec![b"h2".to_vec()];
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+            let host = config
+                .cluster_url
+                .host()
+                .ok_or("the kubeconfig names no host")?;
+            let port = config.cluster_url.port_u16().unwrap_or(443);
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())?;
+            let mut senders = Vec::with_capacity(count);
+            for _ in 0..count {
+                let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+                let stream = connector.connect(name.clone(), tcp).await?;
+                if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    return Err("the server did not agree to HTTP/2".into());
+                }
+                let (sender, connection) =
+                    hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .initial_stream_window_size(1 << 20)
+                        .handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await?;
+                tokio::spawn(connection);
+                senders.push(sender);
+            }
+            let authorization = config
+                .auth_info
+                .token
+                .as_ref()
+                .map(|t| http::HeaderValue::from_str(&format!("Bearer {}", t.expose_secret())))
+                .transpose()?;
+            Ok(Self {
+                senders,
+                authorization,
+                authority: format!("{host}:{port}"),
+            })
+        }
+
+        /// How many connections there are.
+        pub(super) fn connections(&self) -> usize {
+            self.senders.len()
+        }
+
+        /// Starts a watch (`path` with its query) on connection `connection`: its body.
+        pub(super) async fn watch(
+            &self,
+            connection: usize,
+            path: &str,
+        ) -> Result<hyper::body::Incoming, Error> {
+            let mut sender = self.senders[connection % self.senders.len()].clone();
+            sender.ready().await?;
+            let mut request = http::Request::get(format!("https://{}{path}", self.authority))
+                .header(http::header::ACCEPT, "application/json");
+            if let Some(authorization) = &self.authorization {
+                request = request.header(http::header::AUTHORIZATION, authorization);
+            }
+            let response = sender.send_request(request.body(Empty::new())?).await?;
+            if !response.status().is_success() {
+                return Err(format!("watch {path}: {}", response.status()).into());
+            }
+            Ok(response.into_body())
+        }
+    }
+
+    /// Reads a watch's events until `wanted` ADDED events came (or the stream ends, fails, or
+    /// is quiet for 30 s): the delivery latency of each, from its stamp.
+    pub(super) async fn latencies(mut body: hyper::body::Incoming, wanted: usize) -> Vec<Duration> {
+        let mut latencies = Vec::with_capacity(wanted);
+        let mut pending: Vec<u8> = Vec::new();
+        while latencies.len() < wanted {
+            let frame = match tokio::time::timeout(Duration::from_secs(30), body.frame()).await {
+                Ok(Some(Ok(frame))) => frame,
+                _ => break,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            pending.extend_from_slice(&data);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if event["type"] == "ADDED" {
+                    let sent: u64 = event["object"]["metadata"]["annotations"][super::STAMP]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    latencies.push(Duration::from_micros(now_micros().saturating_sub(sent)));
+                }
+            }
+        }
+        latencies
+    }
 }

@@ -8,7 +8,6 @@
 //! deletes, it waits until its cache shows the change ([`Informer::wait_until`]), so a
 //! reconcile never acts on a cache that has not seen its own writes.
 
-use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -261,41 +260,7 @@ impl Informer {
             .resources
             .get(group, version, plural)
             .ok_or_else(|| format!("{plural} is not served"))?;
-        let list = registry
-            .list(&def, None, &ListOptions::default())
-            .await
-            .map_err(|e| e.message)?;
-        let revision = list
-            .at("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let fresh: BTreeMap<String, Arc<Value>> = list["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|o| {
-                let mut object = o.clone();
-                trim(&mut object);
-                (key_of(o), Arc::new(object))
-            })
-            .collect();
-        let previous = std::mem::replace(&mut *self.write(), fresh.clone());
-        for (key, old) in &previous {
-            if !fresh.contains_key(key) {
-                self.dispatch(&Change {
-                    new: None,
-                    old: Some(old),
-                });
-            }
-        }
-        for (key, new) in &fresh {
-            self.dispatch(&Change {
-                new: Some(new),
-                old: previous.get(key).map(|o| &**o),
-            });
-        }
-        self.inner.synced.send_replace(true);
-        self.bump();
+        let revision = self.relist(registry, &def).await?;
         let options = WatchOptions {
             list: ListOptions {
                 resource_version: revision,
@@ -344,6 +309,45 @@ impl Informer {
             }
             self.bump();
         }
+    }
+
+    /// Replaces what the cache holds with a fresh list, telling the handlers what changed; the
+    /// list's revision. Nothing of the list, nor the objects it replaced, outlives this call (a
+    /// watch that follows for hours must not keep the initial list alive beside the cache).
+    async fn relist(
+        &self,
+        registry: &Client,
+        def: &plinth_registry::resources::ResourceDef,
+    ) -> Result<Option<String>, String> {
+        let (revision, items) = registry
+            .list_encoded(def, None, &ListOptions::default())
+            .await
+            .map_err(|e| e.message)?
+            .into_parts();
+        let fresh: BTreeMap<String, Arc<Value>> = items
+            .map(|mut object| {
+                trim(&mut object);
+                (key_of(&object), Arc::new(object))
+            })
+            .collect();
+        let previous = std::mem::replace(&mut *self.write(), fresh.clone());
+        for (key, old) in &previous {
+            if !fresh.contains_key(key) {
+                self.dispatch(&Change {
+                    new: None,
+                    old: Some(old),
+                });
+            }
+        }
+        for (key, new) in &fresh {
+            self.dispatch(&Change {
+                new: Some(new),
+                old: previous.get(key).map(|o| &**o),
+            });
+        }
+        self.inner.synced.send_replace(true);
+        self.bump();
+        Ok(revision)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Value>>> {

@@ -61,7 +61,7 @@ pub use options::{
     DeleteOptions, FieldValidation, ListOptions, Part, Patch, Propagation, Requester,
     ResourceVersionMatch, WatchOptions, WriteOptions,
 };
-pub use read::{EncodedList, ListItem, Listed};
+pub use read::{EncodedList, Items, ListItem, Listed};
 pub use scale::ScaleWrite;
 pub use watch::{WatchEvent, bookmark, default_watch_timeout};
 

@@ -520,6 +520,60 @@ impl Listed {
             Self::Encoded(list) => list.to_value(),
         }
     }
+
+    /// The list's resourceVersion and its items, each decoded as the iterator reaches it, with
+    /// no list value around them: an in-process follower that keeps the items (an informer,
+    /// an authorizer's graph) holds one decoded item at a time beside what it keeps.
+    pub fn into_parts(self) -> (Option<String>, Items) {
+        match self {
+            Self::Value(mut list) => {
+                let revision = list
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let items = match list.get_mut("items").map(Value::take) {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                };
+                (revision, Items(ItemsInner::Values(items.into_iter())))
+            }
+            Self::Encoded(list) => (
+                Some(list.revision.to_string()),
+                Items(ItemsInner::Encoded(list.items.into_iter())),
+            ),
+        }
+    }
+}
+
+/// The items of a [`Listed`], decoded one at a time ([`Listed::into_parts`]); an item that is
+/// not JSON is left out.
+#[derive(Debug)]
+pub struct Items(ItemsInner);
+
+#[derive(Debug)]
+enum ItemsInner {
+    Values(std::vec::IntoIter<Value>),
+    Encoded(std::vec::IntoIter<ListItem>),
+}
+
+impl Iterator for Items {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        match &mut self.0 {
+            ItemsInner::Values(items) => items.next(),
+            ItemsInner::Encoded(items) => {
+                items.find_map(|item| serde_json::from_slice(item.json()).ok())
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.0 {
+            ItemsInner::Values(items) => items.size_hint(),
+            ItemsInner::Encoded(items) => (0, Some(items.len())),
+        }
+    }
 }
 
 /// A list whose items are JSON bytes: its JSON is the envelope around them, concatenated.
@@ -577,17 +631,22 @@ impl ListItem {
 impl EncodedList {
     /// The list as a value (for tables, metadata lists, YAML and in-process callers).
     pub fn to_value(&self) -> Value {
-        let items: Vec<Value> = self
-            .items
-            .iter()
-            .filter_map(|item| serde_json::from_slice(item.json()).ok())
-            .collect();
-        json!({
+        let mut list = json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
             "metadata": self.metadata(),
-            "items": items,
-        })
+        });
+        // Moved in, not through `json!` (which would copy every decoded item once more).
+        list["items"] = Value::Array(self.decoded_items());
+        list
+    }
+
+    /// Each item decoded (an item that is not JSON left out).
+    fn decoded_items(&self) -> Vec<Value> {
+        self.items
+            .iter()
+            .filter_map(|item| serde_json::from_slice(item.json()).ok())
+            .collect()
     }
 
     /// The list in protobuf: each cached item's message as encoded once.
@@ -833,6 +892,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_lists_parts_are_its_revision_and_items_as_the_list_value_has_them() {
+        for n in [0, 1, 57] {
+            let value = list("v1", "ConfigMapList", n, true).to_value();
+            let expected = (
+                value["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned),
+                value["items"].as_array().unwrap().clone(),
+            );
+            assert_eq!(expected.0.as_deref(), Some("42"));
+            assert_eq!(expected.1.len(), n);
+            let parts = |listed: Listed| {
+                let (revision, items) = listed.into_parts();
+                (revision, items.collect::<Vec<_>>())
+            };
+            let encoded = Listed::Encoded(list("v1", "ConfigMapList", n, true));
+            assert_eq!(parts(encoded), expected, "{n} items, encoded");
+            assert_eq!(
+                parts(Listed::Value(value)),
+                expected,
+                "{n} items, as a value"
+            );
+        }
+        let empty = Listed::Value(json!({"kind": "ConfigMapList", "metadata": {}}));
+        assert_eq!(empty.into_parts().0, None);
+        let (_, mut items) = Listed::Value(json!({"metadata": {}})).into_parts();
+        assert_eq!(items.next(), None);
     }
 
     #[test]

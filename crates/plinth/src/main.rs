@@ -432,6 +432,8 @@ fn default_data_dir() -> PathBuf {
 
 /// mimalloc returns freed memory to the system far better than glibc's allocator under the
 /// server's many short-lived allocations (request bodies, decoded objects) across threads.
+/// (The `system-allocator` feature leaves it out, for heap profilers that follow `malloc`.)
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
