@@ -37,6 +37,10 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     // The pods of the latest list (the first, or one after the watch broke off): once it is
     // complete, pods that went meanwhile stop, and what is left of others goes.
     let mut listed = std::collections::HashSet::new();
+    // The list's pods are handed out once it is complete, after every address they hold is
+    // claimed: a pod new to this node must not be given the address of one that ran here
+    // before the agent restarted and whose worker has not claimed it yet.
+    let mut initial = Vec::new();
     loop {
         let event = tokio::select! {
             event = events.next() => event,
@@ -44,9 +48,24 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
         };
         let Some(event) = event else { break };
         match event {
-            Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitDone) => relisted(&agent, &listed),
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                initial.clear();
+            }
+            Ok(watcher::Event::InitApply(pod)) => {
+                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
+                initial.push(pod);
+            }
+            Ok(watcher::Event::InitDone) => {
+                claim_addresses(&agent, &initial);
+                for pod in initial.drain(..) {
+                    if let Some(worker) = deliver(&agent, pod) {
+                        workers.push(worker);
+                    }
+                }
+                relisted(&agent, &listed);
+            }
+            Ok(watcher::Event::Apply(pod)) => {
                 listed.insert(pod.metadata.uid.clone().unwrap_or_default());
                 if let Some(worker) = deliver(&agent, pod) {
                     workers.push(worker);
@@ -71,6 +90,35 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     }
     for worker in workers {
         let _ = worker.await;
+    }
+}
+
+/// Marks the address of every pod in `pods` that will run here (not finished, not on the
+/// host's network) in use.
+fn claim_addresses(agent: &Agent, pods: &[Pod]) {
+    let Ok(mut ips) = agent.ips.lock() else {
+        return;
+    };
+    for pod in pods {
+        let status = pod.status.as_ref();
+        let finished = matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        if finished || host_network {
+            continue;
+        }
+        if let Some(ip) = status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok())
+        {
+            ips.claim(ip);
+        }
     }
 }
 
