@@ -487,32 +487,23 @@ async fn load(
         .range(RangeRequest::prefix(cacher.prefix.clone()).limit(LOAD_PAGE))
         .await?;
     let revision = page.revision;
-    let mut objects = BTreeMap::new();
+    // In key order, page after page: the map is built at the end in one pass (inserting a
+    // million long keys one by one spent most of its time comparing them).
+    let mut objects = Vec::new();
     loop {
         let next = page
             .more
             .then(|| page.kvs.last().map(|kv| kv.key.clone()))
             .flatten();
-        let encoder = cacher.clone();
-        let kvs = std::mem::take(&mut page.kvs);
-        // Decoding and encoding every object is CPU work: off the async workers.
-        let encoding = tokio::task::spawn_blocking(move || {
-            kvs.into_iter()
-                .filter_map(|kv| {
-                    let stored = encode(
-                        &kv.value,
-                        kv.mod_revision,
-                        &encoder.types,
-                        &encoder.fields,
-                        &encoder.absent,
-                    );
-                    if stored.is_none() {
-                        tracing::warn!(key = %kv.key, "watch cache: undecodable object skipped");
-                    }
-                    Some((kv.key, stored?))
-                })
-                .collect::<Vec<_>>()
-        });
+        // Decoding and encoding every object is CPU work: off the async workers, the page in
+        // as many parts as there are cores (the parts in key order).
+        let encodings: Vec<_> = split(std::mem::take(&mut page.kvs), encoders())
+            .into_iter()
+            .map(|kvs| {
+                let encoder = cacher.clone();
+                tokio::task::spawn_blocking(move || encode_all(kvs, &encoder))
+            })
+            .collect();
         let following = match &next {
             Some(last) => Some(
                 store
@@ -526,15 +517,55 @@ async fn load(
             ),
             None => None,
         };
-        let encoded = encoding
-            .await
-            .map_err(|e| StoreError::backend("encode the watch cache's objects", e))?;
-        objects.extend(encoded);
+        for encoding in encodings {
+            let encoded = encoding
+                .await
+                .map_err(|e| StoreError::backend("encode the watch cache's objects", e))?;
+            objects.extend(encoded);
+        }
         match following {
             Some(following) => page = following?,
-            None => return Ok((objects, revision)),
+            None => return Ok((objects.into_iter().collect(), revision)),
         }
     }
+}
+
+/// How many threads encode a page of a (re)list: the machine's cores, at most 8.
+fn encoders() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// `kvs` in `parts` runs of (nearly) equal length, in order; none empty.
+fn split<T>(mut kvs: Vec<T>, parts: usize) -> Vec<Vec<T>> {
+    let size = kvs.len().div_ceil(parts.max(1)).max(1);
+    let mut runs = Vec::with_capacity(parts);
+    while kvs.len() > size {
+        let rest = kvs.split_off(size);
+        runs.push(std::mem::replace(&mut kvs, rest));
+    }
+    if !kvs.is_empty() {
+        runs.push(kvs);
+    }
+    runs
+}
+
+/// Each key-value encoded as the cache keeps it (an undecodable value skipped, with a warning).
+fn encode_all(kvs: Vec<plinth_store::KeyValue>, cacher: &Cacher) -> Vec<(String, Stored)> {
+    kvs.into_iter()
+        .filter_map(|kv| {
+            let stored = encode(
+                &kv.value,
+                kv.mod_revision,
+                &cacher.types,
+                &cacher.fields,
+                &cacher.absent,
+            );
+            if stored.is_none() {
+                tracing::warn!(key = %kv.key, "watch cache: undecodable object skipped");
+            }
+            Some((kv.key, stored?))
+        })
+        .collect()
 }
 
 /// Keeps one resource's cache in step with the store, relisting after any break.
@@ -628,6 +659,37 @@ mod tests {
     use plinth_store::{KeyValue, WatchEvent};
 
     const ROOT: &str = "/registry/configmaps/";
+
+    #[test]
+    fn a_page_is_split_in_order_into_parts_none_empty() {
+        for (n, parts) in [
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (5, 2),
+            (50_000, 2),
+            (7, 3),
+            (9, 1),
+            (3, 8),
+        ] {
+            let runs = split((0..n).collect::<Vec<usize>>(), parts);
+            assert!(
+                runs.len() <= parts.max(1),
+                "{n} in {parts}: {} runs",
+                runs.len()
+            );
+            assert!(runs.iter().all(|r| !r.is_empty()), "{n} in {parts}");
+            assert_eq!(runs.concat(), (0..n).collect::<Vec<_>>(), "{n} in {parts}");
+            // Equal runs but the last, which is no longer.
+            if let Some((last, rest)) = runs.split_last() {
+                assert!(
+                    rest.iter().all(|r| r.len() == runs[0].len()),
+                    "{n} in {parts}"
+                );
+                assert!(last.len() <= runs[0].len(), "{n} in {parts}");
+            }
+        }
+    }
 
     fn cacher() -> Cacher {
         Cacher::new(ROOT, &[])
