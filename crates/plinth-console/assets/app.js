@@ -498,16 +498,59 @@ async function showLogs(body, r, name, object) {
   const select = el('select', { id: 'container' }, containers.map((c) => el('option', { value: c }, c)));
   const out = el('pre', { id: 'logs' });
   const follow = el('button', { id: 'follow', class: 'primary' }, 'Follow');
+  const status = el('span', { id: 'logs-status', class: 'muted' });
   follow.addEventListener('click', () => {
     stopAll();
     out.textContent = '';
-    const path = `${resourcePath(r, name)}/log?follow=true&container=${encodeURIComponent(select.value)}`;
-    streamLines(path, (line) => {
-      out.append(line + '\n');
-      out.scrollTop = out.scrollHeight;
-    }, 'text/plain').catch((error) => out.append(`\n[${error.message}]\n`));
+    followLogs(out, status, `${resourcePath(r, name)}/log`, select.value);
   });
-  body.append(el('div', { class: 'row' }, 'container', select, follow), out);
+  body.append(el('div', { class: 'row' }, 'container', select, follow, status), out);
+}
+
+/** A log line's time in a form that sorts as text (`timestamps=true`: RFC 3339, nanoseconds). */
+function logTime(time) {
+  const [whole, fraction = ''] = time.replace(/Z$/, '').split('.');
+  return `${whole}.${fraction.padEnd(9, '0')}`;
+}
+
+/**
+ * Follows a container's log into `out` until the run ends or the view changes. A stream the
+ * browser breaks (a network change) is followed again from the last line's second
+ * (`sinceTime`), the lines already shown skipped by their timestamps.
+ */
+async function followLogs(out, status, path, container) {
+  // A later follow (another container, or Follow again) replaces this one.
+  const run = (followLogs.runs = (followLogs.runs || 0) + 1);
+  const current = () => document.body.contains(out) && followLogs.runs === run;
+  let last = '';
+  let atLast = 0;
+  for (let attempt = 0; current(); attempt++) {
+    const since = last ? `&sinceTime=${encodeURIComponent(last.slice(0, 19) + 'Z')}` : '';
+    let skip = atLast;
+    status.textContent = 'following';
+    try {
+      await streamLines(`${path}?follow=true&timestamps=true&container=${encodeURIComponent(container)}${since}`, (line) => {
+        const space = line.indexOf(' ');
+        const time = space > 0 ? logTime(line.slice(0, space)) : last;
+        if (last && time < last) return;
+        if (last && time === last && skip > 0) {
+          skip -= 1;
+          return;
+        }
+        atLast = time === last ? atLast + 1 : 1;
+        last = time;
+        out.append((space > 0 ? line.slice(space + 1) : line) + '\n');
+        out.scrollTop = out.scrollHeight;
+      }, 'text/plain');
+      // The run ended (or this follow was replaced): nothing more comes.
+      if (current()) status.textContent = 'ended';
+      return;
+    } catch (error) {
+      if (!current()) return;
+      status.textContent = `reconnecting (${error.message})`;
+      await new Promise((resume) => setTimeout(resume, Math.min(500 * 2 ** attempt, 5000)));
+    }
+  }
 }
 
 function base64url(text) {

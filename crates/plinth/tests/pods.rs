@@ -1484,12 +1484,28 @@ fn init_containers_sidecars_and_probes_follow_kubes_lifecycle() {
     std::fs::create_dir_all(&marks).unwrap();
     let manifest = STAGED.replace("MARKS", &marks.display().to_string());
     plinth.kubectl_with(&["apply", "-f", "-"], &manifest);
-    plinth.kubectl(&[
+    let waited = plinth.kubectl_output(&[
         "wait",
         "--for=condition=Ready",
         "pod/staged",
         "--timeout=120s",
     ]);
+    if !waited.status.success() {
+        // What the pod and its containers went through, for a run that never gets there.
+        let status = &pod(&plinth, "staged")["status"];
+        let events = plinth.kubectl_output(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=staged",
+            "--sort-by=.lastTimestamp",
+        ]);
+        panic!(
+            "pod/staged not Ready within 120 s:\n{}\nevents:\n{}",
+            serde_json::to_string_pretty(status).unwrap_or_default(),
+            String::from_utf8_lossy(&events.stdout)
+        );
+    }
 
     let row = plinth.kubectl(&["get", "pod", "staged", "--no-headers"]);
     assert!(
