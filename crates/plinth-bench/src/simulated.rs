@@ -204,6 +204,19 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The resident memory of `pid` that stays (not what passing requests hold): the least of 10
+/// samples a second apart.
+async fn least_rss(pid: u32) -> Option<(f64, f64, f64)> {
+    let mut least: Option<(f64, f64, f64)> = None;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(now) = rss_mib(pid) {
+            least = Some(least.map_or(now, |l| if now.0 < l.0 { now } else { l }));
+        }
+    }
+    least
+}
+
 /// Runs the measurement and prints one table.
 ///
 /// # Errors
@@ -280,16 +293,8 @@ pub(crate) async fn run(
     let all_ready = t0.elapsed();
     done.store(true, Ordering::Relaxed);
     let (mut gets, mut patches, mut lists) = probing.await?;
-    // What the server keeps, not what passing requests hold: the least of 10 samples a
-    // second apart once the pods are Ready.
-    let mut rss_after: Option<(f64, f64, f64)> = None;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Some(now) = rss_mib(pid) {
-            rss_after =
-                Some(rss_after.map_or(now, |least| if now.0 < least.0 { now } else { least }));
-        }
-    }
+    // What the server keeps, not what passing requests hold, once the pods are Ready.
+    let rss_after = least_rss(pid).await;
     // The pods' own size, as the server stores them (JSON).
     let listed = pods.list(&ListParams::default()).await?;
     let pod_bytes: usize = listed
@@ -368,8 +373,7 @@ pub(crate) async fn run(
     let pods_total = replicas + queued;
     let t1 = Instant::now();
     let (mut again, again_pid, kubeconfig) = serve_in(&binary, dir.path()).await?;
-    let client = crate::common::client(Some(kubeconfig)).await?;
-    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(crate::common::client(Some(kubeconfig)).await?, NAMESPACE);
     loop {
         if let Ok(list) = pods.list(&ListParams::default()).await
             && list.items.len() >= pods_total
@@ -386,14 +390,7 @@ pub(crate) async fn run(
     }
     let listing = t1.elapsed();
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let mut rss_again: Option<(f64, f64, f64)> = None;
-    for _ in 0..10 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if let Some(now) = rss_mib(again_pid) {
-            rss_again =
-                Some(rss_again.map_or(now, |least| if now.0 < least.0 { now } else { least }));
-        }
-    }
+    let rss_again = least_rss(again_pid).await;
     if let (Some(before), Some(after)) = (rss_before, rss_again) {
         println!(
             "| killed, started again on its data: all {pods_total} pods listed after / RSS 30 s on | {:.2} s / {:.0} MiB: {:.1} KiB per pod |",

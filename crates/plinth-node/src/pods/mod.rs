@@ -93,6 +93,22 @@ pub(crate) async fn run(agent: Arc<Agent>, mut stopping: watch::Receiver<bool>) 
     }
 }
 
+/// Whether `pod` has run to its end (`Succeeded` or `Failed`): nothing of it runs again.
+fn finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether `pod` runs in the machine's network namespace (`hostNetwork: true`).
+pub(super) fn on_host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
 /// Marks the address of every pod in `pods` that will run here (not finished, not on the
 /// host's network) in use.
 fn claim_addresses(agent: &Agent, pods: &[Pod]) {
@@ -100,20 +116,12 @@ fn claim_addresses(agent: &Agent, pods: &[Pod]) {
         return;
     };
     for pod in pods {
-        let status = pod.status.as_ref();
-        let finished = matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        let host_network = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
-        if finished || host_network {
+        if finished(pod) || on_host_network(pod) {
             continue;
         }
-        if let Some(ip) = status
+        if let Some(ip) = pod
+            .status
+            .as_ref()
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse().ok())
         {
@@ -183,8 +191,7 @@ fn deliver(agent: &Arc<Agent>, pod: Pod) -> Option<tokio::task::JoinHandle<()>> 
         let _ = sender.send(Some(pod));
         return None;
     }
-    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-    if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) {
+    if finished(&pod) {
         return None;
     }
     let pod_spec = serde_json::to_value(pod.spec.as_ref()).unwrap_or(serde_json::Value::Null);

@@ -76,11 +76,7 @@ impl Worker {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let dir = agent.config.data_dir.join("pods").join(&uid);
         let existing_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
-        let host_network = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
+        let host_network = super::on_host_network(&pod);
         let ip = if host_network {
             Some("127.0.0.1".to_owned())
         } else {
