@@ -149,7 +149,8 @@ fn installed(program: &str) -> bool {
 /// has a network of its own, it runs as the image does (every address, protected mode off,
 /// `redis-cli` reaching it on `localhost`), and servers a Debian package installed run as
 /// their images: `python` (`python3`), `memcached` (port 11211), `postgres` (see
-/// [`POSTGRES_ENTRYPOINT`], port 5432). `busybox` runs `busybox`
+/// [`POSTGRES_ENTRYPOINT`], port 5432), `nginx` (see [`NGINX_ENTRYPOINT`], port 80).
+/// `busybox` runs `busybox`
 /// applets (or the machine's own commands when busybox is not installed).
 fn builtin(private: bool) -> Vec<(String, Entry)> {
     let entry = |entrypoint: &[&str], cmd: &[&str], wrapper: Option<&str>| Entry {
@@ -211,6 +212,26 @@ fn builtin(private: bool) -> Vec<(String, Entry)> {
                 },
             );
         }
+        if installed("nginx") {
+            add(
+                "nginx",
+                Entry {
+                    dirs: [
+                        "/etc/nginx/conf.d",
+                        "/var/cache/nginx",
+                        "/var/lib/nginx",
+                        "/var/log/nginx",
+                    ]
+                    .map(str::to_owned)
+                    .to_vec(),
+                    ..entry(
+                        &["sh", "-c", NGINX_ENTRYPOINT, "docker-entrypoint.sh"],
+                        &["nginx", "-g", "daemon off;"],
+                        None,
+                    )
+                },
+            );
+        }
     }
     out
 }
@@ -265,6 +286,79 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   fi
 fi
 exec $as "$bin/postgres" -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/var/run/postgresql "$@"
+"#;
+
+/// The `nginx` image's entry point on Debian's nginx, as the image behaves: `nginx` (or
+/// `nginx-debug`) runs with the image's configuration — every request logged to the
+/// container's output, errors to its error output, `include /etc/nginx/conf.d/*.conf` — unless
+/// the pod mounts its own `/etc/nginx/nginx.conf` or the command names one (`-c`); an empty
+/// `/etc/nginx/conf.d` (the container's own unless a volume is mounted there) gets the
+/// image's `default.conf` (port 80, `/usr/share/nginx/html`, on IPv6 too where the pod has
+/// it), or the pod's `/etc/nginx/templates/*.template` with the environment substituted
+/// (`envsubst`, as the image's `20-envsubst-on-templates.sh`). Other commands run as they are.
+/// The process ID file is the container's own (`/var/cache/nginx`, or `/tmp` for a user who
+/// cannot write there).
+pub const NGINX_ENTRYPOINT: &str = r#"set -e
+case "$1" in nginx|nginx-debug) shift ;; *) exec "$@" ;; esac
+run=/var/cache/nginx
+[ -w "$run" ] || run=/tmp
+conf=/etc/nginx/nginx.conf
+if ! findmnt -n -M "$conf" >/dev/null 2>&1; then
+  conf="$run/nginx.conf"
+  cat > "$conf" <<EOF
+user www-data;
+worker_processes auto;
+error_log stderr notice;
+pid $run/nginx.pid;
+include /etc/nginx/modules-enabled/*.conf;
+events {
+    worker_connections 1024;
+}
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    log_format main '\$remote_addr - \$remote_user [\$time_local] "\$request" '
+                    '\$status \$body_bytes_sent "\$http_referer" '
+                    '"\$http_user_agent" "\$http_x_forwarded_for"';
+    access_log /dev/stdout main;
+    sendfile on;
+    keepalive_timeout 65;
+    include /etc/nginx/conf.d/*.conf;
+}
+EOF
+fi
+d=/etc/nginx/conf.d
+if [ -w "$d" ] && [ -z "$(ls -A "$d")" ]; then
+  if [ -d /etc/nginx/templates ] && command -v envsubst >/dev/null; then
+    names=$(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/${\1}/p' | tr '\n' ' ')
+    for t in /etc/nginx/templates/*.template; do
+      [ -f "$t" ] || continue
+      envsubst "$names" < "$t" > "$d/$(basename "$t" .template)"
+    done
+  else
+    ipv6=""
+    [ -f /proc/net/if_inet6 ] && ipv6="listen [::]:80;"
+    cat > "$d/default.conf" <<EOF
+server {
+    listen 80;
+    $ipv6
+    server_name localhost;
+    location / {
+        root /usr/share/nginx/html;
+        index index.html index.htm;
+    }
+    error_page 500 502 503 504 /50x.html;
+    location = /50x.html {
+        root /usr/share/nginx/html;
+    }
+}
+EOF
+  fi
+fi
+for a; do
+  [ "$a" = -c ] && exec nginx "$@"
+done
+exec nginx -c "$conf" "$@"
 "#;
 
 /// Why a map file cannot be used.

@@ -101,7 +101,7 @@ pub async fn run(
     tokio::spawn(server::serve(
         agent.clone(),
         listener,
-        tls,
+        tls.clone(),
         stopping.clone(),
     ));
     agent.proxy.set_node(&agent.config.name);
@@ -118,6 +118,23 @@ pub async fn run(
         .map_err(AgentError::Network)?;
     let private = mode.private().cloned();
     let _ = agent.network.set(mode);
+    // A kubelet answers at its node's addresses: the first InternalIP of a node whose pods
+    // have networks of their own is its gateway, which kube-apiserver dials for logs and exec.
+    if let Some(private) = &private {
+        match tokio::net::TcpListener::bind((private.gateway, port)).await {
+            Ok(listener) => {
+                tokio::spawn(server::serve(
+                    agent.clone(),
+                    listener,
+                    tls,
+                    stopping.clone(),
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(address = %private.gateway, port, error = %e, "the agent's server is not reachable at the node's gateway");
+            }
+        }
+    }
     // The node says how its pods are networked before it runs any.
     if let Err(e) = node::report(&agent, port).await {
         tracing::warn!(error = %e, "node status not reported");

@@ -181,6 +181,11 @@ enum Command {
         /// The cluster's Service range (default: the server's, as --cluster-cidr).
         #[arg(long)]
         service_cluster_ip_range: Option<String>,
+        /// The kubeconfig the agent follows NetworkPolicy with: an account that may list
+        /// every pod, namespace and policy (a CNI daemon's; a node's own identity may not,
+        /// under kube's Node authorizer). Default: --kubeconfig.
+        #[arg(long)]
+        policy_kubeconfig: Option<PathBuf>,
         /// The agent's settings.
         #[command(flatten)]
         node: node::NodeArgs,
@@ -629,6 +634,7 @@ fn main() -> ExitCode {
             node,
             cluster_cidr,
             service_cluster_ip_range,
+            policy_kubeconfig,
         } => {
             init_logging("text");
             match node::simulated(&node.simulated, node.node_status_update_frequency) {
@@ -680,7 +686,7 @@ fn main() -> ExitCode {
                 };
                 let (stop, stopping) = tokio::sync::watch::channel(false);
                 tokio::spawn(stop_on_signal(stop));
-                match node::run(config, &kubeconfig, None, stopping).await {
+                match node::run(config, &kubeconfig, policy_kubeconfig.as_deref(), stopping).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("plinth: {e}");

@@ -1017,6 +1017,103 @@ fn the_postgres_image_runs_as_it_is() {
     assert_eq!(local.trim(), "/var/lib/postgresql/data");
 }
 
+/// The `nginx` image as it is (the node's built-in entry for Debian's nginx): four servers on
+/// one node, each on port 80 (or the port its configuration names) of its own network — the
+/// image's welcome page, a server a ConfigMap describes in `/etc/nginx/conf.d`, a whole
+/// `nginx.conf` of the pod's own (`subPath`), and a template filled from the environment —
+/// every request in the container's log.
+#[test]
+fn the_nginx_image_runs_as_it_is() {
+    let plinth = Plinth::start_with(
+        Backend::Embedded,
+        &["--node-name", "netns-nginx", "--pod-network=namespaces"],
+    );
+    let manifest = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: nginx}
+data:
+  site.conf: |
+    server { listen 80; location / { return 200 "site of $hostname\n"; } }
+  nginx.conf: |
+    events {}
+    pid /tmp/own.pid;
+    http { server { listen 8080; location / { return 200 "own nginx.conf\n"; } } }
+  hello.conf.template: |
+    server { listen ${PORT}; location / { return 200 "template on ${PORT}\n"; } }
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-default}
+spec:
+  containers:
+  - {name: nginx, image: "nginx:1.27", readinessProbe: {httpGet: {path: /, port: 80}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-site}
+spec:
+  containers:
+  - name: nginx
+    image: nginx
+    readinessProbe: {httpGet: {path: /, port: 80}, periodSeconds: 1}
+    volumeMounts: [{name: conf, mountPath: /etc/nginx/conf.d}]
+  volumes: [{name: conf, configMap: {name: nginx, items: [{key: site.conf, path: site.conf}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-own}
+spec:
+  containers:
+  - name: nginx
+    image: nginx:stable
+    readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+    volumeMounts: [{name: conf, mountPath: /etc/nginx/nginx.conf, subPath: nginx.conf}]
+  volumes: [{name: conf, configMap: {name: nginx}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-template}
+spec:
+  containers:
+  - name: nginx
+    image: nginx:alpine
+    env: [{name: PORT, value: "8081"}]
+    readinessProbe: {tcpSocket: {port: 8081}, periodSeconds: 1}
+    volumeMounts: [{name: conf, mountPath: /etc/nginx/templates}]
+  volumes: [{name: conf, configMap: {name: nginx, items: [{key: hello.conf.template, path: hello.conf.template}]}}]
+"#;
+    plinth.kubectl_with(&["apply", "-f", "-"], manifest);
+    for pod in ["web-default", "web-site", "web-own", "web-template"] {
+        ready(&plinth, &format!("pod/{pod}"));
+    }
+    let ip = |pod: &str| plinth.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+    let page = curl(&format!("http://{}/", ip("web-default")));
+    assert!(page.contains("<title>Welcome to nginx!</title>"), "{page}");
+    assert_eq!(
+        curl(&format!("http://{}/", ip("web-site"))),
+        "site of web-site"
+    );
+    assert_eq!(
+        curl(&format!("http://{}:8080/", ip("web-own"))),
+        "own nginx.conf"
+    );
+    assert_eq!(
+        curl(&format!("http://{}:8081/", ip("web-template"))),
+        "template on 8081"
+    );
+    // Each reaches itself on `localhost`, and the access log is the container's output.
+    assert_eq!(
+        exec(&plinth, "web-site", &["curl", "-s", "http://localhost/"]).trim(),
+        "site of web-site"
+    );
+    plinth.eventually("the welcome page's request in web-default's log", || {
+        plinth
+            .kubectl(&["logs", "web-default"])
+            .contains("\"GET / HTTP/1.1\" 200")
+    });
+}
+
 /// `pods/https:<name>:<port>/proxy/<path>`: the API server reaches a pod's TLS server over
 /// TLS, the pod's certificate unverified (as kube's proxy); a scheme other than `http` or
 /// `https` is refused.
