@@ -109,6 +109,11 @@ impl Private {
         host::pod_up(&self.names, uid, address, self.gateway).await
     }
 
+    /// Where pod `uid`'s namespace is (or will be).
+    pub(crate) fn namespace_path(&self, uid: &str) -> PathBuf {
+        self.names.namespace_path(uid)
+    }
+
     /// Removes pod `uid`'s namespace.
     pub(crate) async fn pod_down(&self, uid: &str) {
         host::pod_down(&self.names, uid).await;

@@ -147,6 +147,24 @@ fn output_matches(expected: &[String], actual: &[String]) -> bool {
     }
 }
 
+/// Go's module and build caches where they are for this user (a reader has theirs; the
+/// session's own home would fetch and build every module again), when Go is installed.
+fn go_caches() -> Vec<(String, String)> {
+    let Ok(out) = Command::new("go")
+        .args(["env", "GOPATH", "GOMODCACHE", "GOCACHE"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ["GOPATH", "GOMODCACHE", "GOCACHE"]
+        .into_iter()
+        .zip(text.lines())
+        .filter(|(_, value)| out.status.success() && !value.is_empty())
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
 /// Runs a page's steps in one shell against `plinth`; returns every mismatch.
 fn run_page(page: &Path, steps: &[Step], plinth: &Plinth) -> Vec<String> {
     let home = tempfile::tempdir().unwrap();
@@ -175,19 +193,20 @@ fn run_page(page: &Path, steps: &[Step], plinth: &Plinth) -> Vec<String> {
     );
     // Its own process group, so that what a page starts in the background (`… &`) is stopped
     // with it, by that group's id, whatever the page did.
-    let mut shell = Command::new("timeout")
+    let mut shell = Command::new("timeout");
+    shell
         .args(["900", "bash", "-c", &script])
         .process_group(0)
         .current_dir(&checkout)
+        .envs(go_caches())
         .env("HOME", home.path())
         .env("PATH", path)
         .env("KUBECACHEDIR", home.path().join("kube-cache"))
         // As a reader has it after "Getting started" (which sets it itself, as shown there).
         .env("KUBECONFIG", share.join("plinth/kubeconfig"))
         .env_remove("KUBECTL_EXTERNAL_DIFF")
-        .env_remove("PLINTH_DATA_DIR")
-        .spawn()
-        .expect("run bash");
+        .env_remove("PLINTH_DATA_DIR");
+    let mut shell = shell.spawn().expect("run bash");
     let status = shell.wait().expect("wait for bash");
     let _ = Command::new("kill")
         .args(["-TERM", "--", &format!("-{}", shell.id())])

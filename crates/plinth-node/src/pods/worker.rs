@@ -66,6 +66,10 @@ pub(super) struct Worker {
     pub(super) volumes: Mutex<BTreeMap<String, PathBuf>>,
     /// The pod's network namespace, where pods have their own.
     pub(super) netns: Option<PathBuf>,
+    /// Its making, until a container waits for it (or the pod ends first).
+    pub(super) sandbox: Mutex<Option<tokio::task::JoinHandle<Result<(), String>>>>,
+    /// Whether the namespace is there (true where the pod has none to make).
+    pub(super) made: watch::Sender<bool>,
 }
 
 impl Worker {
@@ -101,29 +105,17 @@ impl Worker {
             .filter(|_| !host_network)
             .cloned();
         let mut netns = None;
+        let mut sandbox = None;
         if let Some(private) = &private
             && let Ok(address) = ip.parse()
         {
-            // The pod's sandbox: a namespace of its own (kube's RunPodSandbox), tried again
-            // a few times before the pod is given up on.
-            for attempt in 0..5u64 {
-                match private.pod_up(&uid, address).await {
-                    Ok(path) => {
-                        netns = Some(path);
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(pod = %uid, error = %e, "pod network namespace not made");
-                        tokio::time::sleep(Duration::from_millis(200 * (attempt + 1))).await;
-                    }
-                }
-            }
-            if netns.is_none() {
-                if let Ok(mut ips) = agent.ips.lock() {
-                    ips.release(address);
-                }
-                return;
-            }
+            // The pod's sandbox, a namespace of its own (kube's RunPodSandbox), is made while
+            // its volumes are; its containers wait for it (see `sandbox_ready`).
+            netns = Some(private.namespace_path(&uid));
+            let (private, uid) = (private.clone(), uid.clone());
+            sandbox = Some(tokio::spawn(async move {
+                private.pod_up(&uid, address).await.map(|_| ())
+            }));
         }
         // A pod this node ran before (the agent restarted): its containers start again, each
         // counted as a restart, what ran before as their last state.
@@ -224,6 +216,8 @@ impl Worker {
             runtime: super::runtime::of(agent.config.sandbox.as_ref()),
             volumes: Mutex::new(BTreeMap::new()),
             netns,
+            made: watch::channel(sandbox.is_none()).0,
+            sandbox: Mutex::new(sandbox),
         });
         // Host ports (kube's portmap): served at the node's address while the pod runs.
         if !host_network && let Ok(address) = ip.parse() {
@@ -254,9 +248,14 @@ impl Worker {
                         *current = pod;
                     }
                     for container in added {
-                        debuggers.push(tokio::spawn(
-                            worker.clone().supervise(container, Kind::Ephemeral),
-                        ));
+                        let worker = worker.clone();
+                        debuggers.push(tokio::spawn(async move {
+                            if worker.network_made().await {
+                                worker.supervise(container, Kind::Ephemeral).await
+                            } else {
+                                None
+                            }
+                        }));
                     }
                     if deleting {
                         let seconds = u64::try_from(grace.unwrap_or(0).max(0)).unwrap_or(0);
@@ -329,6 +328,11 @@ impl Worker {
         if let Some(private) = &private
             && worker.netns.is_some()
         {
+            // A namespace still being made is finished before it is removed.
+            let making = worker.sandbox.lock().ok().and_then(|mut s| s.take());
+            if let Some(making) = making {
+                let _ = making.await;
+            }
             private.pod_down(&uid).await;
         }
     }
@@ -455,6 +459,10 @@ impl Worker {
             }
         }
         self.write_name_files(&pod);
+        if !self.sandbox_ready().await {
+            self.mark_all_terminated();
+            return;
+        }
         let all = containers(&pod);
         let mut running = Vec::new();
         for (kind, container) in all.iter().filter(|(k, _)| *k != Kind::Regular) {
@@ -607,6 +615,64 @@ impl Worker {
     }
 
     /// Sleeps `period`, or less when the pod is stopping; returns whether it is.
+    /// Waits for the pod's network namespace, made while its volumes were; one that could
+    /// not be made is tried again, each failure an event, as the kubelet retries a pod's
+    /// sandbox. False when the pod stops first.
+    async fn sandbox_ready(&self) -> bool {
+        let making = self.sandbox.lock().ok().and_then(|mut s| s.take());
+        let Some(making) = making else {
+            return true;
+        };
+        let mut made = making
+            .await
+            .unwrap_or_else(|e| Err(format!("pod namespace task: {e}")));
+        let mut attempt = 0u32;
+        loop {
+            let error = match made {
+                Ok(()) => {
+                    self.made.send_replace(true);
+                    return true;
+                }
+                Err(e) => e,
+            };
+            let uid = self.current().metadata.uid.unwrap_or_default();
+            tracing::warn!(pod = %uid, error = %error, "pod network namespace not made");
+            self.event(
+                None,
+                true,
+                "FailedCreatePodSandBox",
+                &format!("Failed to create pod sandbox: {error}"),
+            )
+            .await;
+            attempt = attempt.saturating_add(1);
+            let wait = Duration::from_millis(200 * u64::from(attempt.min(25)));
+            if self.stopping_within(wait).await {
+                return false;
+            }
+            let private = self
+                .agent
+                .network
+                .get()
+                .and_then(crate::network::Mode::private)
+                .cloned();
+            made = match (private, self.ip.parse()) {
+                (Some(private), Ok(address)) => private.pod_up(&uid, address).await.map(|_| ()),
+                _ => Err("the node's pod network is gone".to_owned()),
+            };
+        }
+    }
+
+    /// Waits until the pod's network namespace is there (an ephemeral container added
+    /// before it was); false when the pod stops first.
+    async fn network_made(&self) -> bool {
+        let mut made = self.made.subscribe();
+        let mut phase = self.phase.subscribe();
+        tokio::select! {
+            made = made.wait_for(|m| *m) => made.is_ok(),
+            _ = phase.wait_for(Phase::is_terminating) => false,
+        }
+    }
+
     pub(super) async fn stopping_within(&self, period: Duration) -> bool {
         let mut stop = self.phase.subscribe();
         if stop.borrow().is_terminating() {
