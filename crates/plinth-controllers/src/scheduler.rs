@@ -95,6 +95,13 @@ pub fn spawn_scheduler(
     });
 }
 
+/// Whether `pod` names a node.
+fn has_node(pod: &Value) -> bool {
+    pod.at("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty())
+}
+
 fn pending(pod: &Value) -> bool {
     let unassigned = pod
         .at("/spec/nodeName")
@@ -529,9 +536,32 @@ fn plain(pod: &Value) -> bool {
 }
 
 impl Placed {
+    /// Where `pods` (the cache) and the `assumed` ones take room, each pod counted once: a
+    /// pod decided on counts as its assumed copy until the cache shows it bound, then as the
+    /// cache's (its assumption is forgotten a little later, after the binding's event).
     fn of(pods: &[Arc<Value>], assumed: &HashMap<String, Arc<Value>>) -> Self {
         let mut placed = Self::default();
-        for pod in pods.iter().chain(assumed.values()) {
+        let mut seen_bound = std::collections::HashSet::new();
+        let mut counted = Vec::with_capacity(pods.len() + assumed.len());
+        for pod in pods {
+            if !assumed.is_empty() {
+                let key = key_of(pod);
+                if assumed.contains_key(&key) {
+                    if !has_node(pod) {
+                        continue;
+                    }
+                    seen_bound.insert(key);
+                }
+            }
+            counted.push(pod);
+        }
+        counted.extend(
+            assumed
+                .iter()
+                .filter(|(key, _)| !seen_bound.contains(*key))
+                .map(|(_, pod)| pod),
+        );
+        for pod in counted {
             if let Some(node) = pod
                 .at("/spec/nodeName")
                 .and_then(Value::as_str)
@@ -872,6 +902,9 @@ impl Binder {
                             cache.get(&key).is_none_or(|p| !pending(&p))
                         })
                         .await;
+                    if let Ok(mut assumed) = assumed.lock() {
+                        assumed.remove(&key);
+                    }
                     crate::events::record(
                         &registry,
                         &pod,
@@ -1043,5 +1076,37 @@ async fn schedule(
                 )
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>) -> Arc<Value> {
+        let mut pod = json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        });
+        if let Some(node) = node {
+            pod["spec"]["nodeName"] = json!(node);
+        }
+        Arc::new(pod)
+    }
+
+    fn pods_on(placed: &Placed, node: &str) -> Option<usize> {
+        placed.bound.get(node).map(|load| load.pods.len())
+    }
+
+    #[test]
+    fn a_pod_decided_on_takes_room_once_before_and_after_the_cache_shows_it_bound() {
+        let assumed = HashMap::from([("default/a".to_owned(), pod("a", Some("n1")))]);
+        // Not yet seen bound: its assumed copy counts.
+        let placed = Placed::of(&[pod("a", None)], &assumed);
+        assert_eq!(pods_on(&placed, "n1"), Some(1));
+        // Seen bound while still assumed: the cache's copy counts, not both.
+        let placed = Placed::of(&[pod("a", Some("n1")), pod("b", Some("n1"))], &assumed);
+        assert_eq!(pods_on(&placed, "n1"), Some(2));
+        assert_eq!(placed.bound.get("n1").map(|load| load.cpu), Some(2000));
     }
 }
