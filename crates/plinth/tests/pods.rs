@@ -3116,3 +3116,56 @@ spec:
     delete_all_pods(&plinth);
     plinth.eventually("the pod's tmpfs is unmounted", || !mounted());
 }
+
+/// A deleted pod ends in a terminal phase before it goes, as the kubelet's (kube 1.27 on)
+/// does, so a Job's pod failure policy can see why it ended: `Failed` when a container was
+/// killed, `Succeeded` when each ended with 0 on `SIGTERM`. A finalizer keeps the pods for
+/// the test to read once the agent has stopped them.
+#[test]
+fn a_deleted_pod_ends_in_a_terminal_phase_as_the_kubelets_do() {
+    let plinth = with_node("node-term");
+    plinth.kubectl_with(
+        &["apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: killed, finalizers: [example.com/keep]}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers: [{name: main, image: busybox:1.36, command: [sleep, '3600']}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: graceful, finalizers: [example.com/keep]}
+spec:
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, 'trap "exit 0" TERM; echo up; while true; do sleep 0.2; done']
+"#,
+    );
+    for pod in ["killed", "graceful"] {
+        plinth.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=120s",
+        ]);
+    }
+    plinth.eventually("graceful's trap is set", || {
+        plinth.kubectl(&["logs", "graceful"]).contains("up")
+    });
+    plinth.kubectl(&["delete", "pod", "killed", "graceful", "--wait=false"]);
+    for (pod, phase) in [("killed", "Failed"), ("graceful", "Succeeded")] {
+        plinth.eventually(&format!("{pod} {phase}"), || {
+            plinth.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]) == phase
+        });
+        plinth.kubectl(&[
+            "patch",
+            "pod",
+            pod,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
+}

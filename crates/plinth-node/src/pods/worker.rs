@@ -523,7 +523,39 @@ impl Worker {
             });
         } else {
             self.mark_all_terminated();
-            self.set_terminal(Terminal::Stopped);
+            self.set_terminal(self.ended_by_deletion());
+        }
+    }
+
+    /// How a pod stopped because it is deleted ends, as the kubelet's `getPhase` for a
+    /// terminal pod says (kube 1.27 on, so a Job's pod failure policy sees the disruption):
+    /// once every regular container has run and stopped, `Succeeded` when each ended with 0,
+    /// else `Failed`; one that never started leaves the phase as it was.
+    fn ended_by_deletion(&self) -> Terminal {
+        let Ok(state) = self.state.lock() else {
+            return Terminal::Stopped;
+        };
+        let (mut stopped, mut succeeded) = (0, 0);
+        for status in state.statuses.iter().filter(|s| s.kind == Kind::Regular) {
+            match &status.state {
+                ContainerState::Terminated(t) => {
+                    stopped += 1;
+                    succeeded += usize::from(t.exit_code == 0);
+                }
+                _ if status
+                    .last_state
+                    .as_ref()
+                    .is_some_and(ContainerState::is_terminated) =>
+                {
+                    stopped += 1;
+                }
+                _ => return Terminal::Stopped,
+            }
+        }
+        match stopped {
+            0 => Terminal::Stopped,
+            _ if stopped == succeeded => Terminal::Succeeded,
+            _ => Terminal::Failed,
         }
     }
 
