@@ -387,11 +387,18 @@ async fn route(
     if websocket {
         return log_websocket(&mut request, receiver);
     }
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver
-            .recv()
-            .await
-            .map(|chunk| (chunk.map(Frame::data), receiver))
+    // The last piece is sent before the body's end (a pause between them, as the kubelet's
+    // flushed writes have): kube-apiserver's WebSocket log stream drops the bytes of a read
+    // that also reports the end, which the two arriving together make Go's reader do.
+    let stream = futures::stream::unfold(Some(receiver), |receiver| async move {
+        let mut receiver = receiver?;
+        match receiver.recv().await {
+            Some(chunk) => Some((chunk.map(Frame::data), Some(receiver))),
+            None => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                None
+            }
+        }
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     response.headers_mut().insert(
