@@ -894,7 +894,7 @@ impl Binder {
                     },
                 )
                 .await;
-            let retry = match bound {
+            let (retry, scheduled) = match bound {
                 Ok(Some(_)) => {
                     // Counted as assumed until the cache shows the binding.
                     pod_cache
@@ -902,28 +902,29 @@ impl Binder {
                             cache.get(&key).is_none_or(|p| !pending(&p))
                         })
                         .await;
-                    if let Ok(mut assumed) = assumed.lock() {
-                        assumed.remove(&key);
-                    }
-                    crate::events::record(
-                        &registry,
-                        &pod,
-                        "Normal",
-                        "Scheduled",
-                        &format!("Successfully assigned {namespace}/{name} to {node}"),
-                        COMPONENT,
-                    )
-                    .await;
-                    false
+                    (false, true)
                 }
-                Ok(None) => false,
+                Ok(None) => (false, false),
                 Err(e) => {
                     tracing::warn!(pod = %name, error = %e.message, "scheduler: binding failed");
-                    true
+                    (true, false)
                 }
             };
+            // Forgotten before the binding's event is written, so no snapshot counts the pod
+            // both as assumed and as the cache's.
             if let Ok(mut assumed) = assumed.lock() {
                 assumed.remove(&key);
+            }
+            if scheduled {
+                crate::events::record(
+                    &registry,
+                    &pod,
+                    "Normal",
+                    "Scheduled",
+                    &format!("Successfully assigned {namespace}/{name} to {node}"),
+                    COMPONENT,
+                )
+                .await;
             }
             if retry {
                 queue.add(key);
