@@ -24,7 +24,12 @@ impl Worker {
         }
     }
 
+    /// Writes the pod's status if it differs from the one last read or written. One write
+    /// at a time, each computed once the one before it is done: the writer task's and the
+    /// pod's last write (as it goes) could otherwise both be in flight, and the older status
+    /// (a container ended, the phase not yet terminal) land last and stay.
     pub(super) async fn write_once(&self) -> Result<(), kube::Error> {
+        let _one = self.writing.lock().await;
         let pod = self.current();
         let status = self.status_json();
         let api: Api<Pod> = Api::namespaced(

@@ -70,6 +70,9 @@ pub(super) struct Worker {
     pub(super) sandbox: Mutex<Option<tokio::task::JoinHandle<Result<(), String>>>>,
     /// Whether the namespace is there (true where the pod has none to make).
     pub(super) made: watch::Sender<bool>,
+    /// Held while a status is computed and written: two writes in flight at once could
+    /// land in either order, an older status last (see `write_once`).
+    pub(super) writing: tokio::sync::Mutex<()>,
 }
 
 impl Worker {
@@ -217,6 +220,7 @@ impl Worker {
             volumes: Mutex::new(BTreeMap::new()),
             netns,
             made: watch::channel(sandbox.is_none()).0,
+            writing: tokio::sync::Mutex::new(()),
             sandbox: Mutex::new(sandbox),
         });
         // Host ports (kube's portmap): served at the node's address while the pod runs.
