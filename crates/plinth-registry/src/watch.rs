@@ -166,7 +166,29 @@ impl Registry {
         let mut options = Self::resolve_field_selector(&def, &options)?.into_owned();
         // A webhook-converted resource's field selector reads the converted objects (its
         // version's selectable fields): the watch runs unselected by fields, and they are
-        // selected after conversion.
+        // selected after conversion. A watch from a resourceVersion (an informer's, after its
+        // list) starts knowing what the client was shown then: the objects selected at that
+        // revision, which leave as DELETED when they stop matching.
+        let shown_before = match options.resource_version.as_deref() {
+            Some(rv)
+                if def.conversion.is_some()
+                    && !options.fields.terms.is_empty()
+                    && !send_initial_events
+                    && !rv.is_empty()
+                    && rv != "0" =>
+            {
+                match self
+                    .selected_uids_at(&def, namespace.as_deref(), &options)
+                    .await
+                {
+                    Ok(uids) => uids,
+                    // Too old: the watch answers that itself (its one event is the 410).
+                    Err(e) if e.reason == StatusReason::Expired => std::collections::HashSet::new(),
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => std::collections::HashSet::new(),
+        };
         let converted_fields =
             (def.conversion.is_some() && !options.fields.terms.is_empty()).then(|| {
                 let fields = ListOptions {
@@ -238,9 +260,7 @@ impl Registry {
         };
         // Which objects (by uid) the watcher has been shown: an object that stops matching
         // leaves as DELETED, one that starts matching arrives as ADDED.
-        let shown = Arc::new(std::sync::Mutex::new(
-            std::collections::HashSet::<String>::new(),
-        ));
+        let shown = Arc::new(std::sync::Mutex::new(shown_before));
         let selected = converting.filter_map(move |event| {
             let (def, fields, shown) = (selecting_def.clone(), fields.clone(), shown.clone());
             async move {
@@ -271,6 +291,31 @@ impl Registry {
             }
         });
         Ok(ends_after_error(selected).boxed())
+    }
+
+    /// The uids of the objects `options` selects (labels and fields, in `def`'s version) at
+    /// exactly its resourceVersion: what a client that listed there was shown.
+    async fn selected_uids_at(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<std::collections::HashSet<String>, ApiError> {
+        let at = ListOptions {
+            labels: options.labels.clone(),
+            fields: options.fields.clone(),
+            resource_version: options.resource_version.clone(),
+            resource_version_match: Some(crate::options::ResourceVersionMatch::Exact),
+            ..ListOptions::default()
+        };
+        let list = self.list(def, namespace, &at).await?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| plinth_core::meta::meta_str(item, "uid"))
+            .map(str::to_owned)
+            .collect())
     }
 
     /// Where a watch starts: its initial events and the cache subscription after them (or the
