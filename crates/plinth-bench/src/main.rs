@@ -293,6 +293,9 @@ enum Command {
         /// The API server's process, when the agent runs apart (`plinth node`), for its memory.
         #[arg(long)]
         server_pid: Option<u32>,
+        /// Each pod created once the one before is Ready (a pod's own start, not a burst's).
+        #[arg(long)]
+        one_at_a_time: bool,
     },
     /// A Deployment on the server's node agents: the time until its replicas are available
     /// and until a rolling update finishes, the server's memory.
@@ -594,8 +597,19 @@ async fn main() -> std::process::ExitCode {
             pods: count,
             agent_pid,
             server_pid,
+            one_at_a_time,
         } => match client(kubeconfig).await {
-            Ok(client) => pods::run(client, &namespace, count, agent_pid, server_pid).await,
+            Ok(client) => {
+                pods::run(
+                    client,
+                    &namespace,
+                    count,
+                    agent_pid,
+                    server_pid,
+                    one_at_a_time,
+                )
+                .await
+            }
             Err(e) => Err(e),
         },
         Command::Deployments {

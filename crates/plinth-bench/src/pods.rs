@@ -1,5 +1,6 @@
 //! `plinth-bench pods`: pods started by the node agent. Creates `pods` Pods (busybox
-//! `sleep`, no probes) at once and watches them: pods Ready per second, each pod's create →
+//! `sleep`, no probes) at once — or one after another, each once the one before is Ready
+//! (`--one-at-a-time`) — and watches them: pods Ready per second, each pod's create →
 //! Ready latency (p50/p99/max), the agent's memory before and after (`--agent-pid`, its
 //! resident set) and the sandboxes' (proportional set size per pod), then the time until
 //! every pod is deleted.
@@ -59,48 +60,15 @@ fn pod(name: &str) -> Result<Pod, Error> {
     }))?)
 }
 
-pub(crate) fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+/// Which pod became Ready when.
+type Readiness = tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>;
 
-/// Runs the measurement and prints one table.
-///
-/// # Errors
-/// Any API failure.
-pub(crate) async fn run(
-    client: Client,
-    namespace: &str,
+/// Creates the pods 16 at a time and waits until all are Ready: each one's create → Ready.
+async fn all_at_once(
+    api: &Api<Pod>,
     count: usize,
-    agent_pid: Option<u32>,
-    server_pid: Option<u32>,
-) -> Result<(), Error> {
-    let api: Api<Pod> = Api::namespaced(client, namespace);
-    let label = format!("bench-pods={}", run_id());
-    let rss_before = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
-    let server_before = server_pid.map(|p| kib(p, "status", "VmRSS:"));
-    let (sandboxes_before, _) = sandboxes_pss();
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
-    let watch_api = api.clone();
-    let watch_label = label.clone();
-    let watching = tokio::spawn(async move {
-        let config = watcher::Config::default().labels(&watch_label);
-        let mut events = watcher(watch_api, config).boxed();
-        while let Some(event) = events.next().await {
-            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event
-                && ready(&pod)
-                && ready_tx
-                    .send((pod.metadata.name.unwrap_or_default(), Instant::now()))
-                    .is_err()
-            {
-                return;
-            }
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let started = Instant::now();
+    ready_rx: &mut Readiness,
+) -> Result<Vec<Duration>, Error> {
     let mut created_at = HashMap::new();
     let creates = futures::stream::iter(0..count)
         .map(|i| {
@@ -131,15 +99,96 @@ pub(crate) async fn run(
             latencies.push(at.duration_since(created));
         }
     }
+    Ok(latencies)
+}
+
+/// Creates each pod once the one before is Ready: a pod's start on an otherwise idle node,
+/// where what its own start costs shows undiluted by the others' (`--one-at-a-time`).
+async fn one_after_another(
+    api: &Api<Pod>,
+    count: usize,
+    ready_rx: &mut Readiness,
+) -> Result<Vec<Duration>, Error> {
+    let mut latencies = Vec::new();
+    for i in 0..count {
+        let name = format!("{}-p{i}", run_id());
+        let created = Instant::now();
+        api.create(&PostParams::default(), &pod(&name)?).await?;
+        let deadline = created + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, ready_rx.recv()).await {
+                Ok(Some((ready, at))) if ready == name => {
+                    latencies.push(at.duration_since(created));
+                    break;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return Ok(latencies),
+            }
+        }
+    }
+    Ok(latencies)
+}
+
+pub(crate) fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Runs the measurement and prints one table.
+///
+/// # Errors
+/// Any API failure.
+pub(crate) async fn run(
+    client: Client,
+    namespace: &str,
+    count: usize,
+    agent_pid: Option<u32>,
+    server_pid: Option<u32>,
+    one_at_a_time: bool,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let label = format!("bench-pods={}", run_id());
+    let rss_before = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
+    let server_before = server_pid.map(|p| kib(p, "status", "VmRSS:"));
+    let (sandboxes_before, _) = sandboxes_pss();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let watch_api = api.clone();
+    let watch_label = label.clone();
+    let watching = tokio::spawn(async move {
+        let config = watcher::Config::default().labels(&watch_label);
+        let mut events = watcher(watch_api, config).boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event
+                && ready(&pod)
+                && ready_tx
+                    .send((pod.metadata.name.unwrap_or_default(), Instant::now()))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let latencies = if one_at_a_time {
+        one_after_another(&api, count, &mut ready_rx).await?
+    } else {
+        all_at_once(&api, count, &mut ready_rx).await?
+    };
     let all_ready = started.elapsed();
     watching.abort();
+    let mut latencies = latencies;
     let rss_after = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
     let server_after = server_pid.map(|p| kib(p, "status", "VmRSS:"));
     let (sandboxes_after, processes) = sandboxes_pss();
     latencies.sort();
     println!(
-        "pods                      {count} (Ready: {})",
-        latencies.len()
+        "pods                      {count} (Ready: {}){}",
+        latencies.len(),
+        if one_at_a_time { ", one at a time" } else { "" }
     );
     println!("all Ready after           {:.2} s", all_ready.as_secs_f64());
     println!(
