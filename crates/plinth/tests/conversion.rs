@@ -103,6 +103,20 @@ spec:
     )
 }
 
+/// Each watch event as `TYPE name`.
+fn types_and_names(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn objects_read_and_write_in_every_version_through_the_webhook() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -153,18 +167,12 @@ fn objects_read_and_write_in_every_version_through_the_webhook() {
     let watched = http.get(
         "/apis/example.com/v1/namespaces/default/widgets?watch=1&fieldSelector=spec.size%3D3&timeoutSeconds=1",
     );
-    let names: Vec<String> = watched
+    let watched_events: Vec<Value> = watched
         .body
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["type"].as_str().unwrap(),
-                e["object"]["metadata"]["name"].as_str().unwrap()
-            )
-        })
         .collect();
+    let names = types_and_names(&watched_events);
     assert_eq!(names, ["ADDED w1"], "{}", watched.body);
     assert_eq!(w2["metadata"]["labels"]["tier"], "gold", "metadata kept");
     assert_eq!(read(&plinth, "v1", "w1")["spec"]["size"], 3, "round trip");
@@ -278,16 +286,7 @@ fn objects_read_and_write_in_every_version_through_the_webhook() {
     let selected = events(http.get(&format!(
         "/apis/example.com/v1/namespaces/default/widgets?watch=1&resourceVersion={rv}&fieldSelector=spec.size%3D6&timeoutSeconds=1"
     )));
-    let seen: Vec<String> = selected
-        .iter()
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["type"].as_str().unwrap(),
-                e["object"]["metadata"]["name"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let seen = types_and_names(&selected);
     assert_eq!(seen, ["DELETED w2", "ADDED w5"], "{selected:?}");
     // v1's schema is enforced on v1 writes, v2's on what is stored.
     let refused = plinth.kubectl_stdin(
