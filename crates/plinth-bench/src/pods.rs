@@ -63,6 +63,14 @@ fn pod(name: &str) -> Result<Pod, Error> {
 /// Which pod became Ready when.
 type Readiness = tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>;
 
+/// Creates the run's pod number `i`: its name, and when its create was sent.
+async fn create(api: &Api<Pod>, i: usize) -> Result<(String, Instant), Error> {
+    let name = format!("{}-p{i}", run_id());
+    let at = Instant::now();
+    api.create(&PostParams::default(), &pod(&name)?).await?;
+    Ok((name, at))
+}
+
 /// Creates the pods 16 at a time and waits until all are Ready: each one's create → Ready.
 async fn all_at_once(
     api: &Api<Pod>,
@@ -71,15 +79,7 @@ async fn all_at_once(
 ) -> Result<Vec<Duration>, Error> {
     let mut created_at = HashMap::new();
     let creates = futures::stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let name = format!("{}-p{i}", run_id());
-                let at = Instant::now();
-                api.create(&PostParams::default(), &pod(&name)?).await?;
-                Ok::<_, Error>((name, at))
-            }
-        })
+        .map(|i| create(api, i))
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
@@ -111,9 +111,7 @@ async fn one_after_another(
 ) -> Result<Vec<Duration>, Error> {
     let mut latencies = Vec::new();
     for i in 0..count {
-        let name = format!("{}-p{i}", run_id());
-        let created = Instant::now();
-        api.create(&PostParams::default(), &pod(&name)?).await?;
+        let (name, created) = create(api, i).await?;
         let deadline = created + Duration::from_secs(120);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -173,14 +171,13 @@ pub(crate) async fn run(
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let latencies = if one_at_a_time {
+    let mut latencies = if one_at_a_time {
         one_after_another(&api, count, &mut ready_rx).await?
     } else {
         all_at_once(&api, count, &mut ready_rx).await?
     };
     let all_ready = started.elapsed();
     watching.abort();
-    let mut latencies = latencies;
     let rss_after = agent_pid.map(|p| kib(p, "status", "VmRSS:"));
     let server_after = server_pid.map(|p| kib(p, "status", "VmRSS:"));
     let (sandboxes_after, processes) = sandboxes_pss();

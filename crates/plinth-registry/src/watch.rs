@@ -169,13 +169,10 @@ impl Registry {
         // selected after conversion. A watch from a resourceVersion (an informer's, after its
         // list) starts knowing what the client was shown then: the objects selected at that
         // revision, which leave as DELETED when they stop matching.
+        let selects_converted = def.conversion.is_some() && !options.fields.terms.is_empty();
         let shown_before = match options.resource_version.as_deref() {
             Some(rv)
-                if def.conversion.is_some()
-                    && !options.fields.terms.is_empty()
-                    && !send_initial_events
-                    && !rv.is_empty()
-                    && rv != "0" =>
+                if selects_converted && !send_initial_events && !rv.is_empty() && rv != "0" =>
             {
                 match self
                     .selected_uids_at(&def, namespace.as_deref(), &options)
@@ -189,14 +186,13 @@ impl Registry {
             }
             _ => std::collections::HashSet::new(),
         };
-        let converted_fields =
-            (def.conversion.is_some() && !options.fields.terms.is_empty()).then(|| {
-                let fields = ListOptions {
-                    fields: std::mem::take(&mut options.fields),
-                    ..ListOptions::default()
-                };
-                Arc::new(fields)
-            });
+        let converted_fields = selects_converted.then(|| {
+            let fields = ListOptions {
+                fields: std::mem::take(&mut options.fields),
+                ..ListOptions::default()
+            };
+            Arc::new(fields)
+        });
         let prefix = def.list_prefix(namespace.as_deref());
         let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
         cacher.wait_for(1).await?;
