@@ -260,7 +260,8 @@ impl Informer {
             .resources
             .get(group, version, plural)
             .ok_or_else(|| format!("{plural} is not served"))?;
-        let revision = self.relist(registry, &def).await?;
+        let keep = Keep::of(group, plural);
+        let revision = self.relist(registry, &def, keep).await?;
         let options = WatchOptions {
             list: ListOptions {
                 resource_version: revision,
@@ -281,10 +282,10 @@ impl Informer {
             let Some(event) = event else { return Ok(()) };
             let mut object = event.object();
             match Arc::get_mut(&mut object) {
-                Some(fresh) => trim(fresh),
+                Some(fresh) => trim(keep, fresh),
                 None => {
                     let mut copy = (*object).clone();
-                    trim(&mut copy);
+                    trim(keep, &mut copy);
                     object = Arc::new(copy);
                 }
             }
@@ -318,6 +319,7 @@ impl Informer {
         &self,
         registry: &Client,
         def: &plinth_registry::resources::ResourceDef,
+        keep: Keep,
     ) -> Result<Option<String>, String> {
         let (revision, items) = registry
             .list_encoded(def, None, &ListOptions::default())
@@ -326,7 +328,7 @@ impl Informer {
             .into_parts();
         let fresh: BTreeMap<String, Arc<Value>> = items
             .map(|mut object| {
-                trim(&mut object);
+                trim(keep, &mut object);
                 (key_of(&object), Arc::new(object))
             })
             .collect();
@@ -432,12 +434,69 @@ pub(crate) fn enqueue(queue: &Queue) -> impl Fn(Change<'_>) + Send + Sync + 'sta
     }
 }
 
+/// What an informer keeps of its objects (client-go's informer transform).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Keep {
+    /// All but `metadata.managedFields`.
+    Object,
+    /// Of a pod, also not what runs in its containers and what it mounts (see [`trim`]).
+    Pod,
+}
+
+impl Keep {
+    fn of(group: &str, plural: &str) -> Self {
+        if group.is_empty() && plural == "pods" {
+            Self::Pod
+        } else {
+            Self::Object
+        }
+    }
+}
+
+/// The fields of a pod's containers no controller reads.
+const CONTAINER_FIELDS_UNREAD: [&str; 11] = [
+    "command",
+    "args",
+    "env",
+    "envFrom",
+    "volumeMounts",
+    "volumeDevices",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "terminationMessagePath",
+];
+
 /// What the controllers keep of an object: all but `metadata.managedFields`, which none of them
 /// reads (their writes are guaranteed updates of the stored object, which keeps its own) and
-/// which is often the larger part of a small object's decoded form.
-fn trim(object: &mut Value) {
+/// which is often the larger part of a small object's decoded form. Of a pod (what there are
+/// thousands of), also not `spec.volumes` nor its containers' commands, environment, mounts,
+/// probes, lifecycle hooks and termination message path: the scheduler reads requests, ports,
+/// node selection, affinity, tolerations and spread; the other controllers owners, labels,
+/// phase, conditions, addresses, readiness gates and container states — none what a container
+/// runs or mounts. Decoded, a pod is a JSON object per field group: its service-account
+/// volume alone is ten of a simple pod's 34, a map of about 630 bytes each.
+fn trim(keep: Keep, object: &mut Value) {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
+    }
+    if keep != Keep::Pod {
+        return;
+    }
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.remove("volumes");
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        let containers = spec.get_mut(list).and_then(Value::as_array_mut);
+        for container in containers.into_iter().flatten() {
+            if let Some(container) = container.as_object_mut() {
+                for field in CONTAINER_FIELDS_UNREAD {
+                    container.remove(field);
+                }
+            }
+        }
     }
 }
 
@@ -636,5 +695,58 @@ mod tests {
         queue.finish(&key, Next::Retry);
         let _ = queue.take(&mut stopping).await;
         assert_eq!(start.elapsed().as_millis(), 5);
+    }
+
+    #[test]
+    fn a_pod_is_kept_without_what_its_containers_run_and_mount() {
+        let pod = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "n", "labels": {"app": "a"},
+                "managedFields": [{"manager": "m"}],
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]},
+            "spec": {
+                "nodeName": "node", "tolerations": [{"key": "k", "operator": "Exists"}],
+                "volumes": [{"name": "v", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Always",
+                    "command": ["sh"], "resources": {"requests": {"cpu": "1"}}}],
+                "containers": [{"name": "c", "image": "x", "args": ["-v"],
+                    "env": [{"name": "A", "value": "1"}], "envFrom": [{"configMapRef": {"name": "c"}}],
+                    "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "livenessProbe": {"exec": {"command": ["true"]}}, "lifecycle": {"preStop": {}},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "ports": [{"containerPort": 80, "hostPort": 8080, "name": "http"}],
+                    "resources": {"requests": {"memory": "1Gi"}}}],
+            },
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "c", "state": {"running": {}}, "ready": true}]},
+        });
+        let mut kept = pod.clone();
+        trim(Keep::of("", "pods"), &mut kept);
+        assert_eq!(
+            kept,
+            serde_json::json!({
+                "metadata": {"name": "p", "namespace": "n", "labels": {"app": "a"},
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]},
+                "spec": {
+                    "nodeName": "node", "tolerations": [{"key": "k", "operator": "Exists"}],
+                    "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Always",
+                        "resources": {"requests": {"cpu": "1"}}}],
+                    "containers": [{"name": "c", "image": "x",
+                        "ports": [{"containerPort": 80, "hostPort": 8080, "name": "http"}],
+                        "resources": {"requests": {"memory": "1Gi"}}}],
+                },
+                "status": pod["status"],
+            })
+        );
+        // Of anything else, only the managed fields go.
+        let mut template = serde_json::json!({"metadata": {"name": "t", "managedFields": []},
+            "spec": {"volumes": [{"name": "v"}], "containers": [{"name": "c", "env": []}]}});
+        trim(Keep::of("", "podtemplates"), &mut template);
+        assert_eq!(
+            template,
+            serde_json::json!({"metadata": {"name": "t"},
+                "spec": {"volumes": [{"name": "v"}], "containers": [{"name": "c", "env": []}]}})
+        );
     }
 }
