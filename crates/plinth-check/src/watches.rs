@@ -45,6 +45,10 @@ pub(crate) fn check(history: &History, timeline: &Timeline, out: &mut Vec<Violat
             last = last.max(rev);
         }
         let upto = vouched(watch.from, &watch.events, &watch.end);
+        if upto <= watch.from {
+            // Nothing delivered nor vouched for (answered 410 at once, or broken first).
+            continue;
+        }
         let missing: Vec<Rev> = timeline
             .writes
             .range(watch.from + 1..=upto)

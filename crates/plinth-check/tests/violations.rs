@@ -316,3 +316,22 @@ fn an_unknown_delete_does_not_take_an_acknowledged_ones_place() {
     let report = check(&history);
     assert_eq!(report.violations, [], "{report}");
 }
+
+#[test]
+fn a_watch_refused_at_once_vouches_for_nothing() {
+    let mut history = consistent();
+    // A second watch answered 410 before any event (its start older than the server keeps):
+    // it vouches for nothing, and the check does not trip over its empty range.
+    history.watches.push(Watch {
+        from: 12,
+        events: vec![],
+        end: WatchEnd::Gone,
+    });
+    let report = check(&history);
+    assert_eq!(report.violations, [], "{report}");
+    assert_eq!(
+        report.unverified,
+        check(&consistent()).unverified,
+        "{report}"
+    );
+}

@@ -127,14 +127,20 @@ impl Caches {
 
     /// Waits until `cacher` reflects every write acknowledged before this call (the store's
     /// current revision), asking the store for progress notifications meanwhile. Returns the
-    /// cache's revision, or `None` if it did not catch up in time (the caller reads storage
-    /// instead, as kube-apiserver falls back to etcd).
+    /// cache's revision, or `None` if it did not catch up in time, or has not listed yet (the
+    /// caller reads storage instead, as kube-apiserver falls back to etcd).
     ///
     /// # Errors
     /// The store's error if its current revision cannot be read.
     pub async fn consistent(&self, cacher: &Cacher) -> Result<Option<Revision>, StoreError> {
         if !self.store.progress_is_reliable() {
             // The cache cannot know it has every change up to a revision: storage answers.
+            return Ok(None);
+        }
+        if cacher.revision() == 0 {
+            // Still loading (a server just started on a large store): storage answers at
+            // once rather than after the freshness wait, as kube-apiserver delegates
+            // consistent lists to etcd while its cache initializes.
             return Ok(None);
         }
         let wanted = self.store.current_revision().await?;
@@ -291,5 +297,73 @@ impl Caches {
             self.bookmark_interval.max(Duration::from_millis(100)),
         ));
         cacher
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use plinth_store::{KeyValue, RangeRequest, RangeResponse, StoreResult, WatchStream};
+
+    /// A store whose progress reports can be trusted (etcd 3.5) and whose first list never
+    /// ends: a cache over it stays loading.
+    struct Loading;
+
+    fn refused<T>() -> StoreResult<T> {
+        Err(StoreError::backend("the test store", "not used"))
+    }
+
+    #[async_trait]
+    impl Store for Loading {
+        async fn get(&self, _key: &str) -> StoreResult<Option<KeyValue>> {
+            refused()
+        }
+        async fn range(&self, _request: RangeRequest) -> StoreResult<RangeResponse> {
+            std::future::pending().await
+        }
+        async fn create(&self, _key: &str, _value: Bytes) -> StoreResult<Revision> {
+            refused()
+        }
+        async fn update(
+            &self,
+            _key: &str,
+            _value: Bytes,
+            _expected: Revision,
+        ) -> StoreResult<Revision> {
+            refused()
+        }
+        async fn delete(
+            &self,
+            _key: &str,
+            _expected: Option<Revision>,
+        ) -> StoreResult<(Revision, KeyValue)> {
+            refused()
+        }
+        async fn watch(&self, _prefix: &str, _from: Revision) -> StoreResult<WatchStream> {
+            std::future::pending().await
+        }
+        async fn compact(&self, _revision: Revision) -> StoreResult<()> {
+            refused()
+        }
+        async fn request_progress(&self) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn current_revision(&self) -> StoreResult<Revision> {
+            Ok(7)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_consistent_read_goes_to_storage_while_the_cache_loads() {
+        let caches = Caches::new(Arc::new(Loading), Duration::from_secs(60));
+        let cacher = caches.get("/registry/configmaps/", &[]);
+        // Storage answers (`None`) before any time passes — not after the freshness wait
+        // the cache would make a reader wait for a revision it has not reached.
+        let answer = tokio::time::timeout(Duration::from_millis(1), caches.consistent(&cacher))
+            .await
+            .expect("storage answers at once, without waiting for the cache");
+        assert_eq!(answer.ok(), Some(None));
     }
 }

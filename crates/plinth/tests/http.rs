@@ -650,9 +650,10 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
     }
 }
 
-/// Whether the etcd on this machine has the fix for etcd issue 15220 (`etcd --version`).
+/// Whether the etcd the tests run (`$PLINTH_ETCD_BIN`, else `etcd` on PATH) has the fix for
+/// etcd issue 15220 (`etcd --version`).
 fn etcd_progress_is_fixed() -> bool {
-    let out = std::process::Command::new("etcd")
+    let out = std::process::Command::new(plinth_store_etcd::testing::etcd_binary())
         .arg("--version")
         .output()
         .unwrap();
