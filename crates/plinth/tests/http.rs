@@ -616,7 +616,9 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
     };
     // From the cache — unless the store's progress reports cannot be trusted (etcd before
     // 3.4.31/3.5.13, as Debian's 3.4.23): then from storage, read-your-writes all the same.
-    let from_cache = plinth.etcd_endpoint().is_none() || etcd_progress_is_fixed();
+    let from_cache = plinth
+        .etcd_endpoint()
+        .is_none_or(|endpoint| etcd_progress_is_reliable(&endpoint));
     let counted = |text: &str, prefix: &str, cache: bool| {
         if cache {
             cached(text, prefix)
@@ -650,29 +652,16 @@ fn consistent_lists_from_the_watch_cache(plinth: &mut Plinth) {
     }
 }
 
-/// Whether the etcd the tests run (`$PLINTH_ETCD_BIN`, else `etcd` on PATH) has the fix for
-/// etcd issue 15220 (`etcd --version`).
-fn etcd_progress_is_fixed() -> bool {
-    let out = std::process::Command::new(plinth_store_etcd::testing::etcd_binary())
-        .arg("--version")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text
-        .lines()
-        .find_map(|l| l.strip_prefix("etcd Version: "))
-        .unwrap_or("");
-    let parts: Vec<u64> = version
-        .trim()
-        .split('.')
-        .map(|p| p.parse().unwrap_or(0))
-        .collect();
-    match parts.as_slice() {
-        [3, 4, patch, ..] => *patch >= 31,
-        [3, 5, patch, ..] => *patch >= 13,
-        [3, minor, ..] => *minor > 5,
-        _ => false,
-    }
+/// Whether the server's etcd reports watch progress reliably (it has the fix for etcd issue
+/// 15220), as the etcd store judges it on connecting — what the server decided too.
+fn etcd_progress_is_reliable(endpoint: &str) -> bool {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = plinth_store_etcd::EtcdStore::connect(&[endpoint], "/registry/")
+            .await
+            .unwrap();
+        plinth_store::Store::progress_is_reliable(&store)
+    })
 }
 
 /// Lists and watches served from the watch cache's encoded bytes answer exactly as the same
