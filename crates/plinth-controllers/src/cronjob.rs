@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use plinth_core::cron::Schedule;
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, DeleteOptions, Propagation, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -62,18 +63,18 @@ struct Pass<'a> {
     registry: &'a Client,
     cronjobs: &'a Informer,
     jobs: &'a Informer,
-    cronjob: &'a Value,
+    cronjob: &'a Frozen,
     /// Whether a write of this pass failed (the key is retried after its backoff).
     failed: Failed,
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
-fn finished(job: &Value) -> Option<(bool, i64)> {
+fn finished(job: &Frozen) -> Option<(bool, i64)> {
     job.at("/status/conditions")
-        .and_then(Value::as_array)?
+        .and_then(Frozen::as_array)?
         .iter()
         .find(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
         .map(|c| {
@@ -98,13 +99,13 @@ impl Pass<'_> {
         plinth_core::meta::namespace(self.cronjob).unwrap_or("default")
     }
 
-    fn spec(&self, pointer: &str) -> Option<&Value> {
+    fn spec(&self, pointer: &str) -> Option<&Frozen> {
         self.cronjob.at(pointer)
     }
 
     async fn sync(&self) -> Option<Duration> {
         let owner = uid(self.cronjob);
-        let mut jobs: Vec<Arc<Value>> = self
+        let mut jobs: Vec<Arc<Frozen>> = self
             .jobs
             .in_namespace(self.namespace())
             .into_iter()
@@ -116,8 +117,7 @@ impl Pass<'_> {
         let mut status = self
             .cronjob
             .get("status")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+            .map_or_else(|| json!({}), Frozen::to_value);
         // The Jobs listed as active last time that have finished since.
         for listed in status["active"].as_array().cloned().unwrap_or_default() {
             if let Some(job) = jobs.iter().find(|j| uid(j) == listed["uid"])
@@ -135,11 +135,11 @@ impl Pass<'_> {
                 .await;
             }
         }
-        let active: Vec<&Arc<Value>> = jobs
+        let active: Vec<&Arc<Frozen>> = jobs
             .iter()
             .filter(|j| finished(j).is_none() && !deleting(j))
             .collect();
-        status["active"] = json!(active.iter().map(|j| reference(j)).collect::<Vec<_>>());
+        status["active"] = json!(active.iter().map(reference).collect::<Vec<_>>());
         if active.is_empty()
             && let Some(map) = status.as_object_mut()
         {
@@ -159,11 +159,11 @@ impl Pass<'_> {
         }
         let schedule = Schedule::parse(
             self.spec("/spec/schedule")
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
                 .unwrap_or(""),
         )
         .ok()?;
-        let zone = match self.spec("/spec/timeZone").and_then(Value::as_str) {
+        let zone = match self.spec("/spec/timeZone").and_then(Frozen::as_str) {
             Some(name) => plinth_core::cron::zone(name).ok()?,
             None => chrono_tz::UTC,
         };
@@ -192,13 +192,13 @@ impl Pass<'_> {
             }
         }
         let next = schedule.next_after(now, &zone);
-        let suspended = self.spec("/spec/suspend") == Some(&json!(true));
+        let suspended = self.spec("/spec/suspend").is_some_and(|s| *s == true);
         if let Some(at) = due
             && !suspended
         {
             let deadline = self
                 .spec("/spec/startingDeadlineSeconds")
-                .and_then(Value::as_i64);
+                .and_then(Frozen::as_i64);
             let too_late = deadline.is_some_and(|d| (now - at).num_seconds() > d);
             if too_late {
                 self.event(
@@ -214,7 +214,7 @@ impl Pass<'_> {
             } else {
                 match self
                     .spec("/spec/concurrencyPolicy")
-                    .and_then(Value::as_str)
+                    .and_then(Frozen::as_str)
                     .unwrap_or("Allow")
                 {
                     "Forbid" if !active.is_empty() => {
@@ -251,7 +251,9 @@ impl Pass<'_> {
     async fn create_job<Z: TimeZone>(&self, at: DateTime<Utc>, zone: &Z) -> Option<Value> {
         let def = self.registry.resources.get("batch", "v1", "jobs")?;
         let name = format!("{}-{}", name_of(self.cronjob), at.timestamp() / 60);
-        let template = self.spec("/spec/jobTemplate").cloned().unwrap_or(json!({}));
+        let template = self
+            .spec("/spec/jobTemplate")
+            .map_or(json!({}), Frozen::to_value);
         let mut metadata = json!({
             "name": name,
             "namespace": self.namespace(),
@@ -303,7 +305,7 @@ impl Pass<'_> {
         }
     }
 
-    async fn delete_job(&self, job: &Value) {
+    async fn delete_job(&self, job: &Frozen) {
         let Some(def) = self.registry.resources.get("batch", "v1", "jobs") else {
             return;
         };
@@ -327,17 +329,17 @@ impl Pass<'_> {
     }
 
     /// Deletes the oldest finished Jobs beyond the history limits.
-    async fn cleanup(&self, jobs: &[Arc<Value>]) {
+    async fn cleanup(&self, jobs: &[Arc<Frozen>]) {
         let limit = |field: &str, default: i64| {
             self.spec(&format!("/spec/{field}"))
-                .and_then(Value::as_i64)
+                .and_then(Frozen::as_i64)
                 .unwrap_or(default)
         };
         for (succeeded, keep) in [
             (true, limit("successfulJobsHistoryLimit", 3)),
             (false, limit("failedJobsHistoryLimit", 1)),
         ] {
-            let mut done: Vec<(&Arc<Value>, i64)> = jobs
+            let mut done: Vec<(&Arc<Frozen>, i64)> = jobs
                 .iter()
                 .filter(|j| !deleting(j))
                 .filter_map(|j| {
@@ -374,7 +376,7 @@ impl Pass<'_> {
 }
 
 /// An `ObjectReference` to a Job, as `status.active` lists them.
-fn reference(job: &Value) -> Value {
+fn reference(job: &(impl Tree + ?Sized)) -> Value {
     json!({
         "kind": "Job",
         "namespace": plinth_core::meta::namespace(job),

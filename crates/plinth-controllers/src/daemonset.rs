@@ -6,11 +6,11 @@
 //! pods node by node, at most `maxUnavailable` unready at a time; OnDelete only replaces
 //! deleted pods.
 
-use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, WriteOptions};
 use plinth_types::apps::scaled;
 use serde_json::{Value, json};
@@ -73,29 +73,29 @@ struct Pass<'a> {
     pods: &'a Informer,
     revisions: &'a Informer,
     nodes: &'a Informer,
-    set: &'a Value,
+    set: &'a Frozen,
     /// Whether a write of this pass failed (the key is retried after its backoff).
     failed: Failed,
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
-fn hash_of(pod: &Value) -> &str {
+fn hash_of(pod: &Frozen) -> &str {
     pod.at(&format!("/metadata/labels/{REVISION_LABEL}"))
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .unwrap_or("")
 }
 
 /// The node a daemon pod is for (its name in the node affinity, or where it runs).
-fn node_of(pod: &Value) -> Option<&str> {
+fn node_of(pod: &Frozen) -> Option<&str> {
     pod.at("/spec/nodeName")
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .filter(|n| !n.is_empty())
         .or_else(|| {
             pod.at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
         })
 }
 
@@ -148,13 +148,13 @@ impl Pass<'_> {
     }
 
     /// Whether a daemon pod should run on `node`: selector and affinity, tolerated taints.
-    fn should_run(&self, pod: &Value, node: &Value) -> bool {
-        let probe = json!({"spec": pod["spec"]});
+    fn should_run(&self, pod: &Value, node: &Frozen) -> bool {
+        let probe = Frozen::from(json!({"spec": pod["spec"]}));
         if !crate::scheduler::affinity_met(&probe, node) {
             return false;
         }
         node.at("/spec/taints")
-            .and_then(Value::as_array)
+            .and_then(Frozen::as_array)
             .into_iter()
             .flatten()
             .filter(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")))
@@ -189,8 +189,11 @@ impl Pass<'_> {
             .strip_prefix(&format!("{}-", name_of(self.set)))
             .unwrap_or("")
             .to_owned();
-        let template = self.set.at("/spec/template").cloned().unwrap_or(json!({}));
-        let mut by_node: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
+        let template = self
+            .set
+            .at("/spec/template")
+            .map_or(json!({}), Frozen::to_value);
+        let mut by_node: BTreeMap<String, Vec<Arc<Frozen>>> = BTreeMap::new();
         for pod in &pods {
             if let Some(node) = node_of(pod) {
                 by_node
@@ -206,21 +209,20 @@ impl Pass<'_> {
                 let pod = self.pod_for(&template, &node_name, &hash);
                 if self.should_run(&pod, &node) {
                     wanted_nodes.push(node_name.clone());
-                    let on_node: Vec<&Arc<Value>> = by_node
+                    let on_node: Vec<&Arc<Frozen>> = by_node
                         .get(&node_name)
                         .into_iter()
                         .flatten()
                         .filter(|p| !deleting(p))
                         .collect();
                     // A failed daemon pod is replaced.
-                    for failed in on_node
-                        .iter()
-                        .filter(|p| p.at("/status/phase").and_then(Value::as_str) == Some("Failed"))
-                    {
+                    for failed in on_node.iter().filter(|p| {
+                        p.at("/status/phase").and_then(Frozen::as_str) == Some("Failed")
+                    }) {
                         self.delete_pod(failed).await;
                     }
-                    let failed = |p: &Arc<Value>| {
-                        p.at("/status/phase").and_then(Value::as_str) == Some("Failed")
+                    let failed = |p: &Arc<Frozen>| {
+                        p.at("/status/phase").and_then(Frozen::as_str) == Some("Failed")
                     };
                     let alive = on_node.iter().filter(|p| !failed(p)).count();
                     // A replaced pod's successor waits until it has gone.
@@ -254,7 +256,7 @@ impl Pass<'_> {
     /// RollingUpdate: old pods deleted while at most `maxUnavailable` of the nodes that
     /// should run one lack an available daemon pod (kube counts nodes: one whose old pod went
     /// and whose new one is not ready yet, or not even seen yet, is unavailable).
-    async fn rolling_update(&self, pods: &[Arc<Value>], hash: &str, wanted_nodes: &[String]) {
+    async fn rolling_update(&self, pods: &[Arc<Frozen>], hash: &str, wanted_nodes: &[String]) {
         let strategy = self.set.at("/spec/updateStrategy");
         if strategy
             .and_then(|s| s["type"].as_str())
@@ -266,10 +268,10 @@ impl Pass<'_> {
         let nodes = i64::try_from(self.nodes.all_values().len()).unwrap_or(0);
         let max = strategy
             .and_then(|s| s.at("/rollingUpdate/maxUnavailable"))
-            .and_then(|v| scaled(v, nodes, true))
+            .and_then(|v| scaled(&v.to_value(), nodes, true))
             .unwrap_or(1)
             .max(1);
-        let live: Vec<&Arc<Value>> = pods.iter().filter(|p| !deleting(p)).collect();
+        let live: Vec<&Arc<Frozen>> = pods.iter().filter(|p| !deleting(p)).collect();
         let mut unavailable = i64::try_from(
             wanted_nodes
                 .iter()
@@ -282,7 +284,7 @@ impl Pass<'_> {
         )
         .unwrap_or(0);
         // Unready old pods first: replacing them costs nothing.
-        let mut old: Vec<&&Arc<Value>> = live.iter().filter(|p| hash_of(p) != hash).collect();
+        let mut old: Vec<&&Arc<Frozen>> = live.iter().filter(|p| hash_of(p) != hash).collect();
         old.sort_by_key(|p| ready(p));
         for pod in old {
             if !ready(pod) {
@@ -335,7 +337,7 @@ impl Pass<'_> {
         }
     }
 
-    async fn delete_pod(&self, pod: &Value) {
+    async fn delete_pod(&self, pod: &Frozen) {
         let message = format!("Deleted pod: {}", name_of(pod));
         delete_pod(self.registry, self.pods, self.set, pod, &message, MANAGER).await;
     }
@@ -346,7 +348,7 @@ impl Pass<'_> {
 
     async fn update_status(&self, wanted: &[String], hash: &str) -> Option<Duration> {
         let owner = uid(self.set);
-        let pods: Vec<Arc<Value>> = self
+        let pods: Vec<Arc<Frozen>> = self
             .pods
             .in_namespace(self.namespace())
             .into_iter()
@@ -355,10 +357,10 @@ impl Pass<'_> {
         let min_ready = self
             .set
             .at("/spec/minReadySeconds")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(0);
         let now = plinth_registry::now();
-        let on = |node: &String| -> Vec<&Arc<Value>> {
+        let on = |node: &String| -> Vec<&Arc<Frozen>> {
             pods.iter()
                 .filter(|p| node_of(p) == Some(node.as_str()))
                 .collect()
@@ -385,7 +387,7 @@ impl Pass<'_> {
             "numberMisscheduled": misscheduled,
             "desiredNumberScheduled": wanted.len(),
             "numberReady": ready_count,
-            "observedGeneration": self.set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": self.set.at("/metadata/generation").map_or(json!(1), Frozen::to_value),
             "updatedNumberScheduled": updated,
             "numberAvailable": available_count,
             "numberUnavailable": wanted.len() - available_count,
@@ -412,7 +414,7 @@ impl Pass<'_> {
         )
         .await;
         if min_ready > 0 {
-            let ready_pods: Vec<Arc<Value>> = pods.into_iter().filter(|p| ready(p)).collect();
+            let ready_pods: Vec<Arc<Frozen>> = pods.into_iter().filter(|p| ready(p)).collect();
             return next_available(&ready_pods, min_ready, now)
                 .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
         }

@@ -5,11 +5,11 @@
 //! pods an eviction took (`disruptedPods`) stop counting as healthy until they go, or for
 //! two minutes.
 
-use plinth_core::At as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::Frozen;
 use plinth_registry::Client;
 use plinth_types::apps::scaled;
 use serde_json::{Value, json};
@@ -74,7 +74,7 @@ pub fn spawn_disruption_controller(
     });
 }
 
-fn selects(budget: &Value, labels: &BTreeMap<String, String>) -> bool {
+fn selects(budget: &Frozen, labels: &BTreeMap<String, String>) -> bool {
     plinth_core::selector::LabelSelector::from_object(&budget["spec"]["selector"])
         .is_ok_and(|s| s.matches(labels))
 }
@@ -82,7 +82,7 @@ fn selects(budget: &Value, labels: &BTreeMap<String, String>) -> bool {
 /// The replicas the pods' controllers want (kube's `getExpectedScale`): a ReplicaSet's (its
 /// Deployment's, when it has one), a StatefulSet's; a pod without a known controller counts
 /// as one.
-fn expected_scale(pods: &[Arc<Value>], sets: &(Informer, Informer, Informer)) -> i64 {
+fn expected_scale(pods: &[Arc<Frozen>], sets: &(Informer, Informer, Informer)) -> i64 {
     let (replica_sets, stateful_sets, deployments) = sets;
     let mut scales: BTreeMap<String, i64> = BTreeMap::new();
     let mut loose = 0;
@@ -94,7 +94,7 @@ fn expected_scale(pods: &[Arc<Value>], sets: &(Informer, Informer, Informer)) ->
         };
         let name = owner["name"].as_str().unwrap_or("");
         let key = format!("{namespace}/{name}");
-        let replicas = |o: &Value| o.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+        let replicas = |o: &Frozen| o.at("/spec/replicas").and_then(Frozen::as_i64).unwrap_or(1);
         let found = match owner["kind"].as_str() {
             Some("ReplicaSet") => replica_sets.get(&key).map(|rs| {
                 match controller_of(&rs).filter(|o| o["kind"] == "Deployment") {
@@ -124,35 +124,38 @@ async fn sync(
     registry: &Client,
     pods: &Informer,
     sets: &(Informer, Informer, Informer),
-    budget: &Value,
+    budget: &Frozen,
 ) -> Option<Duration> {
     let namespace = plinth_core::meta::namespace(budget).unwrap_or("default");
-    let matched: Vec<Arc<Value>> = pods
+    let matched: Vec<Arc<Frozen>> = pods
         .in_namespace(namespace)
         .into_iter()
         .filter(|p| selects(budget, &plinth_core::meta::labels(p)))
         .filter(|p| {
             !matches!(
-                p.at("/status/phase").and_then(Value::as_str),
+                p.at("/status/phase").and_then(Frozen::as_str),
                 Some("Succeeded" | "Failed")
             )
         })
         .collect();
     let spec = &budget["spec"];
     let (expected, desired) = match (&spec["minAvailable"], &spec["maxUnavailable"]) {
-        (Value::Number(n), _) => (
+        (Frozen::Number(n), _) => (
             i64::try_from(matched.len()).unwrap_or(0),
             n.as_i64().unwrap_or(0),
         ),
-        (min @ Value::String(_), _) => {
+        (min, _) if min.is_string() => {
             let expected = expected_scale(&matched, sets);
-            (expected, scaled(min, expected, true).unwrap_or(0))
+            (
+                expected,
+                scaled(&min.to_value(), expected, true).unwrap_or(0),
+            )
         }
         (_, max) if !max.is_null() => {
             let expected = expected_scale(&matched, sets);
             (
                 expected,
-                (expected - scaled(max, expected, true).unwrap_or(0)).max(0),
+                (expected - scaled(&max.to_value(), expected, true).unwrap_or(0)).max(0),
             )
         }
         _ => (i64::try_from(matched.len()).unwrap_or(0), 0),
@@ -163,7 +166,7 @@ async fn sync(
     let mut next_expiry: Option<i64> = None;
     for (name, at) in budget
         .at("/status/disruptedPods")
-        .and_then(Value::as_object)
+        .and_then(Frozen::as_object)
         .into_iter()
         .flatten()
     {
@@ -173,7 +176,7 @@ async fn sync(
             .unwrap_or(0);
         let pod = pods.get(&format!("{namespace}/{name}"));
         if pod.is_some_and(|p| !deleting(&p)) && since + DELETION_TIMEOUT > now {
-            disrupted.insert(name.clone(), at.clone());
+            disrupted.insert(name.to_owned(), at.to_value());
             let left = since + DELETION_TIMEOUT - now;
             next_expiry = Some(next_expiry.map_or(left, |n: i64| n.min(left)));
         }
@@ -194,15 +197,13 @@ async fn sync(
     };
     let generation = budget
         .at("/metadata/generation")
-        .cloned()
-        .unwrap_or(json!(1));
+        .map_or(json!(1), Frozen::to_value);
     let previous = budget
         .at("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionAllowed"))
-        .cloned();
-    let transition = match &previous {
-        Some(c) if c["status"] == value => c["lastTransitionTime"].clone(),
+        .and_then(Frozen::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionAllowed"));
+    let transition = match previous {
+        Some(c) if c["status"] == value => c["lastTransitionTime"].to_value(),
         _ => json!(plinth_core::meta::format_time(now)),
     };
     let mut status = json!({

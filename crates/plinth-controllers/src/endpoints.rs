@@ -7,10 +7,10 @@
 //! itself). A Service without a selector has its user's own Endpoints mirrored into an
 //! EndpointSlice (kube's `endpointslicemirroring`).
 
-use plinth_core::At as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use plinth_core::Frozen;
 use plinth_core::StatusReason;
 use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Value, json};
@@ -110,27 +110,30 @@ async fn reconcile_loop(
     }
 }
 
-fn pod_ready(pod: &Value) -> bool {
+fn pod_ready(pod: &Frozen) -> bool {
     pod.at("/status/conditions")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
 /// The container port `target` (a number or a port name) means in `pod`.
-fn resolve(target: &Value, pod: &Value) -> Option<i64> {
+fn resolve(target: &Frozen, pod: &Frozen) -> Option<i64> {
     match target {
-        Value::Number(n) => n.as_i64(),
-        Value::String(name) => name.parse().ok().or_else(|| {
-            pod.at("/spec/containers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
-                .find(|p| p["name"] == name.as_str())
-                .and_then(|p| p["containerPort"].as_i64())
-        }),
+        Frozen::Number(n) => n.as_i64(),
+        Frozen::String(_) | Frozen::Word(_) => {
+            let name = target.as_str().unwrap_or("");
+            name.parse().ok().or_else(|| {
+                pod.at("/spec/containers")
+                    .and_then(Frozen::as_array)
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|c| c["ports"].as_array().unwrap_or_default())
+                    .find(|p| p["name"] == name)
+                    .and_then(|p| p["containerPort"].as_i64())
+            })
+        }
         _ => None,
     }
 }
@@ -138,12 +141,15 @@ fn resolve(target: &Value, pod: &Value) -> Option<i64> {
 async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &str) {
     let pods = watched.pods.in_namespace(namespace);
     for service in watched.services.in_namespace(namespace) {
-        if service.at("/spec/type") == Some(&json!("ExternalName")) {
+        if service
+            .at("/spec/type")
+            .is_some_and(|t| *t == "ExternalName")
+        {
             continue;
         }
         let Some(selector) = service
             .at("/spec/selector")
-            .and_then(Value::as_object)
+            .and_then(Frozen::as_object)
             .filter(|s| !s.is_empty())
         else {
             // No selector: Endpoints of the user's own are mirrored into a slice.
@@ -160,7 +166,7 @@ async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &s
             mirror(registry, &service, custom.as_deref()).await;
             continue;
         };
-        let selected: Vec<&Value> = pods
+        let selected: Vec<&Frozen> = pods
             .iter()
             .map(|p| &**p)
             .filter(|p| {
@@ -171,12 +177,12 @@ async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &s
             })
             .filter(|p| {
                 p.at("/status/podIP")
-                    .and_then(Value::as_str)
+                    .and_then(Frozen::as_str)
                     .is_some_and(|ip| !ip.is_empty())
             })
             .filter(|p| {
                 !matches!(
-                    p.at("/status/phase").and_then(Value::as_str),
+                    p.at("/status/phase").and_then(Frozen::as_str),
                     Some("Succeeded" | "Failed")
                 )
             })
@@ -186,21 +192,21 @@ async fn reconcile_namespace(registry: &Client, watched: &Watched, namespace: &s
     }
 }
 
-fn owner(service: &Value) -> Value {
+fn owner(service: &Frozen) -> Value {
     json!([{"apiVersion": "v1", "kind": "Service",
         "name": plinth_core::meta::name(service),
         "uid": plinth_core::meta::meta_str(service, "uid"),
         "controller": true, "blockOwnerDeletion": true}])
 }
 
-fn target_ref(pod: &Value) -> Value {
+fn target_ref(pod: &Frozen) -> Value {
     json!({"kind": "Pod", "namespace": plinth_core::meta::namespace(pod),
         "name": plinth_core::meta::name(pod), "uid": plinth_core::meta::meta_str(pod, "uid")})
 }
 
 /// The Service's ports `pod` serves: name, the container port its target resolves to,
 /// protocol (kube's FindPort: a port whose target the pod does not name is left out).
-fn pod_ports<'a>(service: &'a Value, pod: &Value) -> Vec<(&'a str, i64, &'a str)> {
+fn pod_ports<'a>(service: &'a Frozen, pod: &Frozen) -> Vec<(&'a str, i64, &'a str)> {
     service["spec"]["ports"]
         .as_array()
         .into_iter()
@@ -219,8 +225,10 @@ fn pod_ports<'a>(service: &'a Value, pod: &Value) -> Vec<(&'a str, i64, &'a str)
 /// A subset in the making: its ports, ready and not-ready addresses.
 type Subset = (Vec<Value>, Vec<Value>, Vec<Value>);
 
-async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
-    let publish_all = service.at("/spec/publishNotReadyAddresses") == Some(&json!(true));
+async fn write_endpoints(registry: &Client, service: &Frozen, pods: &[&Frozen]) {
+    let publish_all = service
+        .at("/spec/publishNotReadyAddresses")
+        .is_some_and(|p| *p == true);
     // One subset per distinct set of resolved ports.
     let mut subsets: BTreeMap<String, Subset> = BTreeMap::new();
     for pod in pods {
@@ -291,9 +299,9 @@ async fn write_endpoints(registry: &Client, service: &Value, pods: &[&Value]) {
 
 /// The endpoint's hostname: the pod's `spec.hostname` when its `subdomain` is this Service
 /// (kube's endpoint controllers; cluster DNS then names the pod under the Service).
-fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
-    let hostname = pod.at("/spec/hostname").and_then(Value::as_str)?;
-    let subdomain = pod.at("/spec/subdomain").and_then(Value::as_str)?;
+fn hostname<'a>(service: &Frozen, pod: &'a Frozen) -> Option<&'a str> {
+    let hostname = pod.at("/spec/hostname").and_then(Frozen::as_str)?;
+    let subdomain = pod.at("/spec/subdomain").and_then(Frozen::as_str)?;
     (!hostname.is_empty()
         && Some(subdomain) == plinth_core::meta::name(service)
         && plinth_core::meta::namespace(pod) == plinth_core::meta::namespace(service))
@@ -303,7 +311,7 @@ fn hostname<'a>(service: &Value, pod: &'a Value) -> Option<&'a str> {
 /// The Service's EndpointSlices, kube's way: one slice per set of resolved ports (pods whose
 /// named target ports resolve to other numbers are in other slices), a slice without
 /// endpoints or ports when no pod is selected; slices of this controller no longer wanted go.
-async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pods: &[&Value]) {
+async fn write_slices(registry: &Client, slices: &Informer, service: &Frozen, pods: &[&Frozen]) {
     let mut groups: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
     for pod in pods {
         let ports: Vec<Value> = pod_ports(service, pod)
@@ -355,7 +363,7 @@ async fn write_slices(registry: &Client, slices: &Informer, service: &Value, pod
             && labels.get("kubernetes.io/service-name").map(String::as_str) == Some(service_name)
             && stale
                 .at("/metadata/ownerReferences/0/uid")
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
                 == uid;
         if ours && !wanted.iter().any(|(n, _, _)| n == name) {
             delete_slice(registry, namespace, name).await;
@@ -402,7 +410,7 @@ async fn delete_slice(registry: &Client, namespace: &str, name: &str) {
 }
 
 /// A pod as an EndpointSlice endpoint.
-fn slice_endpoint(service: &Value, pod: &Value) -> Value {
+fn slice_endpoint(service: &Frozen, pod: &Frozen) -> Value {
     let terminating = pod
         .at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
@@ -420,7 +428,7 @@ fn slice_endpoint(service: &Value, pod: &Value) -> Value {
 }
 
 /// The name of a Service's first slice (the one of its first set of ports, or its only one).
-fn slice_name(service: &Value) -> String {
+fn slice_name(service: &Frozen) -> String {
     let service_name = plinth_core::meta::name(service).unwrap_or("");
     let uid = plinth_core::meta::meta_str(service, "uid").unwrap_or("");
     format!(
@@ -434,7 +442,7 @@ fn slice_name(service: &Value) -> String {
 
 /// kube's EndpointSlice mirroring: a selector-less Service's own Endpoints (`custom`) as an
 /// EndpointSlice (its addresses ready, its not-ready addresses not), gone with them.
-async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
+async fn mirror(registry: &Client, service: &Frozen, custom: Option<&Frozen>) {
     let namespace = plinth_core::meta::namespace(service).unwrap_or("default");
     let name = slice_name(service);
     let Some(custom) = custom else {
@@ -451,10 +459,10 @@ async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
         }
         return;
     };
-    let subsets = custom["subsets"].as_array().cloned().unwrap_or_default();
+    let subsets = custom["subsets"].as_array().unwrap_or_default();
     let mut endpoints = Vec::new();
     let mut ports = Vec::new();
-    for subset in &subsets {
+    for subset in subsets {
         for port in subset["ports"].as_array().into_iter().flatten() {
             let entry = json!({"name": port["name"].as_str().unwrap_or(""), "port": port["port"],
                 "protocol": port["protocol"].as_str().unwrap_or("TCP")});
@@ -468,7 +476,7 @@ async fn mirror(registry: &Client, service: &Value, custom: Option<&Value>) {
                     "conditions": {"ready": ready}});
                 for field in ["nodeName", "targetRef", "hostname"] {
                     if !address[field].is_null() {
-                        endpoint[field] = address[field].clone();
+                        endpoint[field] = address[field].to_value();
                     }
                 }
                 endpoints.push(endpoint);

@@ -1,13 +1,14 @@
 //! Events the built-in controllers record (core/v1, as `kubectl describe` and `kubectl
 //! events` show them).
 
+use plinth_core::Tree;
 use plinth_registry::{Client, WriteOptions};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Records an event of `kind` (`Normal`/`Warning`) about `object`, from `component`.
 pub async fn record(
     registry: &Client,
-    object: &Value,
+    object: &(impl Tree + ?Sized),
     kind: &str,
     reason: &str,
     message: &str,
@@ -24,8 +25,8 @@ pub async fn record(
         "kind": "Event",
         "metadata": {"generateName": format!("{name}.")},
         "involvedObject": {
-            "apiVersion": object.get("apiVersion").cloned().unwrap_or(Value::Null),
-            "kind": object.get("kind").cloned().unwrap_or(Value::Null),
+            "apiVersion": object.field("apiVersion").and_then(Tree::text),
+            "kind": object.field("kind").and_then(Tree::text),
             "name": name,
             "namespace": plinth_core::meta::namespace(object),
             "uid": plinth_core::meta::meta_str(object, "uid"),

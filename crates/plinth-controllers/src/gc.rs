@@ -25,12 +25,12 @@
 //! Orphaning and foreground deletion act only once every resource's initial state has been read
 //! (the graph is complete), so no dependent is missed after a restart.
 
-use plinth_core::At as _;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
+use plinth_core::Tree;
 use plinth_core::{ApiError, GroupVersion, StatusReason};
 use plinth_registry::resources::ResourceDef;
 use plinth_registry::{
@@ -134,19 +134,22 @@ enum Work {
     },
 }
 
-fn owners_of(object: &Value) -> Vec<Owner> {
+fn owners_of<T: Tree + ?Sized>(object: &T) -> Vec<Owner> {
     object
-        .at("/metadata/ownerReferences")
-        .and_then(Value::as_array)
+        .path(&["metadata", "ownerReferences"])
         .map(|refs| {
-            refs.iter()
+            refs.elements()
+                .into_iter()
                 .filter_map(|r| {
+                    let text = |field: &str| r.field(field).and_then(Tree::text).map(str::to_owned);
                     Some(Owner {
-                        uid: r.get("uid")?.as_str()?.to_owned(),
-                        api_version: r.get("apiVersion")?.as_str()?.to_owned(),
-                        kind: r.get("kind")?.as_str()?.to_owned(),
-                        name: r.get("name")?.as_str()?.to_owned(),
-                        block: r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true),
+                        uid: text("uid")?,
+                        api_version: text("apiVersion")?,
+                        kind: text("kind")?,
+                        name: text("name")?,
+                        block: r
+                            .field("blockOwnerDeletion")
+                            .is_some_and(|b| b.boolean() == Some(true)),
                     })
                 })
                 .collect()
@@ -154,13 +157,13 @@ fn owners_of(object: &Value) -> Vec<Owner> {
         .unwrap_or_default()
 }
 
-fn is_deleting(object: &Value) -> bool {
+fn is_deleting<T: Tree + ?Sized>(object: &T) -> bool {
     object
-        .at("/metadata/deletionTimestamp")
+        .path(&["metadata", "deletionTimestamp"])
         .is_some_and(|v| !v.is_null())
 }
 
-fn has_finalizer(object: &Value, finalizer: &str) -> bool {
+fn has_finalizer<T: Tree + ?Sized>(object: &T, finalizer: &str) -> bool {
     plinth_core::meta::finalizers(object)
         .iter()
         .any(|f| f == finalizer)
@@ -322,10 +325,10 @@ impl Collector {
     }
 
     /// Updates the graph from one watch event and queues what it makes worth a look.
-    fn observe(&self, def: &Arc<ResourceDef>, kind: &str, object: &Value) {
+    fn observe<T: Tree + ?Sized>(&self, def: &Arc<ResourceDef>, kind: &str, object: &T) {
         if kind == "BOOKMARK" {
             if object
-                .at("/metadata/annotations/k8s.io~1initial-events-end")
+                .path(&["metadata", "annotations", "k8s.io/initial-events-end"])
                 .is_some()
             {
                 self.initial_state_read(def);

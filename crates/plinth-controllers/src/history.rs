@@ -7,6 +7,7 @@
 use plinth_core::At as _;
 use std::sync::Arc;
 
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 
@@ -66,18 +67,18 @@ pub(crate) struct History<'a> {
     /// The ControllerRevisions, cached.
     pub(crate) revisions: &'a Informer,
     /// The workload.
-    pub(crate) owner: &'a Value,
+    pub(crate) owner: &'a Frozen,
     /// Its controller reference.
     pub(crate) controller: &'a Value,
     /// Who writes.
     pub(crate) manager: &'a str,
 }
 
-fn int(object: &Value, pointer: &str) -> i64 {
-    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
+fn int(object: &Frozen, pointer: &str) -> i64 {
+    object.at(pointer).and_then(Frozen::as_i64).unwrap_or(0)
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
@@ -91,7 +92,7 @@ impl History<'_> {
     /// revisions pods still run, kept whatever the limit.
     pub(crate) async fn sync(&self, current: &str, used: &[String]) -> Option<(Value, Value)> {
         let owner = uid(self.owner);
-        let mut owned: Vec<Arc<Value>> = self
+        let mut owned: Vec<Arc<Frozen>> = self
             .revisions
             .in_namespace(self.namespace())
             .into_iter()
@@ -101,8 +102,7 @@ impl History<'_> {
         let template = self
             .owner
             .at("/spec/template")
-            .cloned()
-            .unwrap_or(json!({}));
+            .map_or(json!({}), Frozen::to_value);
         let data = revision_data(&template);
         let latest = owned.last().map_or(0, |r| int(r, "/revision"));
         // Revisions recorded before `data` took kube's form (the bare template) still match.
@@ -111,16 +111,16 @@ impl History<'_> {
         // FindEqualRevisions, last first).
         let update = match owned
             .iter()
-            .rfind(|r| r.get("data") == Some(&data) || r.get("data") == Some(&legacy))
+            .rfind(|r| r.get("data").is_some_and(|d| *d == data || *d == legacy))
         {
-            Some(found) if int(found, "/revision") == latest => (**found).clone(),
+            Some(found) if int(found, "/revision") == latest => found.to_value(),
             Some(found) => self.renumber(found, latest + 1).await?,
             None => self.record(&template, data, latest + 1).await?,
         };
         let current = owned
             .iter()
             .find(|r| name_of(r) == current)
-            .map_or_else(|| update.clone(), |r| (**r).clone());
+            .map_or_else(|| update.clone(), |r| r.to_value());
         self.trim(&owned, &current, &update, used).await;
         Some((current, update))
     }
@@ -129,7 +129,7 @@ impl History<'_> {
         let collisions = self
             .owner
             .at("/status/collisionCount")
-            .and_then(Value::as_i64);
+            .and_then(Frozen::as_i64);
         let hash = template_hash(template, collisions);
         let name = format!("{}-{}", name_of(self.owner), hash);
         // kube's: the template's labels and the hash (a DaemonSet's also under its pods'
@@ -138,9 +138,8 @@ impl History<'_> {
             .owner
             .at("/spec/template/metadata/labels")
             .or_else(|| self.owner.at("/spec/selector/matchLabels"))
-            .cloned()
-            .filter(Value::is_object)
-            .unwrap_or(json!({}));
+            .filter(|l| l.is_object())
+            .map_or(json!({}), Frozen::to_value);
         labels["controller.kubernetes.io/hash"] = json!(hash);
         if self.owner["kind"] == "DaemonSet" {
             labels["controller-revision-hash"] = json!(hash);
@@ -181,7 +180,7 @@ impl History<'_> {
         Some(written.object)
     }
 
-    async fn renumber(&self, revision: &Value, number: i64) -> Option<Value> {
+    async fn renumber(&self, revision: &Frozen, number: i64) -> Option<Value> {
         let def = self
             .registry
             .resources
@@ -206,13 +205,13 @@ impl History<'_> {
 
     /// Deletes the oldest revisions beyond `revisionHistoryLimit` that are neither current
     /// nor the update nor in use.
-    async fn trim(&self, owned: &[Arc<Value>], current: &Value, update: &Value, used: &[String]) {
+    async fn trim(&self, owned: &[Arc<Frozen>], current: &Value, update: &Value, used: &[String]) {
         let limit = self
             .owner
             .at("/spec/revisionHistoryLimit")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(10);
-        let spare: Vec<&Arc<Value>> = owned
+        let spare: Vec<&Arc<Frozen>> = owned
             .iter()
             .filter(|r| {
                 let n = name_of(r);

@@ -6,13 +6,17 @@
 //! to reconcile — each key once, however often it is added, delayed adds keeping the
 //! earliest time. A controller's expectations are waits on its informers: after it creates or
 //! deletes, it waits until its cache shows the change ([`Informer::wait_until`]), so a
-//! reconcile never acts on a cache that has not seen its own writes.
+//! reconcile never acts on a cache that has not seen its own writes. The cache holds each
+//! object as a [`Frozen`] tree (immutable, a boxed slice per JSON object, common words
+//! static): a simulated pod is 4.7 KiB in 55 allocations that way, 15.9 KiB in 167 as a
+//! `serde_json::Value`; what changes an object starts from [`Frozen::to_value`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, ListOptions, WatchOptions};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -22,9 +26,9 @@ use tokio::time::Instant;
 #[derive(Clone, Copy)]
 pub(crate) struct Change<'a> {
     /// The object as it is now; `None` when it was deleted.
-    pub(crate) new: Option<&'a Value>,
+    pub(crate) new: Option<&'a Frozen>,
     /// The object as it was; `None` when it is new.
-    pub(crate) old: Option<&'a Value>,
+    pub(crate) old: Option<&'a Frozen>,
 }
 
 type Handler = Box<dyn Fn(Change<'_>) + Send + Sync>;
@@ -162,7 +166,7 @@ pub(crate) struct Informer {
 }
 
 struct Inner {
-    objects: RwLock<BTreeMap<String, Arc<Value>>>,
+    objects: RwLock<BTreeMap<String, Arc<Frozen>>>,
     /// Who hears of changes. Lock order: `handlers` (read) is taken after `objects` is released.
     handlers: RwLock<Vec<Handler>>,
     synced: watch::Sender<bool>,
@@ -170,7 +174,7 @@ struct Inner {
 }
 
 /// `namespace/name` (or `name`) of an object.
-pub(crate) fn key_of(object: &Value) -> String {
+pub(crate) fn key_of<T: Tree + ?Sized>(object: &T) -> String {
     let name = plinth_core::meta::name(object).unwrap_or("");
     match plinth_core::meta::namespace(object) {
         Some(ns) => format!("{ns}/{name}"),
@@ -280,15 +284,9 @@ impl Informer {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             };
             let Some(event) = event else { return Ok(()) };
-            let mut object = event.object();
-            match Arc::get_mut(&mut object) {
-                Some(fresh) => trim(keep, fresh),
-                None => {
-                    let mut copy = (*object).clone();
-                    trim(keep, &mut copy);
-                    object = Arc::new(copy);
-                }
-            }
+            let mut object = Arc::unwrap_or_clone(event.object());
+            trim(keep, &mut object);
+            let object = Arc::new(Frozen::from(object));
             let key = key_of(&object);
             match event.kind {
                 "ADDED" | "MODIFIED" => {
@@ -326,10 +324,10 @@ impl Informer {
             .await
             .map_err(|e| e.message)?
             .into_parts();
-        let fresh: BTreeMap<String, Arc<Value>> = items
+        let fresh: BTreeMap<String, Arc<Frozen>> = items
             .map(|mut object| {
                 trim(keep, &mut object);
-                (key_of(&object), Arc::new(object))
+                (key_of(&object), Arc::new(Frozen::from(object)))
             })
             .collect();
         let previous = std::mem::replace(&mut *self.write(), fresh.clone());
@@ -352,14 +350,14 @@ impl Informer {
         Ok(revision)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Value>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Frozen>>> {
         self.inner
             .objects
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Value>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Frozen>>> {
         self.inner
             .objects
             .read()
@@ -371,12 +369,12 @@ impl Informer {
     }
 
     /// The object called `key` (`namespace/name`).
-    pub(crate) fn get(&self, key: &str) -> Option<Arc<Value>> {
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<Frozen>> {
         self.read().get(key).cloned()
     }
 
     /// Every object in `namespace`.
-    pub(crate) fn in_namespace(&self, namespace: &str) -> Vec<Arc<Value>> {
+    pub(crate) fn in_namespace(&self, namespace: &str) -> Vec<Arc<Frozen>> {
         let prefix = format!("{namespace}/");
         self.read()
             .range(prefix.clone()..)
@@ -386,7 +384,7 @@ impl Informer {
     }
 
     /// Every object.
-    pub(crate) fn all_values(&self) -> Vec<Arc<Value>> {
+    pub(crate) fn all_values(&self) -> Vec<Arc<Frozen>> {
         self.read().values().cloned().collect()
     }
 
@@ -512,7 +510,7 @@ pub(crate) async fn run_workers<SyncFn, SyncFuture, Outcome>(
     primary: &Informer,
     sync: SyncFn,
 ) where
-    SyncFn: Fn(Arc<Value>) -> SyncFuture,
+    SyncFn: Fn(Arc<Frozen>) -> SyncFuture,
     SyncFuture: std::future::Future<Output = Outcome>,
     Outcome: Into<Next>,
 {

@@ -49,7 +49,7 @@ pub fn spawn_namespace_controller(
             |namespace| {
                 let (registry, accounts, finalizing) = (&registry, &accounts, &finalizing);
                 async move {
-                    sync(registry, accounts, finalizing, &namespace).await;
+                    sync(registry, accounts, finalizing, &namespace.to_value()).await;
                     None
                 }
             },

@@ -8,6 +8,7 @@
 use plinth_core::At as _;
 use std::time::Duration;
 
+use plinth_core::Frozen;
 use plinth_registry::{Client, DeleteOptions, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -70,9 +71,8 @@ async fn run(
         }
         let pods = pods.all_values();
         for node in nodes.all_values() {
-            let node = check(&registry, &node, &settings)
-                .await
-                .unwrap_or_else(|| (*node).clone());
+            let node = node.to_value();
+            let node = check(&registry, &node, &settings).await.unwrap_or(node);
             evict(&registry, &node, &pods).await;
         }
     }
@@ -233,9 +233,9 @@ async fn check(registry: &Client, node: &Value, settings: &NodeLifecycle) -> Opt
 }
 
 /// How long `pod` tolerates `taint`: `None` not at all, `Some(None)` forever.
-fn tolerated_for(pod: &Value, taint: &Value) -> Option<Option<i64>> {
+fn tolerated_for(pod: &Frozen, taint: &Value) -> Option<Option<i64>> {
     pod.at("/spec/tolerations")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .filter(|t| {
@@ -257,7 +257,7 @@ fn tolerated_for(pod: &Value, taint: &Value) -> Option<Option<i64>> {
 }
 
 /// Deletes the node's pods that a `NoExecute` taint no longer lets stay.
-async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Value>]) {
+async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Frozen>]) {
     let Some(name) = plinth_core::meta::name(node) else {
         return;
     };
@@ -276,7 +276,7 @@ async fn evict(registry: &Client, node: &Value, pods: &[std::sync::Arc<Value>]) 
     };
     let now = plinth_registry::now();
     for pod in pods {
-        let on_node = pod.at("/spec/nodeName").and_then(Value::as_str) == Some(name);
+        let on_node = pod.at("/spec/nodeName").and_then(Frozen::as_str) == Some(name);
         let deleting = pod
             .at("/metadata/deletionTimestamp")
             .is_some_and(|t| !t.is_null());

@@ -48,6 +48,7 @@ pub fn spawn_hpa_controller(
             &[&autoscalers],
             &autoscalers,
             move |hpa| async move {
+                let hpa = hpa.to_value();
                 let pass = Pass {
                     registry,
                     nodes,

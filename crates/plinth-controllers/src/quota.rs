@@ -39,7 +39,7 @@ pub fn spawn_quota_controller(
         run_workers(queue, stopping, &[&quotas], &quotas, |quota| {
             let (registry, ledger) = (&registry, &ledger);
             async move {
-                recount(registry, ledger, &quota).await;
+                recount(registry, ledger, &quota.to_value()).await;
                 // Counted again after a while: deleted objects give their place back.
                 Some(RESYNC)
             }

@@ -6,10 +6,10 @@
 //! then pending, not ready, recently ready, most restarted, newest first) — and a status
 //! counting its replicas, the ready and the available ones.
 
-use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::Frozen;
 use plinth_registry::{Client, DeleteOptions, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -93,9 +93,9 @@ fn spawn_for(
 
 /// One pass over a ReplicaSet: a retry after its backoff if a pod could not be created, else
 /// when to look again, if a pod's availability is due.
-async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> Next {
+async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Frozen) -> Next {
     let controller = controller_ref(set, kind.api_version, kind.kind);
-    let owned: Vec<Arc<Value>> =
+    let owned: Vec<Arc<Frozen>> =
         claim(registry, pods, ("", "pods"), set, &controller, kind.manager)
             .await
             .into_iter()
@@ -103,7 +103,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
             .collect();
     let wanted = set
         .at("/spec/replicas")
-        .and_then(Value::as_i64)
+        .and_then(Frozen::as_i64)
         .unwrap_or(1);
     let wanted = usize::try_from(wanted).unwrap_or(0);
     let mut failure = None;
@@ -120,18 +120,18 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
     // The status counts what the cache shows now (the pass's own writes included).
     let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
     let set_uid = crate::workload::uid(set);
-    let current: Vec<Arc<Value>> = pods
+    let current: Vec<Arc<Frozen>> = pods
         .in_namespace(namespace)
         .into_iter()
         .filter(|p| active(p) && controller_of(p).is_some_and(|c| c["uid"] == set_uid))
         .collect();
     let min_ready = set
         .at("/spec/minReadySeconds")
-        .and_then(Value::as_i64)
+        .and_then(Frozen::as_i64)
         .unwrap_or(0);
     let now = plinth_registry::now();
     let template_labels = crate::workload::labels_of_template(set);
-    let count = |f: &dyn Fn(&Value) -> bool| current.iter().filter(|p| f(p)).count();
+    let count = |f: &dyn Fn(&Frozen) -> bool| current.iter().filter(|p| f(p)).count();
     let mut status = json!({
         "replicas": current.len(),
         "fullyLabeledReplicas": count(&|p| {
@@ -140,7 +140,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
         }),
         "readyReplicas": count(&|p| ready(p)),
         "availableReplicas": count(&|p| available(p, min_ready, now)),
-        "observedGeneration": set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "observedGeneration": set.at("/metadata/generation").map_or(json!(1), Frozen::to_value),
     });
     let terminating = pods
         .in_namespace(namespace)
@@ -155,7 +155,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
     // the message names a generated pod, and rewriting it would wake this controller forever).
     let reported = set
         .at("/status/conditions")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .and_then(|c| c.iter().find(|c| c["type"] == "ReplicaFailure"));
     if let (Some(_), Some(reported)) = (&failure, reported) {
         status["conditions"] = json!([reported]);
@@ -173,7 +173,7 @@ async fn sync(kind: &Kind, registry: &Client, pods: &Informer, set: &Value) -> N
         return Next::Retry;
     }
     if min_ready > 0 {
-        let ready_pods: Vec<Arc<Value>> = current.into_iter().filter(|p| ready(p)).collect();
+        let ready_pods: Vec<Arc<Frozen>> = current.into_iter().filter(|p| ready(p)).collect();
         return next_available(&ready_pods, min_ready, now)
             .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)))
             .into();
@@ -186,14 +186,14 @@ async fn create_pods(
     kind: &Kind,
     registry: &Client,
     pods: &Informer,
-    set: &Value,
+    set: &Frozen,
     controller: &Value,
     missing: usize,
 ) -> Option<String> {
     let def = registry.resources.get("", "v1", "pods")?;
     let name = plinth_core::meta::name(set).unwrap_or("");
     let namespace = plinth_core::meta::namespace(set).unwrap_or("default");
-    let template = set.at("/spec/template").cloned().unwrap_or(json!({}));
+    let template = set.at("/spec/template").map_or(json!({}), Frozen::to_value);
     let prefix = format!("{name}-");
     let mut created = Vec::new();
     // kube's slow start: batches of 1, 2, 4, … created at once, stopping at the first batch
@@ -265,14 +265,14 @@ async fn delete_pods(
     kind: &Kind,
     registry: &Client,
     pods: &Informer,
-    set: &Value,
-    owned: &[Arc<Value>],
+    set: &Frozen,
+    owned: &[Arc<Frozen>],
     extra: usize,
 ) {
     let Some(def) = registry.resources.get("", "v1", "pods") else {
         return;
     };
-    let mut ranked: Vec<&Arc<Value>> = owned.iter().collect();
+    let mut ranked: Vec<&Arc<Frozen>> = owned.iter().collect();
     ranked.sort_by_key(|p| deletion_rank(p));
     let mut deleted = Vec::new();
     for pod in ranked.into_iter().take(extra.min(BURST)) {
@@ -308,12 +308,12 @@ async fn delete_pods(
 /// kube's `ActivePods` order, the pod to delete first sorting first: unscheduled before
 /// scheduled, pending before unknown before running, not ready before ready, ready more
 /// recently before longer, more restarts before fewer, newer before older.
-fn deletion_rank(pod: &Value) -> (bool, u8, bool, i64, i64, i64) {
+fn deletion_rank(pod: &Frozen) -> (bool, u8, bool, i64, i64, i64) {
     let scheduled = pod
         .at("/spec/nodeName")
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .is_some_and(|n| !n.is_empty());
-    let phase = match pod.at("/status/phase").and_then(Value::as_str) {
+    let phase = match pod.at("/status/phase").and_then(Frozen::as_str) {
         Some("Pending") => 0,
         Some("Running") => 2,
         _ => 1,
@@ -321,7 +321,7 @@ fn deletion_rank(pod: &Value) -> (bool, u8, bool, i64, i64, i64) {
     let ready_at = ready_since(pod);
     let restarts: i64 = pod
         .at("/status/containerStatuses")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .filter_map(|c| c["restartCount"].as_i64())

@@ -20,6 +20,7 @@ use plinth_core::selector::LabelSelector;
 use plinth_registry::{Client, Part, WriteOptions};
 
 use crate::informer::{Informer, Queue, SharedInformers, key_of};
+use plinth_core::{Frozen, Tree};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -37,7 +38,7 @@ pub fn spawn_scheduler(
     let pods = {
         let queue = queue.clone();
         informers.start(("", "pods"), move |c| {
-            if let Some(pod) = c.new.filter(|p| pending(p)) {
+            if let Some(pod) = c.new.filter(pending) {
                 queue.add(key_of(pod));
             }
         })
@@ -74,14 +75,14 @@ pub fn spawn_scheduler(
                         if taken {
                             continue;
                         }
-                        if let Some(pod) = pods.get(&key).filter(|p| pending(p)) {
+                        if let Some(pod) = pods.get(&key).filter(pending) {
                             schedule(&registry, &pods, &mut snapshot, &pod, &mut reported, &binder).await;
                         }
                     }
                 }
                 _ = ticks.tick() => {
                     // Pods that fit nowhere are tried again, the highest priority first.
-                    let mut waiting: Vec<_> = pods.all_values().into_iter().filter(|p| pending(p)).collect();
+                    let mut waiting: Vec<_> = pods.all_values().into_iter().filter(pending).collect();
                     waiting.sort_by(|a, b| {
                         priority(b).cmp(&priority(a)).then_with(|| created(a).cmp(created(b)))
                     });
@@ -96,65 +97,64 @@ pub fn spawn_scheduler(
 }
 
 /// Whether `pod` names a node.
-fn has_node(pod: &Value) -> bool {
+fn has_node(pod: &Frozen) -> bool {
     pod.at("/spec/nodeName")
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .is_some_and(|n| !n.is_empty())
 }
 
-fn pending(pod: &Value) -> bool {
+fn pending<T: Tree + ?Sized>(pod: &T) -> bool {
     let unassigned = pod
-        .at("/spec/nodeName")
-        .and_then(Value::as_str)
+        .path(&["spec", "nodeName"])
+        .and_then(Tree::text)
         .is_none_or(str::is_empty);
     let ours = pod
-        .at("/spec/schedulerName")
-        .and_then(Value::as_str)
+        .path(&["spec", "schedulerName"])
+        .and_then(Tree::text)
         .is_none_or(|s| s == COMPONENT);
     let deleting = pod
-        .at("/metadata/deletionTimestamp")
+        .path(&["metadata", "deletionTimestamp"])
         .is_some_and(|t| !t.is_null());
     let gated = pod
-        .at("/spec/schedulingGates")
-        .and_then(Value::as_array)
-        .is_some_and(|g| !g.is_empty());
+        .path(&["spec", "schedulingGates"])
+        .is_some_and(|g| !g.elements().is_empty());
     let finished = matches!(
-        pod.at("/status/phase").and_then(Value::as_str),
+        pod.path(&["status", "phase"]).and_then(Tree::text),
         Some("Succeeded" | "Failed")
     );
     unassigned && ours && !deleting && !gated && !finished
 }
 
 /// A pod's priority (`spec.priority`, set by the Priority admission plugin; 0 when absent).
-fn priority(pod: &Value) -> i64 {
+fn priority(pod: &Frozen) -> i64 {
     pod.at("/spec/priority")
-        .and_then(Value::as_i64)
+        .and_then(Frozen::as_i64)
         .unwrap_or(0)
 }
 
-fn created(pod: &Value) -> &str {
+fn created(pod: &Frozen) -> &str {
     pod.at("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .unwrap_or("")
 }
 
-fn deleting(pod: &Value) -> bool {
+fn deleting(pod: &Frozen) -> bool {
     pod.at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
 /// The containers of `pod`'s spec under `key` (`containers`, `initContainers`).
-fn containers<'a>(pod: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+fn containers<'a>(pod: &'a Frozen, key: &str) -> impl Iterator<Item = &'a Frozen> {
     pod.at(&format!("/spec/{key}"))
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
 }
 
 /// CPU (millicores) and memory (bytes) a pod asks for: its containers' requests summed, or
 /// its largest init container's if more.
-fn requests(pod: &Value) -> (i64, i64) {
-    let of = |c: &Value| {
+fn requests(pod: &Frozen) -> (i64, i64) {
+    let of = |c: &Frozen| {
         let cpu = c
             .at("/resources/requests/cpu")
             .and_then(plinth_core::quantity::millis)
@@ -177,14 +177,14 @@ fn requests(pod: &Value) -> (i64, i64) {
 /// What `pod` asks for of every resource other than cpu and memory (extended resources,
 /// `ephemeral-storage`, huge pages), in thousandths: its containers' sum or its largest init
 /// container's, whichever is more (kube's NodeResourcesFit).
-fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
-    let of = |c: &Value| -> BTreeMap<String, i64> {
+fn other_requests(pod: &Frozen) -> BTreeMap<String, i64> {
+    let of = |c: &Frozen| -> BTreeMap<String, i64> {
         c.at("/resources/requests")
-            .and_then(Value::as_object)
+            .and_then(Frozen::as_object)
             .into_iter()
             .flatten()
-            .filter(|(name, _)| !matches!(name.as_str(), "cpu" | "memory"))
-            .filter_map(|(name, v)| Some((name.clone(), plinth_core::quantity::millis(v)?)))
+            .filter(|(name, _)| !matches!(*name, "cpu" | "memory"))
+            .filter_map(|(name, v)| Some((name.to_owned(), plinth_core::quantity::millis(v)?)))
             .collect()
     };
     let mut total: BTreeMap<String, i64> = BTreeMap::new();
@@ -202,17 +202,17 @@ fn other_requests(pod: &Value) -> BTreeMap<String, i64> {
     total
 }
 
-pub(crate) fn ready(node: &Value) -> bool {
+pub(crate) fn ready(node: &Frozen) -> bool {
     node.at("/status/conditions")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
+pub(crate) fn tolerates(pod: &Frozen, taint: &Frozen) -> bool {
     pod.at("/spec/tolerations")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .any(|t| {
@@ -230,13 +230,13 @@ pub(crate) fn tolerates(pod: &Value, taint: &Value) -> bool {
 }
 
 /// One `nodeSelectorRequirement` against a node's labels.
-fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bool {
+fn requirement_met(requirement: &Frozen, labels: &BTreeMap<String, String>) -> bool {
     let key = requirement["key"].as_str().unwrap_or("");
     let values: Vec<&str> = requirement["values"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(Value::as_str)
+        .filter_map(Frozen::as_str)
         .collect();
     let value = labels.get(key);
     let number = |s: &str| s.parse::<i64>().ok();
@@ -255,17 +255,17 @@ fn requirement_met(requirement: &Value, labels: &BTreeMap<String, String>) -> bo
     }
 }
 
-pub(crate) fn affinity_met(pod: &Value, node: &Value) -> bool {
+pub(crate) fn affinity_met(pod: &Frozen, node: &Frozen) -> bool {
     let node_labels = plinth_core::meta::labels(node);
     let selector_ok = pod
         .at("/spec/nodeSelector")
-        .and_then(Value::as_object)
+        .and_then(Frozen::as_object)
         .into_iter()
         .flatten()
         .all(|(k, v)| node_labels.get(k).map(String::as_str) == v.as_str());
     let terms = pod
         .at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
-        .and_then(Value::as_array);
+        .and_then(Frozen::as_array);
     let name = plinth_core::meta::name(node).unwrap_or("");
     let affinity_ok = terms.is_none_or(|terms| {
         terms.iter().any(|term| {
@@ -291,9 +291,9 @@ pub(crate) fn affinity_met(pod: &Value, node: &Value) -> bool {
 
 /// Whether `pod`'s required pod affinity on the node's hostname holds: each term's selector
 /// matches a pod already on the node.
-fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
+fn affinity_held(pod: &Frozen, others: &[&Frozen]) -> bool {
     pod.at("/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .filter(|t| t["topologyKey"] == HOSTNAME)
@@ -306,7 +306,7 @@ fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(Value::as_str)
+                .filter_map(Frozen::as_str)
                 .collect();
             others.iter().any(|other| {
                 let namespace = plinth_core::meta::namespace(other).unwrap_or("");
@@ -324,17 +324,16 @@ fn affinity_held(pod: &Value, others: &[&Value]) -> bool {
 
 /// Whether a pod already on the node makes `pod`'s required anti-affinity (on the node's
 /// hostname) fail, or the other pod's anti-affinity rules out `pod`.
-fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
-    let terms = |p: &Value| -> Vec<Value> {
+fn anti_affinity_conflict(pod: &Frozen, others: &[&Frozen]) -> bool {
+    fn terms(p: &Frozen) -> Vec<&Frozen> {
         p.at("/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution")
-            .and_then(Value::as_array)
-            .cloned()
+            .and_then(Frozen::as_array)
             .unwrap_or_default()
-            .into_iter()
+            .iter()
             .filter(|t| t["topologyKey"] == HOSTNAME)
             .collect()
-    };
-    let matches = |term: &Value, owner: &Value, candidate: &Value| {
+    }
+    let matches = |term: &Frozen, owner: &Frozen, candidate: &Frozen| {
         let same_namespace = term["namespaces"]
             .as_array()
             .filter(|n| !n.is_empty())
@@ -362,13 +361,13 @@ fn anti_affinity_conflict(pod: &Value, others: &[&Value]) -> bool {
 const PORTS_TAKEN: &str = "node(s) didn't have free ports for the requested pod ports";
 
 /// The host ports a pod asks for: protocol, host IP (`0.0.0.0` when unset), port.
-fn host_ports(pod: &Value) -> Vec<(String, String, i64)> {
+fn host_ports(pod: &Frozen) -> Vec<(String, String, i64)> {
     ["initContainers", "containers"]
         .iter()
         .flat_map(|list| {
             pod.get("spec")
                 .and_then(|spec| spec.get(*list))
-                .and_then(Value::as_array)
+                .and_then(Frozen::as_array)
                 .into_iter()
                 .flatten()
         })
@@ -390,7 +389,7 @@ fn host_ports(pod: &Value) -> Vec<(String, String, i64)> {
 
 /// kube's NodePorts filter: a port `pod` asks for is taken on the node (same protocol and
 /// port, and the same host IP or either on every address).
-fn host_ports_taken(pod: &Value, on_node: &[&Value]) -> bool {
+fn host_ports_taken(pod: &Frozen, on_node: &[&Frozen]) -> bool {
     let wanted = host_ports(pod);
     if wanted.is_empty() {
         return false;
@@ -406,7 +405,7 @@ fn host_ports_taken(pod: &Value, on_node: &[&Value]) -> bool {
 }
 
 /// Why `node` cannot take `pod` (kube's wording), or `None` when it can.
-fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
+fn unfit(pod: &Frozen, node: &Frozen, on_node: &[&Frozen]) -> Option<String> {
     let used = on_node
         .iter()
         .map(|p| requests(p))
@@ -417,13 +416,13 @@ fn unfit(pod: &Value, node: &Value, on_node: &[&Value]) -> Option<String> {
 /// [`unfit`] with what the node's pods request already summed, and how many they are: of a
 /// [`plain`] pod, `on_node` need only hold the node's pods with anti-affinity terms.
 fn unfit_with(
-    pod: &Value,
-    node: &Value,
-    on_node: &[&Value],
+    pod: &Frozen,
+    node: &Frozen,
+    on_node: &[&Frozen],
     (used_cpu, used_memory): (i64, i64),
     count: usize,
 ) -> Option<String> {
-    if node.at("/spec/unschedulable") == Some(&json!(true)) {
+    if node.at("/spec/unschedulable").is_some_and(|u| *u == true) {
         return Some("node(s) were unschedulable".into());
     }
     if !ready(node) {
@@ -431,7 +430,7 @@ fn unfit_with(
     }
     for taint in node
         .at("/spec/taints")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
     {
@@ -502,15 +501,15 @@ fn unfit_with(
 #[derive(Default)]
 struct Placed {
     bound: HashMap<String, Load>,
-    nominated: HashMap<String, Vec<Arc<Value>>>,
+    nominated: HashMap<String, Vec<Arc<Frozen>>>,
 }
 
 /// The pods bound to one node and what they request.
 #[derive(Default)]
 struct Load {
-    pods: Vec<Arc<Value>>,
+    pods: Vec<Arc<Frozen>>,
     /// Those with required anti-affinity terms (which other pods must respect).
-    with_terms: Vec<Arc<Value>>,
+    with_terms: Vec<Arc<Frozen>>,
     cpu: i64,
     memory: i64,
 }
@@ -519,16 +518,16 @@ const ANTI_AFFINITY: &str =
     "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
 const AFFINITY: &str = "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
 
-fn has_terms(pod: &Value, path: &str) -> bool {
+fn has_terms(pod: &Frozen, path: &str) -> bool {
     pod.at(path)
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .is_some_and(|t| !t.is_empty())
 }
 
 /// Whether a node's fitness for `pod` depends on the node's other pods only through
 /// their count, their CPU and memory and their anti-affinity terms: no host ports, no pod
 /// (anti-)affinity of its own, no other resources.
-fn plain(pod: &Value) -> bool {
+fn plain(pod: &Frozen) -> bool {
     host_ports(pod).is_empty()
         && !has_terms(pod, ANTI_AFFINITY)
         && !has_terms(pod, AFFINITY)
@@ -539,7 +538,7 @@ impl Placed {
     /// Where `pods` (the cache) and the `assumed` ones take room, each pod counted once: a
     /// pod decided on counts as its assumed copy until the cache shows it bound, then as the
     /// cache's (its assumption is forgotten a little later, after the binding's event).
-    fn of(pods: &[Arc<Value>], assumed: &HashMap<String, Arc<Value>>) -> Self {
+    fn of(pods: &[Arc<Frozen>], assumed: &HashMap<String, Arc<Frozen>>) -> Self {
         let mut placed = Self::default();
         let mut seen_bound = std::collections::HashSet::new();
         let mut counted = Vec::with_capacity(pods.len() + assumed.len());
@@ -564,11 +563,11 @@ impl Placed {
         for pod in counted {
             if let Some(node) = pod
                 .at("/spec/nodeName")
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
                 .filter(|n| !n.is_empty())
             {
                 let finished = matches!(
-                    pod.at("/status/phase").and_then(Value::as_str),
+                    pod.at("/status/phase").and_then(Frozen::as_str),
                     Some("Succeeded" | "Failed")
                 );
                 if !finished {
@@ -576,7 +575,7 @@ impl Placed {
                     placed.add(&node, pod.clone());
                 }
             } else if pending(pod)
-                && let Some(node) = pod.at("/status/nominatedNodeName").and_then(Value::as_str)
+                && let Some(node) = pod.at("/status/nominatedNodeName").and_then(Frozen::as_str)
             {
                 placed
                     .nominated
@@ -589,7 +588,7 @@ impl Placed {
     }
 
     /// Counts `pod` on node `node` from now on.
-    fn add(&mut self, node: &str, pod: Arc<Value>) {
+    fn add(&mut self, node: &str, pod: Arc<Frozen>) {
         let (cpu, memory) = requests(&pod);
         let load = self.bound.entry(node.to_owned()).or_default();
         load.cpu += cpu;
@@ -602,13 +601,13 @@ impl Placed {
 
     /// For a [`plain`] `pod`: the node's pods with anti-affinity terms, what all its pods
     /// request, and how many they are (as [`Placed::occupants`] counts them).
-    fn summary(&self, pod: &Value, name: &str) -> (Vec<&Value>, (i64, i64), usize) {
+    fn summary(&self, pod: &Frozen, name: &str) -> (Vec<&Frozen>, (i64, i64), usize) {
         let uid = plinth_core::meta::meta_str(pod, "uid");
         let mine = priority(pod);
         let load = self.bound.get(name);
         let mut used = load.map_or((0, 0), |l| (l.cpu, l.memory));
         let mut count = load.map_or(0, |l| l.pods.len());
-        let mut with_terms: Vec<&Value> = load
+        let mut with_terms: Vec<&Frozen> = load
             .into_iter()
             .flat_map(|l| l.with_terms.iter())
             .map(|p| &**p)
@@ -630,12 +629,12 @@ impl Placed {
     /// finished, and the pending pods of at least its priority nominated to it (kube's
     /// scheduler counts nominated pods the same way, so that the room a preemption made goes
     /// to its preemptor); with the CPU and memory they request.
-    fn occupants(&self, pod: &Value, name: &str) -> (Vec<&Value>, (i64, i64)) {
+    fn occupants(&self, pod: &Frozen, name: &str) -> (Vec<&Frozen>, (i64, i64)) {
         let uid = plinth_core::meta::meta_str(pod, "uid");
         let mine = priority(pod);
         let load = self.bound.get(name);
         let mut used = load.map_or((0, 0), |l| (l.cpu, l.memory));
-        let mut on_node: Vec<&Value> = Vec::new();
+        let mut on_node: Vec<&Frozen> = Vec::new();
         for p in load.into_iter().flat_map(|l| l.pods.iter()) {
             if plinth_core::meta::meta_str(p, "uid") == uid {
                 let (cpu, memory) = requests(p);
@@ -668,12 +667,12 @@ fn room_reason(reason: &str) -> bool {
 /// reason the pod still does not fit where evicting them all would not do, "Preemption is not
 /// helpful for scheduling" where pods leaving cannot help).
 fn preemption(
-    pod: &Value,
-    nodes: &[Arc<Value>],
+    pod: &Frozen,
+    nodes: &[Arc<Frozen>],
     placed: &Placed,
-) -> Result<(String, Vec<Value>), BTreeMap<String, usize>> {
+) -> Result<(String, Vec<Frozen>), BTreeMap<String, usize>> {
     let mine = priority(pod);
-    let mut best: Option<(i64, usize, String, Vec<Value>)> = None;
+    let mut best: Option<(i64, usize, String, Vec<Frozen>)> = None;
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for node in nodes {
         let name = plinth_core::meta::name(node).unwrap_or("").to_owned();
@@ -684,7 +683,7 @@ fn preemption(
                 .or_default() += 1;
             continue;
         }
-        let mut candidates: Vec<&Value> = on_node
+        let mut candidates: Vec<&Frozen> = on_node
             .iter()
             .copied()
             .filter(|p| priority(p) < mine && !pending(p) && !deleting(p))
@@ -695,7 +694,7 @@ fn preemption(
                 .or_default() += 1;
             continue;
         }
-        let without_all: Vec<&Value> = on_node
+        let without_all: Vec<&Frozen> = on_node
             .iter()
             .copied()
             .filter(|p| !candidates.iter().any(|c| std::ptr::eq(*c, *p)))
@@ -732,12 +731,12 @@ fn preemption(
 
 /// Whether a preemption for `pod` is still under way: it is nominated to a node where a pod
 /// of lower priority is terminating.
-fn preempting(pod: &Value, pods: &[std::sync::Arc<Value>]) -> bool {
-    let Some(node) = pod.at("/status/nominatedNodeName").and_then(Value::as_str) else {
+fn preempting(pod: &Frozen, pods: &[std::sync::Arc<Frozen>]) -> bool {
+    let Some(node) = pod.at("/status/nominatedNodeName").and_then(Frozen::as_str) else {
         return false;
     };
     pods.iter().any(|p| {
-        p.at("/spec/nodeName").and_then(Value::as_str) == Some(node)
+        p.at("/spec/nodeName").and_then(Frozen::as_str) == Some(node)
             && deleting(p)
             && priority(p) < priority(pod)
     })
@@ -745,7 +744,7 @@ fn preempting(pod: &Value, pods: &[std::sync::Arc<Value>]) -> bool {
 
 /// Evicts `victims` for `pod` as kube's scheduler does (a `DisruptionTarget` condition, the
 /// delete, a `Preempted` event) and nominates `pod` to `node`.
-async fn preempt(registry: &Client, pod: &Value, node: &str, victims: &[Value]) {
+async fn preempt(registry: &Client, pod: &Frozen, node: &str, victims: &[Frozen]) {
     let Some(def) = registry.resources.get("", "v1", "pods") else {
         return;
     };
@@ -840,7 +839,7 @@ const BINDS_IN_FLIGHT: usize = 16;
 /// the pod is tried again.
 struct Binder {
     /// Pods decided and not yet seen bound, by key, as bound (`spec.nodeName` set).
-    assumed: Arc<Mutex<HashMap<String, Arc<Value>>>>,
+    assumed: Arc<Mutex<HashMap<String, Arc<Frozen>>>>,
     permits: Arc<tokio::sync::Semaphore>,
     queue: Queue,
 }
@@ -851,17 +850,17 @@ impl Binder {
         registry: &Client,
         pod_cache: &Informer,
         def: &Arc<plinth_registry::resources::ResourceDef>,
-        pod: &Value,
+        pod: &Frozen,
         node: String,
-    ) -> Arc<Value> {
+    ) -> Arc<Frozen> {
         let name = plinth_core::meta::name(pod).unwrap_or("").to_owned();
         let namespace = plinth_core::meta::namespace(pod)
             .unwrap_or("default")
             .to_owned();
         let key = format!("{namespace}/{name}");
-        let mut placed = pod.clone();
+        let mut placed = pod.to_value();
         placed["spec"]["nodeName"] = json!(node);
-        let placed = Arc::new(placed);
+        let placed = Arc::new(Frozen::from(placed));
         if let Ok(mut assumed) = self.assumed.lock() {
             assumed.insert(key.clone(), placed.clone());
         }
@@ -936,8 +935,8 @@ impl Binder {
 
 /// What one batch of decisions reads: the nodes, the pods, where pods take room.
 struct Snapshot {
-    nodes: Vec<Arc<Value>>,
-    pods: Vec<Arc<Value>>,
+    nodes: Vec<Arc<Frozen>>,
+    pods: Vec<Arc<Frozen>>,
     placed: Placed,
 }
 
@@ -958,7 +957,7 @@ async fn schedule(
     registry: &Client,
     pod_cache: &Informer,
     snapshot: &mut Snapshot,
-    pod: &Value,
+    pod: &Frozen,
     reported: &mut HashMap<String, String>,
     binder: &Binder,
 ) {
@@ -1010,7 +1009,7 @@ async fn schedule(
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let note = if pod.at("/spec/preemptionPolicy").and_then(Value::as_str) == Some("Never")
+            let note = if pod.at("/spec/preemptionPolicy").and_then(Frozen::as_str) == Some("Never")
             {
                 " preemption: not eligible due to preemptionPolicy=Never.".to_owned()
             } else if preempting(pod, pods) {
@@ -1084,7 +1083,7 @@ async fn schedule(
 mod tests {
     use super::*;
 
-    fn pod(name: &str, node: Option<&str>) -> Arc<Value> {
+    fn pod(name: &str, node: Option<&str>) -> Arc<Frozen> {
         let mut pod = json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
@@ -1092,7 +1091,7 @@ mod tests {
         if let Some(node) = node {
             pod["spec"]["nodeName"] = json!(node);
         }
-        Arc::new(pod)
+        Arc::new(Frozen::from(pod))
     }
 
     fn pods_on(placed: &Placed, node: &str) -> Option<usize> {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -67,35 +68,35 @@ struct Pass<'a> {
     registry: &'a Client,
     pods: &'a Informer,
     revisions: &'a Informer,
-    set: &'a Value,
+    set: &'a Frozen,
     /// Whether a write of this pass failed (the key is retried after its backoff).
     failed: Failed,
 }
 
-fn int(object: &Value, pointer: &str) -> i64 {
-    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
+fn int(object: &Frozen, pointer: &str) -> i64 {
+    object.at(pointer).and_then(Frozen::as_i64).unwrap_or(0)
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
-fn revision_label(pod: &Value) -> &str {
+fn revision_label(pod: &Frozen) -> &str {
     pod.at(&format!(
         "/metadata/labels/{}",
         REVISION_LABEL.replace('/', "~1")
     ))
-    .and_then(Value::as_str)
+    .and_then(Frozen::as_str)
     .unwrap_or("")
 }
 
-fn running_and_ready(pod: &Value) -> bool {
-    pod.at("/status/phase").and_then(Value::as_str) == Some("Running") && ready(pod)
+fn running_and_ready(pod: &Frozen) -> bool {
+    pod.at("/status/phase").and_then(Frozen::as_str) == Some("Running") && ready(pod)
 }
 
-fn finished(pod: &Value) -> bool {
+fn finished(pod: &Frozen) -> bool {
     matches!(
-        pod.at("/status/phase").and_then(Value::as_str),
+        pod.at("/status/phase").and_then(Frozen::as_str),
         Some("Succeeded" | "Failed")
     )
 }
@@ -108,7 +109,7 @@ impl Pass<'_> {
     fn parallel(&self) -> bool {
         self.set
             .at("/spec/podManagementPolicy")
-            .and_then(Value::as_str)
+            .and_then(Frozen::as_str)
             == Some("Parallel")
     }
 
@@ -128,10 +129,10 @@ impl Pass<'_> {
         let replicas = self
             .set
             .at("/spec/replicas")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(1);
         let prefix = format!("{}-", name_of(self.set));
-        let mut by_ordinal: BTreeMap<i64, Arc<Value>> = BTreeMap::new();
+        let mut by_ordinal: BTreeMap<i64, Arc<Frozen>> = BTreeMap::new();
         for pod in &pods {
             if let Some(ordinal) = name_of(pod)
                 .strip_prefix(&prefix)
@@ -150,7 +151,7 @@ impl Pass<'_> {
     /// Creates, replaces and removes pods; one step for OrderedReady.
     async fn manage(
         &self,
-        pods: &BTreeMap<i64, Arc<Value>>,
+        pods: &BTreeMap<i64, Arc<Frozen>>,
         start: i64,
         replicas: i64,
         current: &Value,
@@ -161,7 +162,7 @@ impl Pass<'_> {
         let rolling = self
             .set
             .at("/spec/updateStrategy/type")
-            .and_then(Value::as_str)
+            .and_then(Frozen::as_str)
             .unwrap_or("RollingUpdate")
             == "RollingUpdate";
         let partition = int(self.set, "/spec/updateStrategy/rollingUpdate/partition");
@@ -197,7 +198,7 @@ impl Pass<'_> {
             }
         }
         // Ordinals beyond the wanted ones, the highest first.
-        let condemned: Vec<&Arc<Value>> = pods
+        let condemned: Vec<&Arc<Frozen>> = pods
             .iter()
             .rev()
             .filter(|(o, _)| !wanted.contains(*o))
@@ -264,7 +265,7 @@ impl Pass<'_> {
         let current = self
             .set
             .at("/status/currentRevision")
-            .and_then(Value::as_str)
+            .and_then(Frozen::as_str)
             .unwrap_or("");
         History {
             registry: self.registry,
@@ -294,7 +295,7 @@ impl Pass<'_> {
         labels[REVISION_LABEL] = json!(name_of(revision));
         let spec = &mut template["spec"];
         spec["hostname"] = json!(name);
-        if let Some(service) = self.set.at("/spec/serviceName").and_then(Value::as_str)
+        if let Some(service) = self.set.at("/spec/serviceName").and_then(Frozen::as_str)
             && !service.is_empty()
         {
             spec["subdomain"] = json!(service);
@@ -359,8 +360,8 @@ impl Pass<'_> {
     fn claim_templates(&self) -> Vec<Value> {
         self.set
             .at("/spec/volumeClaimTemplates")
-            .and_then(Value::as_array)
-            .cloned()
+            .and_then(Frozen::as_array)
+            .map(|t| t.iter().map(Frozen::to_value).collect())
             .unwrap_or_default()
     }
 
@@ -389,10 +390,10 @@ impl Pass<'_> {
         if let Some(selector) = self
             .set
             .at("/spec/selector/matchLabels")
-            .and_then(Value::as_object)
+            .and_then(Frozen::as_object)
         {
             for (k, v) in selector {
-                labels[k] = v.clone();
+                labels[k] = v.to_value();
             }
         }
         let mut metadata = json!({"name": name, "namespace": self.namespace(), "labels": labels});
@@ -488,13 +489,13 @@ impl Pass<'_> {
             .at(&format!(
                 "/spec/persistentVolumeClaimRetentionPolicy/{which}"
             ))
-            .and_then(Value::as_str)
+            .and_then(Frozen::as_str)
             .unwrap_or("Retain")
     }
 
     /// With `whenScaled: Delete`, a scaled-away pod's claims are given to the pod, so the
     /// garbage collector deletes them after it.
-    async fn release_claims_with(&self, pod: &Value) {
+    async fn release_claims_with(&self, pod: &Frozen) {
         if self.retention("whenScaled") != "Delete" {
             return;
         }
@@ -551,7 +552,7 @@ impl Pass<'_> {
         }
     }
 
-    async fn delete_pod(&self, pod: &Value) {
+    async fn delete_pod(&self, pod: &Frozen) {
         let message = format!(
             "delete Pod {} in StatefulSet {} successful",
             name_of(pod),
@@ -566,7 +567,7 @@ impl Pass<'_> {
 
     async fn update_status(&self, current: &Value, update: &Value) -> Option<Duration> {
         let owner = uid(self.set);
-        let pods: Vec<Arc<Value>> = self
+        let pods: Vec<Arc<Frozen>> = self
             .pods
             .in_namespace(self.namespace())
             .into_iter()
@@ -574,11 +575,11 @@ impl Pass<'_> {
             .collect();
         let min_ready = int(self.set, "/spec/minReadySeconds");
         let now = plinth_registry::now();
-        let count = |f: &dyn Fn(&Value) -> bool| pods.iter().filter(|p| f(p)).count();
+        let count = |f: &dyn Fn(&Frozen) -> bool| pods.iter().filter(|p| f(p)).count();
         let replicas = self
             .set
             .at("/spec/replicas")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(1);
         let updated = count(&|p| revision_label(p) == name_of(update));
         let current_count = count(&|p| revision_label(p) == name_of(current));
@@ -590,7 +591,7 @@ impl Pass<'_> {
                 (name_of(current), current_count)
             };
         let mut status = json!({
-            "observedGeneration": self.set.at("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "observedGeneration": self.set.at("/metadata/generation").map_or(json!(1), Frozen::to_value),
             "replicas": pods.len(),
             "readyReplicas": count(&|p| ready(p)),
             "currentReplicas": current_count,
@@ -612,7 +613,7 @@ impl Pass<'_> {
         )
         .await;
         if min_ready > 0 {
-            let ready_pods: Vec<Arc<Value>> = pods.into_iter().filter(|p| ready(p)).collect();
+            let ready_pods: Vec<Arc<Frozen>> = pods.into_iter().filter(|p| ready(p)).collect();
             return next_available(&ready_pods, min_ready, now)
                 .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
         }
@@ -621,6 +622,6 @@ impl Pass<'_> {
 }
 
 /// `<template>-<set>-<ordinal>`.
-fn claim_name_of(template: &Value, set: &Value, ordinal: i64) -> String {
+fn claim_name_of(template: &Value, set: &Frozen, ordinal: i64) -> String {
     format!("{}-{}-{ordinal}", name_of(template), name_of(set))
 }

@@ -33,11 +33,7 @@ struct Caches {
 
 impl Caches {
     fn values(informer: &Informer) -> Vec<Value> {
-        informer
-            .all_values()
-            .iter()
-            .map(|v| Value::clone(v))
-            .collect()
+        informer.all_values().iter().map(|v| v.to_value()).collect()
     }
 }
 

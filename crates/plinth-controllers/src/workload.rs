@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plinth_core::selector::LabelSelector;
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, Part, WriteOptions};
 use serde_json::{Map, Value, json};
 
@@ -17,10 +18,10 @@ use crate::informer::{Change, Informer, Queue, key_of};
 pub(crate) const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The controller reference of `object` (its owner reference with `controller: true`).
-pub(crate) fn controller_of(object: &Value) -> Option<&Value> {
+pub(crate) fn controller_of(object: &Frozen) -> Option<&Frozen> {
     object
         .at("/metadata/ownerReferences")
-        .and_then(Value::as_array)?
+        .and_then(Frozen::as_array)?
         .iter()
         .find(|o| o["controller"] == true)
 }
@@ -58,7 +59,7 @@ pub(crate) fn enqueue_owner(
 }
 
 /// A controller reference to `owner` of `api_version`/`kind`.
-pub(crate) fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+pub(crate) fn controller_ref(owner: &(impl Tree + ?Sized), api_version: &str, kind: &str) -> Value {
     json!({
         "apiVersion": api_version,
         "kind": kind,
@@ -70,27 +71,28 @@ pub(crate) fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Va
 }
 
 /// `metadata.uid`.
-pub(crate) fn uid(object: &Value) -> &str {
+pub(crate) fn uid<T: Tree + ?Sized>(object: &T) -> &str {
     plinth_core::meta::meta_str(object, "uid").unwrap_or("")
 }
 
 /// Whether `object` is being deleted.
-pub(crate) fn deleting(object: &Value) -> bool {
+pub(crate) fn deleting<T: Tree + ?Sized>(object: &T) -> bool {
     object
-        .at("/metadata/deletionTimestamp")
+        .field("metadata")
+        .and_then(|m| m.field("deletionTimestamp"))
         .is_some_and(|t| !t.is_null())
 }
 
 /// kube's `IsPodActive`: not finished and not being deleted.
-pub(crate) fn active(pod: &Value) -> bool {
-    let phase = pod.at("/status/phase").and_then(Value::as_str);
+pub(crate) fn active(pod: &Frozen) -> bool {
+    let phase = pod.at("/status/phase").and_then(Frozen::as_str);
     !matches!(phase, Some("Succeeded" | "Failed")) && !deleting(pod)
 }
 
 /// The pod's `Ready` condition, if true: when it became true.
-pub(crate) fn ready_since(pod: &Value) -> Option<i64> {
+pub(crate) fn ready_since(pod: &Frozen) -> Option<i64> {
     pod.at("/status/conditions")
-        .and_then(Value::as_array)?
+        .and_then(Frozen::as_array)?
         .iter()
         .find(|c| c["type"] == "Ready" && c["status"] == "True")
         .map(|c| {
@@ -102,17 +104,17 @@ pub(crate) fn ready_since(pod: &Value) -> Option<i64> {
 }
 
 /// Whether the pod is ready.
-pub(crate) fn ready(pod: &Value) -> bool {
+pub(crate) fn ready(pod: &Frozen) -> bool {
     ready_since(pod).is_some()
 }
 
 /// kube's `IsPodAvailable`: ready for at least `min_ready` seconds at `now`.
-pub(crate) fn available(pod: &Value, min_ready: i64, now: i64) -> bool {
+pub(crate) fn available(pod: &Frozen, min_ready: i64, now: i64) -> bool {
     ready_since(pod).is_some_and(|since| min_ready == 0 || since + min_ready <= now)
 }
 
 /// The seconds until the first ready pod of `pods` becomes available (to look again then).
-pub(crate) fn next_available(pods: &[Arc<Value>], min_ready: i64, now: i64) -> Option<i64> {
+pub(crate) fn next_available(pods: &[Arc<Frozen>], min_ready: i64, now: i64) -> Option<i64> {
     pods.iter()
         .filter_map(|p| ready_since(p))
         .map(|since| since + min_ready - now)
@@ -121,7 +123,7 @@ pub(crate) fn next_available(pods: &[Arc<Value>], min_ready: i64, now: i64) -> O
 }
 
 /// The workload's selector (`None` when absent or invalid: then it selects nothing).
-pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
+pub(crate) fn selector(workload: &Frozen) -> Option<LabelSelector> {
     let selector = workload.at("/spec/selector")?;
     if workload["kind"] == "ReplicationController" {
         // A ReplicationController's selector is a map of labels.
@@ -135,13 +137,13 @@ pub(crate) fn selector(workload: &Value) -> Option<LabelSelector> {
 }
 
 /// The labels of a workload's pod template.
-pub(crate) fn labels_of_template(workload: &Value) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn labels_of_template(workload: &Frozen) -> std::collections::BTreeMap<String, String> {
     workload
         .at("/spec/template/metadata/labels")
-        .and_then(Value::as_object)
+        .and_then(Frozen::as_object)
         .into_iter()
         .flatten()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+        .map(|(k, v)| (k.to_owned(), v.as_str().unwrap_or("").to_owned()))
         .collect()
 }
 
@@ -149,7 +151,7 @@ pub(crate) fn labels_of_template(workload: &Value) -> std::collections::BTreeMap
 /// and annotations, a controller reference, the template's spec.
 pub(crate) fn pod_from_template(
     template: &Value,
-    owner: &Value,
+    owner: &(impl Tree + ?Sized),
     controller: &Value,
     name: PodName<'_>,
 ) -> Value {
@@ -194,14 +196,14 @@ pub(crate) async fn claim(
     registry: &Client,
     objects: &Informer,
     resource: (&str, &str),
-    owner: &Value,
+    owner: &Frozen,
     controller: &Value,
     manager: &str,
-) -> Vec<Arc<Value>> {
+) -> Vec<Arc<Frozen>> {
     let namespace = plinth_core::meta::namespace(owner).unwrap_or("default");
     let owner_uid = uid(owner);
     let select = selector(owner);
-    let matches = |pod: &Value| {
+    let matches = |pod: &Frozen| {
         select
             .as_ref()
             .is_some_and(|s| s.matches(&plinth_core::meta::labels(pod)))
@@ -238,7 +240,7 @@ pub(crate) async fn claim(
                 )
                 .await
                 {
-                    owned.push(Arc::new(adopted));
+                    owned.push(Arc::new(Frozen::from(adopted)));
                 }
             }
             None => {}
@@ -249,7 +251,7 @@ pub(crate) async fn claim(
 
 /// Whether `owner`, read from storage now, is still the same object and not being deleted
 /// (`controller`: the reference it hands out, which names its kind).
-async fn still_adopting(registry: &Client, controller: &Value, owner: &Value) -> bool {
+async fn still_adopting(registry: &Client, controller: &Value, owner: &Frozen) -> bool {
     let api_version = controller["apiVersion"].as_str().unwrap_or("");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind = controller["kind"].as_str().unwrap_or("");
@@ -273,7 +275,7 @@ async fn still_adopting(registry: &Client, controller: &Value, owner: &Value) ->
 async fn set_owner(
     registry: &Client,
     (group, plural): (&str, &str),
-    pod: &Value,
+    pod: &Frozen,
     owner_uid: &str,
     controller: Option<&Value>,
     manager: &str,
@@ -323,11 +325,11 @@ async fn set_owner(
 pub(crate) async fn write_status(
     registry: &Client,
     resource: (&str, &str),
-    workload: &Value,
+    workload: &Frozen,
     status: Value,
     manager: &str,
 ) -> Option<String> {
-    if workload.get("status") == Some(&status) {
+    if workload.get("status").is_some_and(|s| *s == status) {
         return None;
     }
     let def = registry.resources.get(resource.0, "v1", resource.1)?;
@@ -361,7 +363,11 @@ pub(crate) async fn write_status(
 
 /// Waits until `informer` holds `object` at `revision` or later (a controller's next pass
 /// then sees its own write).
-pub(crate) async fn seen(informer: &Informer, object: &Value, revision: Option<String>) {
+pub(crate) async fn seen(
+    informer: &Informer,
+    object: &(impl Tree + ?Sized),
+    revision: Option<String>,
+) {
     let Some(revision) = revision.and_then(|r| r.parse::<u64>().ok()) else {
         return;
     };
@@ -415,8 +421,8 @@ pub(crate) fn safe_hash(text: &str) -> String {
 pub(crate) async fn delete_pod(
     registry: &Client,
     pods: &Informer,
-    owner: &Value,
-    pod: &Value,
+    owner: &Frozen,
+    pod: &Frozen,
     message: &str,
     manager: &str,
 ) -> bool {

@@ -11,7 +11,8 @@ pub trait At {
     fn at(&self, pointer: &str) -> Option<&Value>;
 }
 
-fn index(token: &str) -> Option<usize> {
+/// An array index of a JSON Pointer token (no sign, no leading zero).
+pub(crate) fn array_index(token: &str) -> Option<usize> {
     if token.starts_with('+') || (token.starts_with('0') && token.len() > 1) {
         return None;
     }
@@ -20,27 +21,37 @@ fn index(token: &str) -> Option<usize> {
 
 impl At for Value {
     fn at(&self, pointer: &str) -> Option<&Value> {
-        if pointer.is_empty() {
-            return Some(self);
-        }
-        let rest = pointer.strip_prefix('/')?;
-        let mut target = self;
-        for token in rest.split('/') {
-            let unescaped;
-            let token = if token.contains('~') {
-                unescaped = token.replace("~1", "/").replace("~0", "~");
-                unescaped.as_str()
-            } else {
-                token
-            };
-            target = match target {
-                Value::Object(map) => map.get(token)?,
-                Value::Array(list) => list.get(index(token)?)?,
-                _ => return None,
-            };
-        }
-        Some(target)
+        walk(self, pointer, |target, token| match target {
+            Value::Object(map) => map.get(token),
+            Value::Array(list) => list.get(array_index(token)?),
+            _ => None,
+        })
     }
+}
+
+/// Follows `pointer` from `root`, `step` taking one unescaped token at a time (shared by
+/// `Value` and [`crate::Frozen`]).
+pub(crate) fn walk<'a, T: ?Sized>(
+    root: &'a T,
+    pointer: &str,
+    step: impl Fn(&'a T, &str) -> Option<&'a T>,
+) -> Option<&'a T> {
+    if pointer.is_empty() {
+        return Some(root);
+    }
+    let rest = pointer.strip_prefix('/')?;
+    let mut target = root;
+    for token in rest.split('/') {
+        let unescaped;
+        let token = if token.contains('~') {
+            unescaped = token.replace("~1", "/").replace("~0", "~");
+            unescaped.as_str()
+        } else {
+            token
+        };
+        target = step(target, token)?;
+    }
+    Some(target)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod at;
 pub mod cron;
 pub mod diff;
 pub mod duplicates;
+pub mod frozen;
 pub mod gvk;
 pub mod jsonpath;
 pub mod managed;
@@ -35,3 +36,4 @@ pub fn host_name() -> String {
 }
 
 pub use at::At;
+pub use frozen::{Frozen, Tree};

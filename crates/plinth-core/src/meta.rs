@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::frozen::Tree;
+
 /// `metadata` of an object, if it is an object.
 pub fn metadata(object: &Value) -> Option<&Map<String, Value>> {
     object.get("metadata")?.as_object()
@@ -22,47 +24,49 @@ pub fn metadata_mut(object: &mut Value) -> Option<&mut Map<String, Value>> {
     entry.as_object_mut()
 }
 
-/// A string field of `metadata`.
-pub fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
-    metadata(object)?.get(field)?.as_str()
+/// A string field of `metadata` (of a `Value` or a [`crate::Frozen`]).
+pub fn meta_str<'a, T: Tree + ?Sized>(object: &'a T, field: &str) -> Option<&'a str> {
+    object.field("metadata")?.field(field)?.text()
 }
 
 /// `metadata.name`.
-pub fn name(object: &Value) -> Option<&str> {
+pub fn name<T: Tree + ?Sized>(object: &T) -> Option<&str> {
     meta_str(object, "name")
 }
 
 /// `metadata.namespace`.
-pub fn namespace(object: &Value) -> Option<&str> {
+pub fn namespace<T: Tree + ?Sized>(object: &T) -> Option<&str> {
     meta_str(object, "namespace")
 }
 
 /// `metadata.labels` as a map (non-string values are skipped).
-pub fn labels(object: &Value) -> BTreeMap<String, String> {
+pub fn labels<T: Tree + ?Sized>(object: &T) -> BTreeMap<String, String> {
     string_map(object, "labels")
 }
 
 /// A string map of `metadata` (`labels`, `annotations`).
-pub fn string_map(object: &Value, field: &str) -> BTreeMap<String, String> {
-    metadata(object)
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_object)
+pub fn string_map<T: Tree + ?Sized>(object: &T, field: &str) -> BTreeMap<String, String> {
+    object
+        .field("metadata")
+        .and_then(|m| m.field(field))
         .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            m.entries()
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_owned(), v.text()?.to_owned())))
                 .collect()
         })
         .unwrap_or_default()
 }
 
 /// `metadata.finalizers`.
-pub fn finalizers(object: &Value) -> Vec<String> {
-    metadata(object)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+pub fn finalizers<T: Tree + ?Sized>(object: &T) -> Vec<String> {
+    object
+        .field("metadata")
+        .and_then(|m| m.field("finalizers"))
         .map(|f| {
-            f.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
+            f.elements()
+                .into_iter()
+                .filter_map(|v| v.text().map(str::to_owned))
                 .collect()
         })
         .unwrap_or_default()

@@ -1,7 +1,7 @@
 //! `resource.Quantity`: `500m`, `2Gi`, `1.5`, `1e3` — parsed to a number, for scheduling by
 //! requests, limits on processes and quota arithmetic.
 
-use serde_json::Value;
+use crate::frozen::Tree;
 
 /// apimachinery's message for text that is not a quantity.
 pub const INVALID: &str =
@@ -44,22 +44,22 @@ pub fn parse(text: &str) -> Option<f64> {
 }
 
 /// The value of a quantity held as JSON (a string or a bare number).
-pub fn of(value: &Value) -> Option<f64> {
-    match value {
-        Value::String(s) => parse(s),
-        Value::Number(n) => n.as_f64(),
+pub fn of<T: Tree + ?Sized>(value: &T) -> Option<f64> {
+    match (value.text(), value.number()) {
+        (Some(s), _) => parse(s),
+        (_, Some(n)) => n.as_f64(),
         _ => None,
     }
 }
 
 /// A CPU quantity in millicores, rounded up as the kubelet rounds.
-pub fn millis(value: &Value) -> Option<i64> {
+pub fn millis<T: Tree + ?Sized>(value: &T) -> Option<i64> {
     #[allow(clippy::cast_possible_truncation)]
     of(value).map(|v| (v * 1000.0).ceil() as i64)
 }
 
 /// A quantity of bytes as a whole number.
-pub fn bytes(value: &Value) -> Option<i64> {
+pub fn bytes<T: Tree + ?Sized>(value: &T) -> Option<i64> {
     #[allow(clippy::cast_possible_truncation)]
     of(value).map(|v| v.ceil() as i64)
 }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::frozen::Tree;
+
 /// The operator of one label requirement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -351,40 +353,39 @@ impl LabelSelector {
     ///
     /// # Errors
     /// A [`SelectorError`] for an unknown operator or an `In`/`NotIn` without values.
-    pub fn from_object(selector: &serde_json::Value) -> Result<Self, SelectorError> {
+    pub fn from_object<T: Tree + ?Sized>(selector: &T) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
-        if let Some(labels) = selector.get("matchLabels").and_then(|m| m.as_object()) {
-            for (key, value) in labels {
-                let value = value.as_str().unwrap_or("").to_owned();
+        if let Some(labels) = selector.field("matchLabels") {
+            for (key, value) in labels.entries() {
+                let value = value.text().unwrap_or("").to_owned();
                 requirements.push(Requirement {
-                    key: key.clone(),
+                    key: key.to_owned(),
                     op: Op::In(vec![value]),
                 });
             }
         }
         let expressions = selector
-            .get("matchExpressions")
-            .and_then(|e| e.as_array())
-            .map(Vec::as_slice)
+            .field("matchExpressions")
+            .map(Tree::elements)
             .unwrap_or_default();
         for expression in expressions {
             let key = expression
-                .get("key")
-                .and_then(|k| k.as_str())
+                .field("key")
+                .and_then(Tree::text)
                 .unwrap_or("")
                 .to_owned();
             let values: Vec<String> = expression
-                .get("values")
-                .and_then(|v| v.as_array())
+                .field("values")
                 .map(|v| {
-                    v.iter()
-                        .filter_map(|s| s.as_str().map(str::to_owned))
+                    v.elements()
+                        .into_iter()
+                        .filter_map(|s| s.text().map(str::to_owned))
                         .collect()
                 })
                 .unwrap_or_default();
             let operator = expression
-                .get("operator")
-                .and_then(|o| o.as_str())
+                .field("operator")
+                .and_then(Tree::text)
                 .unwrap_or("");
             let op = match operator {
                 "In" | "NotIn" if values.is_empty() => {

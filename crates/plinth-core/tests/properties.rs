@@ -1,9 +1,11 @@
 //! Property tests over what request input reaches in `plinth-core`: selectors, JSONPath,
-//! strategic merge patch, managedFields and server-side apply, decoding managedFields, names.
+//! strategic merge patch, managedFields and server-side apply, decoding managedFields, names;
+//! and the compact tree the controllers cache objects in reads as the JSON it was made of.
 //! Nothing panics; every failure is an error value.
 
 #![allow(clippy::unwrap_used)]
 
+use plinth_core::Frozen;
 use plinth_core::jsonpath::JsonPath;
 use plinth_core::managed::{Element, ListType, Manager, MapType, Operation, Shape};
 use plinth_core::selector::{FieldSelector, LabelSelector};
@@ -118,6 +120,21 @@ proptest! {
         if let Ok(path) = JsonPath::parse(&input) {
             path.select(&value);
             path.fields();
+        }
+    }
+
+    #[test]
+    fn a_frozen_tree_reads_and_writes_as_its_value(value in json_value(), steps in prop::collection::vec(prop_oneof![key(), "[0-4]".prop_map(String::from)], 0..4)) {
+        let frozen = Frozen::from(&value);
+        prop_assert!(frozen == value);
+        prop_assert_eq!(frozen.to_value(), value.clone());
+        prop_assert_eq!(Frozen::from(value.clone()).to_value(), value.clone());
+        prop_assert_eq!(serde_json::to_string(&frozen).ok(), serde_json::to_string(&value).ok());
+        let pointer: String = steps.iter().map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1"))).collect();
+        prop_assert_eq!(frozen.at(&pointer).map(Frozen::to_value), value.pointer(&pointer).cloned());
+        if let (Some(map), Some(first)) = (frozen.as_object(), steps.first()) {
+            prop_assert_eq!(map.get(first).map(Frozen::to_value), value.get(first.as_str()).cloned());
+            prop_assert_eq!(frozen[first.as_str()].to_value(), value[first.as_str()].clone());
         }
     }
 

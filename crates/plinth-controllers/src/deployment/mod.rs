@@ -13,6 +13,7 @@ use plinth_core::At as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, Part, WriteOptions};
 use plinth_types::apps::scaled;
 use serde_json::{Map, Value, json};
@@ -102,28 +103,28 @@ struct Context<'a> {
     registry: &'a Client,
     sets: &'a Informer,
     pods: &'a Informer,
-    deployment: &'a Value,
+    deployment: &'a Frozen,
     /// Whether a write of this pass failed (the key is retried after its backoff).
     failed: Failed,
 }
 
-fn int(object: &Value, pointer: &str) -> i64 {
-    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
+fn int(object: &Frozen, pointer: &str) -> i64 {
+    object.at(pointer).and_then(Frozen::as_i64).unwrap_or(0)
 }
 
-fn replicas_of(set: &Value) -> i64 {
+fn replicas_of(set: &Frozen) -> i64 {
     int(set, "/spec/replicas")
 }
 
-fn revision_of(set: &Value) -> i64 {
+fn revision_of(set: &Frozen) -> i64 {
     set.at("/metadata/annotations")
         .and_then(|a| a.get(REVISION))
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .and_then(|r| r.parse().ok())
         .unwrap_or(0)
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
@@ -145,28 +146,27 @@ fn without_hash(template: &Value) -> Value {
 }
 
 impl Context<'_> {
-    fn spec(&self, pointer: &str) -> Option<&Value> {
+    fn spec(&self, pointer: &str) -> Option<&Frozen> {
         self.deployment.at(pointer)
     }
 
     fn replicas(&self) -> i64 {
         self.spec("/spec/replicas")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(1)
     }
 
     /// `maxSurge` and `maxUnavailable` resolved against `replicas` (kube's
     /// `ResolveFenceposts`: both zero makes `maxUnavailable` one).
     fn fenceposts(&self) -> (i64, i64) {
-        if self.spec("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate") {
+        if self.spec("/spec/strategy/type").and_then(Frozen::as_str) == Some("Recreate") {
             return (0, self.replicas());
         }
         let rolling = self.spec("/spec/strategy/rollingUpdate");
         let field = |f: &str| {
             rolling
                 .and_then(|r| r.get(f))
-                .cloned()
-                .unwrap_or(json!("25%"))
+                .map_or(json!("25%"), Frozen::to_value)
         };
         let replicas = self.replicas();
         let surge = scaled(&field("maxSurge"), replicas, true).unwrap_or(0);
@@ -194,17 +194,16 @@ impl Context<'_> {
         }
         let template = self
             .spec("/spec/template")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+            .map_or_else(|| json!({}), Frozen::to_value);
         let wanted = normalized(template);
         let mut newest = sets
             .iter()
             .find(|s| {
                 s.at("/spec/template")
-                    .is_some_and(|t| without_hash(t) == wanted)
+                    .is_some_and(|t| without_hash(&t.to_value()) == wanted)
             })
             .cloned();
-        let paused = self.spec("/spec/paused") == Some(&json!(true));
+        let paused = self.spec("/spec/paused").is_some_and(|p| *p == true);
         // A change of `replicas` alone is a scaling event, rollout or not.
         if self.scale(&sets, newest.as_deref()).await {
             return None;
@@ -212,11 +211,12 @@ impl Context<'_> {
         if paused {
             return self.update_status(&sets, newest.as_deref()).await;
         }
-        let recreate = self.spec("/spec/strategy/type").and_then(Value::as_str) == Some("Recreate");
+        let recreate =
+            self.spec("/spec/strategy/type").and_then(Frozen::as_str) == Some("Recreate");
         match &newest {
             Some(new) => {
                 if let Some(updated) = self.keep_revision(new, &sets).await {
-                    newest = Some(Arc::new(updated));
+                    newest = Some(Arc::new(Frozen::from(updated)));
                     sets = self.owned_sets();
                 }
             }
@@ -248,7 +248,7 @@ impl Context<'_> {
     }
 
     /// The ReplicaSets this Deployment controls, as the cache has them now.
-    fn owned_sets(&self) -> Vec<Arc<Value>> {
+    fn owned_sets(&self) -> Vec<Arc<Frozen>> {
         let namespace = plinth_core::meta::namespace(self.deployment).unwrap_or("default");
         let owner = uid(self.deployment);
         self.sets
@@ -258,11 +258,11 @@ impl Context<'_> {
             .collect()
     }
 
-    fn old_pods_running(&self, sets: &[Arc<Value>]) -> bool {
+    fn old_pods_running(&self, sets: &[Arc<Frozen>]) -> bool {
         let namespace = plinth_core::meta::namespace(self.deployment).unwrap_or("default");
-        let uids: Vec<&str> = sets.iter().map(|s| uid(s)).collect();
+        let uids: Vec<&str> = sets.iter().map(uid).collect();
         self.pods.in_namespace(namespace).iter().any(|p| {
-            let phase = p.at("/status/phase").and_then(Value::as_str);
+            let phase = p.at("/status/phase").and_then(Frozen::as_str);
             !matches!(phase, Some("Succeeded" | "Failed"))
                 && controller_of(p)
                     .and_then(|c| c["uid"].as_str())
@@ -271,7 +271,7 @@ impl Context<'_> {
     }
 
     /// The next revision: one more than any ReplicaSet's.
-    fn next_revision(&self, sets: &[Arc<Value>], except: Option<&Value>) -> i64 {
+    fn next_revision(&self, sets: &[Arc<Frozen>], except: Option<&Frozen>) -> i64 {
         sets.iter()
             .filter(|s| except.is_none_or(|e| uid(s) != uid(e)))
             .map(|s| revision_of(s))
@@ -282,7 +282,7 @@ impl Context<'_> {
 
     /// Gives a ReplicaSet that became the new one again (a rollback) the next revision, and
     /// the Deployment its revision; the ReplicaSet as written when it changed.
-    async fn keep_revision(&self, new: &Value, sets: &[Arc<Value>]) -> Option<Value> {
+    async fn keep_revision(&self, new: &Frozen, sets: &[Arc<Frozen>]) -> Option<Value> {
         let older_max = self.next_revision(sets, Some(new)) - 1;
         let revision = if revision_of(new) > older_max {
             revision_of(new)
@@ -331,13 +331,17 @@ impl Context<'_> {
     }
 
     /// Creates the ReplicaSet of the current template; `None` if that failed.
-    async fn create_new(&self, sets: &[Arc<Value>], recreate: bool) -> Option<Value> {
+    async fn create_new(&self, sets: &[Arc<Frozen>], recreate: bool) -> Option<Value> {
         let def = self.registry.resources.get("apps", "v1", "replicasets")?;
-        let collisions = self.spec("/status/collisionCount").and_then(Value::as_i64);
-        let mut template = self.spec("/spec/template").cloned().unwrap_or(json!({}));
+        let collisions = self.spec("/status/collisionCount").and_then(Frozen::as_i64);
+        let mut template = self
+            .spec("/spec/template")
+            .map_or(json!({}), Frozen::to_value);
         let hash = template_hash(&template, collisions);
         template["metadata"]["labels"][HASH] = json!(hash);
-        let mut selector = self.spec("/spec/selector").cloned().unwrap_or(json!({}));
+        let mut selector = self
+            .spec("/spec/selector")
+            .map_or(json!({}), Frozen::to_value);
         selector["matchLabels"][HASH] = json!(hash);
         let revision = self.next_revision(sets, None);
         let (surge, _) = self.fenceposts();
@@ -348,11 +352,11 @@ impl Context<'_> {
         };
         let mut annotations: Map<String, Value> = self
             .spec("/metadata/annotations")
-            .and_then(Value::as_object)
+            .and_then(Frozen::as_object)
             .into_iter()
             .flatten()
-            .filter(|(k, _)| !NOT_COPIED.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .filter(|(k, _)| !NOT_COPIED.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.to_value()))
             .collect();
         annotations.insert(REVISION.into(), json!(revision.to_string()));
         annotations.insert(DESIRED.into(), json!(self.replicas().to_string()));
@@ -412,7 +416,10 @@ impl Context<'_> {
     }
 
     async fn bump_collisions(&self) {
-        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        let mut status = self
+            .deployment
+            .get("status")
+            .map_or(json!({}), Frozen::to_value);
         status["collisionCount"] = json!(int(self.deployment, "/status/collisionCount") + 1);
         write_status(
             self.registry,
@@ -425,7 +432,7 @@ impl Context<'_> {
     }
 
     /// kube's `NewRSNewReplicas` for a rolling update.
-    fn new_replicas(&self, sets: &[Arc<Value>], new: Option<&Value>) -> i64 {
+    fn new_replicas(&self, sets: &[Arc<Frozen>], new: Option<&Frozen>) -> i64 {
         let (surge, _) = self.fenceposts();
         let current: i64 = sets.iter().map(|s| replicas_of(s)).sum();
         let new_now = new.map_or(0, replicas_of);
@@ -437,15 +444,15 @@ impl Context<'_> {
     }
 
     /// Scales `set` to `replicas` (with the Deployment's size annotations); whether it did.
-    async fn scale_set(&self, set: &Value, replicas: i64) -> bool {
+    async fn scale_set(&self, set: &Frozen, replicas: i64) -> bool {
         let (surge, _) = self.fenceposts();
         let desired = self.replicas().to_string();
         let max = (self.replicas() + surge).to_string();
         let before = replicas_of(set);
-        let annotated = |s: &Value, key: &str, value: &str| {
+        let annotated = |s: &Frozen, key: &str, value: &str| {
             s.at("/metadata/annotations")
                 .and_then(|a| a.get(key))
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
                 == Some(value)
         };
         if before == replicas && annotated(set, DESIRED, &desired) && annotated(set, MAX, &max) {
@@ -469,7 +476,7 @@ impl Context<'_> {
         written.is_some() && before != replicas
     }
 
-    async fn modify_set(&self, set: &Value, change: impl Fn(&mut Value) + Sync) -> Option<Value> {
+    async fn modify_set(&self, set: &Frozen, change: impl Fn(&mut Value) + Sync) -> Option<Value> {
         let def = self.registry.resources.get("apps", "v1", "replicasets")?;
         let written = self
             .registry

@@ -1,11 +1,10 @@
 //! A Deployment's rollout: scaling its ReplicaSets for a replica change, a rolling update or
 //! a recreate, and deleting old ones beyond the history limit.
 
-use plinth_core::At as _;
 use std::sync::Arc;
 
+use plinth_core::Frozen;
 use plinth_registry::DeleteOptions;
-use serde_json::{Value, json};
 
 use crate::workload::{deleting, uid};
 
@@ -15,19 +14,20 @@ impl Context<'_> {
     /// A change of `spec.replicas`: the active ReplicaSets are sized to the new count — the
     /// only active one (or the new one) to `replicas`, several in proportion to their size
     /// (kube's `scale`). Whether anything was scaled.
-    pub(super) async fn scale(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+    pub(super) async fn scale(&self, sets: &[Arc<Frozen>], new: Option<&Frozen>) -> bool {
         let desired = self.replicas().to_string();
-        let active: Vec<&Arc<Value>> = sets.iter().filter(|s| replicas_of(s) > 0).collect();
+        let active: Vec<&Arc<Frozen>> = sets.iter().filter(|s| replicas_of(s) > 0).collect();
         let scaling = active.iter().any(|s| {
             s.at("/metadata/annotations")
                 .and_then(|a| a.get(DESIRED))
-                .and_then(Value::as_str)
+                .and_then(Frozen::as_str)
                 .is_some_and(|d| d != desired)
         });
         match active.as_slice() {
             [] => match new {
                 Some(new)
-                    if self.spec("/spec/paused") == Some(&json!(true)) || new_only(sets, new) =>
+                    if self.spec("/spec/paused").is_some_and(|p| *p == true)
+                        || new_only(sets, new) =>
                 {
                     self.scale_set(new, self.replicas()).await
                 }
@@ -54,8 +54,8 @@ impl Context<'_> {
                 // times the new total over the total it was sized for (its max-replicas
                 // annotation), rounded, within what is left to give; the rest goes to the
                 // first.
-                let mut ordered: Vec<&Arc<Value>> = many.to_vec();
-                let created = |s: &Value| {
+                let mut ordered: Vec<&Arc<Frozen>> = many.to_vec();
+                let created = |s: &Frozen| {
                     plinth_core::meta::meta_str(s, "creationTimestamp").map(str::to_owned)
                 };
                 ordered.sort_by(|a, b| {
@@ -69,10 +69,10 @@ impl Context<'_> {
                 let status_replicas = self
                     .deployment
                     .at("/status/replicas")
-                    .and_then(Value::as_i64)
+                    .and_then(Frozen::as_i64)
                     .unwrap_or(total);
                 let mut given = 0;
-                let mut targets: Vec<(Arc<Value>, i64)> = Vec::new();
+                let mut targets: Vec<(Arc<Frozen>, i64)> = Vec::new();
                 for s in &ordered {
                     let size = replicas_of(s);
                     let fraction = if self.replicas() == 0 {
@@ -81,7 +81,7 @@ impl Context<'_> {
                         let annotated = s
                             .at("/metadata/annotations")
                             .and_then(|a| a.get(MAX))
-                            .and_then(Value::as_str)
+                            .and_then(Frozen::as_str)
                             .and_then(|m| m.parse::<i64>().ok())
                             .unwrap_or(status_replicas)
                             .max(1);
@@ -114,13 +114,13 @@ impl Context<'_> {
     }
 
     /// One step of a rolling update; whether anything was scaled.
-    pub(super) async fn rollout_rolling(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+    pub(super) async fn rollout_rolling(&self, sets: &[Arc<Frozen>], new: Option<&Frozen>) -> bool {
         let Some(new) = new else { return false };
         let target = self.new_replicas(sets, Some(new));
         if target != replicas_of(new) {
             return self.scale_set(new, target).await;
         }
-        let mut old: Vec<&Arc<Value>> = sets.iter().filter(|s| uid(s) != uid(new)).collect();
+        let mut old: Vec<&Arc<Frozen>> = sets.iter().filter(|s| uid(s) != uid(new)).collect();
         if old.iter().all(|s| replicas_of(s) == 0) {
             return false;
         }
@@ -170,7 +170,11 @@ impl Context<'_> {
 
     /// Recreate: the old ReplicaSets to zero, then — once their pods are gone — the new
     /// one to `replicas`; whether anything was scaled.
-    pub(super) async fn rollout_recreate(&self, sets: &[Arc<Value>], new: Option<&Value>) -> bool {
+    pub(super) async fn rollout_recreate(
+        &self,
+        sets: &[Arc<Frozen>],
+        new: Option<&Frozen>,
+    ) -> bool {
         let mut changed = false;
         for set in sets {
             if new.is_none_or(|n| uid(n) != uid(set)) && replicas_of(set) > 0 {
@@ -180,7 +184,7 @@ impl Context<'_> {
         if changed {
             return true;
         }
-        let old: Vec<Arc<Value>> = sets
+        let old: Vec<Arc<Frozen>> = sets
             .iter()
             .filter(|s| new.is_none_or(|n| uid(n) != uid(s)))
             .cloned()
@@ -197,12 +201,12 @@ impl Context<'_> {
     }
 
     /// Deletes the oldest empty old ReplicaSets beyond `revisionHistoryLimit`.
-    pub(super) async fn cleanup(&self, sets: &[Arc<Value>], new: Option<&Value>) {
+    pub(super) async fn cleanup(&self, sets: &[Arc<Frozen>], new: Option<&Frozen>) {
         let limit = self
             .spec("/spec/revisionHistoryLimit")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(10);
-        let mut old: Vec<&Arc<Value>> = sets
+        let mut old: Vec<&Arc<Frozen>> = sets
             .iter()
             .filter(|s| new.is_none_or(|n| uid(n) != uid(s)) && !deleting(s))
             .collect();

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::Frozen;
 use plinth_registry::{Part, WriteOptions};
 use serde_json::{Value, json};
 
@@ -25,7 +26,10 @@ impl Context<'_> {
 
     /// Sets the `Progressing` condition (true) with `reason` and `message` right away.
     pub(super) async fn set_progressing(&self, reason: &str, message: &str) {
-        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        let mut status = self
+            .deployment
+            .get("status")
+            .map_or(json!({}), Frozen::to_value);
         let now = plinth_core::meta::format_time(plinth_registry::now());
         set_condition(
             &mut status,
@@ -64,8 +68,8 @@ impl Context<'_> {
     /// or a paused check).
     pub(super) async fn update_status(
         &self,
-        sets: &[Arc<Value>],
-        new: Option<&Value>,
+        sets: &[Arc<Frozen>],
+        new: Option<&Frozen>,
     ) -> Option<Duration> {
         let sum = |pointer: &str| -> i64 { sets.iter().map(|s| int(s, pointer)).sum() };
         let replicas = sum("/status/replicas");
@@ -73,12 +77,14 @@ impl Context<'_> {
         let updated = new.map_or(0, |n| int(n, "/status/replicas"));
         let desired = self.replicas();
         let (_, max_unavailable) = self.fenceposts();
-        let mut status = self.deployment.get("status").cloned().unwrap_or(json!({}));
+        let mut status = self
+            .deployment
+            .get("status")
+            .map_or(json!({}), Frozen::to_value);
         let old = status.clone();
         status["observedGeneration"] = self
             .spec("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
+            .map_or(json!(1), Frozen::to_value);
         status["replicas"] = json!(replicas);
         status["updatedReplicas"] = json!(updated);
         status["readyReplicas"] = json!(sum("/status/readyReplicas"));
@@ -122,10 +128,10 @@ impl Context<'_> {
             );
         }
         let new_name = new.map(name_of).unwrap_or("");
-        let paused = self.spec("/spec/paused") == Some(&json!(true));
+        let paused = self.spec("/spec/paused").is_some_and(|p| *p == true);
         let deadline = self
             .spec("/spec/progressDeadlineSeconds")
-            .and_then(Value::as_i64);
+            .and_then(Frozen::as_i64);
         let mut wait = None;
         let progressing = condition(&status, "Progressing");
         let reason = progressing.and_then(|c| c["reason"].as_str()).unwrap_or("");
@@ -221,7 +227,7 @@ impl Context<'_> {
 
 /// Whether `new` is the only ReplicaSet with replicas or pods (a scale of a settled
 /// Deployment whose sets are all at zero).
-pub(super) fn new_only(sets: &[Arc<Value>], new: &Value) -> bool {
+pub(super) fn new_only(sets: &[Arc<Frozen>], new: &Frozen) -> bool {
     sets.iter()
         .all(|s| uid(s) == uid(new) || (replicas_of(s) == 0 && int(s, "/status/replicas") == 0))
 }

@@ -11,11 +11,11 @@
 //! `succeeded`/`failed` — so a pod deleted after it finished is neither lost nor counted
 //! twice.
 
-use plinth_core::At as _;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, DeleteOptions, Part, Propagation, WriteOptions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -89,21 +89,21 @@ pub fn spawn_job_controller(
     });
 }
 
-fn has_finalizer(pod: &Value) -> bool {
+fn has_finalizer(pod: &Frozen) -> bool {
     plinth_core::meta::finalizers(pod)
         .iter()
         .any(|f| f == TRACKING)
 }
 
-fn phase(pod: &Value) -> &str {
+fn phase(pod: &Frozen) -> &str {
     pod.at("/status/phase")
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .unwrap_or("")
 }
 
 /// kube's view of a finished pod: succeeded, or failed (a pod being deleted that did not
 /// succeed counts as failed).
-fn outcome(pod: &Value) -> Option<bool> {
+fn outcome(pod: &Frozen) -> Option<bool> {
     match phase(pod) {
         "Succeeded" => Some(true),
         "Failed" => Some(false),
@@ -112,18 +112,23 @@ fn outcome(pod: &Value) -> Option<bool> {
     }
 }
 
-fn int(object: &Value, pointer: &str) -> i64 {
-    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
+fn int<T: Tree + ?Sized>(object: &T, pointer: &str) -> i64 {
+    let steps: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    object
+        .path(&steps)
+        .and_then(Tree::number)
+        .and_then(serde_json::Number::as_i64)
+        .unwrap_or(0)
 }
 
-fn name_of(object: &Value) -> &str {
+fn name_of(object: &(impl Tree + ?Sized)) -> &str {
     plinth_core::meta::name(object).unwrap_or("")
 }
 
-fn index_of(pod: &Value) -> Option<i64> {
+fn index_of(pod: &Frozen) -> Option<i64> {
     pod.at("/metadata/annotations")
         .and_then(|a| a.get(INDEX))
-        .and_then(Value::as_str)
+        .and_then(Frozen::as_str)
         .and_then(|i| i.parse().ok())
 }
 
@@ -183,7 +188,7 @@ async fn free_orphan(registry: &Client, jobs: &Informer, pods: &Informer, key: &
     }
 }
 
-async fn remove_finalizer(registry: &Client, pod: &Value) {
+async fn remove_finalizer(registry: &Client, pod: &Frozen) {
     let Some(def) = registry.resources.get("", "v1", "pods") else {
         return;
     };
@@ -214,7 +219,7 @@ struct Pass<'a> {
     registry: &'a Client,
     jobs: &'a Informer,
     pods: &'a Informer,
-    job: &'a Value,
+    job: &'a Frozen,
     /// Whether a write of this pass failed (the key is retried after its backoff).
     failed: Failed,
 }
@@ -226,16 +231,16 @@ enum End {
     Failed(&'static str, String),
 }
 
-fn condition_true(job: &Value, kind: &str) -> bool {
+fn condition_true(job: &Frozen, kind: &str) -> bool {
     job.at("/status/conditions")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
 impl Pass<'_> {
-    fn spec(&self, pointer: &str) -> Option<&Value> {
+    fn spec(&self, pointer: &str) -> Option<&Frozen> {
         self.job.at(pointer)
     }
 
@@ -259,7 +264,10 @@ impl Pass<'_> {
         )
         .await;
         let now = plinth_registry::now();
-        let mut status = self.job.get("status").cloned().unwrap_or_else(|| json!({}));
+        let mut status = self
+            .job
+            .get("status")
+            .map_or_else(|| json!({}), Frozen::to_value);
         // Counting: finished pods not yet counted go into uncountedTerminatedPods, then lose
         // their finalizer, then move into the counts.
         let finished = self.finished();
@@ -276,7 +284,7 @@ impl Pass<'_> {
             return if finished { self.ttl(now).await } else { None };
         }
         self.count(&pods, &mut status).await;
-        let active: Vec<&Arc<Value>> = pods.iter().filter(|p| outcome(p).is_none()).collect();
+        let active: Vec<&Arc<Frozen>> = pods.iter().filter(|p| outcome(p).is_none()).collect();
         let succeeded = int(&status, "/succeeded")
             + status["uncountedTerminatedPods"]["succeeded"]
                 .as_array()
@@ -285,12 +293,12 @@ impl Pass<'_> {
             + status["uncountedTerminatedPods"]["failed"]
                 .as_array()
                 .map_or(0, |a| a.len() as i64);
-        let suspended = self.spec("/spec/suspend") == Some(&json!(true));
-        let indexed = self.spec("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
-        let completions = self.spec("/spec/completions").and_then(Value::as_i64);
+        let suspended = self.spec("/spec/suspend").is_some_and(|s| *s == true);
+        let indexed = self.spec("/spec/completionMode").and_then(Frozen::as_str) == Some("Indexed");
+        let completions = self.spec("/spec/completions").and_then(Frozen::as_i64);
         let parallelism = self
             .spec("/spec/parallelism")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(1);
         let done_indexes = parse_indexes(status["completedIndexes"].as_str().unwrap_or(""));
         let nowtext = plinth_core::meta::format_time(now);
@@ -392,7 +400,7 @@ impl Pass<'_> {
                     .await;
                 if let Some(deadline) = self
                     .spec("/spec/activeDeadlineSeconds")
-                    .and_then(Value::as_i64)
+                    .and_then(Frozen::as_i64)
                 {
                     let left = start + deadline - now;
                     wait = Some(wait.map_or(left.max(1), |w: i64| w.min(left.max(1))));
@@ -412,7 +420,7 @@ impl Pass<'_> {
     }
 
     /// active, ready and terminating from the pods now.
-    fn fill_counts(&self, status: &mut Value, pods: &[Arc<Value>]) {
+    fn fill_counts(&self, status: &mut Value, pods: &[Arc<Frozen>]) {
         let active = pods.iter().filter(|p| outcome(p).is_none()).count();
         let ready_count = pods
             .iter()
@@ -449,11 +457,11 @@ impl Pass<'_> {
     async fn ttl(&self, now: i64) -> Option<Duration> {
         let ttl = self
             .spec("/spec/ttlSecondsAfterFinished")
-            .and_then(Value::as_i64)?;
+            .and_then(Frozen::as_i64)?;
         let finished_at = self
             .job
             .at("/status/conditions")
-            .and_then(Value::as_array)?
+            .and_then(Frozen::as_array)?
             .iter()
             .filter(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
             .filter_map(|c| {

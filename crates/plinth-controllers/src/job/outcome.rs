@@ -1,10 +1,10 @@
 //! A Job's outcome: finished pods counted (with their finalizers), the pod failure policy,
 //! the end decided.
 
-use plinth_core::At as _;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use plinth_core::{Frozen, Tree};
 use serde_json::{Value, json};
 
 use crate::informer::key_of;
@@ -15,7 +15,7 @@ use super::*;
 impl Pass<'_> {
     /// Moves finished pods through the counting protocol, until the Job's end is decided
     /// (pods that end after that, as the ones it deletes, are not counted).
-    pub(super) async fn count(&self, pods: &[Arc<Value>], status: &mut Value) {
+    pub(super) async fn count(&self, pods: &[Arc<Frozen>], status: &mut Value) {
         let decided = condition_true(self.job, "SuccessCriteriaMet")
             || condition_true(self.job, "FailureTarget");
         let mut uncounted_ok: Vec<String> =
@@ -66,7 +66,7 @@ impl Pass<'_> {
             self.write(status.clone()).await;
         }
         // …then the finalizers go…
-        let waiting: Vec<&Arc<Value>> = pods
+        let waiting: Vec<&Arc<Frozen>> = pods
             .iter()
             .filter(|p| has_finalizer(p))
             .filter(|p| {
@@ -77,7 +77,7 @@ impl Pass<'_> {
         for pod in &waiting {
             remove_finalizer(self.registry, pod).await;
         }
-        let keys: Vec<String> = waiting.iter().map(|p| key_of(p)).collect();
+        let keys: Vec<String> = waiting.iter().map(key_of).collect();
         self.pods
             .wait_until(EXPECTATION_TIMEOUT, |cache| {
                 keys.iter()
@@ -94,15 +94,15 @@ impl Pass<'_> {
     /// a failure policy's FailJob.
     pub(super) fn end(
         &self,
-        pods: &[Arc<Value>],
+        pods: &[Arc<Frozen>],
         succeeded: i64,
         failed: i64,
         indexes: &BTreeSet<i64>,
         start: i64,
         now: i64,
     ) -> End {
-        let completions = self.spec("/spec/completions").and_then(Value::as_i64);
-        let indexed = self.spec("/spec/completionMode").and_then(Value::as_str) == Some("Indexed");
+        let completions = self.spec("/spec/completions").and_then(Frozen::as_i64);
+        let indexed = self.spec("/spec/completionMode").and_then(Frozen::as_str) == Some("Indexed");
         let active = pods.iter().filter(|p| outcome(p).is_none()).count();
         let done = match (completions, indexed) {
             (Some(n), true) => i64::try_from(indexes.len()).unwrap_or(0) >= n,
@@ -117,13 +117,13 @@ impl Pass<'_> {
         }
         let limit = self
             .spec("/spec/backoffLimit")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             .unwrap_or(6);
         // With OnFailure, the restarts of the running pods' containers are the failures
         // (kube's pastBackoffLimitOnFailure).
         let on_failure = self
             .spec("/spec/template/spec/restartPolicy")
-            .and_then(Value::as_str)
+            .and_then(Frozen::as_str)
             == Some("OnFailure");
         let restarts: i64 = pods
             .iter()
@@ -144,7 +144,7 @@ impl Pass<'_> {
         }
         if let Some(deadline) = self
             .spec("/spec/activeDeadlineSeconds")
-            .and_then(Value::as_i64)
+            .and_then(Frozen::as_i64)
             && now - start >= deadline
         {
             return End::Failed(
@@ -156,7 +156,7 @@ impl Pass<'_> {
     }
 
     /// A `FailJob` rule's message, if a failed pod matches one.
-    pub(super) fn policy_fails(&self, pods: &[Arc<Value>]) -> Option<String> {
+    pub(super) fn policy_fails(&self, pods: &[Arc<Frozen>]) -> Option<String> {
         pods.iter()
             .filter(|p| outcome(p) == Some(false))
             .find(|p| self.policy_action(p) == Some("FailJob"))
@@ -171,12 +171,12 @@ impl Pass<'_> {
             })
     }
 
-    pub(super) fn matching_rule(&self, pod: &Value) -> Option<usize> {
+    pub(super) fn matching_rule(&self, pod: &Frozen) -> Option<usize> {
         let rules = self.spec("/spec/podFailurePolicy/rules")?.as_array()?;
         rules.iter().position(|rule| rule_matches(rule, pod))
     }
 
-    pub(super) fn policy_action(&self, pod: &Value) -> Option<&str> {
+    pub(super) fn policy_action(&self, pod: &Frozen) -> Option<&str> {
         let rules = self.spec("/spec/podFailurePolicy/rules")?.as_array()?;
         rules
             .iter()
@@ -185,18 +185,17 @@ impl Pass<'_> {
     }
 }
 
-pub(super) fn strings(value: &Value) -> Vec<String> {
+pub(super) fn strings<T: Tree + ?Sized>(value: &T) -> Vec<String> {
     value
-        .as_array()
+        .elements()
         .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_owned))
+        .filter_map(|v| v.text().map(str::to_owned))
         .collect()
 }
 
-pub(super) fn restart_count(pod: &Value) -> i64 {
+pub(super) fn restart_count(pod: &Frozen) -> i64 {
     pod.at("/status/containerStatuses")
-        .and_then(Value::as_array)
+        .and_then(Frozen::as_array)
         .into_iter()
         .flatten()
         .filter_map(|c| c["restartCount"].as_i64())
@@ -204,11 +203,14 @@ pub(super) fn restart_count(pod: &Value) -> i64 {
 }
 
 /// When the pod's last container finished.
-pub(super) fn finished_at(pod: &Value) -> Option<i64> {
+pub(super) fn finished_at(pod: &Frozen) -> Option<i64> {
     pod.at("/status/containerStatuses")
-        .and_then(Value::as_array)?
+        .and_then(Frozen::as_array)?
         .iter()
-        .filter_map(|c| c.at("/state/terminated/finishedAt").and_then(Value::as_str))
+        .filter_map(|c| {
+            c.at("/state/terminated/finishedAt")
+                .and_then(Frozen::as_str)
+        })
         .filter_map(plinth_core::meta::parse_time)
         .max()
         .or_else(|| {
@@ -218,39 +220,41 @@ pub(super) fn finished_at(pod: &Value) -> Option<i64> {
 }
 
 /// The first container that failed, and its exit code.
-pub(super) fn exit_of(pod: &Value) -> Option<(String, i64)> {
+pub(super) fn exit_of(pod: &Frozen) -> Option<(String, i64)> {
     pod.at("/status/containerStatuses")
-        .and_then(Value::as_array)?
+        .and_then(Frozen::as_array)?
         .iter()
         .find_map(|c| {
-            let code = c.at("/state/terminated/exitCode").and_then(Value::as_i64)?;
+            let code = c
+                .at("/state/terminated/exitCode")
+                .and_then(Frozen::as_i64)?;
             (code != 0).then(|| (c["name"].as_str().unwrap_or("").to_owned(), code))
         })
 }
 
 /// Whether a `podFailurePolicy` rule matches a failed pod (by exit codes or conditions).
-pub(super) fn rule_matches(rule: &Value, pod: &Value) -> bool {
+pub(super) fn rule_matches(rule: &Frozen, pod: &Frozen) -> bool {
     if let Some(codes) = rule.get("onExitCodes").filter(|c| !c.is_null()) {
         let values: Vec<i64> = codes["values"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(Value::as_i64)
+            .filter_map(Frozen::as_i64)
             .collect();
         let only = codes["containerName"].as_str();
         let operator = codes["operator"].as_str().unwrap_or("In");
         return pod
             .at("/status/containerStatuses")
-            .and_then(Value::as_array)
+            .and_then(Frozen::as_array)
             .into_iter()
             .flatten()
             .filter(|c| only.is_none_or(|n| c["name"] == n))
-            .filter_map(|c| c.at("/state/terminated/exitCode").and_then(Value::as_i64))
+            .filter_map(|c| c.at("/state/terminated/exitCode").and_then(Frozen::as_i64))
             .filter(|code| *code != 0)
             .any(|code| (operator == "In") == values.contains(&code));
     }
     if let Some(patterns) = rule["onPodConditions"].as_array() {
-        let conditions = pod.at("/status/conditions").and_then(Value::as_array);
+        let conditions = pod.at("/status/conditions").and_then(Frozen::as_array);
         return patterns.iter().any(|pattern| {
             conditions.into_iter().flatten().any(|c| {
                 c["type"] == pattern["type"]

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use plinth_core::Frozen;
 use plinth_registry::WriteOptions;
 use serde_json::{Value, json};
 
@@ -18,8 +19,8 @@ impl Pass<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_pods(
         &self,
-        pods: &[Arc<Value>],
-        active: &[&Arc<Value>],
+        pods: &[Arc<Frozen>],
+        active: &[&Arc<Frozen>],
         succeeded: i64,
         failed: i64,
         completions: Option<i64>,
@@ -59,7 +60,9 @@ impl Pass<'_> {
             }
         }
         let def = self.registry.resources.get("", "v1", "pods")?;
-        let template = self.spec("/spec/template").cloned().unwrap_or(json!({}));
+        let template = self
+            .spec("/spec/template")
+            .map_or(json!({}), Frozen::to_value);
         let running_indexes: BTreeSet<i64> = active.iter().filter_map(|p| index_of(p)).collect();
         let mut free = (0..completions.unwrap_or(0))
             .filter(|i| !done_indexes.contains(i) && !running_indexes.contains(i));
@@ -116,7 +119,7 @@ impl Pass<'_> {
         None
     }
 
-    pub(super) async fn delete_pod(&self, pod: &Value) {
+    pub(super) async fn delete_pod(&self, pod: &Frozen) {
         let message = format!("Deleted pod: {}", name_of(pod));
         delete_pod(self.registry, self.pods, self.job, pod, &message, MANAGER).await;
     }
