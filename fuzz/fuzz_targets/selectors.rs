@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
                 selector.matches(|field| (field == "metadata.name").then(|| "web-0".to_owned()));
         }
     }
-    if let Ok(object) = serde_json::from_slice(data)
+    if let Ok(object) = serde_json::from_slice::<serde_json::Value>(data)
         && let Ok(selector) = LabelSelector::from_object(&object)
     {
         let _ = selector.matches(&labels);

@@ -347,11 +347,16 @@ pub(crate) async fn run(
     }
     if let (Some(before), Some(after)) = (rss_before, rss_after) {
         let per_pod = (after.0 - before.0) * 1024.0 / replicas as f64;
+        let anon_per_pod = (after.1 - before.1) * 1024.0 / replicas as f64;
         println!(
-            "| server RSS before → with the pods | {:.0} → {:.0} MiB: {per_pod:.1} KiB per pod (a pod's JSON: {:.1} KiB) |",
+            "| server RSS before → with the pods | {:.0} → {:.0} MiB: {per_pod:.1} KiB per pod (a pod's JSON: {:.1} KiB); anonymous {:.0} → {:.0} MiB: {anon_per_pod:.1} KiB per pod, file-backed {:.0} → {:.0} MiB |",
             before.0,
             after.0,
-            pod_bytes as f64 / 1024.0
+            pod_bytes as f64 / 1024.0,
+            before.1,
+            after.1,
+            before.2,
+            after.2
         );
     }
     let (rate, all_bound) = scheduling(&client, nodes, queued).await?;
@@ -393,10 +398,13 @@ pub(crate) async fn run(
     let rss_again = least_rss(again_pid).await;
     if let (Some(before), Some(after)) = (rss_before, rss_again) {
         println!(
-            "| killed, started again on its data: all {pods_total} pods listed after / RSS 30 s on | {:.2} s / {:.0} MiB: {:.1} KiB per pod |",
+            "| killed, started again on its data: all {pods_total} pods listed after / RSS 30 s on | {:.2} s / {:.0} MiB: {:.1} KiB per pod; anonymous {:.0} MiB: {:.1} KiB per pod, file-backed {:.0} MiB |",
             listing.as_secs_f64(),
             after.0,
-            (after.0 - before.0) * 1024.0 / pods_total as f64
+            (after.0 - before.0) * 1024.0 / pods_total as f64,
+            after.1,
+            (after.1 - before.1) * 1024.0 / pods_total as f64,
+            after.2
         );
     }
     again.kill().await?;
