@@ -206,17 +206,17 @@ fn word(text: &str) -> Option<&'static str> {
         .and_then(|i| VOCABULARY.get(i).copied())
 }
 
-fn key_of(text: String) -> Key {
-    match word(&text) {
+fn key_of<S: AsRef<str> + Into<Box<str>>>(text: S) -> Key {
+    match word(text.as_ref()) {
         Some(w) => Key::Word(w),
-        None => Key::Owned(text.into_boxed_str()),
+        None => Key::Owned(text.into()),
     }
 }
 
-fn string_of(text: String) -> Frozen {
-    match word(&text) {
+fn string_of<S: AsRef<str> + Into<Box<str>>>(text: S) -> Frozen {
+    match word(text.as_ref()) {
         Some(w) => Frozen::Word(w),
-        None => Frozen::String(text.into_boxed_str()),
+        None => Frozen::String(text.into()),
     }
 }
 
@@ -245,20 +245,11 @@ impl From<&Value> for Frozen {
             Value::Null => Self::Null,
             Value::Bool(b) => Self::Bool(*b),
             Value::Number(n) => Self::Number(n.clone()),
-            Value::String(s) => match word(s) {
-                Some(w) => Self::Word(w),
-                None => Self::String(s.as_str().into()),
-            },
+            Value::String(s) => string_of(s.as_str()),
             Value::Array(items) => Self::Array(items.iter().map(Self::from).collect()),
             Value::Object(map) => Self::Object(FrozenMap(
                 map.iter()
-                    .map(|(k, v)| {
-                        let key = match word(k) {
-                            Some(w) => Key::Word(w),
-                            None => Key::Owned(k.as_str().into()),
-                        };
-                        (key, Self::from(v))
-                    })
+                    .map(|(k, v)| (key_of(k.as_str()), Self::from(v)))
                     .collect(),
             )),
         }

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plinth_core::At as _;
 use plinth_core::{Frozen, Tree};
 use plinth_registry::{Client, DeleteOptions, Part, Propagation, WriteOptions};
 use serde_json::{Value, json};
@@ -112,13 +113,8 @@ fn outcome(pod: &Frozen) -> Option<bool> {
     }
 }
 
-fn int<T: Tree + ?Sized>(object: &T, pointer: &str) -> i64 {
-    let steps: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
-    object
-        .path(&steps)
-        .and_then(Tree::number)
-        .and_then(serde_json::Number::as_i64)
-        .unwrap_or(0)
+fn int(object: &Value, pointer: &str) -> i64 {
+    object.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn name_of(object: &(impl Tree + ?Sized)) -> &str {

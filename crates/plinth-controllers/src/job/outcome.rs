@@ -185,11 +185,12 @@ impl Pass<'_> {
     }
 }
 
-pub(super) fn strings<T: Tree + ?Sized>(value: &T) -> Vec<String> {
+pub(super) fn strings(value: &Value) -> Vec<String> {
     value
-        .elements()
+        .as_array()
         .into_iter()
-        .filter_map(|v| v.text().map(str::to_owned))
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
         .collect()
 }
 
