@@ -42,6 +42,11 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::informer::{Change, SharedInformers};
 
+/// Resources the collector does not follow (kube-controller-manager's
+/// `DefaultIgnoredResources`): Events, by group and resource. Their owner references are not
+/// acted on, and the collector holds nothing of them.
+pub(crate) const IGNORED: [(&str, &str); 2] = [("", "events"), ("events.k8s.io", "events")];
+
 /// How many work items run at once.
 const WORKERS: usize = 8;
 
@@ -201,13 +206,17 @@ impl Collector {
         self.graph.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Watches every resource as it appears (CRDs add some at run time), once per storage.
+    /// Watches every resource but [`IGNORED`] as it appears (CRDs add some at run time), once
+    /// per storage.
     async fn discover(self, mut stopping: watch::Receiver<bool>) {
         let mut watched: HashSet<String> = HashSet::new();
         loop {
             for def in self.registry.resources.all() {
                 // All versions of a resource share one storage: watch it once.
-                if def.stored_as.is_some() || !watched.insert(def.key_prefix()) {
+                if def.stored_as.is_some()
+                    || IGNORED.contains(&(def.group_version.group.as_str(), def.plural.as_str()))
+                    || !watched.insert(def.key_prefix())
+                {
                     continue;
                 }
                 self.graph().synced.insert(def.key_prefix(), false);

@@ -3,9 +3,9 @@
 //! A `serde_json::Value` object is a B-tree whose every node has room for eleven entries (about
 //! 630 bytes for a map of one field), so a 2.6 KiB pod decodes into some 16 KiB. A [`Frozen`]
 //! tree keeps each object as one boxed slice of its entries, sorted by key (looked up by binary
-//! search, iterated in the order a `Value` iterates), each array as one boxed slice, and the
-//! field names and small values the API uses everywhere (`metadata`, `name`, `True`, `Running`)
-//! as static strings rather than allocations. It reads like a `Value` (`tree["spec"]["nodeName"]
+//! search and iterated in that order, as serde_json's sorted map is), each array as one boxed
+//! slice, and the field names and small values the API uses everywhere (`metadata`, `name`,
+//! `True`, `Running`) as static strings rather than allocations. It reads like a `Value` (`tree["spec"]["nodeName"]
 //! .as_str()`, [`Frozen::get`], [`Frozen::at`]); [`Frozen::to_value`] gives a `Value` back for
 //! what changes an object. [`Tree`] lets a function read either.
 
@@ -54,6 +54,18 @@ impl Key {
 /// The entries of a [`Frozen`] object, sorted by key.
 #[derive(Clone, Default)]
 pub struct FrozenMap(Box<[(Key, Frozen)]>);
+
+impl FrozenMap {
+    /// `entries` sorted by key, whatever order a map iterated them in (serde_json's map is
+    /// sorted by default, in insertion order with its `preserve_order` feature): lookups
+    /// search the keys in their byte order.
+    fn sorted(mut entries: Box<[(Key, Frozen)]>) -> Self {
+        if !entries.is_sorted_by(|a, b| a.0.as_str() <= b.0.as_str()) {
+            entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        }
+        Self(entries)
+    }
+}
 
 /// Field names and values common in API objects, held once (sorted: looked up by binary search).
 const VOCABULARY: &[&str] = &[
@@ -230,7 +242,7 @@ impl From<Value> for Frozen {
             Value::Number(n) => Self::Number(n),
             Value::String(s) => string_of(s),
             Value::Array(items) => Self::Array(items.into_iter().map(Self::from).collect()),
-            Value::Object(map) => Self::Object(FrozenMap(
+            Value::Object(map) => Self::Object(FrozenMap::sorted(
                 map.into_iter()
                     .map(|(k, v)| (key_of(k), Self::from(v)))
                     .collect(),
@@ -247,7 +259,7 @@ impl From<&Value> for Frozen {
             Value::Number(n) => Self::Number(n.clone()),
             Value::String(s) => string_of(s.as_str()),
             Value::Array(items) => Self::Array(items.iter().map(Self::from).collect()),
-            Value::Object(map) => Self::Object(FrozenMap(
+            Value::Object(map) => Self::Object(FrozenMap::sorted(
                 map.iter()
                     .map(|(k, v)| (key_of(k.as_str()), Self::from(v)))
                     .collect(),
@@ -806,6 +818,23 @@ mod tests {
             .map(|m| m.keys().map(String::as_str).collect())
             .unwrap_or_default();
         assert_eq!(keys, value_keys);
+    }
+
+    #[test]
+    fn entries_are_sorted_whatever_order_they_come_in() {
+        let entries: Box<[(Key, Frozen)]> = Box::new([
+            (key_of("zeta"), Frozen::Bool(true)),
+            (key_of("name"), string_of("n")),
+            (key_of("alpha"), Frozen::Null),
+        ]);
+        let object = Frozen::Object(FrozenMap::sorted(entries));
+        assert_eq!(object["zeta"], true);
+        assert_eq!(object["name"], "n");
+        assert!(object.get("alpha").is_some_and(Frozen::is_null));
+        assert_eq!(
+            object.to_value().to_string(),
+            r#"{"alpha":null,"name":"n","zeta":true}"#
+        );
     }
 
     #[test]

@@ -31,15 +31,73 @@ pub struct Requirement {
     pub op: Op,
 }
 
+/// Labels a selector can read: a map, or a compact form that looks values up by key.
+pub trait LabelSet {
+    /// The value of label `key`, if the set has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// Labels as one boxed slice of `(key, value)` pairs sorted by key: two small strings per label
+/// and one allocation for the set, where a map takes a node of room for eleven (a watch
+/// cache keeps one per object).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SortedLabels(Box<[(Box<str>, Box<str>)]>);
+
+impl SortedLabels {
+    /// The labels in `pairs`, sorted by key (a key given twice keeps its last value).
+    pub fn new<K: Into<Box<str>>, V: Into<Box<str>>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let mut pairs: Vec<(Box<str>, Box<str>)> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        // Stable: of equal keys the last given comes last, and is the one kept.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
+        for pair in pairs {
+            match kept.last_mut() {
+                Some(last) if last.0 == pair.0 => *last = pair,
+                _ => kept.push(pair),
+            }
+        }
+        Self(kept.into_boxed_slice())
+    }
+
+    /// Whether there are no labels.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The labels in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+}
+
+impl LabelSet for SortedLabels {
+    fn label(&self, key: &str) -> Option<&str> {
+        let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        self.0.get(at).map(|(_, v)| &**v)
+    }
+}
+
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
+        let value = labels.label(&self.key);
+        let listed = |values: &[String], v: &str| values.iter().any(|x| x == v);
         match (&self.op, value) {
             (Op::Exists, v) => v.is_some(),
             (Op::DoesNotExist, v) => v.is_none(),
-            (Op::In(values), Some(v)) => values.contains(v),
+            (Op::In(values), Some(v)) => listed(values, v),
             (Op::In(_), None) => false,
-            (Op::NotIn(values), Some(v)) => !values.contains(v),
+            (Op::NotIn(values), Some(v)) => !listed(values, v),
             (Op::NotIn(_), None) => true,
             (Op::GreaterThan(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v > *n),
             (Op::LessThan(n), Some(v)) => v.parse::<i64>().is_ok_and(|v| v < *n),
@@ -338,7 +396,7 @@ impl LabelSelector {
     }
 
     /// Whether `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 

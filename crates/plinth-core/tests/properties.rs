@@ -8,7 +8,7 @@
 use plinth_core::Frozen;
 use plinth_core::jsonpath::JsonPath;
 use plinth_core::managed::{Element, ListType, Manager, MapType, Operation, Shape};
-use plinth_core::selector::{FieldSelector, LabelSelector};
+use plinth_core::selector::{FieldSelector, LabelSelector, LabelSet, SortedLabels};
 use plinth_core::smp::{self, ListMerge};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -104,8 +104,35 @@ proptest! {
     #[test]
     fn label_selectors_parse_or_refuse(input in ".{0,40}", labels in prop::collection::btree_map("[a-z.]{0,4}", "[a-z]{0,4}", 0..4)) {
         if let Ok(selector) = LabelSelector::parse(&input) {
-            selector.matches(&labels);
+            // The compact set a watch cache keeps selects as the map does.
+            let compact = SortedLabels::new(labels.clone());
+            prop_assert_eq!(selector.matches(&labels), selector.matches(&compact));
+            for (key, value) in &labels {
+                prop_assert_eq!(compact.label(key), Some(value.as_str()));
+            }
         }
+    }
+
+    #[test]
+    fn compact_labels_select_as_a_map(
+        labels in prop::collection::btree_map("[a-c]{1,2}", "[a-c]{0,2}", 0..5),
+        terms in prop::collection::vec(("[a-c]{1,2}", 0..6usize, "[a-c]{1,2}"), 1..4),
+    ) {
+        let text: Vec<String> = terms
+            .iter()
+            .map(|(key, op, value)| match op {
+                0 => format!("{key}={value}"),
+                1 => format!("{key}!={value}"),
+                2 => format!("{key} in ({value},x)"),
+                3 => format!("{key} notin ({value})"),
+                4 => format!("!{key}"),
+                _ => key.clone(),
+            })
+            .collect();
+        let selector = LabelSelector::parse(&text.join(",")).expect("a well-formed selector");
+        let compact = SortedLabels::new(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        prop_assert_eq!(selector.matches(&labels), selector.matches(&compact), "{}", text.join(","));
+        prop_assert_eq!(compact.iter().count(), labels.len());
     }
 
     #[test]

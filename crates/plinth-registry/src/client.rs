@@ -110,6 +110,9 @@ impl Objects for Admitted<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Option<Value>> {
+        if !def.watch_cached {
+            return None;
+        }
         self.registry
             .caches
             .get(&def.key_prefix(), &def.selector_fields())
@@ -118,6 +121,9 @@ impl Objects for Admitted<'_> {
     }
 
     fn cached_list(&self, def: &ResourceDef, namespace: Option<&str>) -> Option<Vec<Value>> {
+        if !def.watch_cached {
+            return None;
+        }
         let (objects, revision) = self
             .registry
             .caches

@@ -177,19 +177,21 @@ impl Registry {
     }
 
     /// The objects of `def` in `namespace` (all, for a cluster-scoped one): from its watch
-    /// cache when that is up, else from storage.
+    /// cache when it has one and that is up, else from storage.
     async fn objects_of(
         &self,
         def: &ResourceDef,
         namespace: Option<&str>,
     ) -> Result<Vec<Value>, ApiError> {
         let namespace = namespace.filter(|_| def.namespaced);
-        let (cached, revision) = self
-            .caches
-            .get(&def.key_prefix(), &def.selector_fields())
-            .snapshot(&def.list_prefix(namespace));
-        if revision > 0 {
-            return Ok(cached.iter().filter_map(|s| s.decode()).collect());
+        if def.watch_cached {
+            let (cached, revision) = self
+                .caches
+                .get(&def.key_prefix(), &def.selector_fields())
+                .snapshot(&def.list_prefix(namespace));
+            if revision > 0 {
+                return Ok(cached.iter().filter_map(|s| s.decode()).collect());
+            }
         }
         let listed = self
             .store

@@ -119,7 +119,7 @@ impl Registry {
         namespace: Option<&str>,
     ) -> Result<usize, ApiError> {
         let prefix = def.list_prefix(namespace);
-        if def.conversion.is_none() {
+        if def.lists_from_cache() {
             let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
             if self.cache_caught_up(def, &cacher, "").await? {
                 return Ok(cacher.count(&prefix));
@@ -142,8 +142,9 @@ impl Registry {
     ) -> Result<Listed, ApiError> {
         let options = &*Self::resolve_field_selector(def, options)?;
         let prefix = def.list_prefix(namespace);
-        // Objects a conversion webhook converts are read from storage and converted together.
-        if def.conversion.is_none() {
+        // Objects a conversion webhook converts are read from storage and converted together;
+        // an uncached resource's are read from storage.
+        if def.lists_from_cache() {
             if let Some(list) = self.try_list_cached(def, &prefix, options).await? {
                 return Ok(Listed::Encoded(list));
             }

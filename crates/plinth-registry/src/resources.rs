@@ -25,7 +25,8 @@ pub trait Objects: crate::services::ServiceResolver + Send + Sync {
     fn resources(&self) -> Vec<Arc<ResourceDef>>;
 
     /// One object as the watch cache holds it (a lister's read, no storage round trip):
-    /// `None` while the cache has not listed yet, `Some(None)` when absent from it.
+    /// `None` while the cache has not listed yet (or the resource is kept in no cache),
+    /// `Some(None)` when absent from it.
     fn cached(
         &self,
         def: &ResourceDef,
@@ -268,6 +269,10 @@ pub struct ResourceDef {
     /// (events.k8s.io/v1 Events are core/v1 Events: stored under `/events/`, converted by the
     /// strategy on the way in and out).
     pub stored_as: Option<String>,
+    /// Whether lists and watches are served from a watch cache (kube-apiserver's default for
+    /// every resource but Events, whose `--watch-cache-sizes` entry is 0): `false` reads
+    /// storage and watches it directly, holding nothing of the objects in memory.
+    pub watch_cached: bool,
     /// The OpenAPI v3 schema to publish, when it is not derived from `schema` (a CRD version's
     /// `openAPIV3Schema`).
     pub openapi: Option<Arc<serde_json::Value>>,
@@ -456,6 +461,7 @@ impl ResourceDef {
             scale: None,
             terminating: false,
             stored_as: None,
+            watch_cached: true,
             openapi: None,
             deprecation: None,
             answer: None,
@@ -500,6 +506,13 @@ impl ResourceDef {
     /// changes them.
     pub fn serves_stored_form(&self) -> bool {
         self.conversion.is_none() && self.strategy.serves_stored_form()
+    }
+
+    /// Whether lists and watches may be served from the resource's watch cache: it is cached
+    /// ([`ResourceDef::watch_cached`]) and no conversion webhook converts its objects (those
+    /// are read from storage and converted together).
+    pub fn lists_from_cache(&self) -> bool {
+        self.watch_cached && self.conversion.is_none()
     }
 
     /// With a subresource answered by `answer`.

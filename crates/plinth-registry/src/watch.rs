@@ -1,6 +1,6 @@
 //! Watches: served from the watch cache (a consistent or "any" snapshot, then its changes),
-//! from storage for a resourceVersion older than the cache's window, with selectors applied
-//! per watcher and bookmarks.
+//! from storage for a resourceVersion older than the cache's window and for resources kept in
+//! no cache (Events), with selectors applied per watcher and bookmarks.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -194,52 +194,27 @@ impl Registry {
             Arc::new(fields)
         });
         let prefix = def.list_prefix(namespace.as_deref());
-        let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
-        cacher.wait_for(1).await?;
         let options = Arc::new(options);
-        let start = self
-            .watch_start(
+        let events = if def.watch_cached {
+            self.watch_cache(
                 &def,
                 namespace.as_deref(),
-                &prefix,
-                &cacher,
+                prefix,
+                &options,
+                send_initial_events,
+                bookmarks,
+            )
+            .await?
+        } else {
+            self.watch_uncached(
+                &def,
+                namespace.as_deref(),
+                prefix,
                 &options,
                 send_initial_events,
             )
-            .await?;
-        let Start {
-            mut initial,
-            subscription,
-            snapshot,
-        } = start;
-        let live = match subscription {
-            Ok(subscription) => {
-                live_events(&def, &options, prefix, subscription, snapshot, bookmarks)
-            }
-            // Older than the cache's window: storage replays it unless it is older than
-            // storage should replay too (then kube's answer, as for a compacted revision).
-            Err(from) => {
-                let replayed = if self.caches.replays(&cacher, from) {
-                    self.watch_storage(def.clone(), prefix, from, options.clone())
-                        .await
-                } else {
-                    Err(cacher.too_old(from))
-                };
-                match replayed {
-                    Ok(events) => events,
-                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
-                    // one event is the 410 — which is what clients relist on.
-                    Err(e) if e.reason == StatusReason::Expired => {
-                        futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            .await?
         };
-        if send_initial_events {
-            initial.push(bookmark(&def, snapshot, true));
-        }
-        let events = futures::stream::iter(initial).chain(live);
         if def.conversion.is_none() {
             return Ok(events.boxed());
         }
@@ -287,6 +262,106 @@ impl Registry {
             }
         });
         Ok(ends_after_error(selected).boxed())
+    }
+
+    /// A watch served from the resource's watch cache: its snapshot (or storage's, while the
+    /// cache is behind) and its changes after it, or storage's changes for a resourceVersion
+    /// older than its window.
+    async fn watch_cache(
+        &self,
+        def: &Arc<ResourceDef>,
+        namespace: Option<&str>,
+        prefix: String,
+        options: &Arc<ListOptions>,
+        send_initial_events: bool,
+        bookmarks: bool,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        let cacher = self.caches.get(&def.key_prefix(), &def.selector_fields());
+        cacher.wait_for(1).await?;
+        let start = self
+            .watch_start(
+                def,
+                namespace,
+                &prefix,
+                &cacher,
+                options,
+                send_initial_events,
+            )
+            .await?;
+        let Start {
+            mut initial,
+            subscription,
+            snapshot,
+        } = start;
+        let live = match subscription {
+            Ok(subscription) => {
+                live_events(def, options, prefix, subscription, snapshot, bookmarks)
+            }
+            // Older than the cache's window: storage replays it unless it is older than
+            // storage should replay too (then kube's answer, as for a compacted revision).
+            Err(from) => {
+                let replayed = if self.caches.replays(&cacher, from) {
+                    self.watch_storage(def.clone(), prefix, from, options.clone())
+                        .await
+                } else {
+                    Err(cacher.too_old(from))
+                };
+                match replayed {
+                    Ok(events) => events,
+                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
+                    // one event is the 410 — which is what clients relist on.
+                    Err(e) if e.reason == StatusReason::Expired => {
+                        futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        if send_initial_events {
+            initial.push(bookmark(def, snapshot, true));
+        }
+        Ok(futures::stream::iter(initial).chain(live).boxed())
+    }
+
+    /// A watch of a resource kept in no watch cache (Events), served by storage as
+    /// kube-apiserver's etcd watcher serves one: without a resourceVersion (or with `0`, or
+    /// with `sendInitialEvents`) a consistent list's objects as ADDED events first, then
+    /// storage's changes after that list; from a resourceVersion, storage's changes after it
+    /// (410 when storage no longer has them). No progress bookmarks: nothing tracks the
+    /// watcher's revision between its events.
+    async fn watch_uncached(
+        &self,
+        def: &Arc<ResourceDef>,
+        namespace: Option<&str>,
+        prefix: String,
+        options: &Arc<ListOptions>,
+        send_initial_events: bool,
+    ) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+        let rv = options.resource_version.as_deref().unwrap_or("");
+        let (initial, from) = if rv.is_empty() || rv == "0" || send_initial_events {
+            let keep_rv = send_initial_events && rv != "0";
+            let (mut initial, revision) = self
+                .initial_from_storage(def, namespace, options, keep_rv)
+                .await?;
+            if send_initial_events {
+                initial.push(bookmark(def, revision, true));
+            }
+            (initial, revision)
+        } else {
+            (Vec::new(), parse_rv(rv)?)
+        };
+        let live = match self
+            .watch_storage(def.clone(), prefix, from, options.clone())
+            .await
+        {
+            Ok(events) => events,
+            // As for a cached resource: the watch starts, and its one event is the 410.
+            Err(e) if e.reason == StatusReason::Expired => {
+                futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(futures::stream::iter(initial).chain(live).boxed())
     }
 
     /// The uids of the objects `options` selects (labels and fields, in `def`'s version) at
@@ -359,23 +434,9 @@ impl Registry {
         if rv.is_empty() || send_initial_events {
             // A consistent snapshot from storage (the cache is behind), then the cache's
             // changes after it.
-            let mut list_options = (**options).clone();
-            list_options.limit = 0;
-            list_options.continue_token = None;
-            if !send_initial_events {
-                list_options.resource_version = None;
-            }
-            let list = self.list(def, namespace, &list_options).await?;
-            let revision = list
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .map(parse_rv)
-                .transpose()?
-                .unwrap_or(0);
-            let initial = match list.get("items") {
-                Some(Value::Array(items)) => items.iter().cloned().map(added).collect(),
-                _ => Vec::new(),
-            };
+            let (initial, revision) = self
+                .initial_from_storage(def, namespace, options, send_initial_events)
+                .await?;
             return Ok(Start {
                 initial,
                 subscription: cacher
@@ -390,6 +451,36 @@ impl Registry {
             subscription: cacher.subscribe(prefix, Some(from)).map_err(|_| from),
             snapshot: from,
         })
+    }
+
+    /// A watch's initial state read from storage: a whole list (no limit, no continue token)
+    /// with the watch's selectors — consistent, or not older than its resourceVersion when
+    /// `keep_rv` — as ADDED events, and the list's revision.
+    async fn initial_from_storage(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        options: &ListOptions,
+        keep_rv: bool,
+    ) -> Result<(Vec<WatchEvent>, Revision), ApiError> {
+        let mut list_options = options.clone();
+        list_options.limit = 0;
+        list_options.continue_token = None;
+        if !keep_rv {
+            list_options.resource_version = None;
+        }
+        let mut list = self.list(def, namespace, &list_options).await?;
+        let revision = list
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(parse_rv)
+            .transpose()?
+            .unwrap_or(0);
+        let initial = match list.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items.into_iter().map(added).collect(),
+            _ => Vec::new(),
+        };
+        Ok((initial, revision))
     }
 
     /// A watch served straight from storage, from revision `from + 1`.

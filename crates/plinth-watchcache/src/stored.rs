@@ -1,6 +1,5 @@
 //! What the cache holds of an object: its JSON, its encodings (JSON and protobuf, made once),\n//! its labels and selectable fields, and its type meta shared across objects.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use plinth_core::meta::metadata_mut;
@@ -25,8 +24,8 @@ pub struct CacheEvent {
     pub revision: Revision,
 }
 
-/// An object's labels, extracted once (`None` in [`Stored`]: it has none).
-pub type Labels = Arc<BTreeMap<String, String>>;
+/// An object's labels, extracted once.
+pub type Labels = plinth_core::selector::SortedLabels;
 
 /// The `apiVersion` and `kind` an object was stored with, shared by every object of a cache
 /// that has the same pair.
@@ -53,7 +52,7 @@ pub struct Stored(Arc<StoredObject>);
 pub(crate) struct StoredObject {
     wire: bytes::Bytes,
     revision: Revision,
-    labels: Option<Labels>,
+    labels: Labels,
     /// The values of the cache's selectable fields (`Cacher::fields`), in its order.
     fields: Box<[Box<str>]>,
     field_names: Arc<[String]>,
@@ -67,15 +66,14 @@ impl Stored {
     /// their sizes, allocator rounding aside).
     pub fn footprint(&self) -> usize {
         const ARC: usize = 2 * std::mem::size_of::<usize>();
-        // A B-tree entry: the key and value in a node, nodes about two-thirds full.
-        const ENTRY: usize = 3 * std::mem::size_of::<String>() * 3 / 2;
+        // A label: its key and value as boxed strings in the set's slice.
+        const PAIR: usize = 2 * std::mem::size_of::<Box<str>>();
         let object = &self.0;
-        let labels = object.labels.as_ref().map_or(0, |labels| {
-            ARC + labels
-                .iter()
-                .map(|(k, v)| ENTRY + k.len() + v.len())
-                .sum::<usize>()
-        });
+        let labels: usize = object
+            .labels
+            .iter()
+            .map(|(k, v)| PAIR + k.len() + v.len())
+            .sum();
         let fields: usize = object.fields.iter().map(|f| f.len() + 16).sum();
         let protobuf = object
             .protobuf
@@ -110,9 +108,8 @@ impl Stored {
     }
 
     /// The object's labels (empty when it has none).
-    pub fn labels(&self) -> &BTreeMap<String, String> {
-        static NONE: BTreeMap<String, String> = BTreeMap::new();
-        self.0.labels.as_deref().unwrap_or(&NONE)
+    pub fn labels(&self) -> &Labels {
+        &self.0.labels
     }
 
     /// The value of selectable field `field` (`metadata.name`, `spec.nodeName`…) as field
@@ -204,7 +201,7 @@ pub(crate) fn encode(
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).
         wire: plinth_protobuf::to_json(&object).into_boxed_slice().into(),
         revision,
-        labels: (!labels.is_empty()).then(|| Arc::new(labels)),
+        labels: Labels::new(labels),
         fields: field_values,
         field_names: fields.clone(),
         type_meta: types.intern(&object),

@@ -151,15 +151,7 @@ fn full_store_keeps_its_promises(
 
     // The refused write changed nothing; reads go on, lists have every acknowledged write.
     assert_eq!(http.get(&format!("{CM}/{refused}")).code, 404);
-    let names = |http: &Http| -> Vec<String> {
-        let list = http.get(CM).json();
-        list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let names = |http: &Http| common::item_names(&http.get(CM).json());
     let listed = names(&http);
     for name in &acknowledged {
         assert!(listed.contains(name), "{name} missing from {listed:?}");

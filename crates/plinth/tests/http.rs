@@ -979,8 +979,127 @@ fn cached_pages_show_one_revision(plinth: &mut Plinth) {
     }
 }
 
+/// Events are kept in no watch cache (kube-apiserver's default): lists and watches of both
+/// Event resources are served by storage — a watch without a resourceVersion starts with the
+/// current Events as ADDED, one from a resourceVersion sees the changes after it, a watch-list
+/// ends its initial Events with the bookmark, field selectors select — and the cache metrics
+/// show no cache of them.
+fn events_are_served_without_a_watch_cache(plinth: &mut Plinth) {
+    let http = Http::new(plinth);
+    let events = "/api/v1/namespaces/default/events";
+    let event = |name: &str, about: &str| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "ConfigMap", "name": about, "namespace": "default"},
+            "reason": "Seen", "message": "seen", "type": "Normal"})
+        .to_string()
+    };
+    for (name, about) in [("e1", "a"), ("e2", "b")] {
+        let reply = http.post(events, event(name, about).as_bytes());
+        assert_eq!(reply.code, 201, "{}", reply.body);
+    }
+    let lines = |reply: Reply| -> Vec<Value> {
+        assert_eq!(reply.code, 200, "{}", reply.body);
+        reply
+            .body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let brief = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| {
+                let name = e["object"]["metadata"]["name"].as_str().unwrap_or("");
+                format!("{} {name}", e["type"].as_str().unwrap())
+            })
+            .collect()
+    };
+    let initial = lines(http.get(&format!("{events}?watch=1&timeoutSeconds=1")));
+    assert_eq!(brief(&initial), ["ADDED e1", "ADDED e2"]);
+
+    let list = http.get(events).json();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reply = http.post(events, event("e3", "a").as_bytes());
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let reply = http.request(
+        "DELETE",
+        &format!("{events}/e1"),
+        "application/json",
+        None,
+        true,
+    );
+    assert_eq!(reply.code, 200, "{}", reply.body);
+    let later = lines(http.get(&format!(
+        "{events}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+    )));
+    assert_eq!(brief(&later), ["ADDED e3", "DELETED e1"]);
+    let about_a = lines(http.get(&format!(
+        "{events}?watch=1&resourceVersion={rv}&timeoutSeconds=1&fieldSelector=involvedObject.name%3Da"
+    )));
+    assert_eq!(brief(&about_a), ["ADDED e3", "DELETED e1"]);
+    let about_b = lines(http.get(&format!(
+        "{events}?watch=1&resourceVersion={rv}&timeoutSeconds=1&fieldSelector=involvedObject.name%3Db"
+    )));
+    assert_eq!(brief(&about_b), Vec::<String>::new());
+
+    // The newer form, watch-listed: its initial Events, then the bookmark at their revision.
+    let newer = lines(http.get(
+        "/apis/events.k8s.io/v1/namespaces/default/events?watch=1&sendInitialEvents=true\
+         &allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1\
+         &fieldSelector=regarding.name%3Da",
+    ));
+    assert_eq!(brief(&newer), ["ADDED e3", "BOOKMARK "]);
+    assert_eq!(newer[0]["object"]["regarding"]["name"], "a");
+    assert_eq!(
+        newer[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let names = common::item_names;
+    assert_eq!(names(&http.get(events).json()), ["e2", "e3"]);
+    let page = http.get(&format!("{events}?limit=1")).json();
+    assert_eq!(names(&page), ["e2"]);
+    let token = page["metadata"]["continue"].as_str().unwrap();
+    let rest = http
+        .get(&format!("{events}?limit=1&continue={token}"))
+        .json();
+    assert_eq!(names(&rest), ["e3"]);
+    assert_eq!(
+        names(&http.get(&format!("{events}?resourceVersion=0")).json()),
+        ["e2", "e3"]
+    );
+
+    let metrics = http.get("/metrics").body;
+    assert!(
+        metrics.contains("plinth_watch_cache_objects{resource_prefix=\"/configmaps\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("plinth_watch_cache_objects{resource_prefix=\"/events\"}"),
+        "{metrics}"
+    );
+    assert!(
+        counter(
+            &metrics,
+            "apiserver_storage_list_total{resource_prefix=\"/events\"}"
+        ) >= 4,
+        "{metrics}"
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "apiserver_cache_list_total{resource_prefix=\"/events\"}"
+        ),
+        0,
+        "{metrics}"
+    );
+}
+
 on_both_backends! {
     consistent_lists_from_the_watch_cache;
+    events_are_served_without_a_watch_cache;
     cached_bytes_answer_as_storage_does;
     cached_pages_show_one_revision;
 }

@@ -52,6 +52,8 @@ pub fn resource() -> ResourceDef {
         .columns(columns())
         .schema(schema());
     def.allow_create_on_update = true;
+    // As kube-apiserver: no watch cache for Events (many, short-lived, rarely listed).
+    def.watch_cached = false;
     def.age_column = false;
     def
 }

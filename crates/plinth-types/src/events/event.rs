@@ -34,6 +34,8 @@ pub fn resource() -> ResourceDef {
         .schema(schema())
         .strategy(EventsV1);
     def.stored_as = Some("/events/".to_owned());
+    // As kube-apiserver: no watch cache for Events (many, short-lived, rarely listed).
+    def.watch_cached = false;
     def.age_column = false;
     def
 }

@@ -645,6 +645,16 @@ pub fn machine_network() -> (String, String, String) {
     )
 }
 
+/// The names of a list's items, in its order.
+pub fn item_names(list: &serde_json::Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
 /// The machine's devices, network namespaces and rule tables whose names carry `tag` (a
 /// node agent's: see [`bridge_tag`]).
 pub fn leftovers(tag: &str) -> Vec<String> {
