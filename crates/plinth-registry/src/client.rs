@@ -110,24 +110,16 @@ impl Objects for Admitted<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Option<Value>> {
-        if !def.watch_cached {
-            return None;
-        }
         self.registry
-            .caches
-            .get(&def.key_prefix(), &def.selector_fields())
+            .cache_of(def)?
             .object(&def.key(namespace, name))
             .map(|stored| stored.and_then(|s| s.decode()))
     }
 
     fn cached_list(&self, def: &ResourceDef, namespace: Option<&str>) -> Option<Vec<Value>> {
-        if !def.watch_cached {
-            return None;
-        }
         let (objects, revision) = self
             .registry
-            .caches
-            .get(&def.key_prefix(), &def.selector_fields())
+            .cache_of(def)?
             .snapshot(&def.list_prefix(namespace));
         (revision > 0).then(|| objects.iter().filter_map(|s| s.decode()).collect())
     }

@@ -184,11 +184,8 @@ impl Registry {
         namespace: Option<&str>,
     ) -> Result<Vec<Value>, ApiError> {
         let namespace = namespace.filter(|_| def.namespaced);
-        if def.watch_cached {
-            let (cached, revision) = self
-                .caches
-                .get(&def.key_prefix(), &def.selector_fields())
-                .snapshot(&def.list_prefix(namespace));
+        if let Some(cacher) = self.cache_of(def) {
+            let (cached, revision) = cacher.snapshot(&def.list_prefix(namespace));
             if revision > 0 {
                 return Ok(cached.iter().filter_map(|s| s.decode()).collect());
             }

@@ -121,6 +121,13 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// The watch cache of `def` (started on first use); `None` for a resource kept in none
+    /// ([`ResourceDef::watch_cached`]), whose readers go to storage.
+    pub(crate) fn cache_of(&self, def: &ResourceDef) -> Option<Arc<plinth_watchcache::Cacher>> {
+        def.watch_cached
+            .then(|| self.caches.get(&def.key_prefix(), &def.selector_fields()))
+    }
+
     /// 404 unless the object at `key` exists.
     async fn require_exists(
         &self,

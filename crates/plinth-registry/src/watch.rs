@@ -306,15 +306,7 @@ impl Registry {
                 } else {
                     Err(cacher.too_old(from))
                 };
-                match replayed {
-                    Ok(events) => events,
-                    // As kube-apiserver's watch cache answers: the watch starts (200), and its
-                    // one event is the 410 — which is what clients relist on.
-                    Err(e) if e.reason == StatusReason::Expired => {
-                        futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
-                    }
-                    Err(e) => return Err(e),
-                }
+                expired_as_event(replayed)?
             }
         };
         if send_initial_events {
@@ -350,17 +342,10 @@ impl Registry {
         } else {
             (Vec::new(), parse_rv(rv)?)
         };
-        let live = match self
-            .watch_storage(def.clone(), prefix, from, options.clone())
-            .await
-        {
-            Ok(events) => events,
-            // As for a cached resource: the watch starts, and its one event is the 410.
-            Err(e) if e.reason == StatusReason::Expired => {
-                futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed()
-            }
-            Err(e) => return Err(e),
-        };
+        let live = expired_as_event(
+            self.watch_storage(def.clone(), prefix, from, options.clone())
+                .await,
+        )?;
         Ok(futures::stream::iter(initial).chain(live).boxed())
     }
 
@@ -588,6 +573,20 @@ fn live_events(
             futures::future::ready(out)
         })
         .boxed()
+}
+
+/// A storage watch, or the answer kube-apiserver gives a watch from a revision that is gone:
+/// the watch starts (200), and its one event is the 410 — which is what clients relist on.
+/// Other errors fail the request.
+fn expired_as_event(
+    watch: Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError>,
+) -> Result<futures::stream::BoxStream<'static, WatchEvent>, ApiError> {
+    match watch {
+        Err(e) if e.reason == StatusReason::Expired => {
+            Ok(futures::stream::iter([WatchEvent::new("ERROR", e.to_status())]).boxed())
+        }
+        other => other,
+    }
 }
 
 /// Ends a stream right after its first ERROR event.
