@@ -47,7 +47,8 @@ struct PodEdges {
 struct Graph {
     /// Bound pods by (namespace, name).
     pods: HashMap<(String, String), PodEdges>,
-    /// For each referenced object, the nodes whose pods refer to it, with how many pods.
+    /// For each referenced object, the nodes whose pods refer to it, with how many pods (a
+    /// pod's own node is in `pods`).
     used: HashMap<(Kind, String, String), HashMap<String, usize>>,
     /// The volume each claim is bound to, by (namespace, claim).
     claim_volumes: HashMap<(String, String), String>,
@@ -81,10 +82,7 @@ impl Default for NodeAuthorizer {
 /// environment, image pull secrets, its ServiceAccount.
 fn references(pod: &Value) -> Vec<(Kind, String)> {
     let spec = &pod["spec"];
-    let mut refs = vec![(
-        Kind::Pod,
-        plinth_core::meta::name(pod).unwrap_or("").to_owned(),
-    )];
+    let mut refs = Vec::new();
     let mut add = |kind: Kind, name: Option<&str>| {
         if let Some(name) = name.filter(|n| !n.is_empty()) {
             refs.push((kind, name.to_owned()));
@@ -169,6 +167,8 @@ fn references(pod: &Value) -> Vec<(Kind, String)> {
             }
         }
     }
+    // Held for as long as the pod is bound: no spare room.
+    refs.shrink_to_fit();
     refs
 }
 
@@ -228,6 +228,12 @@ impl Graph {
     }
 
     fn uses(&self, node: &str, kind: Kind, namespace: &str, name: &str) -> bool {
+        if kind == Kind::Pod {
+            return self
+                .pods
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .is_some_and(|pod| pod.node == node);
+        }
         self.used
             .get(&(kind, namespace.to_owned(), name.to_owned()))
             .is_some_and(|nodes| nodes.contains_key(node))
@@ -595,6 +601,15 @@ mod tests {
                 "can only read resources of this type".into()
             ))
         );
+        // The pod itself: its node reads it, another does not.
+        assert_eq!(
+            authorizer.authorize(&node("n1"), &attributes("get", "pods", "app", "web")),
+            allowed
+        );
+        assert_eq!(
+            authorizer.authorize(&node("n2"), &attributes("get", "pods", "app", "web")),
+            unrelated("n2")
+        );
         // The pod moves away: what it used is out of reach.
         authorizer.remove(
             "pods",
@@ -602,6 +617,10 @@ mod tests {
         );
         assert_eq!(
             authorizer.authorize(&node("n1"), &attributes("get", "secrets", "app", "tls")),
+            unrelated("n1")
+        );
+        assert_eq!(
+            authorizer.authorize(&node("n1"), &attributes("get", "pods", "app", "web")),
             unrelated("n1")
         );
         // Own Node and Lease only; pods by field selector.

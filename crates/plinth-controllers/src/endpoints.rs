@@ -122,7 +122,7 @@ fn pod_ready(pod: &Frozen) -> bool {
 fn resolve(target: &Frozen, pod: &Frozen) -> Option<i64> {
     match target {
         Frozen::Number(n) => n.as_i64(),
-        Frozen::String(_) | Frozen::Word(_) => {
+        _ if target.is_string() => {
             let name = target.as_str().unwrap_or("");
             name.parse().ok().or_else(|| {
                 pod.at("/spec/containers")

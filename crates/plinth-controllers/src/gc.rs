@@ -50,13 +50,17 @@ pub(crate) const IGNORED: [(&str, &str); 2] = [("", "events"), ("events.k8s.io",
 /// How many work items run at once.
 const WORKERS: usize = 8;
 
+/// A string the graph holds in several places (uids, namespaces, owner kinds and names):
+/// one allocation, shared (see [`Strings`]).
+type Text = Arc<str>;
+
 /// An owner reference, as the collector needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Owner {
-    uid: String,
-    api_version: String,
-    kind: String,
-    name: String,
+    uid: Text,
+    api_version: Text,
+    kind: Text,
+    name: Text,
     block: bool,
 }
 
@@ -64,26 +68,55 @@ struct Owner {
 #[derive(Clone, Debug)]
 struct Dependent {
     def: Arc<ResourceDef>,
-    namespace: Option<String>,
+    namespace: Option<Text>,
     name: String,
-    owners: Vec<Owner>,
+    owners: Box<[Owner]>,
     /// It is being deleted in the foreground (waiting for its own dependents).
     deleting_dependents: bool,
+}
+
+/// The strings the graph holds, each once: an object's uid is a key of several maps and the
+/// uid of its dependents' owner references; namespaces, owner kinds and owner names repeat
+/// across thousands of dependents. Those no longer held anywhere else are dropped whenever the
+/// set has doubled since the last time.
+#[derive(Default)]
+struct Strings {
+    held: HashSet<Text>,
+    /// The number held after the last sweep.
+    swept: usize,
+}
+
+impl Strings {
+    /// The shared copy of `text`.
+    fn get(&mut self, text: &str) -> Text {
+        if let Some(held) = self.held.get(text) {
+            return held.clone();
+        }
+        if self.held.len() >= 2 * self.swept.max(512) {
+            self.held.retain(|t| Arc::strong_count(t) > 1);
+            self.swept = self.held.len();
+        }
+        let text: Text = Arc::from(text);
+        self.held.insert(text.clone());
+        text
+    }
 }
 
 #[derive(Default)]
 struct Graph {
     /// Objects that have owners, by uid.
-    dependents: HashMap<String, Dependent>,
+    dependents: HashMap<Text, Dependent>,
     /// Owner uid → the uids of its dependents.
-    by_owner: HashMap<String, HashSet<String>>,
+    by_owner: HashMap<Text, HashSet<Text>>,
     /// Resource key prefixes being watched → whether their initial state has been read.
     synced: HashMap<String, bool>,
     /// Dependents already reported for an unresolvable owner reference.
     reported: HashSet<String>,
     /// The namespace of every namespaced object seen, by uid (to recognise an owner reference
     /// that names an object of another namespace).
-    namespaces: HashMap<String, Arc<str>>,
+    namespaces: HashMap<Text, Text>,
+    /// What the maps' strings share.
+    strings: Strings,
 }
 
 impl Graph {
@@ -100,15 +133,15 @@ impl Graph {
         Some(old)
     }
 
-    fn record(&mut self, uid: &str, dependent: Dependent) -> Option<Dependent> {
+    fn record(&mut self, uid: &Text, dependent: Dependent) -> Option<Dependent> {
         let old = self.forget(uid);
         for owner in &dependent.owners {
             self.by_owner
                 .entry(owner.uid.clone())
                 .or_default()
-                .insert(uid.to_owned());
+                .insert(uid.clone());
         }
-        self.dependents.insert(uid.to_owned(), dependent);
+        self.dependents.insert(uid.clone(), dependent);
         old
     }
 
@@ -121,7 +154,7 @@ impl Graph {
         self.by_owner.get(owner).into_iter().flatten().any(|uid| {
             self.dependents
                 .get(uid)
-                .is_some_and(|d| d.owners.iter().any(|o| o.uid == owner && o.block))
+                .is_some_and(|d| d.owners.iter().any(|o| &*o.uid == owner && o.block))
         })
     }
 }
@@ -130,7 +163,7 @@ impl Graph {
 #[derive(Clone, Debug)]
 enum Work {
     /// A dependent (by uid): are its owners gone?
-    Dependent(String),
+    Dependent(Text),
     /// An owner that may be waiting for its dependents (`orphan` / `foregroundDeletion`).
     Owner {
         def: Arc<ResourceDef>,
@@ -139,14 +172,16 @@ enum Work {
     },
 }
 
-fn owners_of<T: Tree + ?Sized>(object: &T) -> Vec<Owner> {
+/// The owner references of `object`, their strings made by `share`.
+fn owners_of<T: Tree + ?Sized>(object: &T, share: &mut dyn FnMut(&str) -> Text) -> Box<[Owner]> {
     object
         .path(&["metadata", "ownerReferences"])
         .map(|refs| {
             refs.elements()
                 .into_iter()
                 .filter_map(|r| {
-                    let text = |field: &str| r.field(field).and_then(Tree::text).map(str::to_owned);
+                    let mut text =
+                        |field: &str| r.field(field).and_then(Tree::text).map(&mut *share);
                     Some(Owner {
                         uid: text("uid")?,
                         api_version: text("apiVersion")?,
@@ -316,12 +351,12 @@ impl Collector {
         let mut g = self.graph();
         g.synced.insert(def.key_prefix(), true);
         let group = &def.group_version.group;
-        let recheck: Vec<String> = g
+        let recheck: Vec<Text> = g
             .dependents
             .iter()
             .filter(|(_, d)| {
                 d.owners.iter().any(|o| {
-                    o.kind == def.kind
+                    *o.kind == def.kind
                         && GroupVersion::parse(&o.api_version).is_some_and(|gv| gv.group == *group)
                 })
             })
@@ -344,17 +379,19 @@ impl Collector {
             }
             return;
         }
-        let Some(uid) = plinth_core::meta::meta_str(object, "uid").map(str::to_owned) else {
+        let Some(uid) = plinth_core::meta::meta_str(object, "uid") else {
             return;
         };
-        let namespace = plinth_core::meta::namespace(object).map(str::to_owned);
         let name = plinth_core::meta::name(object).unwrap_or("").to_owned();
         let mut work = Vec::new();
+        let namespace;
         {
             let mut g = self.graph();
+            let uid = g.strings.get(uid);
+            namespace = plinth_core::meta::namespace(object).map(|ns| g.strings.get(ns));
             match (&namespace, kind) {
                 (Some(ns), "ADDED") => {
-                    g.namespaces.insert(uid.clone(), Arc::from(ns.as_str()));
+                    g.namespaces.insert(uid.clone(), ns.clone());
                 }
                 (_, "DELETED") => {
                     g.namespaces.remove(&uid);
@@ -363,7 +400,8 @@ impl Collector {
             }
             let previous = match kind {
                 "ADDED" | "MODIFIED" => {
-                    let owners = owners_of(object);
+                    let strings = &mut g.strings;
+                    let owners = owners_of(object, &mut |text| strings.get(text));
                     if owners.is_empty() {
                         g.forget(&uid)
                     } else {
@@ -384,7 +422,7 @@ impl Collector {
                 }
                 "DELETED" => {
                     let old = g.forget(&uid);
-                    g.reported.remove(&uid);
+                    g.reported.remove(&*uid);
                     work.extend(
                         g.by_owner
                             .get(&uid)
@@ -400,10 +438,10 @@ impl Collector {
             let still: HashSet<&str> = g
                 .dependents
                 .get(&uid)
-                .map(|d| d.owners.iter().map(|o| o.uid.as_str()).collect())
+                .map(|d| d.owners.iter().map(|o| &*o.uid).collect())
                 .unwrap_or_default();
             for owner in previous.iter().flat_map(|p| &p.owners) {
-                if (kind == "DELETED" || !still.contains(owner.uid.as_str()) || owner.block)
+                if (kind == "DELETED" || !still.contains(&*owner.uid) || owner.block)
                     && let Some(work_item) = self.owner_work(owner, namespace.as_deref())
                 {
                     work.push(work_item);
@@ -417,7 +455,7 @@ impl Collector {
         {
             work.push(Work::Owner {
                 def: def.clone(),
-                namespace,
+                namespace: namespace.as_deref().map(str::to_owned),
                 name,
             });
         }
@@ -443,7 +481,7 @@ impl Collector {
         Some(Work::Owner {
             def,
             namespace,
-            name: owner.name.clone(),
+            name: owner.name.to_string(),
         })
     }
 
@@ -492,7 +530,7 @@ impl Collector {
         let namespace = if def.namespaced { namespace } else { None };
         match self.registry.get(&def, namespace, &owner.name).await {
             Ok(object) => Some(
-                if plinth_core::meta::meta_str(&object, "uid") != Some(owner.uid.as_str()) {
+                if plinth_core::meta::meta_str(&object, "uid") != Some(&*owner.uid) {
                     OwnerState::Absent
                 } else if is_deleting(&object) && has_finalizer(&object, FINALIZER_FOREGROUND) {
                     OwnerState::Waiting
@@ -524,7 +562,7 @@ impl Collector {
             .await
         {
             Ok(latest) if plinth_core::meta::meta_str(&latest, "uid") == Some(uid) => {
-                dependent.owners = owners_of(&latest);
+                dependent.owners = owners_of(&latest, &mut |text| Text::from(text));
                 if dependent.owners.is_empty() {
                     return false;
                 }
@@ -560,7 +598,7 @@ impl Collector {
                 return false;
             }
             // Keep the owners that exist; drop the references to the others.
-            let dropped: HashSet<String> =
+            let dropped: HashSet<Text> =
                 gone.iter().chain(&waiting).map(|o| o.uid.clone()).collect();
             return self.drop_owner_refs(&dependent, uid, &dropped).await;
         }
@@ -630,7 +668,7 @@ impl Collector {
         if !is_deleting(&object) || !(orphan || foreground) {
             return false;
         }
-        let Some(uid) = plinth_core::meta::meta_str(&object, "uid").map(str::to_owned) else {
+        let Some(uid) = plinth_core::meta::meta_str(&object, "uid").map(Text::from) else {
             return false;
         };
         if !self.graph().complete() {
@@ -638,7 +676,7 @@ impl Collector {
             return true;
         }
         if orphan {
-            let dependents: Vec<(String, Dependent)> = {
+            let dependents: Vec<(Text, Dependent)> = {
                 let g = self.graph();
                 g.by_owner
                     .get(&uid)
@@ -660,7 +698,7 @@ impl Collector {
                 .remove_finalizer(def, namespace, name, &uid, FINALIZER_ORPHAN)
                 .await;
         }
-        let (blocked, dependents): (bool, Vec<String>) = {
+        let (blocked, dependents): (bool, Vec<Text>) = {
             let g = self.graph();
             (
                 g.blocked(&uid),
@@ -688,7 +726,7 @@ impl Collector {
         &self,
         dependent: &Dependent,
         dependent_uid: &str,
-        owners: &HashSet<String>,
+        owners: &HashSet<Text>,
     ) -> bool {
         self.modify_dependent(dependent, dependent_uid, |object| {
             let Some(refs) = object
@@ -838,7 +876,7 @@ impl Collector {
                 "apiVersion": dependent.def.group_version.api_version(),
                 "kind": dependent.def.kind,
                 "name": dependent.name,
-                "namespace": dependent.namespace,
+                "namespace": dependent.namespace.as_deref(),
                 "uid": uid,
             },
             "reason": "OwnerRefInvalidNamespace",
@@ -879,4 +917,42 @@ enum OwnerState {
 
 fn log_failure(name: &str, e: &ApiError) {
     tracing::warn!(%name, error = %e.message, "garbage collector: write failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_shared_and_the_unheld_swept_once_the_set_doubles() {
+        let mut strings = Strings::default();
+        let kept = strings.get("kept");
+        assert!(Arc::ptr_eq(&kept, &strings.get("kept")));
+        // Past twice the last sweep's count (at least 512), strings held nowhere else go.
+        for i in 0..1023 {
+            let _ = strings.get(&format!("uid-{i}"));
+        }
+        assert_eq!(strings.held.len(), 1024);
+        let _ = strings.get("one more");
+        assert_eq!(strings.held.len(), 2, "{:?}", strings.swept);
+        assert!(strings.held.contains("kept") && strings.held.contains("one more"));
+        assert!(Arc::ptr_eq(&kept, &strings.get("kept")));
+    }
+
+    #[test]
+    fn owner_references_share_their_strings() {
+        let object = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1",
+             "blockOwnerDeletion": true},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-2", "uid": "u2"},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "uid": "no name"},
+        ]}});
+        let mut strings = Strings::default();
+        let owners = owners_of(&object, &mut |text| strings.get(text));
+        assert_eq!(owners.len(), 2);
+        assert_eq!((&*owners[0].name, owners[0].block), ("web", true));
+        assert_eq!((&*owners[1].uid, owners[1].block), ("u2", false));
+        assert!(Arc::ptr_eq(&owners[0].kind, &owners[1].kind));
+        assert!(Arc::ptr_eq(&owners[0].api_version, &owners[1].api_version));
+    }
 }

@@ -5,7 +5,10 @@
 //! tree keeps each object as one boxed slice of its entries, sorted by key (looked up by binary
 //! search and iterated in that order, as serde_json's sorted map is), each array as one boxed
 //! slice, and the field names and small values the API uses everywhere (`metadata`, `name`,
-//! `True`, `Running`) as static strings rather than allocations. It reads like a `Value` (`tree["spec"]["nodeName"]
+//! `True`, `Running`) as static strings rather than allocations. An object whose keys are all
+//! such words (most of an API object's) keeps each key as a two-byte index (32 bytes an entry
+//! instead of 48), and a string of up to 22 bytes (names, timestamps, addresses) is kept inside
+//! its node rather than in an allocation of its own. It reads like a `Value` (`tree["spec"]["nodeName"]
 //! .as_str()`, [`Frozen::get`], [`Frozen::at`]); [`Frozen::to_value`] gives a `Value` back for
 //! what changes an object. [`Tree`] lets a function read either.
 
@@ -27,43 +30,106 @@ pub enum Frozen {
     Number(Number),
     /// A string of the shared vocabulary (no allocation).
     Word(&'static str),
+    /// A string of up to [`Short::CAPACITY`] bytes, kept inside the node.
+    Short(Short),
     /// Any other string.
     String(Box<str>),
     /// An array.
     Array(Box<[Frozen]>),
-    /// An object.
-    Object(FrozenMap),
+    /// An object whose keys are all words of the vocabulary (each kept as its index).
+    Record(Record),
+    /// Any other object.
+    Object(Fields),
 }
 
-/// A key of a [`FrozenMap`]: a word of the vocabulary or an owned string.
+/// A string short enough to be kept inside its [`Frozen`] node (no allocation of its own).
+#[derive(Clone, Copy)]
+pub struct Short {
+    len: u8,
+    bytes: [u8; Short::CAPACITY],
+}
+
+impl Short {
+    /// The most bytes a short string holds (a node is 24 bytes: its tag, this and the length).
+    pub const CAPACITY: usize = 22;
+
+    fn new(text: &str) -> Option<Self> {
+        let len = u8::try_from(text.len())
+            .ok()
+            .filter(|n| usize::from(*n) <= Self::CAPACITY)?;
+        let mut bytes = [0; Self::CAPACITY];
+        bytes
+            .get_mut(..text.len())?
+            .copy_from_slice(text.as_bytes());
+        Some(Self { len, bytes })
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Always valid UTF-8 (copied from a `str`); checked rather than assumed.
+        self.bytes
+            .get(..usize::from(self.len))
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// A key of a [`FrozenMap`]: a word of the vocabulary (its index) or an owned string.
 #[derive(Clone)]
 pub(crate) enum Key {
-    Word(&'static str),
+    Word(u16),
     Owned(Box<str>),
 }
 
 impl Key {
     fn as_str(&self) -> &str {
         match self {
-            Self::Word(w) => w,
+            Self::Word(w) => word_at(*w),
             Self::Owned(s) => s,
         }
     }
 }
 
-/// The entries of a [`Frozen`] object, sorted by key.
-#[derive(Clone, Default)]
-pub struct FrozenMap(Box<[(Key, Frozen)]>);
+/// The entries of an object whose keys are all words, sorted by key.
+#[derive(Clone)]
+pub struct Record(Box<[(u16, Frozen)]>);
 
-impl FrozenMap {
-    /// `entries` sorted by key, whatever order a map iterated them in (serde_json's map is
-    /// sorted by default, in insertion order with its `preserve_order` feature): lookups
-    /// search the keys in their byte order.
-    fn sorted(mut entries: Box<[(Key, Frozen)]>) -> Self {
-        if !entries.is_sorted_by(|a, b| a.0.as_str() <= b.0.as_str()) {
-            entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        }
-        Self(entries)
+/// The entries of any other object, sorted by key.
+#[derive(Clone)]
+pub struct Fields(Box<[(Key, Frozen)]>);
+
+/// An object's entries in key order, whichever way they are kept (what
+/// [`Frozen::as_object`] gives).
+#[derive(Clone, Copy)]
+pub struct FrozenMap<'a>(Slots<'a>);
+
+#[derive(Clone, Copy)]
+enum Slots<'a> {
+    Words(&'a [(u16, Frozen)]),
+    Keys(&'a [(Key, Frozen)]),
+}
+
+impl Default for FrozenMap<'_> {
+    fn default() -> Self {
+        Self(Slots::Words(&[]))
+    }
+}
+
+/// The object of `entries`, sorted by key whatever order a map iterated them in (serde_json's
+/// map is sorted by default, in insertion order with its `preserve_order` feature): lookups
+/// search the keys in their byte order. With every key a word, each is kept as its index.
+fn object_of(mut entries: Vec<(Key, Frozen)>) -> Frozen {
+    if !entries.is_sorted_by(|a, b| a.0.as_str() <= b.0.as_str()) {
+        entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    }
+    if entries.iter().all(|(k, _)| matches!(k, Key::Word(_))) {
+        let words = entries.into_iter().map(|(k, v)| match k {
+            Key::Word(w) => (w, v),
+            Key::Owned(_) => (u16::MAX, v),
+        });
+        Frozen::Record(Record(words.collect()))
+    } else {
+        Frozen::Object(Fields(entries.into_boxed_slice()))
     }
 }
 
@@ -211,23 +277,36 @@ const VOCABULARY: &[&str] = &[
     "waiting",
 ];
 
-fn word(text: &str) -> Option<&'static str> {
+/// The index of `text` in the vocabulary.
+fn word_index(text: &str) -> Option<u16> {
     VOCABULARY
         .binary_search(&text)
         .ok()
-        .and_then(|i| VOCABULARY.get(i).copied())
+        .and_then(|i| u16::try_from(i).ok())
+}
+
+/// The word at `index` of the vocabulary.
+fn word_at(index: u16) -> &'static str {
+    VOCABULARY
+        .get(usize::from(index))
+        .copied()
+        .unwrap_or_default()
 }
 
 fn key_of<S: AsRef<str> + Into<Box<str>>>(text: S) -> Key {
-    match word(text.as_ref()) {
+    match word_index(text.as_ref()) {
         Some(w) => Key::Word(w),
         None => Key::Owned(text.into()),
     }
 }
 
 fn string_of<S: AsRef<str> + Into<Box<str>>>(text: S) -> Frozen {
-    match word(text.as_ref()) {
-        Some(w) => Frozen::Word(w),
+    let text_ref = text.as_ref();
+    if let Some(w) = word_index(text_ref) {
+        return Frozen::Word(word_at(w));
+    }
+    match Short::new(text_ref) {
+        Some(short) => Frozen::Short(short),
         None => Frozen::String(text.into()),
     }
 }
@@ -242,11 +321,11 @@ impl From<Value> for Frozen {
             Value::Number(n) => Self::Number(n),
             Value::String(s) => string_of(s),
             Value::Array(items) => Self::Array(items.into_iter().map(Self::from).collect()),
-            Value::Object(map) => Self::Object(FrozenMap::sorted(
+            Value::Object(map) => object_of(
                 map.into_iter()
                     .map(|(k, v)| (key_of(k), Self::from(v)))
                     .collect(),
-            )),
+            ),
         }
     }
 }
@@ -259,11 +338,11 @@ impl From<&Value> for Frozen {
             Value::Number(n) => Self::Number(n.clone()),
             Value::String(s) => string_of(s.as_str()),
             Value::Array(items) => Self::Array(items.iter().map(Self::from).collect()),
-            Value::Object(map) => Self::Object(FrozenMap::sorted(
+            Value::Object(map) => object_of(
                 map.iter()
                     .map(|(k, v)| (key_of(k.as_str()), Self::from(v)))
                     .collect(),
-            )),
+            ),
         }
     }
 }
@@ -276,10 +355,13 @@ impl Frozen {
             Self::Bool(b) => Value::Bool(*b),
             Self::Number(n) => Value::Number(n.clone()),
             Self::Word(w) => Value::String((*w).to_owned()),
+            Self::Short(s) => Value::String(s.as_str().to_owned()),
             Self::String(s) => Value::String(s.to_string()),
             Self::Array(items) => Value::Array(items.iter().map(Self::to_value).collect()),
-            Self::Object(map) => Value::Object(
-                map.iter()
+            Self::Record(_) | Self::Object(_) => Value::Object(
+                self.as_object()
+                    .unwrap_or_default()
+                    .iter()
                     .map(|(k, v)| (k.to_owned(), v.to_value()))
                     .collect::<Map<String, Value>>(),
             ),
@@ -295,6 +377,7 @@ impl Frozen {
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Self::Word(w) => Some(w),
+            Self::Short(s) => Some(s.as_str()),
             Self::String(s) => Some(s),
             _ => None,
         }
@@ -341,9 +424,10 @@ impl Frozen {
     }
 
     /// The entries, if this is an object.
-    pub fn as_object(&self) -> Option<&FrozenMap> {
+    pub fn as_object(&self) -> Option<FrozenMap<'_>> {
         match self {
-            Self::Object(map) => Some(map),
+            Self::Record(Record(entries)) => Some(FrozenMap(Slots::Words(entries))),
+            Self::Object(Fields(entries)) => Some(FrozenMap(Slots::Keys(entries))),
             _ => None,
         }
     }
@@ -355,7 +439,7 @@ impl Frozen {
 
     /// Whether this is an object.
     pub fn is_object(&self) -> bool {
-        matches!(self, Self::Object(_))
+        matches!(self, Self::Record(_) | Self::Object(_))
     }
 
     /// Whether this is an array.
@@ -365,7 +449,7 @@ impl Frozen {
 
     /// Whether this is a string.
     pub fn is_string(&self) -> bool {
-        matches!(self, Self::Word(_) | Self::String(_))
+        matches!(self, Self::Word(_) | Self::Short(_) | Self::String(_))
     }
 
     /// Whether this is a number.
@@ -381,9 +465,8 @@ impl Frozen {
     /// The value a JSON Pointer names, as [`crate::At::at`] finds it in a `Value`.
     pub fn at(&self, pointer: &str) -> Option<&Frozen> {
         crate::at::walk(self, pointer, |target, token| match target {
-            Self::Object(map) => map.get(token),
             Self::Array(items) => items.get(crate::at::array_index(token)?),
-            _ => None,
+            _ => target.as_object()?.get(token),
         })
     }
 
@@ -393,14 +476,21 @@ impl Frozen {
     }
 }
 
-impl FrozenMap {
+impl<'a> FrozenMap<'a> {
     /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&Frozen> {
-        self.0
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
-            .ok()
-            .and_then(|i| self.0.get(i))
-            .map(|(_, v)| v)
+    pub fn get(&self, key: &str) -> Option<&'a Frozen> {
+        match self.0 {
+            Slots::Words(entries) => entries
+                .binary_search_by(|(k, _)| word_at(*k).cmp(key))
+                .ok()
+                .and_then(|i| entries.get(i))
+                .map(|(_, v)| v),
+            Slots::Keys(entries) => entries
+                .binary_search_by(|(k, _)| k.as_str().cmp(key))
+                .ok()
+                .and_then(|i| entries.get(i))
+                .map(|(_, v)| v),
+        }
     }
 
     /// Whether `key` is present.
@@ -410,50 +500,88 @@ impl FrozenMap {
 
     /// How many entries.
     pub fn len(&self) -> usize {
-        self.0.len()
+        match self.0 {
+            Slots::Words(entries) => entries.len(),
+            Slots::Keys(entries) => entries.len(),
+        }
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     /// The entries in key order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&str, &Frozen)> + ExactSizeIterator {
-        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    pub fn iter(&self) -> Entries<'a> {
+        match self.0 {
+            Slots::Words(entries) => Entries(Walk::Words(entries.iter())),
+            Slots::Keys(entries) => Entries(Walk::Keys(entries.iter())),
+        }
     }
 
     /// The keys in order.
-    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
-        self.0.iter().map(|(k, _)| k.as_str())
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &'a str> + ExactSizeIterator + use<'a> {
+        self.iter().map(|(k, _)| k)
     }
 
     /// The values in key order.
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Frozen> + ExactSizeIterator {
-        self.0.iter().map(|(_, v)| v)
+    pub fn values(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = &'a Frozen> + ExactSizeIterator + use<'a> {
+        self.iter().map(|(_, v)| v)
     }
 }
 
-impl<'a> IntoIterator for &'a FrozenMap {
+impl<'a> IntoIterator for FrozenMap<'a> {
     type Item = (&'a str, &'a Frozen);
     type IntoIter = Entries<'a>;
     fn into_iter(self) -> Entries<'a> {
-        Entries(self.0.iter())
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &FrozenMap<'a> {
+    type Item = (&'a str, &'a Frozen);
+    type IntoIter = Entries<'a>;
+    fn into_iter(self) -> Entries<'a> {
+        self.iter()
     }
 }
 
 /// The entries of a [`FrozenMap`] in key order.
-pub struct Entries<'a>(std::slice::Iter<'a, (Key, Frozen)>);
+pub struct Entries<'a>(Walk<'a>);
+
+enum Walk<'a> {
+    Words(std::slice::Iter<'a, (u16, Frozen)>),
+    Keys(std::slice::Iter<'a, (Key, Frozen)>),
+}
 
 impl<'a> Iterator for Entries<'a> {
     type Item = (&'a str, &'a Frozen);
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(|(k, v)| (k.as_str(), v))
+        match &mut self.0 {
+            Walk::Words(it) => it.next().map(|(k, v)| (word_at(*k), v)),
+            Walk::Keys(it) => it.next().map(|(k, v)| (k.as_str(), v)),
+        }
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.0.size_hint()
+        match &self.0 {
+            Walk::Words(it) => it.size_hint(),
+            Walk::Keys(it) => it.size_hint(),
+        }
     }
 }
+
+impl DoubleEndedIterator for Entries<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        match &mut self.0 {
+            Walk::Words(it) => it.next_back().map(|(k, v)| (word_at(*k), v)),
+            Walk::Keys(it) => it.next_back().map(|(k, v)| (k.as_str(), v)),
+        }
+    }
+}
+
+impl ExactSizeIterator for Entries<'_> {}
 
 /// What indexes a [`Frozen`]: a field name or an array position.
 pub trait FrozenIndex {
@@ -500,16 +628,18 @@ impl PartialEq for Frozen {
             (Self::Bool(a), Self::Bool(b)) => a == b,
             (Self::Number(a), Self::Number(b)) => a == b,
             (Self::Array(a), Self::Array(b)) => a == b,
-            (Self::Object(a), Self::Object(b)) => a == b,
             (a, b) => match (a.as_str(), b.as_str()) {
                 (Some(a), Some(b)) => a == b,
-                _ => false,
+                _ => match (a.as_object(), b.as_object()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => false,
+                },
             },
         }
     }
 }
 
-impl PartialEq for FrozenMap {
+impl PartialEq for FrozenMap<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len() && self.iter().zip(other.iter()).all(|(a, b)| a == b)
     }
@@ -524,9 +654,9 @@ impl PartialEq<Value> for Frozen {
             (Self::Array(a), Value::Array(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
             }
-            (Self::Object(a), Value::Object(b)) => {
+            (a, Value::Object(b)) => a.as_object().is_some_and(|a| {
                 a.len() == b.len() && a.iter().zip(b).all(|((k, x), (l, y))| k == l && x == y)
-            }
+            }),
             (a, Value::String(b)) => a.as_str() == Some(b.as_str()),
             _ => false,
         }
@@ -576,6 +706,7 @@ impl Serialize for Frozen {
             Self::Bool(b) => serializer.serialize_bool(*b),
             Self::Number(n) => n.serialize(serializer),
             Self::Word(w) => serializer.serialize_str(w),
+            Self::Short(s) => serializer.serialize_str(s.as_str()),
             Self::String(s) => serializer.serialize_str(s),
             Self::Array(items) => {
                 let mut seq = serializer.serialize_seq(Some(items.len()))?;
@@ -584,12 +715,14 @@ impl Serialize for Frozen {
                 }
                 seq.end()
             }
-            Self::Object(map) => map.serialize(serializer),
+            Self::Record(_) | Self::Object(_) => {
+                self.as_object().unwrap_or_default().serialize(serializer)
+            }
         }
     }
 }
 
-impl Serialize for FrozenMap {
+impl Serialize for FrozenMap<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut out = serializer.serialize_map(Some(self.len()))?;
         for (k, v) in self.iter() {
@@ -613,7 +746,7 @@ impl fmt::Debug for Frozen {
     }
 }
 
-impl fmt::Debug for FrozenMap {
+impl fmt::Debug for FrozenMap<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
     }
@@ -822,18 +955,53 @@ mod tests {
 
     #[test]
     fn entries_are_sorted_whatever_order_they_come_in() {
-        let entries: Box<[(Key, Frozen)]> = Box::new([
+        let entries = Vec::from([
             (key_of("zeta"), Frozen::Bool(true)),
             (key_of("name"), string_of("n")),
             (key_of("alpha"), Frozen::Null),
         ]);
-        let object = Frozen::Object(FrozenMap::sorted(entries));
+        let object = object_of(entries);
         assert_eq!(object["zeta"], true);
         assert_eq!(object["name"], "n");
         assert!(object.get("alpha").is_some_and(Frozen::is_null));
         assert_eq!(
             object.to_value().to_string(),
             r#"{"alpha":null,"name":"n","zeta":true}"#
+        );
+    }
+
+    #[test]
+    fn nodes_and_entries_stay_small() {
+        assert_eq!(std::mem::size_of::<Frozen>(), 24);
+        assert_eq!(std::mem::size_of::<(u16, Frozen)>(), 32);
+        let value = pod();
+        let frozen = Frozen::from(&value);
+        // Keys all words: the compact form; one key that is not: the general one.
+        assert!(matches!(frozen["status"], Frozen::Record(_)));
+        assert!(matches!(frozen["spec"], Frozen::Object(_)));
+        assert!(matches!(Frozen::from(json!({})), Frozen::Record(_)));
+        // Up to 22 bytes inside the node, longer in an allocation; both read the same.
+        let short = "x".repeat(Short::CAPACITY);
+        let long = "y".repeat(Short::CAPACITY + 1);
+        assert!(matches!(string_of(short.as_str()), Frozen::Short(_)));
+        assert!(matches!(string_of(long.as_str()), Frozen::String(_)));
+        assert!(matches!(string_of("Running"), Frozen::Word("Running")));
+        assert!(matches!(string_of("é".repeat(11)), Frozen::Short(_)));
+        assert!(matches!(string_of(""), Frozen::Short(_)));
+        for text in [short, long, "é".repeat(11), String::new()] {
+            assert_eq!(string_of(text.as_str()), text);
+            assert_eq!(
+                string_of(text.as_str()).to_value(),
+                Value::String(text.clone())
+            );
+        }
+        assert_eq!(frozen["metadata"]["name"], "web-1");
+        let map = frozen["metadata"]
+            .as_object()
+            .map(|m| m.iter().rev().map(|(k, _)| k).collect::<Vec<_>>());
+        assert_eq!(
+            map,
+            Some(vec!["ownerReferences", "namespace", "name", "labels"])
         );
     }
 

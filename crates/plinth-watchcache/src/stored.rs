@@ -54,7 +54,7 @@ pub(crate) struct StoredObject {
     revision: Revision,
     labels: Labels,
     /// The values of the cache's selectable fields (`Cacher::fields`), in its order.
-    fields: Box<[Box<str>]>,
+    fields: FieldValues,
     field_names: Arc<[String]>,
     type_meta: Arc<TypeMeta>,
     protobuf: std::sync::OnceLock<Option<bytes::Bytes>>,
@@ -74,7 +74,7 @@ impl Stored {
             .iter()
             .map(|(k, v)| PAIR + k.len() + v.len())
             .sum();
-        let fields: usize = object.fields.iter().map(|f| f.len() + 16).sum();
+        let fields = object.fields.0.len();
         let protobuf = object
             .protobuf
             .get()
@@ -117,7 +117,7 @@ impl Stored {
     /// extract that field.
     pub fn field(&self, field: &str) -> Option<&str> {
         let at = self.0.field_names.iter().position(|f| f == field)?;
-        self.0.fields.get(at).map(|v| &**v)
+        self.0.fields.get(at, self.0.field_names.len())
     }
 
     /// The `apiVersion` and `kind` it was stored with.
@@ -128,6 +128,52 @@ impl Stored {
     /// The revision of its last change.
     pub fn revision(&self) -> Revision {
         self.0.revision
+    }
+}
+
+/// An object's selectable field values in one allocation: each value's end (a little-endian
+/// `u32` offset into the text), then the values' text one after another — rather than a boxed
+/// string each (a pod has ten).
+#[derive(Debug)]
+struct FieldValues(Box<[u8]>);
+
+impl FieldValues {
+    const END: usize = std::mem::size_of::<u32>();
+
+    fn new(values: &[String]) -> Self {
+        let text: usize = values.iter().map(String::len).sum();
+        let mut bytes = Vec::with_capacity(values.len() * Self::END + text);
+        let mut end = 0usize;
+        for value in values {
+            end += value.len();
+            bytes.extend_from_slice(&u32::try_from(end).unwrap_or(u32::MAX).to_le_bytes());
+        }
+        for value in values {
+            bytes.extend_from_slice(value.as_bytes());
+        }
+        Self(bytes.into_boxed_slice())
+    }
+
+    /// Where value `at`'s text ends (`None` past the last).
+    fn end(&self, at: usize) -> Option<usize> {
+        let start = at.checked_mul(Self::END)?;
+        let raw = self.0.get(start..start.checked_add(Self::END)?)?;
+        let raw: [u8; 4] = raw.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(raw)).ok()
+    }
+
+    /// Value `at` of the `count` values held.
+    fn get(&self, at: usize, count: usize) -> Option<&str> {
+        let text = count.checked_mul(Self::END)?;
+        let start = match at {
+            0 => 0,
+            _ => self.end(at - 1)?,
+        };
+        let end = self.end(at)?;
+        let bytes = self
+            .0
+            .get(text.checked_add(start)?..text.checked_add(end)?)?;
+        std::str::from_utf8(bytes).ok()
     }
 }
 
@@ -185,18 +231,19 @@ pub(crate) fn encode(
     let mut object: Value = serde_json::from_slice(value).ok()?;
     metadata_mut(&mut object)?.insert("resourceVersion".into(), json!(revision.to_string()));
     let labels = plinth_core::meta::labels(&object);
-    let field_values = fields
+    let values: Vec<String> = fields
         .iter()
         .zip(absent)
         .map(|(f, absent)| {
             let value = selector_value(&object, f);
             if value.is_empty() {
-                absent.clone().into_boxed_str()
+                absent.clone()
             } else {
-                value.into_boxed_str()
+                value
             }
         })
         .collect();
+    let field_values = FieldValues::new(&values);
     let stored = Stored(Arc::new(StoredObject {
         // Exactly its length (a `Vec` grown while encoding holds up to twice that).
         wire: plinth_protobuf::to_json(&object).into_boxed_slice().into(),
@@ -208,4 +255,22 @@ pub(crate) fn encode(
         protobuf: std::sync::OnceLock::new(),
     }));
     Some(stored)
+}
+
+#[cfg(test)]
+mod field_tests {
+    use super::FieldValues;
+
+    #[test]
+    fn field_values_read_back_from_one_allocation() {
+        let values: Vec<String> = ["web-1", "", "node-é", "Running"].map(str::to_owned).into();
+        let held = FieldValues::new(&values);
+        assert_eq!(held.0.len(), 4 * 4 + 5 + 7 + 7);
+        for (at, value) in values.iter().enumerate() {
+            assert_eq!(held.get(at, values.len()), Some(value.as_str()));
+        }
+        assert_eq!(held.get(4, values.len()), None);
+        let none = FieldValues::new(&[]);
+        assert_eq!(none.get(0, 0), None);
+    }
 }
