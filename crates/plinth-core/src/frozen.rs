@@ -123,11 +123,12 @@ fn object_of(mut entries: Vec<(Key, Frozen)>) -> Frozen {
         entries.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
     }
     if entries.iter().all(|(k, _)| matches!(k, Key::Word(_))) {
-        let words = entries.into_iter().map(|(k, v)| match k {
-            Key::Word(w) => (w, v),
-            Key::Owned(_) => (u16::MAX, v),
-        });
-        Frozen::Record(Record(words.collect()))
+        let mut words = Vec::with_capacity(entries.len());
+        words.extend(entries.into_iter().filter_map(|(k, v)| match k {
+            Key::Word(w) => Some((w, v)),
+            Key::Owned(_) => None,
+        }));
+        Frozen::Record(Record(words.into_boxed_slice()))
     } else {
         Frozen::Object(Fields(entries.into_boxed_slice()))
     }
